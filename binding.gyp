@@ -1,0 +1,34 @@
+{
+  "variables": {
+    "with_verbs%": "<!(sh scripts/detect-verbs.sh)"
+  },
+  "targets": [
+    {
+      "target_name": "rdma_kv",
+      "sources": [
+        "native/binding/addon.cc",
+        "native/binding/transport_binding.cc",
+        "native/transport/memory.cc",
+        "native/transport/provider.cc",
+        "native/transport/shm/shm_provider.cc"
+      ],
+      "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
+      "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],
+      "cflags!": ["-fno-exceptions"],
+      "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
+      "cflags": ["-fvisibility=hidden", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter"],
+      "cflags_cc": ["-std=c++17", "-fexceptions", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror",
+                    "-Wno-unused-parameter", "-Wno-missing-field-initializers", "-O2"],
+      "libraries": ["-lpthread"],
+      "conditions": [
+        ["with_verbs==1", {
+          "sources": [
+            "native/transport/verbs/verbs_provider.cc"
+          ],
+          "defines": ["RKV_WITH_VERBS=1"],
+          "libraries": ["-libverbs", "-lrdmacm"]
+        }]
+      ]
+    }
+  ]
+}

@@ -1,0 +1,209 @@
+// The transport layer: a verbs-shaped interface with two providers.
+//
+//   Provider        one per process per scheme ("shm", "rdma"); owns the
+//                   connection-management thread and the protection domain.
+//   Memory          a shareable mapping (memfd or file) that can be registered.
+//   MemoryRegion    a registered range with lkey/rkey and access flags.
+//   CompletionQueue polled in batches; arm() + event_fd() for event mode.
+//   Connection      an RC queue pair and the connection that carries it.
+//
+// Semantics follow libibverbs: one-sided READ/WRITE/atomics need the remote
+// region's access flags, the first error completion moves the connection to the
+// error state and every later work request is flushed with WR_FLUSH_ERR.
+//
+// Threading: post_send/post_recv/poll may be called from any one thread at a
+// time per object (callers serialize); connection events are delivered on the
+// provider's own thread through the EventSink given at creation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../common/constants.generated.h"
+
+namespace rkv::transport {
+
+// A work request for post_send. One scatter/gather entry is all this store needs.
+struct WorkRequest {
+  uint64_t wr_id = 0;
+  Opcode opcode = Opcode::READ;
+  uint32_t send_flags = 0;   // SendFlag bits
+  uint64_t local_addr = 0;   // process virtual address inside a region with lkey
+  uint32_t length = 0;
+  uint32_t lkey = 0;
+  uint64_t remote_addr = 0;  // the peer's virtual address (as published by it)
+  uint32_t rkey = 0;
+  uint64_t compare_add = 0;  // CMP_AND_SWP: compare; FETCH_AND_ADD: add
+  uint64_t swap = 0;
+  uint32_t imm = 0;          // host byte order; providers convert for the wire
+};
+
+struct RecvRequest {
+  uint64_t wr_id = 0;
+  uint64_t addr = 0;
+  uint32_t length = 0;
+  uint32_t lkey = 0;
+};
+
+struct Completion {
+  uint64_t wr_id = 0;
+  WcStatus status = WcStatus::SUCCESS;
+  Opcode opcode = Opcode::READ;
+  uint32_t byte_len = 0;
+  uint32_t imm = 0;        // host byte order
+  uint32_t wc_flags = 0;   // WcFlag bits
+  uint32_t qp_num = 0;
+  uint32_t vendor_err = 0;
+};
+
+// A shareable, page-aligned mapping. Owned by whoever allocated it; it must
+// outlive every MemoryRegion registered on it.
+class Memory {
+ public:
+  // Anonymous memfd (sealed against shrinking) or, with a path, a file that
+  // keeps its contents across restarts. Returns nullptr and sets *error.
+  static std::unique_ptr<Memory> allocate(size_t length, const std::string& path, std::string* error);
+  ~Memory();
+  Memory(const Memory&) = delete;
+  Memory& operator=(const Memory&) = delete;
+
+  uint8_t* data() const { return data_; }
+  size_t length() const { return length_; }
+  int fd() const { return fd_; }
+  bool file_backed() const { return file_backed_; }
+  bool existed() const { return existed_; }  // a file that already held data
+
+ private:
+  Memory() = default;
+  uint8_t* data_ = nullptr;
+  size_t length_ = 0;
+  int fd_ = -1;
+  bool file_backed_ = false;
+  bool existed_ = false;
+};
+
+class MemoryRegion {
+ public:
+  virtual ~MemoryRegion() = default;
+  uint8_t* addr() const { return addr_; }
+  size_t length() const { return length_; }
+  uint32_t lkey() const { return lkey_; }
+  uint32_t rkey() const { return rkey_; }
+  uint32_t access() const { return access_; }
+  bool contains(uint64_t a, uint64_t len) const {
+    uint64_t base = reinterpret_cast<uint64_t>(addr_);
+    return a >= base && len <= length_ && a - base <= length_ - len;
+  }
+
+ protected:
+  uint8_t* addr_ = nullptr;
+  size_t length_ = 0;
+  uint32_t lkey_ = 0, rkey_ = 0, access_ = 0;
+};
+
+class CompletionQueue {
+ public:
+  virtual ~CompletionQueue() = default;
+  // Moves up to max completions into out; never blocks. Returns the count.
+  virtual int poll(Completion* out, int max) = 0;
+  // Requests one wake-up on event_fd() for the next completion (ibv_req_notify_cq).
+  // Poll again after arming: completions that raced with arm() produce no event.
+  virtual void arm() = 0;
+  // Readable after arm() once a completion (or a flush) is available.
+  virtual int event_fd() const = 0;
+  // Consumes the readiness of event_fd() (ibv_get_cq_event + ibv_ack_cq_events).
+  virtual void ack_event() = 0;
+  virtual uint32_t depth() const = 0;
+};
+
+struct QueuePairOptions {
+  std::shared_ptr<CompletionQueue> send_cq;
+  std::shared_ptr<CompletionQueue> recv_cq;
+  uint32_t send_depth = u32(Limit::DEFAULT_QUEUE_DEPTH);
+  uint32_t recv_depth = u32(Limit::DEFAULT_QUEUE_DEPTH);
+  uint32_t max_inline = 0;  // 0: the provider's best
+};
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  // Passive side, after CONNECT_REQUEST: create the queue pair and accept, or reject.
+  virtual bool accept(const QueuePairOptions& options, const std::vector<uint8_t>& private_data,
+                      std::string* error) = 0;
+  virtual void reject(const std::vector<uint8_t>& private_data) = 0;
+  // Posts the list with one doorbell. Returns 0, or an errno with *bad set to the
+  // first request that was not posted (as ibv_post_send does).
+  virtual int post_send(const WorkRequest* wrs, size_t count, size_t* bad) = 0;
+  virtual int post_recv(const RecvRequest* rrs, size_t count, size_t* bad) = 0;
+  // Moves the queue pair to the error state (flushing) and tells the peer. Idempotent.
+  virtual void disconnect() = 0;
+
+  virtual ConnState state() const = 0;
+  virtual uint32_t qp_num() const = 0;
+  virtual uint32_t max_inline() const = 0;
+  // The connect request's private data (passive side) or the accept/reject
+  // private data (active side).
+  virtual const std::vector<uint8_t>& peer_private_data() const = 0;
+  virtual std::string peer_address() const = 0;
+  // The first error completion or event that broke the connection ("" while healthy).
+  virtual std::string first_error() const = 0;
+};
+
+class Listener {
+ public:
+  virtual ~Listener() = default;
+  virtual std::string url() const = 0;  // the bound address, with the real port
+  virtual void close() = 0;
+};
+
+struct ConnectionEvent {
+  ConnEvent type = ConnEvent::ERROR;
+  std::shared_ptr<Connection> connection;
+  std::vector<uint8_t> private_data;  // CONNECT_REQUEST, ESTABLISHED, REJECTED
+  std::string message;                // REJECTED, DISCONNECTED, ERROR: why
+};
+
+// Called on the provider's thread. Must not block for long.
+using EventSink = std::function<void(ConnectionEvent&&)>;
+
+struct DeviceInfo {
+  std::string name;
+  uint32_t max_qp_rd_atom = 0;
+  uint32_t max_qp_init_rd_atom = 0;
+  std::string atomic_cap;  // "NONE", "HCA", "GLOB"
+  uint32_t max_inline = 0;
+};
+
+class Provider {
+ public:
+  virtual ~Provider() = default;
+  // "shm" or "rdma": the URL scheme this provider serves.
+  virtual const char* scheme() const = 0;
+  virtual DeviceInfo device_info() const = 0;
+  virtual std::unique_ptr<MemoryRegion> register_memory(Memory& memory, size_t offset, size_t length,
+                                                        uint32_t access, std::string* error) = 0;
+  virtual std::shared_ptr<CompletionQueue> create_cq(uint32_t depth, std::string* error) = 0;
+  virtual std::shared_ptr<Listener> listen(const std::string& url, std::string* error) = 0;
+  // Starts connecting; ESTABLISHED, REJECTED or ERROR follows on the sink.
+  virtual std::shared_ptr<Connection> connect(const std::string& url, const QueuePairOptions& options,
+                                              const std::vector<uint8_t>& private_data, uint32_t timeout_ms,
+                                              std::string* error) = 0;
+  // Stops the event thread and disconnects everything. Idempotent.
+  virtual void shutdown() = 0;
+};
+
+// Creates the provider for a URL scheme, or returns nullptr with *error set
+// (unknown scheme, provider not built, no device).
+std::unique_ptr<Provider> create_provider(const std::string& scheme, EventSink sink, std::string* error);
+
+// Which providers this build contains ("shm", and "rdma" when built with rdma-core).
+std::vector<std::string> built_providers();
+
+// Splits "scheme://rest" and checks the scheme is one we serve.
+bool split_url(const std::string& url, std::string* scheme, std::string* rest, std::string* error);
+
+}  // namespace rkv::transport
