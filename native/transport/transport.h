@@ -126,6 +126,9 @@ struct QueuePairOptions {
   uint32_t send_depth = u32(Limit::DEFAULT_QUEUE_DEPTH);
   uint32_t recv_depth = u32(Limit::DEFAULT_QUEUE_DEPTH);
   uint32_t max_inline = 0;  // 0: the provider's best
+  // Posted after the queue pair is created and before it reaches RTR, so the
+  // peer's first SEND or WRITE_WITH_IMM finds a receive waiting.
+  std::vector<RecvRequest> initial_recvs;
 };
 
 class Connection {
