@@ -10,12 +10,14 @@
         "native/binding/transport_binding.cc",
         "native/transport/memory.cc",
         "native/transport/provider.cc",
-        "native/transport/shm/shm_provider.cc"
+        "native/transport/shm/shm_provider.cc",
+        "native/transport/shm/shm_queues.cc",
+        "native/transport/shm/shm_wire.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],
       "cflags!": ["-fno-exceptions"],
-      "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
+      "cflags_cc!": ["-fno-exceptions", "-fno-rtti", "-std=gnu++17"],
       "cflags": ["-fvisibility=hidden", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter"],
       "cflags_cc": ["-std=c++17", "-fexceptions", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror",
                     "-Wno-unused-parameter", "-Wno-missing-field-initializers", "-O2"],
