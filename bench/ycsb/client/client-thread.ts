@@ -1,0 +1,97 @@
+/**
+ * One YCSB ClientThread: a closed loop (or `inflight` concurrent closed loops) issuing this
+ * thread's share of operations, with YCSB's per-thread deadline throttling for -target:
+ * operation n may not start before start + n * (1 / target-per-thread), and that deadline is
+ * the operation's intended start time. It runs inside a worker_thread, or in the main thread
+ * for in-process runs.
+ */
+import { UsageError } from '../errors.js';
+import { Properties } from '../properties.js';
+import { Random } from '../random.js';
+import { createBinding } from '../db/registry.js';
+import { CoreWorkload, parseCoreWorkloadConfig } from '../workload/core-workload.js';
+import { ThreadMeasurements, parseMeasurementInterval } from '../measurements/thread-measurements.js';
+import { DBWrapper, type Lane } from './db-wrapper.js';
+import { GcStats } from './gc-stats.js';
+import { CONTROL_EPOCH, CONTROL_STOP, type ClientThreadData, type ThreadMessage } from './protocol.js';
+
+const sleeper = new Int32Array(new SharedArrayBuffer(4));
+
+export async function runClientThread(
+  data: ClientThreadData,
+  post: (message: ThreadMessage) => void,
+  startSignal: Promise<void>,
+): Promise<void> {
+  const { threadId, control } = data;
+  try {
+    const gc = new GcStats();
+    const props = new Properties(data.props);
+    const config = parseCoreWorkloadConfig(props);
+    const rng = new Random(data.seed);
+    const workload = new CoreWorkload(config, data.shared, rng, data.transactions);
+    const measurements = new ThreadMeasurements(parseMeasurementInterval(props.get('measurement.interval', 'op')) ?? 0);
+    const db = new DBWrapper(await createBinding(data.dbName), measurements, props);
+    const spinSleep = props.getBoolean('spin.sleep', false);
+    post({ type: 'ready', threadId });
+    await startSignal;
+
+    await db.db.init(props);
+
+    const lanes: Lane[] = [];
+    for (let i = 0; i < Math.max(1, data.inflight); i++) {
+      lanes.push({ values: workload.newFieldValues(), result: new Map(), scanResult: [], intendedStart: 0 });
+    }
+    let seenEpoch = Atomics.load(control, CONTROL_EPOCH);
+    const sendSample = (): void => {
+      seenEpoch = Atomics.load(control, CONTROL_EPOCH);
+      post({ type: 'sample', threadId, epoch: seenEpoch, snapshots: measurements.takeSnapshot() });
+    };
+
+    const tickMs = data.targetPerThreadPerMs > 0 ? 1 / data.targetPerThreadPerMs : 0;
+    const blockingSleep = lanes.length === 1;
+    const sleepUntil = async (deadline: number): Promise<void> => {
+      for (let left = deadline - performance.now(); left > 0; left = deadline - performance.now()) {
+        if (spinSleep) continue;
+        if (blockingSleep) Atomics.wait(sleeper, 0, 0, left); // like LockSupport.parkNanos
+        else await new Promise((resolve) => (left > 1 ? setTimeout(resolve, left - 1) : setImmediate(resolve)));
+      }
+    };
+    // spread the threads' first operations when each does at most one per ms (YCSB's GH issue 4)
+    if (tickMs > 0 && data.targetPerThreadPerMs <= 1) await sleepUntil(performance.now() + rng.nextBelow(Math.trunc(tickMs * 1e6)) / 1e6);
+
+    const opCount = data.opCount;
+    const opsDoneShared = data.opsDone;
+    let issued = 0;
+    let opsDone = 0;
+    let stopped = false;
+    const startTime = performance.now();
+
+    const runLane = async (lane: Lane): Promise<void> => {
+      while (!stopped && (opCount === 0 || issued < opCount) && Atomics.load(control, CONTROL_STOP) === 0) {
+        issued++;
+        if (Atomics.load(control, CONTROL_EPOCH) !== seenEpoch) sendSample();
+        let ok = data.transactions ? workload.doTransaction(db, lane) : workload.doInsert(db, lane);
+        if (ok !== true && ok !== false) ok = await ok;
+        if (!ok) {
+          stopped = true;
+          break;
+        }
+        opsDone++;
+        opsDoneShared[threadId] = opsDone;
+        if (tickMs > 0) {
+          const deadline = startTime + opsDone * tickMs;
+          await sleepUntil(deadline);
+          if (measurements.tracksIntended) lane.intendedStart = deadline;
+        }
+      }
+    };
+    if (lanes.length === 1) await runLane(lanes[0]!);
+    else await Promise.all(lanes.map(runLane));
+
+    await db.cleanup(lanes[0]!);
+    post({ type: 'done', threadId, opsDone, snapshots: measurements.takeSnapshot(), gc: await gc.finish() });
+  } catch (err) {
+    Atomics.store(control, CONTROL_STOP, 1);
+    post({ type: 'error', threadId, message: err instanceof Error ? err.message : String(err), usage: err instanceof UsageError });
+  }
+}

@@ -1,0 +1,128 @@
+/**
+ * YCSB's DBWrapper: times every binding call (start to end, and intended start to end) and
+ * counts its return code. A failed call's latency goes to "<OP>-FAILED" (or "<OP>-<STATUS>"
+ * with reportlatencyforeacherror / latencytrackederrors) while its return code is counted
+ * under "<OP>", exactly as YCSB does.
+ */
+import { Status, type DB, type FieldValues, type MaybePromise, type Record } from '../db/db.js';
+import type { Properties } from '../properties.js';
+import type { OpMeasurement, ThreadMeasurements } from '../measurements/thread-measurements.js';
+import type { LazyFieldValues } from '../workload/field-values.js';
+
+/** Per in-flight-operation scratch state (YCSB keeps the intended start time per thread). */
+export interface Lane {
+  values: LazyFieldValues;
+  result: Record;
+  scanResult: Record[];
+  /** performance.now() of the throttle deadline for this lane's next operation; 0 = none */
+  intendedStart: number;
+}
+
+const READ = 0;
+const SCAN = 1;
+const UPDATE = 2;
+const INSERT = 3;
+const DELETE = 4;
+const NAMES = ['READ', 'SCAN', 'UPDATE', 'INSERT', 'DELETE'];
+
+export class DBWrapper {
+  private readonly reportLatencyForEachError: boolean;
+  private readonly latencyTrackedErrors: ReadonlySet<string>;
+  /** measurements of successful calls, resolved once per operation */
+  private readonly okMeasurement: (OpMeasurement | undefined)[] = [];
+  private readonly okIntended: (OpMeasurement | undefined)[] = [];
+  private readonly statusMeasurement: (OpMeasurement | undefined)[] = [];
+  private readonly trackActual: boolean;
+  private readonly trackIntended: boolean;
+
+  constructor(readonly db: DB, readonly measurements: ThreadMeasurements, props: Properties) {
+    this.reportLatencyForEachError = props.getBoolean('reportlatencyforeacherror', false);
+    const tracked = props.get('latencytrackederrors');
+    this.latencyTrackedErrors = new Set(!this.reportLatencyForEachError && tracked !== undefined ? tracked.split(',') : []);
+    this.trackActual = measurements.tracksActual;
+    this.trackIntended = measurements.tracksIntended;
+  }
+
+  now(): number {
+    return performance.now();
+  }
+
+  /** Measurements.getIntendedStartTimeNs: 0 when not tracked, else the deadline or now. */
+  intendedStartTime(lane: Lane): number {
+    if (!this.trackIntended) return 0;
+    return lane.intendedStart === 0 ? performance.now() : lane.intendedStart;
+  }
+
+  read(lane: Lane, table: string, key: string, fields: readonly string[] | null, result: Record): MaybePromise<Status> {
+    const ist = this.intendedStartTime(lane);
+    const st = performance.now();
+    const res = this.db.read(table, key, fields, result);
+    if (res instanceof Status) return this.finish(READ, res, ist, st);
+    return res.then((s) => this.finish(READ, s, ist, st));
+  }
+
+  scan(lane: Lane, table: string, startKey: string, recordCount: number, fields: readonly string[] | null, result: Record[]): MaybePromise<Status> {
+    const ist = this.intendedStartTime(lane);
+    const st = performance.now();
+    const res = this.db.scan(table, startKey, recordCount, fields, result);
+    if (res instanceof Status) return this.finish(SCAN, res, ist, st);
+    return res.then((s) => this.finish(SCAN, s, ist, st));
+  }
+
+  update(lane: Lane, table: string, key: string, values: FieldValues): MaybePromise<Status> {
+    const ist = this.intendedStartTime(lane);
+    const st = performance.now();
+    const res = this.db.update(table, key, values);
+    if (res instanceof Status) return this.finish(UPDATE, res, ist, st);
+    return res.then((s) => this.finish(UPDATE, s, ist, st));
+  }
+
+  insert(lane: Lane, table: string, key: string, values: FieldValues): MaybePromise<Status> {
+    const ist = this.intendedStartTime(lane);
+    const st = performance.now();
+    const res = this.db.insert(table, key, values);
+    if (res instanceof Status) return this.finish(INSERT, res, ist, st);
+    return res.then((s) => this.finish(INSERT, s, ist, st));
+  }
+
+  delete(lane: Lane, table: string, key: string): MaybePromise<Status> {
+    const ist = this.intendedStartTime(lane);
+    const st = performance.now();
+    const res = this.db.delete(table, key);
+    if (res instanceof Status) return this.finish(DELETE, res, ist, st);
+    return res.then((s) => this.finish(DELETE, s, ist, st));
+  }
+
+  /** DBWrapper.cleanup: measured as CLEANUP (no return code), intended start reset first. */
+  async cleanup(lane: Lane): Promise<void> {
+    lane.intendedStart = 0;
+    const ist = this.intendedStartTime(lane);
+    const st = performance.now();
+    await this.db.cleanup();
+    const en = performance.now();
+    this.measurements.measure('CLEANUP', Math.trunc((en - st) * 1000));
+    this.measurements.measureIntended('CLEANUP', Math.trunc((en - ist) * 1000));
+  }
+
+  private finish(op: number, status: Status, ist: number, st: number): Status {
+    const en = performance.now();
+    if (status.isOk) {
+      if (this.trackActual) {
+        const m = this.okMeasurement[op] ?? (this.okMeasurement[op] = this.measurements.operation(NAMES[op]!));
+        m.recorder.record(Math.trunc((en - st) * 1000));
+      }
+      if (this.trackIntended) {
+        const m = this.okIntended[op] ?? (this.okIntended[op] = this.measurements.intendedOperation(NAMES[op]!));
+        m.recorder.record(Math.trunc((en - ist) * 1000));
+      }
+    } else {
+      const name =
+        this.reportLatencyForEachError || this.latencyTrackedErrors.has(status.name) ? `${NAMES[op]}-${status.name}` : `${NAMES[op]}-FAILED`;
+      this.measurements.measure(name, Math.trunc((en - st) * 1000));
+      this.measurements.measureIntended(name, Math.trunc((en - ist) * 1000));
+    }
+    const target = this.statusMeasurement[op] ?? (this.statusMeasurement[op] = this.measurements.statusTarget(NAMES[op]!));
+    target.reportStatus(status);
+    return status;
+  }
+}
