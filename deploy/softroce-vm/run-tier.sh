@@ -1,0 +1,63 @@
+#!/bin/bash
+# The Soft-RoCE test tier (npm run test:rxe; also called by the project's test
+# runner): the suites below run against the verbs provider on rdma_rxe, in the
+# QEMU guest, with the addon and dist/ built on the host; then
+# guest/bench-ratio.sh measures rdma-kv against perftest.
+# Exit 0: the tests passed. 77: skipped (outside CI, this host cannot run the
+# guest; one line says why). Anything else: failed. Under CI=true a host that
+# lacks packages is set up (setup-host.sh), and whatever still cannot work fails.
+set -euo pipefail
+
+# Test files run in the guest, relative to the checkout.
+TEST_GLOBS="dist/test/transport/*.test.js"
+
+KIT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PROJECT=$(cd "$KIT/../.." && pwd)
+cd "$PROJECT"
+
+# Something this host lacks: a skip outside CI, a failure in CI.
+cannot() {
+  if [ "${CI:-}" = true ]; then
+    echo "rxe tier failed: $*" >&2
+    exit 1
+  fi
+  echo "rxe tier skipped: $*"
+  exit 77
+}
+
+if ! why=$("$KIT/setup-host.sh" --check); then
+  [ "${CI:-}" = true ] || cannot "$why"
+  "$KIT/setup-host.sh" || true
+  why=$("$KIT/setup-host.sh" --check) || cannot "$why"
+fi
+
+if [ ! -d dist ] || [ ! -f build/Release/rdma_kv.node ]; then
+  echo "rxe tier: dist/ or build/Release/rdma_kv.node is missing: run npm run build first" >&2
+  exit 1
+fi
+# The addon lists the providers it was built with; "rdma" needs rdma-core's
+# development files at build time.
+if ! providers=$(node -e 'console.log(require(process.argv[1]).providers.join(","))' \
+  "$PROJECT/build/Release/rdma_kv.node" 2>&1); then
+  echo "rxe tier: cannot load build/Release/rdma_kv.node: $providers" >&2
+  exit 1
+fi
+case ",$providers," in
+*,rdma,*) ;;
+*)
+  if pkg-config --exists libibverbs librdmacm 2>/dev/null; then
+    hint="rdma-core's development files are present now: rebuild with npm run build"
+  else
+    hint="install libibverbs-dev and librdmacm-dev (deploy/softroce-vm/setup-host.sh), then npm run build"
+  fi
+  cannot "the addon was built without the verbs provider (providers: $providers): $hint"
+  ;;
+esac
+
+# In the guest: the tests decide the exit code; the benchmark only reports.
+exec "$KIT/run-guest.sh" "
+node node_modules/ava/entrypoints/cli.mjs --serial --timeout=600s $TEST_GLOBS
+rc=\$?
+sh deploy/softroce-vm/guest/bench-ratio.sh || echo 'rxe tier: bench-ratio.sh failed (does not fail the tier)' >&2
+echo \"rxe tier: tests exited \$rc\"
+exit \$rc"
