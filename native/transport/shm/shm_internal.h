@@ -108,6 +108,7 @@ class ShmConnection final : public Connection, public std::enable_shared_from_th
   bool arm_inbound();  // ask the peer for a wake-up; true when records already wait
   int post_recv_locked(const RecvRequest* rrs, size_t count, size_t* bad);
   void close_socket();
+  void release_resources();  // unmap the rings and peer regions, close the wake fds
   int socket() const { return socket_; }
   int side() const { return side_; }
   ShmCq* send_cq() const { return send_cq_.get(); }
@@ -167,6 +168,7 @@ class ShmListener final : public Listener {
   ~ShmListener() override { close(); }
   std::string url() const override { return "shm://" + path_; }
   void close() override;
+  void close_locked();
   int fd() const { return fd_; }
 
  private:

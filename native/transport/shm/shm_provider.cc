@@ -75,13 +75,22 @@ ShmConnection::ShmConnection(ShmProvider* provider, int socket, int side, uint32
 
 ShmConnection::~ShmConnection() {
   // Never takes the provider lock: the last reference may drop under it.
+  release_resources();
+  if (socket_ >= 0) ::close(socket_);
+}
+
+void ShmConnection::release_resources() {
   if (shared_ != nullptr) munmap(shared_, sizeof(ConnShared));
+  shared_ = nullptr;
+  out_control_ = in_control_ = nullptr;
+  out_data_ = in_data_ = nullptr;
   for (auto& mr : remote_mrs_) {
     if (mr.map != nullptr) munmap(mr.map, mr.map_length);
   }
+  remote_mrs_.clear();
   if (peer_wake_recv_ >= 0) ::close(peer_wake_recv_);
   if (peer_wake_send_ >= 0) ::close(peer_wake_send_);
-  if (socket_ >= 0) ::close(socket_);
+  peer_wake_recv_ = peer_wake_send_ = -1;
 }
 
 bool ShmConnection::setup_queues(const QueuePairOptions& options, std::string* error) {
@@ -333,6 +342,10 @@ void ShmConnection::handle_message(Message& m, std::vector<ConnectionEvent>* eve
 
 void ShmListener::close() {
   std::lock_guard<std::mutex> guard(provider_->lock());
+  close_locked();
+}
+
+void ShmListener::close_locked() {
   if (fd_ < 0) return;
   provider_->forget_listener(this);
   ::close(fd_);
@@ -528,7 +541,9 @@ void ShmProvider::watch(int fd) {
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
 }
 
-void ShmProvider::unwatch(int fd) { epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr); }
+void ShmProvider::unwatch(int fd) {
+  if (epoll_fd_ >= 0) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+}
 
 void ShmProvider::forget_listener(ShmListener* listener) {
   unwatch(listener->fd());
@@ -545,6 +560,9 @@ void ShmProvider::forget_connection(ShmConnection* connection) {
     connections_.erase(it);
   }
   connection->close_socket();
+  // Nothing on the data path uses these once the queue pair is broken (the
+  // lock is held), so they go now rather than when the last reference does.
+  if (connection->state() != ConnState::CONNECTED) connection->release_resources();
   graveyard_.push_back(std::move(keep));
 }
 
@@ -626,7 +644,6 @@ void ShmProvider::run() {
 }
 
 void ShmProvider::shutdown() {
-  std::vector<std::shared_ptr<ShmConnection>> all;
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (stopped_) return;
@@ -636,17 +653,22 @@ void ShmProvider::shutdown() {
     (void)rc;
   }
   if (thread_.joinable()) thread_.join();
+  std::vector<std::shared_ptr<ShmConnection>> dead;  // released after the lock
   std::lock_guard<std::mutex> guard(mutex_);
-  for (auto& [fd, connection] : connections_) {
+  std::vector<std::shared_ptr<ShmConnection>> all;
+  for (auto& [fd, connection] : connections_) all.push_back(connection);
+  for (auto& connection : all) {
     connection->fail("the provider shut down", true);
     connection->set_state(ConnState::CLOSED);
-    all.push_back(connection);
+    forget_connection(connection.get());
   }
-  for (auto& connection : all) forget_connection(connection.get());
-  for (auto& [fd, listener] : listeners_) unwatch(fd);
-  listeners_.clear();
-  all.clear();
-  // graveyard_ is released with the provider, outside any lock's scope.
+  std::vector<ShmListener*> listeners;
+  for (auto& [fd, listener] : listeners_) listeners.push_back(listener);
+  for (ShmListener* listener : listeners) listener->close_locked();
+  ::close(epoll_fd_);
+  ::close(stop_fd_);
+  epoll_fd_ = stop_fd_ = -1;
+  dead.swap(graveyard_);
 }
 
 }  // namespace rkv::transport::shm

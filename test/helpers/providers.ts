@@ -1,0 +1,41 @@
+// Which providers the conformance suites run against, and where they listen.
+//
+//   RKV_TEST_PROVIDERS  comma list of "shm", "rdma" (default: shm)
+//   RKV_RDMA_ADDRS      addresses on the RDMA device, the first used to listen
+//                       (the Soft-RoCE guest sets 10.77.0.1,10.77.0.2)
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import { builtProviders } from '../../native/index.js';
+
+export type Scheme = 'shm' | 'rdma';
+
+export function providersUnderTest(): Scheme[] {
+  const wanted = (process.env.RKV_TEST_PROVIDERS ?? 'shm').split(',').map((s) => s.trim()).filter(Boolean);
+  for (const name of wanted) {
+    if (name !== 'shm' && name !== 'rdma') throw new Error(`RKV_TEST_PROVIDERS: unknown provider '${name}'`);
+    if (!builtProviders.includes(name)) {
+      throw new Error(`RKV_TEST_PROVIDERS asks for '${name}' but this build has only ${builtProviders.join(', ')}`);
+    }
+  }
+  return wanted as Scheme[];
+}
+
+export function rdmaAddresses(): string[] {
+  return (process.env.RKV_RDMA_ADDRS ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+}
+
+let socketDir: string | undefined;
+let counter = 0;
+
+/** A fresh URL to listen on for this provider. */
+export function listenUrl(scheme: Scheme): string {
+  if (scheme === 'shm') {
+    socketDir ??= mkdtempSync(join(tmpdir(), 'rkv-test-'));
+    return `shm://${join(socketDir, `s${process.pid}-${counter++}.sock`)}`;
+  }
+  const [address] = rdmaAddresses();
+  if (!address) throw new Error('RKV_RDMA_ADDRS must name an address on the RDMA device for the rdma provider');
+  return `rdma://${address}:0`;
+}
