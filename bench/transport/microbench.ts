@@ -1,0 +1,156 @@
+// Transport microbenchmark: READ 64 B and CAS through the JS binding with
+// batch sizes 1, 16 and 64, one Node process (server and client providers in
+// it, like perftest's loopback). Each batch is one postSendRaw() with the last
+// request signaled, then busy polling for that one completion.
+//
+//   node dist/bench/transport/microbench.js [--url shm:///tmp/x.sock | rdma://ADDR:0]
+//        [--batch 1,16,64] [--ops READ,CAS] [--seconds 2] [--quick] [--json FILE]
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { cpus, tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { createHistogram } from 'node:perf_hooks';
+import { parseArgs } from 'node:util';
+
+import {
+  Access,
+  type Connection,
+  type CompletionQueue,
+  Opcode,
+  Provider,
+  SendFlag,
+  type WorkRequest,
+  access,
+  writeWorkRequest,
+} from '../../native/index.js';
+
+interface Result {
+  op: string;
+  batch: number;
+  ops: number;
+  seconds: number;
+  opsPerSec: number;
+  nsPerOp: number;
+  medianLatencyUs: number;
+  p99LatencyUs: number;
+  crossingsPerOp: number;
+}
+
+const { values } = parseArgs({
+  options: {
+    url: { type: 'string' },
+    batch: { type: 'string', default: '1,16,64' },
+    ops: { type: 'string', default: 'READ,CAS' },
+    seconds: { type: 'string', default: '2' },
+    quick: { type: 'boolean', default: false },
+    json: { type: 'string' },
+  },
+});
+
+const batches = values.batch.split(',').map(Number);
+const ops = values.ops.split(',').map((s) => s.trim().toUpperCase());
+const seconds = values.quick ? 0.5 : Number(values.seconds);
+for (const b of batches) if (!(b >= 1 && b <= 256)) throw new Error(`--batch: ${b} is not between 1 and 256`);
+for (const op of ops) if (op !== 'READ' && op !== 'CAS') throw new Error(`--ops: unknown op ${op} (READ or CAS)`);
+if (!(seconds > 0)) throw new Error('--seconds must be positive');
+
+const url = values.url ?? `shm://${join(mkdtempSync(join(tmpdir(), 'rkv-bench-')), 'bench.sock')}`;
+const scheme = url.startsWith('rdma://') ? 'rdma' : 'shm';
+
+async function connect(): Promise<{ client: Provider; server: Provider; conn: Connection; cq: CompletionQueue; close: () => void; wrFor: (op: string, i: number, last: boolean) => WorkRequest }> {
+  const server = new Provider(scheme);
+  const client = new Provider(scheme);
+  const region = server.allocate(1 << 20, access.REMOTE_ALL);
+  const serverCq = server.createCq(64);
+  const listener = server.listen(url);
+  server.on('connectRequest', (request) => request.accept({ cq: serverCq }));
+  const scratch = client.allocate(1 << 16, Access.LOCAL_WRITE);
+  const cq = client.createCq(1024);
+  const conn = await client.connect(listener.url, { cq });
+  const wrFor = (op: string, i: number, last: boolean): WorkRequest => ({
+    wrId: i,
+    opcode: op === 'READ' ? Opcode.READ : Opcode.CMP_AND_SWP,
+    flags: last ? SendFlag.SIGNALED : 0,
+    local: scratch,
+    localOffset: i * 64,
+    length: op === 'READ' ? 64 : 8,
+    remoteAddr: region.addr + BigInt(i * 64),
+    rkey: region.rkey,
+    compareAdd: 0n,
+    swap: 0n,
+  });
+  return {
+    client, server, conn, cq, wrFor,
+    close: () => { conn.disconnect(); listener.close(); client.close(); server.close(); },
+  };
+}
+
+function run(ctx: Awaited<ReturnType<typeof connect>>, op: string, batch: number): Result {
+  const { client, conn, cq } = ctx;
+  // The batch is written once; every iteration posts the same requests.
+  for (let i = 0; i < batch; i++) writeWorkRequest(client.sendBuffer, i, ctx.wrFor(op, i, i === batch - 1));
+  const histogram = createHistogram();
+  let crossings = 0;
+  let batchesDone = 0;
+  const warmupEnd = performance.now() + Math.min(200, seconds * 200);
+  while (performance.now() < warmupEnd) {
+    conn.postSendRaw(batch);
+    while (cq.pollRaw(16) === 0);
+  }
+  const start = process.hrtime.bigint();
+  const end = start + BigInt(Math.round(seconds * 1e9));
+  let now = start;
+  while (now < end) {
+    const t0 = now;
+    conn.postSendRaw(batch);
+    crossings++;
+    let got = 0;
+    while (got === 0) {
+      got = cq.pollRaw(16);
+      crossings++;
+    }
+    // A failed batch would be measured as fast: stop instead.
+    if (cq.completions[2] !== 0) throw new Error(`${op} completed with status ${cq.completions[2]}: ${conn.firstError}`);
+    now = process.hrtime.bigint();
+    histogram.record(Number(now - t0) || 1);
+    batchesDone++;
+  }
+  const elapsed = Number(now - start) / 1e9;
+  const total = batchesDone * batch;
+  return {
+    op,
+    batch,
+    ops: total,
+    seconds: elapsed,
+    opsPerSec: total / elapsed,
+    nsPerOp: (elapsed * 1e9) / total,
+    medianLatencyUs: histogram.percentile(50) / 1000,
+    p99LatencyUs: histogram.percentile(99) / 1000,
+    crossingsPerOp: crossings / total,
+  };
+}
+
+function table(results: Result[]): string {
+  const header = ['op', 'batch', 'ops/s', 'ns/op', 'batch p50 µs', 'batch p99 µs', 'crossings/op'];
+  const rows = results.map((r) => [
+    r.op, String(r.batch), Math.round(r.opsPerSec).toLocaleString('en-US'), r.nsPerOp.toFixed(0),
+    r.medianLatencyUs.toFixed(2), r.p99LatencyUs.toFixed(2), r.crossingsPerOp.toFixed(3),
+  ]);
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const line = (cells: string[]) => cells.map((c, i) => (i < 1 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
+  return [line(header), line(widths.map((w) => '-'.repeat(w))), ...rows.map(line)].join('\n');
+}
+
+const ctx = await connect();
+const results: Result[] = [];
+for (const op of ops) for (const batch of batches) results.push(run(ctx, op, batch));
+ctx.close();
+
+console.log(`rdma-kv transport microbenchmark — provider ${scheme}, ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, Node ${process.version}`);
+console.log(table(results));
+const output = values.json ?? join('bench', 'results', `transport-${scheme}.json`);
+mkdirSync(dirname(output), { recursive: true });
+writeFileSync(
+  output,
+  JSON.stringify({ benchmark: 'transport-microbench', provider: scheme, url, node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, date: new Date().toISOString(), results }, null, 2) + '\n',
+);
+console.log(`results written to ${output}`);

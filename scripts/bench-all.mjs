@@ -1,0 +1,23 @@
+#!/usr/bin/env node
+// npm run bench: every benchmark, one after the other. Each prints its table
+// and writes JSON under bench/results/.
+import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+
+const benchmarks = [
+  ['transport microbenchmark (shm)', 'dist/bench/transport/microbench.js', []],
+  ['kv-bench harness (basic binding)', 'dist/bench/ycsb/harness-bench.js', []],
+];
+
+let failed = 0;
+for (const [name, script, args] of benchmarks) {
+  console.log(`\n=== ${name} ===`);
+  if (!existsSync(script)) {
+    console.log(`${script} is not built: run npm run build`);
+    failed++;
+    continue;
+  }
+  const { status } = spawnSync(process.execPath, [script, ...args], { stdio: 'inherit', env: { ...process.env, RKV_QUIET: '1' } });
+  if (status !== 0) failed++;
+}
+process.exitCode = failed ? 1 : 0;
