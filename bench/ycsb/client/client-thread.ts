@@ -13,7 +13,7 @@ import { CoreWorkload, parseCoreWorkloadConfig } from '../workload/core-workload
 import { ThreadMeasurements, parseMeasurementInterval } from '../measurements/thread-measurements.js';
 import { DBWrapper, type Lane } from './db-wrapper.js';
 import { GcStats } from './gc-stats.js';
-import { CONTROL_EPOCH, CONTROL_STOP, type ClientThreadData, type ThreadMessage } from './protocol.js';
+import { CONTROL_EPOCH, CONTROL_STOP, requestStop, type ClientThreadData, type ThreadMessage } from './protocol.js';
 
 const sleeper = new Int32Array(new SharedArrayBuffer(4));
 
@@ -67,9 +67,13 @@ export async function runClientThread(
     const startTime = performance.now();
 
     const runLane = async (lane: Lane): Promise<void> => {
-      while (!stopped && (opCount === 0 || issued < opCount) && Atomics.load(control, CONTROL_STOP) === 0) {
+      while (!stopped && (opCount === 0 || issued < opCount)) {
+        // one shared-memory read per operation: the main thread bumps the epoch for samples and stops
+        if (Atomics.load(control, CONTROL_EPOCH) !== seenEpoch) {
+          sendSample();
+          if (Atomics.load(control, CONTROL_STOP) !== 0) break;
+        }
         issued++;
-        if (Atomics.load(control, CONTROL_EPOCH) !== seenEpoch) sendSample();
         let ok = data.transactions ? workload.doTransaction(db, lane) : workload.doInsert(db, lane);
         if (ok !== true && ok !== false) ok = await ok;
         if (!ok) {
@@ -91,7 +95,7 @@ export async function runClientThread(
     await db.cleanup(lanes[0]!);
     post({ type: 'done', threadId, opsDone, snapshots: measurements.takeSnapshot(), gc: await gc.finish() });
   } catch (err) {
-    Atomics.store(control, CONTROL_STOP, 1);
+    requestStop(control);
     post({ type: 'error', threadId, message: err instanceof Error ? err.message : String(err), usage: err instanceof UsageError });
   }
 }

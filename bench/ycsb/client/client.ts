@@ -18,7 +18,7 @@ import { splitOperationCount } from './split.js';
 import { runClientThread } from './client-thread.js';
 import { GcStats, mergeGc } from './gc-stats.js';
 import { statusLine } from './status.js';
-import { CONTROL_EPOCH, CONTROL_SLOTS, CONTROL_STOP, type ClientThreadData, type GcCollector, type ThreadMessage } from './protocol.js';
+import { CONTROL_EPOCH, CONTROL_SLOTS, requestStop, type ClientThreadData, type GcCollector, type ThreadMessage } from './protocol.js';
 
 export type Phase = 'load' | 'run';
 
@@ -161,7 +161,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
         break;
       case 'error':
         failure ??= { message: m.message, usage: m.usage };
-        Atomics.store(control, CONTROL_STOP, 1);
+        requestStop(control);
         active.delete(m.threadId);
         pendingReplies.get(m.threadId)?.();
         onAllReady();
@@ -209,7 +209,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
     const finished = Promise.all(handles.map((h) => h.finished));
 
     const terminator =
-      settings.maxExecutionTimeS > 0 ? setTimeout(() => Atomics.store(control, CONTROL_STOP, 1), settings.maxExecutionTimeS * 1000) : undefined;
+      settings.maxExecutionTimeS > 0 ? setTimeout(() => requestStop(control), settings.maxExecutionTimeS * 1000) : undefined;
 
     const totalOps = (): number => opsDoneShared.reduce((a, b) => a + b, 0);
     const todoOps = (): number => split.perThread.reduce((sum, n, i) => sum + Math.max(0, n - opsDoneShared[i]!), 0);
@@ -324,7 +324,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
       sampleIntervalMs: settings.sampleIntervalMs,
     };
   } catch (err) {
-    Atomics.store(control, CONTROL_STOP, 1);
+    requestStop(control);
     await stopAll();
     await mainGc.finish();
     throw err;

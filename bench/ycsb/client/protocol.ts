@@ -5,6 +5,12 @@ import type { MeasurementSnapshot } from '../measurements/thread-measurements.js
 /** Slots of the control Int32Array. */
 export const CONTROL_EPOCH = 0;
 export const CONTROL_STOP = 1;
+
+/** Asks every client thread to stop after its current operation (bumps the epoch so they look). */
+export function requestStop(control: Int32Array): void {
+  Atomics.store(control, CONTROL_STOP, 1);
+  Atomics.add(control, CONTROL_EPOCH, 1);
+}
 export const CONTROL_SLOTS = 2;
 
 export interface ClientThreadData {

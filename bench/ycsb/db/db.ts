@@ -13,13 +13,12 @@ import { javaStringHashCode } from '../hash.js';
 export class Status {
   /** Position among the well-known statuses, or -1 for a binding's own status. */
   readonly code: number;
+  /** Only the OK and BATCHED_OK singletons are success (YCSB compares identity, not names). */
+  readonly isOk: boolean;
 
-  constructor(readonly name: string, readonly description: string, code = -1) {
+  constructor(readonly name: string, readonly description: string, code = -1, isOk = false) {
     this.code = code;
-  }
-
-  get isOk(): boolean {
-    return this === Status.OK || this === Status.BATCHED_OK;
+    this.isOk = isOk && code >= 0;
   }
 
   /** Java's Status.hashCode (decides YCSB's print order of return codes). */
@@ -30,7 +29,7 @@ export class Status {
     return result;
   }
 
-  static readonly OK = new Status('OK', 'The operation completed successfully.', 0);
+  static readonly OK = new Status('OK', 'The operation completed successfully.', 0, true);
   static readonly ERROR = new Status('ERROR', 'The operation failed.', 1);
   static readonly NOT_FOUND = new Status('NOT_FOUND', 'The requested record was not found.', 2);
   static readonly NOT_IMPLEMENTED = new Status('NOT_IMPLEMENTED', 'The operation is not implemented for the current binding.', 3);
@@ -38,7 +37,7 @@ export class Status {
   static readonly BAD_REQUEST = new Status('BAD_REQUEST', 'The request was not valid.', 5);
   static readonly FORBIDDEN = new Status('FORBIDDEN', 'The operation is forbidden.', 6);
   static readonly SERVICE_UNAVAILABLE = new Status('SERVICE_UNAVAILABLE', 'Dependant service for the current binding is not available.', 7);
-  static readonly BATCHED_OK = new Status('BATCHED_OK', 'The operation has been batched by the binding to be executed later.', 8);
+  static readonly BATCHED_OK = new Status('BATCHED_OK', 'The operation has been batched by the binding to be executed later.', 8, true);
 
   static readonly WELL_KNOWN: readonly Status[] = [
     Status.OK, Status.ERROR, Status.NOT_FOUND, Status.NOT_IMPLEMENTED, Status.UNEXPECTED_STATE,

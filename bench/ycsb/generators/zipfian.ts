@@ -65,7 +65,10 @@ export class ZipfianGenerator implements NumberGenerator {
     const uz = u * this.zetan;
     if (uz < 1) return this.base;
     if (uz < this.secondCut) return this.base + 1;
-    const ret = this.base + Math.trunc(itemCount * Math.pow(this.eta * u - this.eta + 1, this.alpha));
+    // x^alpha as exp(alpha ln x): half the cost of Math.pow here, within a few ulps of it. Java's
+    // and V8's pow are not bit-identical either, and the draws are random, so only the
+    // distribution has to match, and it does (see the closed-form test).
+    const ret = this.base + Math.trunc(itemCount * Math.exp(this.alpha * Math.log(this.eta * u - this.eta + 1)));
     this.last = ret;
     return ret;
   }
@@ -91,6 +94,7 @@ export class ZipfianGenerator implements NumberGenerator {
 /** Items of the underlying zipfian of ScrambledZipfianGenerator, and its precomputed zeta. */
 export const SCRAMBLED_ITEM_COUNT = 10_000_000_000;
 export const SCRAMBLED_ZETAN = 26.46902820178302;
+const HASHED_RANK_CACHE = 1 << 16;
 
 /**
  * Zipfian popularity spread over the key space: draws from a 10^10-item zipfian and hashes the
@@ -101,6 +105,8 @@ export class ScrambledZipfianGenerator implements NumberGenerator {
   private readonly min: number;
   private readonly max: number;
   private readonly itemCount: number;
+  /** fnvhash64(rank) % itemCount for the most popular ranks (about half of all draws); -1 = not yet computed */
+  private readonly hashedRanks = new Float64Array(HASHED_RANK_CACHE).fill(-1);
   private last = 0;
 
   constructor(rng: Random, min: number, max: number, zipfianConstant = ZIPFIAN_CONSTANT) {
@@ -120,7 +126,14 @@ export class ScrambledZipfianGenerator implements NumberGenerator {
 
   nextValue(): number {
     const rank = this.gen.nextValue();
-    const ret = this.min + fnvhash64Mod(rank, this.itemCount);
+    let offset: number;
+    if (rank < HASHED_RANK_CACHE) {
+      offset = this.hashedRanks[rank]!;
+      if (offset < 0) offset = this.hashedRanks[rank] = fnvhash64Mod(rank, this.itemCount);
+    } else {
+      offset = fnvhash64Mod(rank, this.itemCount);
+    }
+    const ret = this.min + offset;
     this.last = ret;
     return ret;
   }
