@@ -219,7 +219,14 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
     let barTimer: NodeJS.Timeout | undefined;
     if (settings.progress && settings.opCount > 0) {
       bar = new cliProgress.SingleBar(
-        { stream: process.stderr, format: 'load [{bar}] {percentage}% | {value}/{total} records | {eta_formatted} left', hideCursor: true },
+        {
+          stream: process.stderr,
+          format: 'load [{bar}] {percentage}% | {value}/{total} records | {eta_formatted} left',
+          hideCursor: true,
+          // asked for explicitly on a non-terminal: print a line every second instead of redrawing
+          noTTYOutput: process.stderr.isTTY !== true,
+          notTTYSchedule: 1000,
+        },
         cliProgress.Presets.shades_classic,
       );
       bar.start(settings.opCount, 0);

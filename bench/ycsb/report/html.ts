@@ -25,7 +25,8 @@ export function phaseReportHtml(doc: ResultsDocument): string {
       return [s.tMs / 1000, (s.ops * 1000) / Math.max(1, s.tMs - prev)] as [number, number];
     }),
   };
-  const names = [...new Set(doc.samples.flatMap((s) => Object.keys(s.latency)))];
+  // CLEANUP happens once per thread at the very end: nothing to plot over time
+  const names = [...new Set(doc.samples.flatMap((s) => Object.keys(s.latency)))].filter((n) => n !== 'CLEANUP');
   const latencyCharts = names.map((name) => {
     const pick = (k: 'p50' | 'p95' | 'p99'): [number, number][] =>
       doc.samples.filter((s) => s.latency[name]).map((s) => [s.tMs / 1000, s.latency[name]![k]] as [number, number]);
