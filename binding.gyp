@@ -25,7 +25,11 @@
       "conditions": [
         ["with_verbs==1", {
           "sources": [
-            "native/transport/verbs/verbs_provider.cc"
+            "native/transport/verbs/verbs_provider.cc",
+            "native/transport/verbs/verbs_connection.cc",
+            "native/transport/verbs/verbs_cq.cc",
+            "native/transport/verbs/verbs_device.cc",
+            "native/transport/verbs/verbs_util.cc"
           ],
           "defines": ["RKV_WITH_VERBS=1"],
           "libraries": ["-libverbs", "-lrdmacm"]
