@@ -8,6 +8,8 @@
       "sources": [
         "native/binding/addon.cc",
         "native/binding/transport_binding.cc",
+        "native/binding/kv_binding.cc",
+        "native/kv/client_core.cc",
         "native/transport/memory.cc",
         "native/transport/provider.cc",
         "native/transport/shm/shm_provider.cc",

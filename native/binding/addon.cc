@@ -33,6 +33,7 @@ Napi::Object init(Napi::Env env, Napi::Object exports) {
   for (const auto& name : transport::built_providers()) providers.Set(i++, Napi::String::New(env, name));
   exports.Set("providers", providers);
   init_transport(env, exports, data);
+  init_kv(env, exports, data);
   return exports;
 }
 

@@ -3,6 +3,10 @@
 #pragma once
 #include <napi.h>
 
+#include <memory>
+
+#include "../transport/transport.h"
+
 namespace rkv::binding {
 
 struct AddonData {
@@ -12,9 +16,17 @@ struct AddonData {
   Napi::FunctionReference cq;
   Napi::FunctionReference connection;
   Napi::FunctionReference listener;
+  Napi::FunctionReference client_core;
 };
 
 void init_transport(Napi::Env env, Napi::Object exports, AddonData* data);
+void init_kv(Napi::Env env, Napi::Object exports, AddonData* data);
+
+// The native objects behind the transport wrappers (type-checked; throw on
+// anything else).
+std::shared_ptr<transport::Provider> provider_of(const Napi::Value& value);
+std::shared_ptr<transport::Connection> connection_of(const Napi::Value& value);
+std::shared_ptr<transport::CompletionQueue> cq_of(const Napi::Value& value);
 
 // Throws a JS Error with a string code the TS layer maps to its error classes.
 [[noreturn]] void throw_error(Napi::Env env, const char* code, const std::string& message);

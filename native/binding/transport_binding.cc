@@ -223,6 +223,7 @@ class CqWrap : public Napi::ObjectWrap<CqWrap> {
   }
   ~CqWrap() override { stop_watching(); }
   std::shared_ptr<CompletionQueue> cq() const { return cq_; }
+  const State& state() const { return state_; }
 
  private:
   // poll(max) -> count; the completions are in this.completions (WcLayout words).
@@ -376,6 +377,8 @@ class ConnectionWrap : public Napi::ObjectWrap<ConnectionWrap> {
       connection_->disconnect();
     }
   }
+
+  std::shared_ptr<Connection> connection() const { return connection_; }
 
   static Napi::Object wrap(Napi::Env env, const State& state, std::shared_ptr<Connection> connection) {
     auto it = state->wrappers.find(connection.get());
@@ -560,6 +563,7 @@ class ProviderWrap : public Napi::ObjectWrap<ProviderWrap> {
     state_->provider = std::move(provider);
   }
   ~ProviderWrap() override { state_->queue->close(); }
+  std::shared_ptr<Provider> provider() const { return state_->provider; }
 
  private:
   Provider& provider(Napi::Env env) {
@@ -671,6 +675,24 @@ class ProviderWrap : public Napi::ObjectWrap<ProviderWrap> {
 };
 
 }  // namespace
+
+template <typename Wrap>
+Wrap* unwrap_checked(const Napi::Value& value, Napi::FunctionReference& ctor, const char* what) {
+  if (!value.IsObject() || !value.As<Napi::Object>().InstanceOf(ctor.Value())) {
+    throw_error(value.Env(), "ERR_INVALID_ARG_TYPE", std::string("expected a ") + what);
+  }
+  return Wrap::Unwrap(value.As<Napi::Object>());
+}
+
+std::shared_ptr<Provider> provider_of(const Napi::Value& value) {
+  return unwrap_checked<ProviderWrap>(value, addon(value.Env())->provider, "Provider")->provider();
+}
+std::shared_ptr<Connection> connection_of(const Napi::Value& value) {
+  return unwrap_checked<ConnectionWrap>(value, addon(value.Env())->connection, "Connection")->connection();
+}
+std::shared_ptr<CompletionQueue> cq_of(const Napi::Value& value) {
+  return unwrap_checked<CqWrap>(value, addon(value.Env())->cq, "Cq")->cq();
+}
 
 void init_transport(Napi::Env env, Napi::Object exports, AddonData* data) {
   auto add = [&](const char* name, Napi::Function fn, Napi::FunctionReference& slot) {

@@ -1,0 +1,130 @@
+// The one error family of rdma-kv. Every failure a caller can see is a KvError
+// with a stable string `code`; retryable ones carry the `retryable` symbol so
+// retry policies never parse messages (microsoft/etcd3's pattern).
+// A missing key is not an error: get() resolves undefined.
+import { KvStatus, statusName } from './constants.js';
+
+/** Marks errors that may succeed when tried again (a server back, a lock freed). */
+export const retryable: unique symbol = Symbol('rdma-kv.retryable');
+
+export type KvErrorCode =
+  | 'KV_TABLE_FULL'
+  | 'KV_OUT_OF_MEMORY'
+  | 'KV_VALUE_TOO_LARGE'
+  | 'KV_KEY_TOO_LARGE'
+  | 'KV_TIMEOUT'
+  | 'KV_DISCONNECTED'
+  | 'KV_AUTH'
+  | 'KV_PROTOCOL'
+  | 'KV_LOCK_CONTENDED'
+  | 'KV_TYPE_MISMATCH'
+  | 'KV_VERSION_MISMATCH'
+  | 'KV_CORRUPT'
+  | 'KV_INVALID_ARGUMENT'
+  | `RDMA_${string}`;
+
+export class KvError extends Error {
+  readonly code: KvErrorCode;
+  readonly [retryable]: boolean;
+  constructor(code: KvErrorCode, message: string, isRetryable = false) {
+    super(message);
+    this.name = new.target.name;
+    this.code = code;
+    this[retryable] = isRetryable;
+  }
+}
+
+export class KvTableFullError extends KvError {
+  constructor(message = 'both buckets of the key and every displacement target are full') {
+    super('KV_TABLE_FULL', message);
+  }
+}
+export class KvOutOfMemoryError extends KvError {
+  constructor(message = 'the server has no free heap block of this size') {
+    super('KV_OUT_OF_MEMORY', message, true);
+  }
+}
+export class KvValueTooLargeError extends KvError {
+  constructor(message: string) {
+    super('KV_VALUE_TOO_LARGE', message);
+  }
+}
+export class KvKeyTooLargeError extends KvError {
+  constructor(message: string) {
+    super('KV_KEY_TOO_LARGE', message);
+  }
+}
+export class KvTimeoutError extends KvError {
+  constructor(message: string) {
+    super('KV_TIMEOUT', message, true);
+  }
+}
+export class KvDisconnectedError extends KvError {
+  constructor(message: string) {
+    super('KV_DISCONNECTED', message, true);
+  }
+}
+export class KvAuthError extends KvError {
+  constructor(message = 'the server rejected the token') {
+    super('KV_AUTH', message);
+  }
+}
+export class KvProtocolError extends KvError {
+  constructor(message: string) {
+    super('KV_PROTOCOL', message);
+  }
+}
+export class KvLockContendedError extends KvError {
+  constructor(message: string) {
+    super('KV_LOCK_CONTENDED', message, true);
+  }
+}
+export class KvTypeMismatchError extends KvError {
+  constructor(message: string) {
+    super('KV_TYPE_MISMATCH', message);
+  }
+}
+export class KvCorruptError extends KvError {
+  constructor(message: string) {
+    super('KV_CORRUPT', message, true);
+  }
+}
+export class KvInvalidArgumentError extends KvError {
+  constructor(message: string) {
+    super('KV_INVALID_ARGUMENT', message);
+  }
+}
+/** An RDMA error completion: `code` is RDMA_<ibv_wc_status name>, e.g. RDMA_REM_ACCESS_ERR. */
+export class KvRdmaError extends KvError {
+  constructor(
+    readonly wcStatus: string,
+    message: string,
+  ) {
+    super(`RDMA_${wcStatus}`, message, true);
+  }
+}
+
+export function isRetryable(error: unknown): boolean {
+  return error instanceof KvError && error[retryable];
+}
+
+/** The error for a native result status (OK and NOT_FOUND are not errors). */
+export function errorForStatus(status: number, detail: number, what: string): KvError {
+  switch (status) {
+    case KvStatus.TABLE_FULL: return new KvTableFullError(`${what}: both buckets of the key and every displacement target are full`);
+    case KvStatus.OUT_OF_MEMORY: return new KvOutOfMemoryError(`${what}: the server's heap is full`);
+    case KvStatus.VALUE_TOO_LARGE: return new KvValueTooLargeError(`${what}: value too large`);
+    case KvStatus.KEY_TOO_LARGE: return new KvKeyTooLargeError(`${what}: key too large`);
+    case KvStatus.TIMEOUT: return new KvTimeoutError(`${what}: timed out (${detail} retries)`);
+    case KvStatus.DISCONNECTED: return new KvDisconnectedError(`${what}: the connection to the server is gone`);
+    case KvStatus.LOCK_CONTENDED: return new KvLockContendedError(`${what}: the key's buckets stayed locked (${detail} tries)`);
+    case KvStatus.TYPE_MISMATCH: return new KvTypeMismatchError(`${what}: the key holds a counter or a lock, not bytes`);
+    case KvStatus.VERSION_MISMATCH: return new KvError('KV_VERSION_MISMATCH', `${what}: the version did not match`);
+    case KvStatus.CORRUPT: return new KvCorruptError(`${what}: the item failed its checksum ${detail} times`);
+    case KvStatus.RDMA_ERROR: {
+      const name = statusName(detail);
+      return new KvRdmaError(name, `${what}: RDMA error completion ${name}`);
+    }
+    default: return new KvProtocolError(`${what}: protocol error (status ${status})`);
+  }
+}

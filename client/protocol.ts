@@ -1,0 +1,129 @@
+// Control messages of protocol v1 (msgpack over SEND/RECV) and the connect
+// private data. Shared by KvClient and kv-server. docs/protocol.md lists them.
+import { createHash } from 'node:crypto';
+
+import { Packr } from 'msgpackr';
+
+import { KvLayout } from './constants.js';
+
+const packr = new Packr({ useRecords: false, int64AsType: 'bigint' });
+
+/** The layout and addresses a client needs, sent by the server after accepting. */
+export interface Hello {
+  t: 'hello';
+  v: number;
+  clientId: number;
+  region: { addr: bigint; rkey: number; length: bigint };
+  layout: {
+    bucketCount: number;
+    indexOffset: bigint;
+    heapOffset: bigint;
+    heapBytes: bigint;
+    seed: bigint;
+    ringOffset: bigint;
+    /** Heap block sizes, in 64-byte units, smallest first. */
+    classes: number[];
+    maxKeyBytes: number;
+    maxValueBytes: number;
+  };
+  graceMs: number;
+}
+export interface GrantRequest {
+  t: 'grant';
+  /** class index */
+  c: number;
+  n: number;
+}
+export interface Granted {
+  t: 'granted';
+  c: number;
+  /** block offsets in units from the heap's start */
+  blocks: number[];
+  error?: 'KV_OUT_OF_MEMORY';
+}
+/** Blocks a client no longer needs (it is closing). */
+export interface ReturnBlocks {
+  t: 'return';
+  c: number;
+  blocks: number[];
+}
+export interface ServerError {
+  t: 'error';
+  code: string;
+  message: string;
+}
+export type ControlMessage = Hello | GrantRequest | Granted | ReturnBlocks | ServerError;
+
+export function encode(message: ControlMessage): Buffer {
+  return packr.pack(message);
+}
+
+/** Decodes a control message, or throws with a reason for a malformed one. */
+export function decode(bytes: Buffer): ControlMessage {
+  const message = packr.unpack(bytes) as unknown;
+  if (typeof message !== 'object' || message === null || typeof (message as { t?: unknown }).t !== 'string') {
+    throw new Error('not a control message');
+  }
+  return message as ControlMessage;
+}
+
+/** Blocks per grant request; a reply lists them all in one receive buffer. */
+export const GRANT_BATCH = 64;
+/** Most blocks one 'return' message carries. */
+export const RETURN_BATCH = 64;
+
+// ---- connect private data: [version u8][flags u8][sha256(token) 32 bytes] ----
+
+const TOKEN_FLAG = 1;
+
+export function connectData(token: string | undefined): Buffer {
+  const data = Buffer.alloc(34);
+  data[0] = KvLayout.PROTOCOL_VERSION;
+  if (token !== undefined) {
+    data[1] = TOKEN_FLAG;
+    tokenDigest(token).copy(data, 2);
+  }
+  return data;
+}
+
+export function tokenDigest(token: string): Buffer {
+  return createHash('sha256').update(token, 'utf8').digest();
+}
+
+export function parseConnectData(data: Buffer): { version: number; digest?: Buffer } {
+  if (data.length < 2) return { version: -1 };
+  const out: { version: number; digest?: Buffer } = { version: data[0]! };
+  if ((data[1]! & TOKEN_FLAG) !== 0 && data.length >= 34) out.digest = data.subarray(2, 34);
+  return out;
+}
+
+/** Why the server rejected a connection: the first byte of the reject private data. */
+export const RejectReason = { AUTH: 1, VERSION: 2, FULL: 3 } as const;
+
+/** The smallest class whose blocks hold `units`, or -1. */
+export function classFor(classes: readonly number[], units: number): number {
+  let lo = 0;
+  let hi = classes.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (classes[mid]! >= units) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo < classes.length ? lo : -1;
+}
+
+/** Block sizes in units: 1, 2, 3, … growing by 1.25× (memcached's slab factor) up to maxUnits. */
+export function sizeClasses(maxUnits: number): number[] {
+  const classes: number[] = [];
+  for (let size = 1; ; size = Math.max(size + 1, Math.ceil(size * 1.25))) {
+    if (size >= maxUnits) {
+      classes.push(maxUnits);
+      return classes;
+    }
+    classes.push(size);
+  }
+}
+
+export function itemUnits(keyLen: number, valueLen: number): number {
+  return Math.ceil((KvLayout.ITEM_HEADER_BYTES + keyLen + valueLen) / KvLayout.UNIT_BYTES);
+}

@@ -1,0 +1,174 @@
+// JS class over the client core: ClientCore(provider, connection, cq, region, options).
+//
+// One crossing per batch each way: JS writes op descriptors (OpLayout words)
+// into opWords and keys/values into arena, then submit(n); poll() leaves
+// results (ResultLayout words) in resultWords, with GET values in scratch
+// (valid until the next poll or submit).
+#include <cstring>
+
+#include "../kv/client_core.h"
+#include "addon.h"
+
+namespace rkv::binding {
+
+namespace {
+
+using kv::ClientCore;
+using kv::OpDesc;
+using kv::OpResult;
+using kv::RegionInfo;
+
+constexpr size_t kMaxBatch = u32(Limit::MAX_POST_BATCH);
+
+uint64_t bigint_field(const Napi::Object& o, const char* name) {
+  Napi::Value v = o.Get(name);
+  if (v.IsBigInt()) {
+    bool lossless = true;
+    return v.As<Napi::BigInt>().Uint64Value(&lossless);
+  }
+  if (v.IsNumber()) return static_cast<uint64_t>(v.As<Napi::Number>().Int64Value());
+  throw_error(o.Env(), "ERR_INVALID_ARG_TYPE", std::string("region.") + name + " must be a number or bigint");
+}
+
+class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
+ public:
+  static Napi::Function define(Napi::Env env) {
+    return DefineClass(env, "ClientCore",
+                       {InstanceMethod<&ClientCoreWrap::submit>("submit"),
+                        InstanceMethod<&ClientCoreWrap::poll>("poll"),
+                        InstanceMethod<&ClientCoreWrap::fail_all>("failAll"),
+                        InstanceAccessor<&ClientCoreWrap::inflight>("inflight"),
+                        InstanceAccessor<&ClientCoreWrap::op_words>("opWords"),
+                        InstanceAccessor<&ClientCoreWrap::result_words>("resultWords"),
+                        InstanceAccessor<&ClientCoreWrap::arena>("arena"),
+                        InstanceAccessor<&ClientCoreWrap::scratch>("scratch")});
+  }
+
+  explicit ClientCoreWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ClientCoreWrap>(info) {
+    Napi::Env env = info.Env();
+    if (!info[3].IsObject() || !info[4].IsObject()) {
+      throw_error(env, "ERR_INVALID_ARG_TYPE", "new ClientCore(provider, connection, cq, region, options)");
+    }
+    Napi::Object r = info[3].As<Napi::Object>();
+    RegionInfo region;
+    region.addr = bigint_field(r, "addr");
+    region.rkey = static_cast<uint32_t>(bigint_field(r, "rkey"));
+    region.length = bigint_field(r, "length");
+    region.bucket_count = static_cast<uint32_t>(bigint_field(r, "bucketCount"));
+    region.index_offset = bigint_field(r, "indexOffset");
+    region.heap_offset = bigint_field(r, "heapOffset");
+    region.heap_bytes = bigint_field(r, "heapBytes");
+    region.seed = bigint_field(r, "seed");
+    region.ring_offset = bigint_field(r, "ringOffset");
+    region.client_id = static_cast<uint32_t>(bigint_field(r, "clientId"));
+    region.max_value = static_cast<uint32_t>(bigint_field(r, "maxValueBytes"));
+    region.grace_ms = static_cast<uint32_t>(bigint_field(r, "graceMs"));
+    Napi::Object o = info[4].As<Napi::Object>();
+    const size_t scratch_bytes = static_cast<size_t>(bigint_field(o, "scratchBytes"));
+    const uint32_t timeout = static_cast<uint32_t>(bigint_field(o, "opTimeoutMs"));
+    arena_bytes_ = static_cast<size_t>(bigint_field(o, "arenaBytes"));
+    std::string error;
+    core_ = ClientCore::create(provider_of(info[0]), connection_of(info[1]), cq_of(info[2]), region, scratch_bytes,
+                               timeout, &error);
+    if (!core_) throw_error(env, "ERR_RKV_CLIENT", error);
+    op_words_ = std::make_shared<std::vector<uint32_t>>(kMaxBatch * u32(OpLayout::WORDS));
+    result_words_ = std::make_shared<std::vector<uint32_t>>(kMaxBatch * u32(ResultLayout::WORDS));
+    arena_ = std::make_shared<std::vector<uint8_t>>(arena_bytes_);
+    descs_.resize(kMaxBatch);
+    results_.resize(kMaxBatch);
+    scratch_holder_ = std::shared_ptr<ClientCore>(core_.get(), [](ClientCore*) {});
+  }
+
+ private:
+  template <typename T>
+  static Napi::ArrayBuffer hold(Napi::Env env, void* data, size_t bytes, std::shared_ptr<T> owner) {
+    auto* h = new std::shared_ptr<T>(std::move(owner));
+    return Napi::ArrayBuffer::New(env, data, bytes, [](Napi::Env, void*, std::shared_ptr<T>* p) { delete p; }, h);
+  }
+
+  // submit(count) -> how many ops were taken (the rest stay with the caller).
+  Napi::Value submit(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    const uint32_t count = std::min<uint32_t>(info[0].As<Napi::Number>().Uint32Value(), kMaxBatch);
+    const uint32_t* w = op_words_->data();
+    const uint8_t* arena = arena_->data();
+    for (uint32_t i = 0; i < count; i++, w += u32(OpLayout::WORDS)) {
+      OpDesc& d = descs_[i];
+      d.type = static_cast<KvOp>(w[u32(OpLayout::TYPE)]);
+      d.id = w[u32(OpLayout::ID)];
+      const uint64_t ko = w[u32(OpLayout::KEY_OFFSET)], kl = w[u32(OpLayout::KEY_LEN)];
+      const uint64_t vo = w[u32(OpLayout::VALUE_OFFSET)], vl = w[u32(OpLayout::VALUE_LEN)];
+      if (ko + kl > arena_bytes_ || vo + vl > arena_bytes_) {
+        throw_error(env, "ERR_OUT_OF_RANGE", "op " + std::to_string(i) + " reaches past the arena");
+      }
+      d.key = arena + ko;
+      d.key_len = static_cast<uint32_t>(kl);
+      d.value = arena + vo;
+      d.value_len = static_cast<uint32_t>(vl);
+      d.block = w[u32(OpLayout::BLOCK)];
+      d.block_units = w[u32(OpLayout::BLOCK_UNITS)];
+    }
+    return Napi::Number::New(env, static_cast<double>(core_->submit(descs_.data(), count)));
+  }
+
+  Napi::Value poll(const Napi::CallbackInfo& info) {
+    const size_t n = core_->poll(results_.data(), kMaxBatch);
+    uint32_t* w = result_words_->data();
+    for (size_t i = 0; i < n; i++, w += u32(ResultLayout::WORDS)) {
+      const OpResult& r = results_[i];
+      w[u32(ResultLayout::ID)] = r.id;
+      w[u32(ResultLayout::STATUS)] = u32(r.status);
+      w[u32(ResultLayout::VALUE_OFFSET)] = static_cast<uint32_t>(r.value_offset);
+      w[u32(ResultLayout::VALUE_LEN)] = r.value_len;
+      w[u32(ResultLayout::VERSION_LO)] = static_cast<uint32_t>(r.version);
+      w[u32(ResultLayout::VERSION_HI)] = static_cast<uint32_t>(r.version >> 32);
+      w[u32(ResultLayout::DETAIL)] = r.detail;
+      w[u32(ResultLayout::BLOCK_UNUSED)] = r.block_unused ? 1 : 0;
+    }
+    return Napi::Number::New(info.Env(), static_cast<double>(n));
+  }
+
+  Napi::Value fail_all(const Napi::CallbackInfo& info) {
+    core_->fail_all(static_cast<KvStatus>(info[0].As<Napi::Number>().Uint32Value()), 0);
+    return info.Env().Undefined();
+  }
+  Napi::Value inflight(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), static_cast<double>(core_->inflight()));
+  }
+  Napi::Value op_words(const Napi::CallbackInfo& info) {
+    auto b = hold(info.Env(), op_words_->data(), op_words_->size() * 4, op_words_);
+    return Napi::Uint32Array::New(info.Env(), op_words_->size(), b, 0);
+  }
+  Napi::Value result_words(const Napi::CallbackInfo& info) {
+    auto b = hold(info.Env(), result_words_->data(), result_words_->size() * 4, result_words_);
+    return Napi::Uint32Array::New(info.Env(), result_words_->size(), b, 0);
+  }
+  Napi::Value arena(const Napi::CallbackInfo& info) {
+    return Napi::Buffer<uint8_t>::New(info.Env(), arena_->data(), arena_->size(),
+                                      [](Napi::Env, uint8_t*, std::shared_ptr<std::vector<uint8_t>>* p) { delete p; },
+                                      new std::shared_ptr<std::vector<uint8_t>>(arena_));
+  }
+  // The core's scratch memory; lives as long as this wrapper (JS keeps the
+  // wrapper referenced while it holds the view).
+  Napi::Value scratch(const Napi::CallbackInfo& info) {
+    return Napi::Buffer<uint8_t>::New(info.Env(), core_->scratch(), core_->scratch_length());
+  }
+
+  std::unique_ptr<ClientCore> core_;
+  std::shared_ptr<ClientCore> scratch_holder_;
+  std::shared_ptr<std::vector<uint32_t>> op_words_, result_words_;
+  std::shared_ptr<std::vector<uint8_t>> arena_;
+  size_t arena_bytes_ = 0;
+  std::vector<OpDesc> descs_;
+  std::vector<OpResult> results_;
+};
+
+}  // namespace
+
+void init_kv(Napi::Env env, Napi::Object exports, AddonData* data) {
+  Napi::Function fn = ClientCoreWrap::define(env);
+  data->client_core = Napi::Persistent(fn);
+  exports.Set("ClientCore", fn);
+}
+
+}  // namespace rkv::binding

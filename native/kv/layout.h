@@ -1,0 +1,131 @@
+// Protocol v1: the region's layout and the pure functions both ends agree on
+// (hashing, slot and lock-word packing, item headers, checksums). The byte
+// offsets themselves live in constants.def; docs/protocol.md explains them.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "../common/constants.generated.h"
+
+namespace rkv::kv {
+
+constexpr uint32_t kUnit = u32(KvLayout::UNIT_BYTES);
+constexpr uint32_t kBucketBytes = u32(KvLayout::BUCKET_BYTES);
+constexpr uint32_t kSlots = u32(KvLayout::SLOTS_PER_BUCKET);
+constexpr uint32_t kHeader = u32(KvLayout::ITEM_HEADER_BYTES);
+constexpr uint32_t kMaxKey = u32(KvLayout::MAX_KEY_BYTES);
+constexpr uint32_t kMinClassShift = u32(KvLayout::MIN_CLASS_SHIFT);
+
+// splitmix64's finalizer: a full-avalanche 64-bit mix.
+inline uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// A 64-bit hash of bytes: 8-byte words folded through mix64, length and seed
+// mixed in first. Used for bucket choice, fingerprints and item checksums.
+inline uint64_t hash_bytes(const uint8_t* p, size_t n, uint64_t seed) {
+  uint64_t h = mix64(seed ^ (n * 0x9e3779b97f4a7c15ull));
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = mix64(h ^ w) + 0x9e3779b97f4a7c15ull;
+  }
+  uint64_t tail = 0;
+  for (size_t k = 0; i < n; i++, k++) tail |= static_cast<uint64_t>(p[i]) << (8 * k);
+  return mix64(h ^ tail ^ 0xa0761d6478bd642full);
+}
+
+struct KeyHash {
+  uint32_t b1 = 0, b2 = 0;
+  uint16_t fp = 0;
+};
+
+// Partial-key cuckoo hashing: a key's second bucket is its first XOR a value
+// derived from its fingerprint, so the other bucket of any resident entry can
+// be computed from its slot alone (displacement needs no item read).
+// bucket_count is a power of two >= 2; the XOR distance is in [1, count-1].
+inline uint32_t alternate_bucket(uint32_t bucket, uint16_t fp, uint32_t bucket_count) {
+  return bucket ^ static_cast<uint32_t>(mix64(fp) % (bucket_count - 1) + 1);
+}
+
+inline KeyHash hash_key(const uint8_t* key, size_t len, uint64_t seed, uint32_t bucket_count) {
+  uint64_t h = hash_bytes(key, len, seed);
+  KeyHash k;
+  k.fp = static_cast<uint16_t>(h >> 48);
+  if (k.fp == 0) k.fp = 1;  // 0 marks an empty slot
+  k.b1 = static_cast<uint32_t>(h) & (bucket_count - 1);
+  k.b2 = alternate_bucket(k.b1, k.fp, bucket_count);
+  return k;
+}
+
+// Slot: [fingerprint:16 | item length in units:16 | heap offset in units:32]; 0 is empty.
+inline uint64_t make_slot(uint16_t fp, uint32_t units, uint32_t offset_units) {
+  return static_cast<uint64_t>(fp) << 48 | static_cast<uint64_t>(units & 0xffff) << 32 | offset_units;
+}
+inline uint16_t slot_fp(uint64_t s) { return static_cast<uint16_t>(s >> 48); }
+inline uint32_t slot_units(uint64_t s) { return static_cast<uint32_t>(s >> 32) & 0xffff; }
+inline uint32_t slot_offset(uint64_t s) { return static_cast<uint32_t>(s); }
+
+// Lock word: [version:32 | owner:32], owner 0 = free. Acquire: CAS (v, 0) ->
+// (v, me). Release: FETCH_AND_ADD 2^32 - me, which clears the owner and bumps
+// the version in one atomic.
+inline uint64_t lock_word(uint32_t version, uint32_t owner) { return static_cast<uint64_t>(version) << 32 | owner; }
+inline uint32_t lock_owner(uint64_t w) { return static_cast<uint32_t>(w); }
+inline uint64_t release_addend(uint32_t owner) { return (1ull << 32) - owner; }
+
+// Size classes: class c holds blocks of 64 << c bytes.
+inline uint32_t class_for(uint64_t bytes) {
+  uint32_t c = 0;
+  while ((static_cast<uint64_t>(kUnit) << c) < bytes) c++;
+  return c;
+}
+inline uint64_t class_bytes(uint32_t c) { return static_cast<uint64_t>(kUnit) << c; }
+
+inline uint64_t item_bytes(uint32_t key_len, uint32_t value_len) {
+  return kHeader + static_cast<uint64_t>(key_len) + value_len;
+}
+inline uint32_t item_units(uint64_t bytes) { return static_cast<uint32_t>((bytes + kUnit - 1) / kUnit); }
+
+template <typename T>
+inline T load_le(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <typename T>
+inline void store_le(uint8_t* p, T v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+// The checksum covers the header (with the checksum and the atomic word taken
+// as zero: the word is changed by RDMA atomics after publication), the key and
+// the value.
+inline uint64_t item_checksum(const uint8_t* item, uint32_t key_len, uint32_t value_len) {
+  uint8_t header[kHeader];
+  std::memcpy(header, item, kHeader);
+  std::memset(header + u32(ItemHeader::CHECKSUM), 0, 8);
+  std::memset(header + u32(ItemHeader::ATOMIC_WORD), 0, 8);
+  uint64_t h = hash_bytes(header, kHeader, 0x636865636b73756dull);
+  return hash_bytes(item + kHeader, static_cast<size_t>(key_len) + value_len, h);
+}
+
+// Writes a complete item (header, key, value, checksum) into dst.
+inline void build_item(uint8_t* dst, ItemType type, const uint8_t* key, uint32_t key_len, const uint8_t* value,
+                       uint32_t value_len, uint64_t version) {
+  std::memset(dst, 0, kHeader);
+  store_le<uint16_t>(dst + u32(ItemHeader::TYPE), static_cast<uint16_t>(type));
+  store_le<uint16_t>(dst + u32(ItemHeader::KEY_LEN), static_cast<uint16_t>(key_len));
+  store_le<uint32_t>(dst + u32(ItemHeader::VALUE_LEN), value_len);
+  store_le<uint64_t>(dst + u32(ItemHeader::VERSION), version);
+  std::memcpy(dst + kHeader, key, key_len);
+  if (value_len > 0) std::memcpy(dst + kHeader + key_len, value, value_len);
+  store_le<uint64_t>(dst + u32(ItemHeader::CHECKSUM), item_checksum(dst, key_len, value_len));
+}
+
+}  // namespace rkv::kv

@@ -1,0 +1,409 @@
+// kv-server's core: registers the region, accepts and authenticates clients,
+// sends each the hello, grants heap blocks, and drains the notifications
+// clients leave after every PUT and DELETE (freeing superseded blocks after
+// the grace period). GETs never reach this code: clients read the region with
+// RDMA READ.
+import { randomBytes, timingSafeEqual } from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+
+import type { Logger } from 'pino';
+
+import {
+  Access,
+  type CompletionQueue,
+  type Connection,
+  type Listener,
+  type MemoryRegion,
+  Memory,
+  Opcode,
+  Provider,
+  SendFlag,
+  TransportError,
+  access,
+  readCompletion,
+} from '../native/index.js';
+import { KvLayout, Record as RecordField, RecordKind } from '../client/constants.js';
+import {
+  type ControlMessage,
+  GRANT_BATCH,
+  RejectReason,
+  decode,
+  encode,
+  parseConnectData,
+  tokenDigest,
+} from '../client/protocol.js';
+import { Heap } from './store/heap.js';
+import { type RegionLayout, LayoutError, planLayout, writeSuperblock } from './store/layout.js';
+
+export interface KvServerOptions {
+  /** URLs to listen on: shm:///path/to.sock, rdma://host:port. */
+  listen: string[];
+  /** Region size in bytes (index + heap + rings). */
+  memoryBytes: number;
+  /** Clients must present this token; none: no authentication. */
+  token?: string;
+  /** Bucket count (a power of two). @default about memoryBytes / 1024 */
+  buckets?: number;
+  /** @default 1 MiB */
+  maxValueBytes?: number;
+  /** How long a freed block stays unused. @default 1000 */
+  graceMs?: number;
+  /** @default 256 */
+  maxClients?: number;
+  logger?: Logger;
+}
+
+export interface KvServerStats {
+  regionBytes: number;
+  indexBytes: number;
+  heapBytes: number;
+  heapUsedBytes: number;
+  heapUsedBytesByClass: Record<string, number>;
+  items: number;
+  slots: number;
+  clients: number;
+  grants: number;
+  blocksGranted: number;
+  notifications: number;
+  blocksFreed: number;
+  rejectedConnections: number;
+  rdmaErrors: Record<string, number>;
+}
+
+/** Bad configuration: one clear line for the operator. */
+export class KvConfigError extends Error {}
+
+const RECVS_PER_CLIENT = KvLayout.RING_RECORDS + 32; // every notification and a few control messages
+const SEND_SLOTS = 16;
+
+interface Client {
+  id: number;
+  ring: number;
+  connection: Connection;
+  recvBase: number; // first receive buffer (wr_id base)
+  sends: number; // next send slot
+  rejectedOnce: Set<string>;
+}
+
+export class KvServer extends EventEmitter {
+  readonly urls: string[] = [];
+  readonly layout: RegionLayout;
+  private readonly providers = new Map<string, { provider: Provider; cq: CompletionQueue; recv: MemoryRegion; send: MemoryRegion }>();
+  private readonly listening: Listener[] = [];
+  private readonly memory: Memory;
+  private readonly heap: Heap;
+  private readonly clients = new Map<Connection, Client>();
+  private readonly byQp = new Map<string, Client>();
+  private readonly freeRings: number[] = [];
+  private readonly tokenHash: Buffer | undefined;
+  private readonly log: Logger | undefined;
+  private readonly graceMs: number;
+  private nextClientId = 1;
+  private reclaimTimer: NodeJS.Timeout | undefined;
+  private closed = false;
+  private readonly counters = { items: 0, grants: 0, blocksGranted: 0, notifications: 0, blocksFreed: 0, rejectedConnections: 0 };
+  private readonly rdmaErrors = new Map<string, number>();
+  private regionMr!: MemoryRegion;
+  private readonly seed: bigint;
+
+  private constructor(private readonly options: KvServerOptions) {
+    super();
+    this.log = options.logger;
+    this.graceMs = options.graceMs ?? 1000;
+    const maxClients = options.maxClients ?? 256;
+    const maxValueBytes = options.maxValueBytes ?? KvLayout.DEFAULT_MAX_VALUE_BYTES;
+    if (options.listen.length === 0) throw new KvConfigError('nothing to listen on: give at least one --listen URL');
+    if (!(this.graceMs >= 0)) throw new KvConfigError('--grace-ms must be >= 0');
+    if (!Number.isInteger(maxClients) || maxClients < 1 || maxClients > 65536) throw new KvConfigError('--max-clients must be between 1 and 65536');
+    try {
+      this.layout = planLayout({ regionBytes: options.memoryBytes, buckets: options.buckets, maxClients, maxValueBytes });
+    } catch (error) {
+      if (error instanceof LayoutError) throw new KvConfigError(error.message);
+      throw error;
+    }
+    this.memory = new Memory(this.layout.regionBytes);
+    this.seed = randomBytes(8).readBigUInt64LE();
+    writeSuperblock(this.memory.bytes, this.layout, this.seed, BigInt(Date.now()));
+    this.heap = new Heap(this.layout.heapBytes / KvLayout.UNIT_BYTES, this.layout.classes, this.graceMs);
+    for (let i = maxClients - 1; i >= 0; i--) this.freeRings.push(i);
+    if (options.token !== undefined) this.tokenHash = tokenDigest(options.token);
+  }
+
+  /** Starts serving; resolves when every URL listens. Throws KvConfigError for bad options. */
+  static async start(options: KvServerOptions): Promise<KvServer> {
+    const server = new KvServer(options);
+    try {
+      for (const url of options.listen) server.listenOn(url);
+    } catch (error) {
+      server.shutdownNow();
+      throw error;
+    }
+    server.reclaimTimer = setInterval(() => server.reclaim(), Math.max(10, Math.min(100, server.graceMs / 4)));
+    server.reclaimTimer.unref();
+    return server;
+  }
+
+  private listenOn(url: string): void {
+    const scheme = url.slice(0, url.indexOf('://'));
+    if (scheme !== 'shm' && scheme !== 'rdma') throw new KvConfigError(`no provider for '${url}': use shm:///path/to.sock or rdma://host:port`);
+    let entry = this.providers.get(scheme);
+    if (!entry) {
+      let provider: Provider;
+      try {
+        provider = new Provider(scheme);
+      } catch (error) {
+        throw new KvConfigError(`cannot serve ${url}: ${(error as Error).message}`);
+      }
+      if (!this.regionMr) this.regionMr = provider.register(this.memory, 0, this.memory.length, access.REMOTE_ALL);
+      const cq = provider.createCq(8192);
+      const recv = provider.allocate(this.layout.maxClients * RECVS_PER_CLIENT * KvLayout.SERVER_RECV_BYTES, Access.LOCAL_WRITE);
+      const send = provider.allocate(this.layout.maxClients * SEND_SLOTS * KvLayout.CONTROL_RECV_BYTES, Access.LOCAL_WRITE);
+      entry = { provider, cq, recv, send };
+      this.providers.set(scheme, entry);
+      provider.on('connectRequest', (request) => this.onConnectRequest(entry!, request.privateData, request));
+      cq.watch(() => this.drain(entry!));
+      cq.arm();
+    }
+    if (scheme === 'shm') mkdirSync(dirname(url.slice('shm://'.length)), { recursive: true });
+    let listener: Listener;
+    try {
+      listener = entry.provider.listen(url);
+    } catch (error) {
+      throw new KvConfigError(`cannot listen on ${url}: ${(error as TransportError).message}`);
+    }
+    this.listening.push(listener);
+    this.urls.push(listener.url);
+    this.log?.info({ url: listener.url, regionBytes: this.layout.regionBytes, buckets: this.layout.bucketCount }, 'listening');
+  }
+
+  private onConnectRequest(
+    entry: { provider: Provider; cq: CompletionQueue; recv: MemoryRegion; send: MemoryRegion },
+    privateData: Buffer,
+    request: import('../native/index.js').ConnectionRequest,
+  ): void {
+    const { version, digest } = parseConnectData(privateData);
+    const reject = (reason: number, why: string) => {
+      this.counters.rejectedConnections++;
+      this.log?.warn({ peer: request.peerAddress, why }, 'connection rejected');
+      request.reject(Buffer.from([reason]));
+    };
+    if (this.closed) return reject(RejectReason.FULL, 'shutting down');
+    if (version !== KvLayout.PROTOCOL_VERSION) return reject(RejectReason.VERSION, `protocol version ${version}`);
+    if (this.tokenHash && (!digest || !timingSafeEqual(digest, this.tokenHash))) return reject(RejectReason.AUTH, 'wrong token');
+    const ring = this.freeRings.pop();
+    if (ring === undefined) return reject(RejectReason.FULL, `all ${this.layout.maxClients} client slots in use`);
+    const id = this.nextClientId++;
+    // The ring starts empty: its consumed counter is where the client's sequence starts.
+    const ringStart = this.layout.ringOffset + ring * this.layout.ringBytes;
+    this.memory.bytes.fill(0, ringStart, ringStart + this.layout.ringBytes);
+    const recvBase = ring * RECVS_PER_CLIENT;
+    const recvs = Array.from({ length: Math.min(RECVS_PER_CLIENT, 256) }, (_, i) => this.recvRequest(entry, recvBase + i));
+    let connection: Connection;
+    try {
+      connection = request.accept({ cq: entry.cq, initialRecvs: recvs, recvDepth: RECVS_PER_CLIENT + 16, sendDepth: 256 });
+    } catch (error) {
+      this.freeRings.push(ring);
+      this.log?.error({ err: error }, 'accept failed');
+      return;
+    }
+    const client: Client = { id, ring, connection, recvBase, sends: 0, rejectedOnce: new Set() };
+    this.clients.set(connection, client);
+    this.byQp.set(`${entry.provider.scheme}:${connection.qpNum}`, client);
+    connection.once('established', () => {
+      const rest = Array.from({ length: RECVS_PER_CLIENT - recvs.length }, (_, i) => this.recvRequest(entry, recvBase + recvs.length + i));
+      if (rest.length > 0) connection.postRecv(rest);
+      this.send(entry, client, {
+        t: 'hello',
+        v: KvLayout.PROTOCOL_VERSION,
+        clientId: id,
+        region: { addr: this.regionMr.addr, rkey: this.regionMr.rkey, length: BigInt(this.layout.regionBytes) },
+        layout: {
+          bucketCount: this.layout.bucketCount,
+          indexOffset: BigInt(this.layout.indexOffset),
+          heapOffset: BigInt(this.layout.heapOffset),
+          heapBytes: BigInt(this.layout.heapBytes),
+          seed: this.seed,
+          ringOffset: BigInt(ringStart),
+          classes: this.layout.classes,
+          maxKeyBytes: KvLayout.MAX_KEY_BYTES,
+          maxValueBytes: this.layout.maxValueBytes,
+        },
+        graceMs: this.graceMs,
+      });
+      this.log?.info({ clientId: id, peer: connection.peerAddress }, 'client connected');
+      this.emit('clientConnected', id);
+    });
+    connection.once('disconnected', (reason) => this.forget(entry, client, reason));
+  }
+
+  private recvRequest(entry: { recv: MemoryRegion }, index: number) {
+    return { wrId: index, local: entry.recv, localOffset: index * KvLayout.SERVER_RECV_BYTES, length: KvLayout.SERVER_RECV_BYTES };
+  }
+
+  private send(entry: { send: MemoryRegion }, client: Client, message: ControlMessage): void {
+    const bytes = encode(message);
+    if (bytes.length > KvLayout.CONTROL_RECV_BYTES) throw new Error(`control message of ${bytes.length} bytes is too large`);
+    const slot = client.ring * SEND_SLOTS + (client.sends++ % SEND_SLOTS);
+    const offset = slot * KvLayout.CONTROL_RECV_BYTES;
+    bytes.copy(entry.send.bytes, offset);
+    // Signaled so that the send queue drains; the completion is ignored.
+    client.connection.postSend([{ wrId: 0, opcode: Opcode.SEND, flags: SendFlag.SIGNALED, local: entry.send, localOffset: offset, length: bytes.length }]);
+  }
+
+  /** One pass over the CQ (event mode): everything that arrived, in batches. */
+  private drain(entry: { provider: Provider; cq: CompletionQueue; recv: MemoryRegion; send: MemoryRegion }): void {
+    for (let round = 0; round < 2; round++) {
+      for (;;) {
+        const n = entry.cq.pollRaw();
+        if (n === 0) break;
+        for (let i = 0; i < n; i++) this.onCompletion(entry, readCompletion(entry.cq.completions, i));
+      }
+      if (round === 0) entry.cq.arm(); // then drain once more: completions that raced with arm() bring no event
+    }
+  }
+
+  private onCompletion(entry: { provider: Provider; recv: MemoryRegion; send: MemoryRegion }, wc: ReturnType<typeof readCompletion>): void {
+    const client = this.byQp.get(`${entry.provider.scheme}:${wc.qpNum}`);
+    if (wc.statusName !== 'SUCCESS') {
+      if (wc.statusName !== 'WR_FLUSH_ERR') {
+        this.rdmaErrors.set(wc.statusName, (this.rdmaErrors.get(wc.statusName) ?? 0) + 1);
+        this.log?.warn({ clientId: client?.id, status: wc.statusName }, 'error completion');
+      }
+      return;
+    }
+    if (!client) return;
+    if (wc.opcode === Opcode.RECV_RDMA_WITH_IMM) {
+      this.onNotification(client, wc.imm);
+    } else if (wc.opcode === Opcode.RECV) {
+      const offset = (wc.wrId) * KvLayout.SERVER_RECV_BYTES;
+      this.onControl(entry, client, entry.recv.bytes.subarray(offset, offset + wc.byteLen));
+    } else {
+      return; // our SENDs
+    }
+    client.connection.postRecv([this.recvRequest(entry, wc.wrId)]);
+  }
+
+  /** A client finished a PUT or DELETE: account for it and retire what it replaced. */
+  private onNotification(client: Client, seq: number): void {
+    this.counters.notifications++;
+    const ringStart = this.layout.ringOffset + client.ring * this.layout.ringBytes;
+    const at = ringStart + KvLayout.RING_HEADER_BYTES + (seq % KvLayout.RING_RECORDS) * KvLayout.RECORD_BYTES;
+    const region = this.memory.bytes;
+    const kind = Number(region.readBigUInt64LE(at + RecordField.KIND));
+    const newSlot = region.readBigUInt64LE(at + RecordField.NEW_SLOT);
+    const oldSlot = region.readBigUInt64LE(at + RecordField.OLD_SLOT);
+    if (oldSlot !== 0n) {
+      this.retireSlot(oldSlot);
+    } else if (kind === RecordKind.PUT && newSlot !== 0n) {
+      this.counters.items++;
+    }
+    if (kind === RecordKind.DELETE) this.counters.items--;
+    // The client reads this counter (RDMA READ) when its ring looks full.
+    region.writeBigUInt64LE(BigInt(seq) + 1n, ringStart);
+  }
+
+  private retireSlot(slot: bigint): void {
+    const units = Number((slot >> 32n) & 0xffffn);
+    const block = Number(slot & 0xffffffffn);
+    this.heap.retire(this.heap.classOfUnits(units), block);
+  }
+
+  private onControl(entry: { send: MemoryRegion }, client: Client, bytes: Buffer): void {
+    let message: ControlMessage;
+    try {
+      message = decode(bytes);
+    } catch (error) {
+      return this.rejectMessage(client, 'malformed', `${(error as Error).message}`);
+    }
+    switch (message.t) {
+      case 'grant': {
+        const { c, n } = message;
+        if (!Number.isInteger(c) || c < 0 || c >= this.layout.classes.length || !Number.isInteger(n) || n < 1 || n > GRANT_BATCH) {
+          this.rejectMessage(client, 'grant', `bad grant request ${JSON.stringify({ c, n })}`);
+          return this.send(entry, client, { t: 'granted', c: Number.isInteger(c) ? c : -1, blocks: [], error: 'KV_OUT_OF_MEMORY' });
+        }
+        const blocks = this.heap.grant(c, n);
+        this.counters.grants++;
+        this.counters.blocksGranted += blocks.length;
+        return this.send(entry, client, blocks.length > 0 ? { t: 'granted', c, blocks } : { t: 'granted', c, blocks, error: 'KV_OUT_OF_MEMORY' });
+      }
+      case 'return': {
+        const { c, blocks } = message;
+        if (!Number.isInteger(c) || c < 0 || c >= this.layout.classes.length || !Array.isArray(blocks)) {
+          return this.rejectMessage(client, 'return', 'bad return message');
+        }
+        const heapUnits = this.layout.heapBytes / KvLayout.UNIT_BYTES;
+        for (const block of blocks) {
+          if (Number.isInteger(block) && block >= 0 && block + this.layout.classes[c]! <= heapUnits) this.heap.giveBack(c, block);
+        }
+        return;
+      }
+      default:
+        return this.rejectMessage(client, 'unexpected', `unexpected message '${String((message as { t: unknown }).t)}'`);
+    }
+  }
+
+  /** Logs a bad control message once per connection and kind; the connection keeps serving. */
+  private rejectMessage(client: Client, kind: string, why: string): void {
+    if (client.rejectedOnce.has(kind)) return;
+    client.rejectedOnce.add(kind);
+    this.log?.warn({ clientId: client.id, why }, 'control message rejected');
+  }
+
+  private forget(entry: { provider: Provider }, client: Client, reason: string): void {
+    if (!this.clients.delete(client.connection)) return;
+    this.byQp.delete(`${entry.provider.scheme}:${client.connection.qpNum}`);
+    this.freeRings.push(client.ring);
+    this.log?.info({ clientId: client.id, reason }, 'client disconnected');
+    this.emit('clientDisconnected', client.id);
+  }
+
+  private reclaim(): void {
+    this.counters.blocksFreed += this.heap.reclaim();
+  }
+
+  stats(): KvServerStats {
+    const heap = this.heap.stats();
+    return {
+      regionBytes: this.layout.regionBytes,
+      indexBytes: this.layout.bucketCount * KvLayout.BUCKET_BYTES,
+      heapBytes: this.layout.heapBytes,
+      heapUsedBytes: heap.usedBytes,
+      heapUsedBytesByClass: Object.fromEntries([...heap.usedBytesByClass].map(([size, bytes]) => [String(size), bytes])),
+      items: this.counters.items,
+      slots: this.layout.bucketCount * KvLayout.SLOTS_PER_BUCKET,
+      clients: this.clients.size,
+      grants: this.counters.grants,
+      blocksGranted: this.counters.blocksGranted,
+      notifications: this.counters.notifications,
+      blocksFreed: this.counters.blocksFreed,
+      rejectedConnections: this.counters.rejectedConnections,
+      rdmaErrors: Object.fromEntries(this.rdmaErrors),
+    };
+  }
+
+  /** The region's bytes (tests and kvctl's layout dump read them). */
+  get region(): Buffer {
+    return this.memory.bytes;
+  }
+
+  /** Stops listening, disconnects every client, releases the region. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.shutdownNow();
+    this.log?.info('stopped');
+  }
+
+  private shutdownNow(): void {
+    this.closed = true;
+    if (this.reclaimTimer) clearInterval(this.reclaimTimer);
+    for (const listener of this.listening) listener.close();
+    for (const client of this.clients.keys()) client.disconnect();
+    for (const { provider, cq } of this.providers.values()) {
+      cq.unwatch();
+      provider.close();
+    }
+  }
+}

@@ -1,0 +1,103 @@
+// The item heap's allocator, owned by the server. Blocks are granted to
+// clients in batches by size class; a block superseded or deleted is freed
+// only after the grace period, so a one-sided reader that found it through an
+// old slot never sees it reused (readers retry when their GET took longer
+// than half the grace period).
+export interface HeapStats {
+  /** Bytes granted to clients and not freed, by class size in bytes. */
+  usedBytesByClass: Map<number, number>;
+  usedBytes: number;
+  /** Bytes never handed out yet (the bump region). */
+  untouchedBytes: number;
+  freeBlocks: number;
+  waitingForGrace: number;
+}
+
+export class Heap {
+  private bump = 0; // in units
+  private readonly free: number[][];
+  private readonly usedUnits: number[];
+  private readonly graceQueue: Array<{ at: number; cls: number; block: number }> = [];
+  private graceHead = 0;
+
+  constructor(
+    private readonly heapUnits: number,
+    readonly classes: readonly number[],
+    private readonly graceMs: number,
+    private readonly now: () => number = () => performance.now(),
+  ) {
+    this.free = classes.map(() => []);
+    this.usedUnits = classes.map(() => 0);
+  }
+
+  /** Up to `count` blocks of class `cls` (offsets in units); fewer when the heap is full. */
+  grant(cls: number, count: number): number[] {
+    const size = this.classes[cls]!;
+    const out: number[] = [];
+    const free = this.free[cls]!;
+    while (out.length < count && free.length > 0) out.push(free.pop()!);
+    while (out.length < count && this.bump + size <= this.heapUnits) {
+      out.push(this.bump);
+      this.bump += size;
+    }
+    this.usedUnits[cls]! += out.length * size;
+    return out;
+  }
+
+  /** A block that is no longer referenced, reusable after the grace period. */
+  retire(cls: number, block: number): void {
+    this.graceQueue.push({ at: this.now() + this.graceMs, cls, block });
+  }
+
+  /** A block that was never published (returned unused): reusable at once. */
+  giveBack(cls: number, block: number): void {
+    this.free[cls]!.push(block);
+    this.usedUnits[cls]! -= this.classes[cls]!;
+  }
+
+  /** Frees every retired block whose grace period has passed; returns how many. */
+  reclaim(): number {
+    const now = this.now();
+    let n = 0;
+    while (this.graceHead < this.graceQueue.length && this.graceQueue[this.graceHead]!.at <= now) {
+      const { cls, block } = this.graceQueue[this.graceHead++]!;
+      this.free[cls]!.push(block);
+      this.usedUnits[cls]! -= this.classes[cls]!;
+      n++;
+    }
+    if (this.graceHead > 4096 && this.graceHead * 2 > this.graceQueue.length) {
+      this.graceQueue.splice(0, this.graceHead);
+      this.graceHead = 0;
+    }
+    return n;
+  }
+
+  /** The class of a published item of `units` units (its block's class). */
+  classOfUnits(units: number): number {
+    let lo = 0;
+    let hi = this.classes.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (this.classes[mid]! >= units) hi = mid;
+      else lo = mid + 1;
+    }
+    return lo;
+  }
+
+  stats(): HeapStats {
+    const usedBytesByClass = new Map<number, number>();
+    let usedBytes = 0;
+    this.classes.forEach((size, cls) => {
+      const bytes = this.usedUnits[cls]! * 64;
+      if (bytes > 0) usedBytesByClass.set(size * 64, bytes);
+      usedBytes += bytes;
+    });
+    return {
+      usedBytesByClass,
+      usedBytes,
+      untouchedBytes: (this.heapUnits - this.bump) * 64,
+      freeBlocks: this.free.reduce((n, list) => n + list.length, 0),
+      waitingForGrace: this.graceQueue.length - this.graceHead,
+    };
+  }
+}

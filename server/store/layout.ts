@@ -1,0 +1,67 @@
+// Where everything lives in the region (protocol v1):
+//   [ superblock 4 KiB | rings: maxClients × (64 B header + 256 × 32 B records) | index: buckets × 64 B | heap ]
+import { KvLayout, Superblock } from '../../client/constants.js';
+import { sizeClasses } from '../../client/protocol.js';
+
+export interface RegionLayout {
+  regionBytes: number;
+  bucketCount: number;
+  ringOffset: number;
+  ringBytes: number; // per client
+  maxClients: number;
+  indexOffset: number;
+  heapOffset: number;
+  heapBytes: number;
+  maxValueBytes: number;
+  classes: number[];
+}
+
+export class LayoutError extends Error {}
+
+const floorPow2 = (n: number): number => 2 ** Math.floor(Math.log2(n));
+const align = (n: number, to: number): number => Math.ceil(n / to) * to;
+
+/**
+ * The layout for a region of `regionBytes`. By default the index takes about a
+ * sixteenth of the region (7 slots per 64-byte bucket: one slot per ~146 bytes
+ * of region), the rest after the rings is heap.
+ */
+export function planLayout(options: { regionBytes: number; buckets?: number; maxClients: number; maxValueBytes: number }): RegionLayout {
+  const { regionBytes, maxClients, maxValueBytes } = options;
+  const ringBytes = KvLayout.RING_HEADER_BYTES + KvLayout.RING_RECORDS * KvLayout.RECORD_BYTES;
+  const ringOffset = KvLayout.SUPERBLOCK_BYTES;
+  const indexOffset = align(ringOffset + maxClients * ringBytes, 4096);
+  const bucketCount = options.buckets ?? Math.max(2, floorPow2(regionBytes / 16 / KvLayout.BUCKET_BYTES));
+  if (!Number.isInteger(bucketCount) || bucketCount < 2 || floorPow2(bucketCount) !== bucketCount) {
+    throw new LayoutError(`--buckets must be a power of two >= 2 (got ${bucketCount})`);
+  }
+  const heapOffset = align(indexOffset + bucketCount * KvLayout.BUCKET_BYTES, 4096);
+  const maxItemUnits = Math.ceil((KvLayout.ITEM_HEADER_BYTES + KvLayout.MAX_KEY_BYTES + maxValueBytes) / KvLayout.UNIT_BYTES);
+  if (maxItemUnits > 0xffff) throw new LayoutError(`the largest value must be under 4 MiB (got ${maxValueBytes} bytes)`);
+  const heapBytes = Math.floor((regionBytes - heapOffset) / KvLayout.UNIT_BYTES) * KvLayout.UNIT_BYTES;
+  if (heapBytes < 4 * maxItemUnits * KvLayout.UNIT_BYTES) {
+    const need = heapOffset + 4 * maxItemUnits * KvLayout.UNIT_BYTES;
+    throw new LayoutError(
+      `memory too small: ${regionBytes} bytes leave ${Math.max(0, heapBytes)} bytes of heap after the index and rings; ` +
+        `at least ${need} bytes are needed for ${bucketCount} buckets, ${maxClients} clients and ${maxValueBytes}-byte values`,
+    );
+  }
+  if (heapBytes / KvLayout.UNIT_BYTES > 0xffffffff) throw new LayoutError('the heap may not exceed 256 GiB');
+  return { regionBytes, bucketCount, ringOffset, ringBytes, maxClients, indexOffset, heapOffset, heapBytes, maxValueBytes, classes: sizeClasses(maxItemUnits) };
+}
+
+/** Writes the superblock (little-endian u64 fields at the offsets in constants.def). */
+export function writeSuperblock(region: Buffer, layout: RegionLayout, seed: bigint, generation: bigint): void {
+  const put = (at: number, value: bigint | number) => region.writeBigUInt64LE(BigInt(value), at);
+  put(Superblock.MAGIC, KvLayout.MAGIC);
+  put(Superblock.VERSION, KvLayout.PROTOCOL_VERSION);
+  put(Superblock.BUCKET_COUNT, layout.bucketCount);
+  put(Superblock.INDEX_OFFSET, layout.indexOffset);
+  put(Superblock.HEAP_OFFSET, layout.heapOffset);
+  put(Superblock.HEAP_BYTES, layout.heapBytes);
+  put(Superblock.SEED, seed);
+  put(Superblock.GENERATION, generation);
+  put(Superblock.RING_OFFSET, layout.ringOffset);
+  put(Superblock.MAX_CLIENTS, layout.maxClients);
+  put(Superblock.MAX_VALUE_BYTES, layout.maxValueBytes);
+}
