@@ -1,0 +1,103 @@
+// A client process for the KV suites, driven by argv, reporting over IPC.
+//   model  URL PREFIX COUNT SEED    random put/get/delete on own keys vs a Map
+//   write  URL WRITER KEYS MS       self-validating writes to hot keys
+//   read   URL KEYS MS              reads hot keys, validates every value
+import { KvClient } from '../../client/index.js';
+import { selfValidating, validate } from './kv.js';
+
+const [mode, url, ...args] = process.argv.slice(2);
+const send = (m: object): void => void process.send?.(m);
+
+function rng(seed: number): () => number {
+  let s = seed >>> 0 || 1;
+  return () => {
+    s ^= s << 13;
+    s >>>= 0;
+    s ^= s >>> 17;
+    s ^= s << 5;
+    return (s >>> 0) / 4294967296;
+  };
+}
+
+async function main(): Promise<void> {
+  const kv = await KvClient.connect({ url: url! });
+  if (mode === 'model') {
+    const [prefix, count, seed] = [args[0]!, Number(args[1]), Number(args[2])];
+    const random = rng(seed);
+    const model = new Map<string, Buffer>();
+    const mismatches: string[] = [];
+    let done = 0;
+    while (done < count) {
+      // Up to 16 ops at once, each on a different key, so the model's order holds.
+      const batch = new Map<string, () => Promise<void>>();
+      while (batch.size < 16 && done + batch.size < count) {
+        const key = `${prefix}:${Math.floor(random() * 500)}`;
+        if (batch.has(key)) continue;
+        const dice = random();
+        if (dice < 0.45) {
+          const value = Buffer.alloc(Math.floor(random() * 3000), Math.floor(random() * 256));
+          batch.set(key, async () => {
+            await kv.put(key, value);
+            model.set(key, value);
+          });
+        } else if (dice < 0.6) {
+          batch.set(key, async () => {
+            const existed = await kv.delete(key);
+            if (existed !== model.has(key)) mismatches.push(`delete ${key}: store said ${existed}`);
+            model.delete(key);
+          });
+        } else {
+          batch.set(key, async () => {
+            const got = await kv.get(key);
+            const want = model.get(key);
+            if ((got === undefined) !== (want === undefined) || (got && want && !got.equals(want))) {
+              mismatches.push(`get ${key}: ${got?.length ?? 'missing'} bytes, model ${want?.length ?? 'missing'}`);
+            }
+          });
+        }
+      }
+      await Promise.all([...batch.values()].map((op) => op()));
+      done += batch.size;
+    }
+    // Finally every key of the model, and nothing else of ours, is in the store.
+    for (let i = 0; i < 500; i++) {
+      const key = `${prefix}:${i}`;
+      const got = await kv.get(key);
+      const want = model.get(key);
+      if ((got === undefined) !== (want === undefined) || (got && want && !got.equals(want))) mismatches.push(`final ${key}`);
+    }
+    send({ done, mismatches: mismatches.slice(0, 20), mismatchCount: mismatches.length });
+  } else if (mode === 'write' || mode === 'read') {
+    const writer = mode === 'write' ? Number(args[0]) : 0;
+    const keys = Number(mode === 'write' ? args[1] : args[0]);
+    const ms = Number(mode === 'write' ? args[2] : args[1]);
+    const random = rng(writer * 7919 + 17);
+    const end = Date.now() + ms;
+    let ops = 0;
+    let seq = 0;
+    const bad: string[] = [];
+    while (Date.now() < end) {
+      const batch = Array.from({ length: 8 }, () => `hot:${Math.floor(random() * keys)}`);
+      if (mode === 'write') {
+        await Promise.all(batch.map((key) => kv.put(key, selfValidating(writer, ++seq, 12 + Math.floor(random() * 2000)))));
+      } else {
+        const values = await kv.getMany(batch);
+        for (const value of values) {
+          if (value === undefined) continue;
+          const check = validate(value);
+          if (typeof check === 'string') bad.push(check);
+        }
+      }
+      ops += batch.length;
+    }
+    send({ ops, bad: bad.slice(0, 10), badCount: bad.length });
+  } else {
+    throw new Error(`unknown mode ${mode}`);
+  }
+  await kv.close();
+}
+
+main().catch((error: Error) => {
+  send({ error: `${error.name}: ${error.message}` });
+  process.exitCode = 1;
+});
