@@ -178,7 +178,7 @@ bool VerbsConnection::create_qp(const QueuePairOptions& options, std::string* er
   send_slots_.assign(send_depth_, SendSlot{});
   send_wrs_.assign(send_depth_, ibv_send_wr{});
   send_sges_.assign(send_depth_, ibv_sge{});
-  recv_slots_.assign(recv_depth_, 0);
+  recv_slots_.assign(recv_depth_, RecvSlot{});
   recv_wrs_.assign(recv_depth_, ibv_recv_wr{});
   recv_sges_.assign(recv_depth_, ibv_sge{});
   for (uint32_t i = 0; i < send_depth_; i++) send_wrs_[i].sg_list = &send_sges_[i];
@@ -494,8 +494,19 @@ int VerbsConnection::post_send(const WorkRequest* wrs, size_t count, size_t* bad
       rc = EOPNOTSUPP;  // refused here, clearly, rather than as a LOC_QP_OP_ERR that breaks the QP
       break;
     }
+    if (atomic && wr.length != 8) {
+      rc = EINVAL;  // an atomic reads and returns exactly one 64-bit word
+      break;
+    }
+    // A misaligned atomic is an invalid request on the wire (the responder
+    // NAKs it: REM_INV_REQ_ERR, the QP breaks), but some providers (rxe)
+    // refuse it at post time instead. For one behaviour everywhere it goes out
+    // as a WRITE whose local buffer is address 0, which the HCA fails locally
+    // (nothing reaches the peer) in its place in the queue, and translate()
+    // reports that failure as REM_INV_REQ_ERR; what follows is flushed.
+    const bool misaligned = atomic && (wr.remote_addr & 7) != 0;
     unsigned int flags = 0;
-    if ((wr.send_flags & u32(SendFlag::INLINE)) != 0 && may_inline(wr.opcode)) {
+    if ((wr.send_flags & u32(SendFlag::INLINE)) != 0 && may_inline(wr.opcode) && !misaligned) {
       if (wr.length > max_inline_) {
         rc = EINVAL;  // as the HCA would: more than max_inline() cannot go inline
         break;
@@ -520,7 +531,8 @@ int VerbsConnection::post_send(const WorkRequest* wrs, size_t count, size_t* bad
     slot.local_addr = wr.local_addr;
     slot.opcode = wr.opcode;
     slot.user_signaled = user_signaled;
-    slot.atomic = atomic;
+    slot.atomic = atomic && !misaligned;
+    slot.misaligned = misaligned;
     w.wr_id = (static_cast<uint64_t>(generation_) << kGenerationShift) | (seq & kSeqMask);
     w.send_flags = flags;
     // A zero-length SGE means 2 GiB on some HCAs: zero bytes travel with no SGE.
@@ -528,7 +540,13 @@ int VerbsConnection::post_send(const WorkRequest* wrs, size_t count, size_t* bad
     send_sges_[n].addr = wr.local_addr;
     send_sges_[n].length = wr.length;
     send_sges_[n].lkey = wr.lkey;
-    if (atomic) {
+    if (misaligned) {
+      w.opcode = IBV_WR_RDMA_WRITE;
+      w.num_sge = 1;
+      send_sges_[n].addr = 0;  // outside every registered range: LOC_PROT_ERR before anything is sent
+      w.wr.rdma.remote_addr = wr.remote_addr & ~uint64_t{7};
+      w.wr.rdma.rkey = wr.rkey;
+    } else if (atomic) {
       w.wr.atomic.remote_addr = wr.remote_addr;
       w.wr.atomic.compare_add = wr.compare_add;  // host order: the provider library converts
       w.wr.atomic.swap = wr.swap;
@@ -567,7 +585,11 @@ int VerbsConnection::post_recv(const RecvRequest* rrs, size_t count, size_t* bad
   if (n == 0) return ENOMEM;
   for (size_t i = 0; i < n; i++) {
     const uint64_t seq = posted + i;
-    recv_slots_[seq % recv_depth_] = rrs[i].wr_id;
+    RecvSlot& slot = recv_slots_[seq % recv_depth_];
+    slot.wr_id = rrs[i].wr_id;
+    slot.addr = rrs[i].addr;
+    slot.length = rrs[i].length;
+    slot.lkey = rrs[i].lkey;
     ibv_recv_wr& w = recv_wrs_[i];
     w.wr_id = kRecvTag | (static_cast<uint64_t>(generation_) << kGenerationShift) | (seq & kSeqMask);
     w.num_sge = rrs[i].length != 0 ? 1 : 0;
@@ -618,14 +640,33 @@ bool VerbsConnection::translate(const ibv_wc& wc, Completion* out) {
     (void)recv_posted_.load(std::memory_order_acquire);  // pairs with the poster's release: the slot is written
     const uint64_t completed = recv_completed_.load(std::memory_order_relaxed);
     const uint64_t seq = completed + (((id & kSeqMask) - completed) & kSeqMask);
-    out->wr_id = recv_slots_[seq % recv_depth_];
+    const RecvSlot slot = recv_slots_[seq % recv_depth_];
+    out->wr_id = slot.wr_id;
     recv_completed_.store(seq + 1, std::memory_order_release);
     out->opcode = ok && wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM ? Opcode::RECV_RDMA_WITH_IMM : Opcode::RECV;
     if (ok && (wc.wc_flags & IBV_WC_WITH_IMM) != 0) {
       out->imm = be32toh(wc.imm_data);  // network order on the wire, host order for the caller
       out->wc_flags = u32(WcFlag::WITH_IMM);
     }
-    if (!ok) note_error(completion_error_text(Opcode::RECV, wc), true);
+    if (!ok && wc.status == IBV_WC_LOC_QP_OP_ERR && core_->rxe) {
+      // rxe's responder turns every failed copy into the receive buffer into
+      // "malformed WQE" (LOC_QP_OP_ERR): a message longer than the buffer and
+      // a buffer outside any region alike. Our receives are one SGE, so a
+      // buffer that lies in a writable region of ours means the length.
+      bool buffer_ok;
+      {
+        std::lock_guard<std::mutex> guard(core_->mutex);
+        buffer_ok = core_->writable_locally(slot.lkey, slot.addr, slot.length);
+      }
+      out->status = buffer_ok ? WcStatus::LOC_LEN_ERR : WcStatus::LOC_PROT_ERR;
+      note_error(buffer_ok ? "RECV: LOC_LEN_ERR (the message is longer than the receive buffer; rxe reported "
+                             "LOC_QP_OP_ERR)"
+                           : "RECV: LOC_PROT_ERR (the receive buffer is not in a writable region; rxe reported "
+                             "LOC_QP_OP_ERR)",
+                 true);
+    } else if (!ok) {
+      note_error(completion_error_text(Opcode::RECV, wc), true);
+    }
     return true;
   }
   (void)send_posted_.load(std::memory_order_acquire);
@@ -636,7 +677,15 @@ bool VerbsConnection::translate(const ibv_wc& wc, Completion* out) {
   out->wr_id = slot.wr_id;
   out->opcode = slot.opcode;
   const bool deliver = !ok || slot.user_signaled;  // errors always surface, forced signals never
-  if (!ok) note_error(completion_error_text(slot.opcode, wc), true);
+  if (slot.misaligned && wc.status != IBV_WC_WR_FLUSH_ERR) {
+    out->status = WcStatus::REM_INV_REQ_ERR;
+    out->vendor_err = 0;
+    note_error(std::string(to_string(slot.opcode)) +
+                   ": REM_INV_REQ_ERR (invalid request: an atomic's remote address must be 8-byte aligned)",
+               true);
+  } else if (!ok) {
+    note_error(completion_error_text(slot.opcode, wc), true);
+  }
   send_completed_.store(seq + 1, std::memory_order_release);  // the slots up to seq are free again
   return deliver;
 }

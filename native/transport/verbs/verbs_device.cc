@@ -272,6 +272,13 @@ std::vector<std::shared_ptr<VerbsCore>> live_cores() {
   return out;
 }
 
+bool VerbsCore::writable_locally(uint32_t lkey, uint64_t addr, uint64_t length) {
+  auto it = mrs.find(lkey);
+  if (it == mrs.end() || (it->second.access & IBV_ACCESS_LOCAL_WRITE) == 0) return false;
+  const MrRange& r = it->second;
+  return addr >= r.addr && length <= r.length && addr - r.addr <= r.length - length;
+}
+
 const char* VerbsCore::atomic_cap_name() const {
   if (!atomics_usable) return "NONE";
   return attr.atomic_cap == IBV_ATOMIC_GLOB ? "GLOB" : "HCA";
@@ -318,6 +325,7 @@ std::shared_ptr<VerbsCore> open_core(std::string* error) {
     *error = errno_text("ibv_query_device on " + core->name, rc);
     return nullptr;
   }
+  core->rxe = core->attr.vendor_id == 0xffffff && core->attr.vendor_part_id == 0;  // RXE_VENDOR_ID
   core->pd = ibv_alloc_pd(core->context);
   if (core->pd == nullptr) {
     *error = errno_text("ibv_alloc_pd on " + core->name, errno);
@@ -382,9 +390,15 @@ VerbsMr::VerbsMr(std::shared_ptr<VerbsCore> core, ibv_mr* mr, uint8_t* addr, siz
   lkey_ = mr->lkey;
   rkey_ = mr->rkey;
   access_ = access;
+  std::lock_guard<std::mutex> guard(core_->mutex);
+  core_->mrs[lkey_] = {reinterpret_cast<uint64_t>(addr), length, access};
 }
 
 VerbsMr::~VerbsMr() {
+  {
+    std::lock_guard<std::mutex> guard(core_->mutex);
+    core_->mrs.erase(lkey_);
+  }
   if (mr_ != nullptr) ibv_dereg_mr(mr_);
 }
 

@@ -83,7 +83,19 @@ struct VerbsCore {
   std::unordered_map<uint64_t, std::weak_ptr<VerbsConnection>> connections;
   std::unordered_map<uint64_t, std::weak_ptr<VerbsListener>> listeners;
   std::unordered_map<uint64_t, std::weak_ptr<VerbsCq>> cqs;
+  struct MrRange {
+    uint64_t addr;
+    uint64_t length;
+    uint32_t access;
+  };
+  std::unordered_map<uint32_t, MrRange> mrs;  // by lkey
   bool stopped = false;  // the provider shut down: no new connections
+
+  // Soft-RoCE (vendor 0xffffff) reports a receive buffer too short for the
+  // message as LOC_QP_OP_ERR, the spec says LOC_LEN_ERR (see translate()).
+  bool rxe = false;
+  // Under `mutex`: does [addr, addr+length) lie in a region of ours with LOCAL_WRITE?
+  bool writable_locally(uint32_t lkey, uint64_t addr, uint64_t length);
 
   static uint64_t token();
   const char* atomic_cap_name() const;
@@ -205,12 +217,19 @@ class VerbsConnection final : public Connection, public std::enable_shared_from_
   bool take_error_trigger() { return error_trigger_.exchange(false, std::memory_order_acq_rel); }
 
  private:
+  struct RecvSlot {
+    uint64_t wr_id = 0;
+    uint64_t addr = 0;
+    uint32_t length = 0;
+    uint32_t lkey = 0;
+  };
   struct SendSlot {
     uint64_t wr_id = 0;
     uint64_t local_addr = 0;  // atomics: where the HCA writes the old value
     Opcode opcode = Opcode::READ;
     bool user_signaled = false;  // false: unsignaled, or signaled by us only
     bool atomic = false;
+    bool misaligned = false;  // an atomic sent as a request that must fail (see post_send)
   };
 
   bool create_qp(const QueuePairOptions& options, std::string* error);  // under mutex_
@@ -264,7 +283,7 @@ class VerbsConnection final : public Connection, public std::enable_shared_from_
   std::atomic<uint64_t> recv_posted_{0}, recv_completed_{0};
   uint64_t atomics_fixed_ = 0;  // poller: every send seq below this was fixed up
   std::vector<SendSlot> send_slots_;
-  std::vector<uint64_t> recv_slots_;
+  std::vector<RecvSlot> recv_slots_;
   std::vector<ibv_send_wr> send_wrs_;
   std::vector<ibv_sge> send_sges_;
   std::vector<ibv_recv_wr> recv_wrs_;

@@ -425,21 +425,24 @@ class VerbsProvider final : public Provider {
   }
 
   void check_deadlines(std::vector<ConnectionEvent>* events) {
-    std::vector<std::shared_ptr<VerbsConnection>> connecting;
+    // Collected under the registry lock, examined (and possibly released: the
+    // last reference may be ours) outside it.
+    std::vector<std::shared_ptr<VerbsConnection>> all;
     {
       std::lock_guard<std::mutex> guard(core_->mutex);
       for (auto it = core_->connections.begin(); it != core_->connections.end();) {
-        auto strong = it->second.lock();
-        if (!strong) {
+        if (auto strong = it->second.lock()) {
+          all.push_back(std::move(strong));
+          ++it;
+        } else {
           it = core_->connections.erase(it);
-          continue;
         }
-        if (strong->connecting_actively()) connecting.push_back(std::move(strong));
-        ++it;
       }
     }
     const auto now = Clock::now();
-    for (auto& connection : connecting) connection->check_deadline(now, events);
+    for (auto& connection : all) {
+      if (connection->connecting_actively()) connection->check_deadline(now, events);
+    }
   }
 
   std::shared_ptr<VerbsCore> core_;
