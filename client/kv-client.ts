@@ -214,6 +214,8 @@ export class KvClient extends EventEmitter<ClientEvents> {
   private readonly pollMode: 'busy' | 'event';
   private timer: NodeJS.Timeout | undefined;
   private reconnectTimer: NodeJS.Timeout | undefined;
+  private keepaliveTimer: NodeJS.Timeout | undefined;
+  private lastPong = 0;
   private closing: Promise<void> | undefined;
 
   private constructor(private readonly options: KvClientOptions) {
@@ -264,6 +266,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
       session.cq.watch(() => this.pollOnce(true));
       session.cq.arm();
     }
+    this.startKeepalive(session);
     this.setStatus('ready');
   }
 
@@ -468,6 +471,10 @@ export class KvClient extends EventEmitter<ClientEvents> {
       return;
     }
     session.connection.postRecv([session.recv(index)]);
+    if (message.t === 'pong') {
+      this.lastPong = performance.now();
+      return;
+    }
     if (message.t === 'granted') {
       session.granting.delete(message.c);
       const pool = session.pools[message.c];
@@ -506,7 +513,29 @@ export class KvClient extends EventEmitter<ClientEvents> {
     this.timer.unref();
   }
 
-  // ---- connection loss and close ----------------------------------------------------------
+  // ---- keepalive, connection loss and close --------------------------------------------------
+
+  /**
+   * RDMA has no keepalive of its own: ping every interval the server gave;
+   * three intervals without a pong and the server is taken for lost.
+   */
+  private startKeepalive(session: Session): void {
+    const interval = session.hello.keepaliveMs;
+    this.lastPong = performance.now();
+    if (this.keepaliveTimer) clearInterval(this.keepaliveTimer);
+    this.keepaliveTimer = setInterval(() => {
+      if (this.session !== session) return;
+      this.pollOnce(false); // an idle busy-mode client polls nowhere else: pongs and SEND completions land here
+      if (this.session !== session) return;
+      if (performance.now() - this.lastPong > 3 * interval) return this.lost(session, `no keepalive answer for ${3 * interval} ms`);
+      try {
+        session.sendControl({ t: 'ping' });
+      } catch (error) {
+        this.lost(session, (error as Error).message);
+      }
+    }, interval);
+    this.keepaliveTimer.unref();
+  }
 
   private lost(session: Session, reason: string): void {
     if (this.session !== session) return;
@@ -549,6 +578,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
     const wasReady = this._status === 'ready';
     this.setStatus('closed');
     if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
+    if (this.keepaliveTimer) clearInterval(this.keepaliveTimer);
     if (this.timer) clearTimeout(this.timer);
     for (const op of this.queue.splice(0)) op.reject(new KvDisconnectedError('the client was closed'));
     const session = this.session;

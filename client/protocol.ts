@@ -27,6 +27,15 @@ export interface Hello {
     maxValueBytes: number;
   };
   graceMs: number;
+  /** The client pings this often; silent for 3 intervals, it is taken for dead. */
+  keepaliveMs: number;
+}
+/** Keepalive, both ways: RDMA has none of its own. */
+export interface Ping {
+  t: 'ping';
+}
+export interface Pong {
+  t: 'pong';
 }
 export interface GrantRequest {
   t: 'grant';
@@ -52,7 +61,7 @@ export interface ServerError {
   code: string;
   message: string;
 }
-export type ControlMessage = Hello | GrantRequest | Granted | ReturnBlocks | ServerError;
+export type ControlMessage = Hello | Ping | Pong | GrantRequest | Granted | ReturnBlocks | ServerError;
 
 export function encode(message: ControlMessage): Buffer {
   return packr.pack(message);
@@ -72,9 +81,10 @@ export const GRANT_BATCH = 64;
 /** Most blocks one 'return' message carries. */
 export const RETURN_BATCH = 64;
 
-// ---- connect private data: [version u8][flags u8][sha256(token) 32 bytes] ----
+// ---- connect private data: [version u8][flags u8][sha256(token) or loopback secret, 32 bytes] ----
 
 const TOKEN_FLAG = 1;
+const LOOPBACK_FLAG = 2;
 
 export function connectData(token: string | undefined): Buffer {
   const data = Buffer.alloc(34);
@@ -86,14 +96,24 @@ export function connectData(token: string | undefined): Buffer {
   return data;
 }
 
+/** The server's connection to itself, for atomics it must not do with its CPU. */
+export function loopbackData(secret: Buffer): Buffer {
+  const data = Buffer.alloc(34);
+  data[0] = KvLayout.PROTOCOL_VERSION;
+  data[1] = LOOPBACK_FLAG;
+  secret.copy(data, 2, 0, 32);
+  return data;
+}
+
 export function tokenDigest(token: string): Buffer {
   return createHash('sha256').update(token, 'utf8').digest();
 }
 
-export function parseConnectData(data: Buffer): { version: number; digest?: Buffer } {
+export function parseConnectData(data: Buffer): { version: number; digest?: Buffer; loopback?: Buffer } {
   if (data.length < 2) return { version: -1 };
-  const out: { version: number; digest?: Buffer } = { version: data[0]! };
-  if ((data[1]! & TOKEN_FLAG) !== 0 && data.length >= 34) out.digest = data.subarray(2, 34);
+  const out: { version: number; digest?: Buffer; loopback?: Buffer } = { version: data[0]! };
+  if (data.length >= 34 && (data[1]! & TOKEN_FLAG) !== 0) out.digest = data.subarray(2, 34);
+  if (data.length >= 34 && (data[1]! & LOOPBACK_FLAG) !== 0) out.loopback = data.subarray(2, 34);
   return out;
 }
 

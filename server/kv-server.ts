@@ -31,6 +31,7 @@ import {
   RejectReason,
   decode,
   encode,
+  loopbackData,
   parseConnectData,
   tokenDigest,
 } from '../client/protocol.js';
@@ -52,6 +53,8 @@ export interface KvServerOptions {
   graceMs?: number;
   /** @default 256 */
   maxClients?: number;
+  /** Clients ping this often; one silent for 3 intervals is fenced and its locks released. @default 1000 */
+  keepaliveMs?: number;
   logger?: Logger;
 }
 
@@ -69,6 +72,9 @@ export interface KvServerStats {
   notifications: number;
   blocksFreed: number;
   rejectedConnections: number;
+  keepaliveFailures: number;
+  fencedClients: number;
+  lockRecoveries: number;
   rdmaErrors: Record<string, number>;
 }
 
@@ -84,13 +90,25 @@ interface Client {
   connection: Connection;
   recvBase: number; // first receive buffer (wr_id base)
   sends: number; // next send slot
+  lastSeen: number;
   rejectedOnce: Set<string>;
+}
+
+/** Everything the server keeps per provider (scheme). */
+interface Fabric {
+  provider: Provider;
+  cq: CompletionQueue;
+  region: MemoryRegion; // the region, registered with this provider (its own rkey)
+  recv: MemoryRegion;
+  send: MemoryRegion;
+  /** The server's connection to itself: lock recovery goes through it, as RDMA atomics. */
+  loopback?: { connection: Connection; cq: CompletionQueue; scratch: MemoryRegion };
 }
 
 export class KvServer extends EventEmitter {
   readonly urls: string[] = [];
   readonly layout: RegionLayout;
-  private readonly providers = new Map<string, { provider: Provider; cq: CompletionQueue; recv: MemoryRegion; send: MemoryRegion }>();
+  private readonly providers = new Map<string, Fabric>();
   private readonly listening: Listener[] = [];
   private readonly memory: Memory;
   private readonly heap: Heap;
@@ -103,19 +121,28 @@ export class KvServer extends EventEmitter {
   private nextClientId = 1;
   private reclaimTimer: NodeJS.Timeout | undefined;
   private closed = false;
-  private readonly counters = { items: 0, grants: 0, blocksGranted: 0, notifications: 0, blocksFreed: 0, rejectedConnections: 0 };
+  private readonly counters = {
+    items: 0, grants: 0, blocksGranted: 0, notifications: 0, blocksFreed: 0, rejectedConnections: 0,
+    keepaliveFailures: 0, fencedClients: 0, lockRecoveries: 0,
+  };
   private readonly rdmaErrors = new Map<string, number>();
-  private regionMr!: MemoryRegion;
   private readonly seed: bigint;
+  private readonly keepaliveMs: number;
+  private keepaliveTimer: NodeJS.Timeout | undefined;
+  private readonly loopbackSecret = randomBytes(32);
+  private readonly loopbacks = new Set<Connection>();
+  private recovery: Promise<void> = Promise.resolve();
 
   private constructor(private readonly options: KvServerOptions) {
     super();
     this.log = options.logger;
     this.graceMs = options.graceMs ?? 1000;
+    this.keepaliveMs = options.keepaliveMs ?? 1000;
     const maxClients = options.maxClients ?? 256;
     const maxValueBytes = options.maxValueBytes ?? KvLayout.DEFAULT_MAX_VALUE_BYTES;
     if (options.listen.length === 0) throw new KvConfigError('nothing to listen on: give at least one --listen URL');
     if (!(this.graceMs >= 0)) throw new KvConfigError('--grace-ms must be >= 0');
+    if (!(this.keepaliveMs >= 10)) throw new KvConfigError('--keepalive-ms must be >= 10');
     if (!Number.isInteger(maxClients) || maxClients < 1 || maxClients > 65536) throw new KvConfigError('--max-clients must be between 1 and 65536');
     try {
       this.layout = planLayout({ regionBytes: options.memoryBytes, buckets: options.buckets, maxClients, maxValueBytes });
@@ -136,12 +163,15 @@ export class KvServer extends EventEmitter {
     const server = new KvServer(options);
     try {
       for (const url of options.listen) server.listenOn(url);
+      await server.openLoopbacks();
     } catch (error) {
       server.shutdownNow();
       throw error;
     }
     server.reclaimTimer = setInterval(() => server.reclaim(), Math.max(10, Math.min(100, server.graceMs / 4)));
     server.reclaimTimer.unref();
+    server.keepaliveTimer = setInterval(() => server.sweep(), server.keepaliveMs);
+    server.keepaliveTimer.unref();
     return server;
   }
 
@@ -156,11 +186,11 @@ export class KvServer extends EventEmitter {
       } catch (error) {
         throw new KvConfigError(`cannot serve ${url}: ${(error as Error).message}`);
       }
-      if (!this.regionMr) this.regionMr = provider.register(this.memory, 0, this.memory.length, access.REMOTE_ALL);
+      const region = provider.register(this.memory, 0, this.memory.length, access.REMOTE_ALL);
       const cq = provider.createCq(8192);
       const recv = provider.allocate(this.layout.maxClients * RECVS_PER_CLIENT * KvLayout.SERVER_RECV_BYTES, Access.LOCAL_WRITE);
       const send = provider.allocate(this.layout.maxClients * SEND_SLOTS * KvLayout.CONTROL_RECV_BYTES, Access.LOCAL_WRITE);
-      entry = { provider, cq, recv, send };
+      entry = { provider, cq, region, recv, send };
       this.providers.set(scheme, entry);
       provider.on('connectRequest', (request) => this.onConnectRequest(entry!, request.privateData, request));
       cq.watch(() => this.drain(entry!));
@@ -178,12 +208,36 @@ export class KvServer extends EventEmitter {
     this.log?.info({ url: listener.url, regionBytes: this.layout.regionBytes, buckets: this.layout.bucketCount }, 'listening');
   }
 
+  /** Each provider's connection to this server itself (to its first listener of that scheme). */
+  private async openLoopbacks(): Promise<void> {
+    for (const [scheme, fabric] of this.providers) {
+      const url = this.urls.find((u) => u.startsWith(`${scheme}://`))!;
+      const cq = fabric.provider.createCq(512);
+      const scratch = fabric.provider.allocate(256 * 8, Access.LOCAL_WRITE);
+      try {
+        const connection = await fabric.provider.connect(url.replace('://0.0.0.0:', '://127.0.0.1:'), {
+          cq,
+          privateData: loopbackData(this.loopbackSecret),
+          timeoutMs: 5000,
+        });
+        fabric.loopback = { connection, cq, scratch };
+      } catch (error) {
+        // Without it, a dead client's bucket locks stay taken: say so loudly.
+        this.log?.error({ url, err: (error as Error).message }, 'no loopback connection: locks of dead clients cannot be released');
+      }
+    }
+  }
+
   private onConnectRequest(
-    entry: { provider: Provider; cq: CompletionQueue; recv: MemoryRegion; send: MemoryRegion },
+    entry: Fabric,
     privateData: Buffer,
     request: import('../native/index.js').ConnectionRequest,
   ): void {
-    const { version, digest } = parseConnectData(privateData);
+    const { version, digest, loopback } = parseConnectData(privateData);
+    if (loopback && timingSafeEqual(loopback, this.loopbackSecret)) {
+      this.loopbacks.add(request.accept({ cq: entry.cq }));
+      return;
+    }
     const reject = (reason: number, why: string) => {
       this.counters.rejectedConnections++;
       this.log?.warn({ peer: request.peerAddress, why }, 'connection rejected');
@@ -208,7 +262,7 @@ export class KvServer extends EventEmitter {
       this.log?.error({ err: error }, 'accept failed');
       return;
     }
-    const client: Client = { id, ring, connection, recvBase, sends: 0, rejectedOnce: new Set() };
+    const client: Client = { id, ring, connection, recvBase, sends: 0, lastSeen: performance.now(), rejectedOnce: new Set() };
     this.clients.set(connection, client);
     this.byQp.set(`${entry.provider.scheme}:${connection.qpNum}`, client);
     connection.once('established', () => {
@@ -218,7 +272,7 @@ export class KvServer extends EventEmitter {
         t: 'hello',
         v: KvLayout.PROTOCOL_VERSION,
         clientId: id,
-        region: { addr: this.regionMr.addr, rkey: this.regionMr.rkey, length: BigInt(this.layout.regionBytes) },
+        region: { addr: entry.region.addr, rkey: entry.region.rkey, length: BigInt(this.layout.regionBytes) },
         layout: {
           bucketCount: this.layout.bucketCount,
           indexOffset: BigInt(this.layout.indexOffset),
@@ -231,6 +285,7 @@ export class KvServer extends EventEmitter {
           maxValueBytes: this.layout.maxValueBytes,
         },
         graceMs: this.graceMs,
+        keepaliveMs: this.keepaliveMs,
       });
       this.log?.info({ clientId: id, peer: connection.peerAddress }, 'client connected');
       this.emit('clientConnected', id);
@@ -238,11 +293,11 @@ export class KvServer extends EventEmitter {
     connection.once('disconnected', (reason) => this.forget(entry, client, reason));
   }
 
-  private recvRequest(entry: { recv: MemoryRegion }, index: number) {
+  private recvRequest(entry: Fabric, index: number) {
     return { wrId: index, local: entry.recv, localOffset: index * KvLayout.SERVER_RECV_BYTES, length: KvLayout.SERVER_RECV_BYTES };
   }
 
-  private send(entry: { send: MemoryRegion }, client: Client, message: ControlMessage): void {
+  private send(entry: Fabric, client: Client, message: ControlMessage): void {
     const bytes = encode(message);
     if (bytes.length > KvLayout.CONTROL_RECV_BYTES) throw new Error(`control message of ${bytes.length} bytes is too large`);
     const slot = client.ring * SEND_SLOTS + (client.sends++ % SEND_SLOTS);
@@ -253,7 +308,7 @@ export class KvServer extends EventEmitter {
   }
 
   /** One pass over the CQ (event mode): everything that arrived, in batches. */
-  private drain(entry: { provider: Provider; cq: CompletionQueue; recv: MemoryRegion; send: MemoryRegion }): void {
+  private drain(entry: Fabric): void {
     for (let round = 0; round < 2; round++) {
       for (;;) {
         const n = entry.cq.pollRaw();
@@ -264,8 +319,9 @@ export class KvServer extends EventEmitter {
     }
   }
 
-  private onCompletion(entry: { provider: Provider; recv: MemoryRegion; send: MemoryRegion }, wc: ReturnType<typeof readCompletion>): void {
+  private onCompletion(entry: Fabric, wc: ReturnType<typeof readCompletion>): void {
     const client = this.byQp.get(`${entry.provider.scheme}:${wc.qpNum}`);
+    if (client) client.lastSeen = performance.now();
     if (wc.statusName !== 'SUCCESS') {
       if (wc.statusName !== 'WR_FLUSH_ERR') {
         this.rdmaErrors.set(wc.statusName, (this.rdmaErrors.get(wc.statusName) ?? 0) + 1);
@@ -310,7 +366,7 @@ export class KvServer extends EventEmitter {
     this.heap.retire(this.heap.classOfUnits(units), block);
   }
 
-  private onControl(entry: { send: MemoryRegion }, client: Client, bytes: Buffer): void {
+  private onControl(entry: Fabric, client: Client, bytes: Buffer): void {
     let message: ControlMessage;
     try {
       message = decode(bytes);
@@ -318,6 +374,8 @@ export class KvServer extends EventEmitter {
       return this.rejectMessage(client, 'malformed', `${(error as Error).message}`);
     }
     switch (message.t) {
+      case 'ping':
+        return this.send(entry, client, { t: 'pong' });
       case 'grant': {
         const { c, n } = message;
         if (!Number.isInteger(c) || c < 0 || c >= this.layout.classes.length || !Number.isInteger(n) || n < 1 || n > GRANT_BATCH) {
@@ -352,12 +410,84 @@ export class KvServer extends EventEmitter {
     this.log?.warn({ clientId: client.id, why }, 'control message rejected');
   }
 
-  private forget(entry: { provider: Provider }, client: Client, reason: string): void {
+  /**
+   * A client is gone (it closed, died, or broke). Fence it first — its queue
+   * pair moves to the error state, so nothing it still sends can land — then
+   * release every bucket lock it holds, through our own loopback queue pair:
+   * lock words are changed only by RDMA atomics, never by this CPU.
+   */
+  private forget(entry: Fabric, client: Client, reason: string): void {
     if (!this.clients.delete(client.connection)) return;
+    client.connection.disconnect();
+    this.counters.fencedClients++;
     this.byQp.delete(`${entry.provider.scheme}:${client.connection.qpNum}`);
-    this.freeRings.push(client.ring);
     this.log?.info({ clientId: client.id, reason }, 'client disconnected');
-    this.emit('clientDisconnected', client.id);
+    // The ring is reused only once the locks are released (chained: one recovery at a time).
+    this.recovery = this.recovery
+      .then(async () => {
+        await this.releaseLocks(entry, client.id);
+      })
+      .catch((error: Error) => this.log?.error({ clientId: client.id, err: error.message }, 'lock recovery failed'))
+      .finally(() => {
+        this.freeRings.push(client.ring);
+        this.emit('clientDisconnected', client.id);
+      });
+  }
+
+  /** Lock words whose owner is `id`: read with the CPU (reads are safe), released with RDMA FETCH_AND_ADD. */
+  private async releaseLocks(entry: Fabric, id: number): Promise<number> {
+    const loop = entry.loopback;
+    if (this.closed) return 0;
+    if (!loop) {
+      this.log?.error({ clientId: id }, 'cannot release the locks of a departed client: no loopback connection');
+      return 0;
+    }
+    const words = new Uint32Array(this.memory.bytes.buffer, this.memory.bytes.byteOffset + this.layout.indexOffset, this.layout.bucketCount * 16);
+    const held: number[] = [];
+    for (let b = 0; b < this.layout.bucketCount; b++) if (words[b * 16] === id) held.push(b); // low half of word 0: the owner
+    for (let i = 0; i < held.length; i += 256) {
+      const batch = held.slice(i, i + 256);
+      loop.connection.postSend(
+        batch.map((bucket, k) => ({
+          wrId: k,
+          opcode: Opcode.FETCH_AND_ADD,
+          flags: k === batch.length - 1 ? SendFlag.SIGNALED : 0,
+          local: loop.scratch,
+          localOffset: k * 8,
+          length: 8,
+          remoteAddr: entry.region.addr + BigInt(this.layout.indexOffset + bucket * KvLayout.BUCKET_BYTES),
+          rkey: entry.region.rkey,
+          compareAdd: (1n << 32n) - BigInt(id),
+        })),
+      );
+      const [wc] = await loop.cq.take(1, { timeoutMs: 10_000 });
+      if (wc?.statusName !== 'SUCCESS') throw new Error(`releasing locks: ${wc?.statusName}`);
+    }
+    if (held.length > 0) {
+      this.counters.lockRecoveries += held.length;
+      this.log?.warn({ clientId: id, locks: held.length }, 'released the locks of a departed client');
+    }
+    return held.length;
+  }
+
+  /** Keepalive: a client silent for three intervals is taken for dead. */
+  private sweep(): void {
+    const now = performance.now();
+    for (const [fabricKey, fabric] of this.providers) {
+      for (const client of this.clients.values()) {
+        if (!this.byQp.has(`${fabricKey}:${client.connection.qpNum}`)) continue;
+        if (now - client.lastSeen > 3 * this.keepaliveMs) {
+          this.counters.keepaliveFailures++;
+          this.log?.warn({ clientId: client.id, silentMs: Math.round(now - client.lastSeen) }, 'keepalive timeout');
+          this.forget(fabric, client, 'keepalive timeout');
+        }
+      }
+    }
+  }
+
+  /** Resolves when every departed client's locks have been released. */
+  async settled(): Promise<void> {
+    await this.recovery;
   }
 
   private reclaim(): void {
@@ -380,6 +510,9 @@ export class KvServer extends EventEmitter {
       notifications: this.counters.notifications,
       blocksFreed: this.counters.blocksFreed,
       rejectedConnections: this.counters.rejectedConnections,
+      keepaliveFailures: this.counters.keepaliveFailures,
+      fencedClients: this.counters.fencedClients,
+      lockRecoveries: this.counters.lockRecoveries,
       rdmaErrors: Object.fromEntries(this.rdmaErrors),
     };
   }
@@ -399,8 +532,11 @@ export class KvServer extends EventEmitter {
   private shutdownNow(): void {
     this.closed = true;
     if (this.reclaimTimer) clearInterval(this.reclaimTimer);
+    if (this.keepaliveTimer) clearInterval(this.keepaliveTimer);
     for (const listener of this.listening) listener.close();
     for (const client of this.clients.keys()) client.disconnect();
+    for (const connection of this.loopbacks) connection.disconnect();
+    for (const { loopback } of this.providers.values()) loopback?.connection.disconnect();
     for (const { provider, cq } of this.providers.values()) {
       cq.unwatch();
       provider.close();

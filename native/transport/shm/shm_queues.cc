@@ -257,9 +257,14 @@ int ShmConnection::post_send(const WorkRequest* wrs, size_t count, size_t* bad) 
     *bad = 0;
     return EINVAL;  // as ibv_post_send on a queue pair that is not yet RTS
   }
-  if (s == ConnState::CONNECTED && peer_closed()) fail("the peer closed the connection", false);
   for (size_t i = 0; i < count; i++) {
     const WorkRequest& wr = wrs[i];
+    // Checked before every request: a peer that fenced us (a server releasing
+    // a dead client's locks) must not see later requests of a batch land.
+    if (s == ConnState::CONNECTED && peer_closed()) {
+      fail("the peer closed the connection", false);
+      s = state();
+    }
     const bool inline_send = has(wr.send_flags, SendFlag::INLINE);
     if (inline_send && wr.length > u32(Limit::SHM_MAX_INLINE)) {
       *bad = i;

@@ -1,0 +1,91 @@
+// KV conformance under failure: clients that die or go silent while holding
+// bucket locks are fenced, and their locks are released by the server.
+import { type ChildProcess, fork } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+import test from 'ava';
+
+import type { KvServer } from '../../server/kv-server.js';
+import { connect, startServer, validate } from '../helpers/kv.js';
+import { providersUnderTest, testScale } from '../helpers/providers.js';
+
+const child = fileURLToPath(new URL('../helpers/kv-child.js', import.meta.url));
+
+/** Buckets whose lock word has an owner (read from the server's region). */
+function heldLocks(server: KvServer): number[] {
+  const region = server.region;
+  const held: number[] = [];
+  for (let b = 0; b < server.layout.bucketCount; b++) {
+    if (region.readUInt32LE(server.layout.indexOffset + b * 64) !== 0) held.push(b);
+  }
+  return held;
+}
+
+function writer(url: string, id: number): ChildProcess {
+  return fork(child, ['write', url, String(id), '4', '60000'], { env: { ...process.env, RKV_QUIET: '1' }, stdio: 'ignore' });
+}
+
+const exited = (proc: ChildProcess) => new Promise<void>((resolve) => (proc.exitCode !== null || proc.signalCode !== null ? resolve() : proc.once('exit', () => resolve())));
+
+for (const scheme of providersUnderTest()) {
+  const kills = Math.max(4, Math.round(20 * testScale()));
+  test(`${scheme}: ${kills} writers SIGKILLed mid-PUT on hot keys leave no bucket locked, and the keys stay writable`, async (t) => {
+    const server = await startServer(scheme, { keepaliveMs: 200 });
+    t.teardown(() => server.close());
+    const url = server.urls[0]!;
+    const kv = await connect(server);
+    t.teardown(() => kv.close());
+    let killed = 0;
+    for (let round = 0; round < kills; round += 2) {
+      const connected = server.stats().clients + 2;
+      const procs = [writer(url, 100 + round), writer(url, 101 + round)];
+      // Let them connect and get going, then kill each at a random point of its PUTs.
+      while (server.stats().clients < connected) await new Promise((r) => setTimeout(r, 10));
+      await new Promise((r) => setTimeout(r, 50 + Math.random() * 250));
+      for (const proc of procs) {
+        proc.kill('SIGKILL');
+        killed++;
+      }
+      await Promise.all(procs.map(exited));
+    }
+    // The server notices each death, fences the connection, and releases its locks.
+    const deadline = Date.now() + 10_000;
+    while ((server.stats().clients > 1 || heldLocks(server).length > 0) && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 50));
+      await server.settled();
+    }
+    t.deepEqual(heldLocks(server), []);
+    t.log(`${killed} writers killed; ${server.stats().lockRecoveries} locks recovered; ${server.stats().fencedClients} clients fenced`);
+    t.is(server.stats().clients, 1);
+    t.is(server.stats().fencedClients, killed);
+    // Every hot key can be written and read, and what is there is intact.
+    for (let k = 0; k < 4; k++) {
+      const before = await kv.get(`hot:${k}`);
+      if (before) t.is(typeof validate(before), 'object', `hot:${k} holds a torn value`);
+      await kv.put(`hot:${k}`, `after the kills ${k}`);
+      t.is((await kv.get(`hot:${k}`))?.toString(), `after the kills ${k}`);
+    }
+  });
+
+  test(`${scheme}: a client that goes silent is fenced after three keepalive intervals`, async (t) => {
+    const server = await startServer(scheme, { keepaliveMs: 100 });
+    t.teardown(() => server.close());
+    const proc = writer(server.urls[0]!, 7);
+    t.teardown(() => proc.kill('SIGKILL'));
+    while (server.stats().clients === 0) await new Promise((r) => setTimeout(r, 20));
+    await new Promise((r) => setTimeout(r, 200));
+    const fenced = new Promise<number>((resolve) => server.once('clientDisconnected', resolve));
+    proc.kill('SIGSTOP'); // alive, holding whatever it held, and silent
+    await fenced;
+    await server.settled();
+    t.is(server.stats().keepaliveFailures, 1);
+    t.deepEqual(heldLocks(server), []);
+    // Its connection is fenced: whatever it sends once resumed cannot land.
+    const kv = await connect(server);
+    t.teardown(() => kv.close());
+    await kv.put('hot:0', 'written after the fence');
+    proc.kill('SIGCONT');
+    await new Promise((r) => setTimeout(r, 300));
+    t.is((await kv.get('hot:0'))?.toString(), 'written after the fence');
+  });
+}
