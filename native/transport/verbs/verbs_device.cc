@@ -346,7 +346,13 @@ std::shared_ptr<VerbsCore> open_core(std::string* error) {
 
   core->max_inline = probe_max_inline(*core);
 
-  if (core->attr.atomic_cap == IBV_ATOMIC_NONE) {
+  const char* order = std::getenv("RKV_VERBS_ATOMIC_ORDER");  // "host" or "swapped": skip the probe
+  if (order != nullptr && (std::strcmp(order, "host") == 0 || std::strcmp(order, "swapped") == 0) &&
+      core->attr.atomic_cap != IBV_ATOMIC_NONE) {
+    core->atomics_usable = true;
+    core->atomic_reply_swapped = std::strcmp(order, "swapped") == 0;
+    core->atomic_probe = std::string("RKV_VERBS_ATOMIC_ORDER=") + order + " (not probed)";
+  } else if (core->attr.atomic_cap == IBV_ATOMIC_NONE) {
     core->atomics_usable = false;
     core->atomic_probe = "the device reports atomic_cap NONE";
   } else {
@@ -372,7 +378,9 @@ std::shared_ptr<VerbsCore> open_core(std::string* error) {
     cores.erase(std::remove_if(cores.begin(), cores.end(), [](auto& weak) { return weak.expired(); }), cores.end());
     cores.push_back(core);
   }
-  if (const char* trace = std::getenv("RKV_VERBS_TRACE"); trace != nullptr && *trace == '1') {
+  const char* trace = std::getenv("RKV_VERBS_TRACE");
+  core->trace = trace != nullptr && *trace == '1';
+  if (core->trace) {
     std::fprintf(stderr, "rdma-kv verbs: device %s, max_qp_rd_atom %d, max_qp_init_rd_atom %d, atomic_cap %s, "
                          "max_inline %u, %s\n",
                  core->name.c_str(), core->attr.max_qp_rd_atom, core->attr.max_qp_init_rd_atom,

@@ -94,6 +94,7 @@ struct VerbsCore {
   // Soft-RoCE (vendor 0xffffff) reports a receive buffer too short for the
   // message as LOC_QP_OP_ERR, the spec says LOC_LEN_ERR (see translate()).
   bool rxe = false;
+  bool trace = false;  // RKV_VERBS_TRACE=1: the probes' results and every rdma_cm event on stderr
   // Under `mutex`: does [addr, addr+length) lie in a region of ours with LOCAL_WRITE?
   bool writable_locally(uint32_t lkey, uint64_t addr, uint64_t length);
 
