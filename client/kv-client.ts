@@ -26,6 +26,7 @@ import {
   KvTimeoutError,
   KvValueTooLargeError,
   KvInvalidArgumentError,
+  KvLockContendedError,
   errorForStatus,
 } from './errors.js';
 import { type Hello, GRANT_BATCH, RETURN_BATCH, RejectReason, classFor, connectData, decode, encode, itemUnits } from './protocol.js';
@@ -80,11 +81,14 @@ interface PendingOp {
   type: KvOp;
   key: Buffer;
   value?: Buffer;
-  cls: number; // PUT: block class
+  arg: bigint; // CAS: expected version; INCR: delta; LOCK: timeout ms; UNLOCK: token
+  cls: number; // PUT, CAS, INCR, LOCK: block class
   deadline: number;
   resolve: (result: { status: number; value?: Buffer; version: bigint }) => void;
   reject: (error: Error) => void;
   block?: number;
+  /** CAS and UNLOCK: a version mismatch is an answer, not an error. */
+  mismatchResolves?: boolean;
 }
 
 const CONTROL_TAG = 2 ** KvLayout.CONTROL_TAG_SHIFT;
@@ -294,6 +298,54 @@ export class KvClient extends EventEmitter<ClientEvents> {
     return r.status === KvStatus.OK;
   }
 
+  /**
+   * Writes `value` only if the key's current version is `expectedVersion`
+   * (from getWithVersion); `0n` means "only if the key does not exist".
+   * Resolves false when the version did not match.
+   */
+  async cas(key: Key, expectedVersion: bigint, value: Value): Promise<boolean> {
+    const r = await this.submit(KvOp.CAS, key, value, expectedVersion, true);
+    return r.status === KvStatus.OK;
+  }
+
+  /**
+   * Adds `delta` to a counter with one RDMA FETCH_AND_ADD (executed by the
+   * server's NIC, not its CPU) and resolves the new value. A missing counter
+   * is created at `delta`. Counters are unsigned 64-bit and wrap; a negative
+   * delta subtracts.
+   */
+  async incr(key: Key, delta: bigint | number = 1n): Promise<bigint> {
+    const d = BigInt.asUintN(64, BigInt(delta));
+    const r = await this.submit(KvOp.INCR, key, undefined, d);
+    return r.version;
+  }
+
+  /**
+   * Takes a distributed lock (an RDMA compare-and-swap on a lock item) and
+   * resolves with its fencing token, which grows with every acquisition of
+   * this lock: pass it to whatever the lock protects so a holder that lost
+   * the lock (it stalled and was fenced) can be refused there.
+   * Rejects with KV_LOCK_CONTENDED after `timeoutMs`.
+   */
+  async lock(name: Key, options: { timeoutMs?: number } = {}): Promise<{ token: bigint; release: () => Promise<void> }> {
+    const timeoutMs = options.timeoutMs ?? this.timeoutMs;
+    if (!(timeoutMs > 0)) throw new KvInvalidArgumentError('lock timeoutMs must be positive');
+    const r = await this.submit(KvOp.LOCK, name, undefined, BigInt(Math.ceil(timeoutMs)));
+    const token = r.version;
+    let released = false;
+    return {
+      token,
+      release: async () => {
+        if (released) return;
+        released = true;
+        const u = await this.submit(KvOp.UNLOCK, name, undefined, token, true);
+        if (u.status !== KvStatus.OK) {
+          throw new KvLockContendedError(`lock ${describe(toBuffer(name, 'name'))} was no longer held by this client (token ${token})`);
+        }
+      },
+    };
+  }
+
   getMany(keys: Key[]): Promise<Array<Buffer | undefined>> {
     return Promise.all(keys.map((k) => this.get(k)));
   }
@@ -302,7 +354,13 @@ export class KvClient extends EventEmitter<ClientEvents> {
     await Promise.all(entries.map(([k, v]) => this.put(k, v)));
   }
 
-  private submit(type: KvOp, key: Key, value?: Value): Promise<{ status: number; value?: Buffer; version: bigint }> {
+  private submit(
+    type: KvOp,
+    key: Key,
+    value?: Value,
+    arg = 0n,
+    mismatchResolves = false,
+  ): Promise<{ status: number; value?: Buffer; version: bigint }> {
     if (this._status === 'closed') return Promise.reject(new KvDisconnectedError('the client is closed'));
     if (this._status !== 'ready' || !this.session) return Promise.reject(new KvDisconnectedError(`not connected to ${this.options.url} (${this._status})`));
     const keyBytes = toBuffer(key, 'key');
@@ -311,14 +369,17 @@ export class KvClient extends EventEmitter<ClientEvents> {
     }
     let cls = -1;
     let valueBytes: Buffer | undefined;
-    if (type === KvOp.PUT) {
+    if (type === KvOp.PUT || type === KvOp.CAS) {
       valueBytes = toBuffer(value!, 'value');
       const max = this.session.hello.layout.maxValueBytes;
       if (valueBytes.length > max) return Promise.reject(new KvValueTooLargeError(`value of ${valueBytes.length} bytes: the limit is ${max}`));
       cls = classFor(this.session.hello.layout.classes, itemUnits(keyBytes.length, valueBytes.length));
+    } else if (type === KvOp.INCR || type === KvOp.LOCK) {
+      cls = classFor(this.session.hello.layout.classes, itemUnits(keyBytes.length, 0)); // in case it must be created
     }
     return new Promise((resolve, reject) => {
-      const op: PendingOp = { type, key: keyBytes, cls, deadline: performance.now() + this.timeoutMs, resolve, reject };
+      const op: PendingOp = { type, key: keyBytes, arg, cls, deadline: performance.now() + this.timeoutMs, resolve, reject };
+      if (mismatchResolves) op.mismatchResolves = true;
       if (valueBytes) op.value = valueBytes;
       this.queue.push(op);
       this.scheduleFlush();
@@ -351,7 +412,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
       const bytes = op.key.length + (op.value?.length ?? 0);
       if (arenaUsed + bytes > arena.length) break;
       this.queue.shift();
-      if (op.type === KvOp.PUT) {
+      if (op.cls >= 0) {
         const pool = session.pools[op.cls]!;
         if (pool.length < GRANT_BATCH / 4) this.requestBlocks(session, op.cls);
         if (pool.length === 0) {
@@ -376,7 +437,9 @@ export class KvClient extends EventEmitter<ClientEvents> {
         arenaUsed += op.value.length;
       }
       words[o + OpLayout.BLOCK] = op.block ?? 0;
-      words[o + OpLayout.BLOCK_UNITS] = op.type === KvOp.PUT ? session.hello.layout.classes[op.cls]! : 0;
+      words[o + OpLayout.BLOCK_UNITS] = op.cls >= 0 ? session.hello.layout.classes[op.cls]! : 0;
+      words[o + OpLayout.ARG_LO] = Number(op.arg & 0xffffffffn);
+      words[o + OpLayout.ARG_HI] = Number(op.arg >> 32n);
       this.inflight.set(id, op);
       batch.push(op);
       count++;
@@ -446,7 +509,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
       this.inflight.delete(id);
       if (words[o + ResultLayout.BLOCK_UNUSED] && op.block !== undefined) session.pools[op.cls]!.push(op.block);
       const version = BigInt(words[o + ResultLayout.VERSION_LO]!) | (BigInt(words[o + ResultLayout.VERSION_HI]!) << 32n);
-      if (status === KvStatus.OK || status === KvStatus.NOT_FOUND) {
+      if (status === KvStatus.OK || status === KvStatus.NOT_FOUND || (status === KvStatus.VERSION_MISMATCH && op.mismatchResolves)) {
         let value: Buffer | undefined;
         if (op.type === KvOp.GET && status === KvStatus.OK) {
           const at = words[o + ResultLayout.VALUE_OFFSET]!;
@@ -485,7 +548,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
         const error = new KvOutOfMemoryError(`the server has no free block of ${session.hello.layout.classes[message.c]! * 64} bytes`);
         for (let i = this.queue.length - 1; i >= 0; i--) {
           const op = this.queue[i]!;
-          if (op.type === KvOp.PUT && op.cls === message.c) {
+          if (op.cls === message.c) {
             this.queue.splice(i, 1);
             op.reject(error);
           }
@@ -597,7 +660,10 @@ export class KvClient extends EventEmitter<ClientEvents> {
   }
 }
 
-const opNames: Record<number, string> = { [KvOp.GET]: 'get', [KvOp.PUT]: 'put', [KvOp.DELETE]: 'delete', [KvOp.CAS]: 'cas' };
+const opNames: Record<number, string> = {
+  [KvOp.GET]: 'get', [KvOp.PUT]: 'put', [KvOp.DELETE]: 'delete', [KvOp.CAS]: 'cas',
+  [KvOp.INCR]: 'incr', [KvOp.LOCK]: 'lock', [KvOp.UNLOCK]: 'unlock',
+};
 
 function toBuffer(value: Key | Value, what: string): Buffer {
   if (typeof value === 'string') return Buffer.from(value, 'utf8');

@@ -24,7 +24,7 @@ import {
   access,
   readCompletion,
 } from '../native/index.js';
-import { KvLayout, Record as RecordField, RecordKind } from '../client/constants.js';
+import { ItemHeader, ItemType, KvLayout, Record as RecordField, RecordKind } from '../client/constants.js';
 import {
   type ControlMessage,
   GRANT_BATCH,
@@ -132,6 +132,8 @@ export class KvServer extends EventEmitter {
   private readonly loopbackSecret = randomBytes(32);
   private readonly loopbacks = new Set<Connection>();
   private recovery: Promise<void> = Promise.resolve();
+  /** Heap offsets (units) of lock items, learned from creations, for releasing a dead holder's locks. */
+  private readonly lockItems = new Set<number>();
 
   private constructor(private readonly options: KvServerOptions) {
     super();
@@ -352,8 +354,16 @@ export class KvServer extends EventEmitter {
     const oldSlot = region.readBigUInt64LE(at + RecordField.OLD_SLOT);
     if (oldSlot !== 0n) {
       this.retireSlot(oldSlot);
+      this.lockItems.delete(Number(oldSlot & 0xffffffffn));
     } else if (kind === RecordKind.PUT && newSlot !== 0n) {
       this.counters.items++;
+    }
+    if (newSlot !== 0n) {
+      const block = Number(newSlot & 0xffffffffn);
+      const at = this.layout.heapOffset + block * KvLayout.UNIT_BYTES;
+      if (at + KvLayout.ITEM_HEADER_BYTES <= this.layout.regionBytes && region.readUInt16LE(at + ItemHeader.TYPE) === ItemType.LOCK) {
+        this.lockItems.add(block);
+      }
     }
     if (kind === RecordKind.DELETE) this.counters.items--;
     // The client reads this counter (RDMA READ) when its ring looks full.
@@ -463,11 +473,27 @@ export class KvServer extends EventEmitter {
       const [wc] = await loop.cq.take(1, { timeoutMs: 10_000 });
       if (wc?.statusName !== 'SUCCESS') throw new Error(`releasing locks: ${wc?.statusName}`);
     }
-    if (held.length > 0) {
-      this.counters.lockRecoveries += held.length;
-      this.log?.warn({ clientId: id, locks: held.length }, 'released the locks of a departed client');
+    // Lock items (kv.lock()) it holds: CAS (token, id) -> (token, 0), the token kept.
+    let items = 0;
+    for (const block of this.lockItems) {
+      const at = this.layout.heapOffset + block * KvLayout.UNIT_BYTES + ItemHeader.ATOMIC_WORD;
+      const word = this.memory.bytes.readBigUInt64LE(at);
+      if (Number(word & 0xffffffffn) !== id) continue;
+      loop.connection.postSend([
+        {
+          wrId: 0, opcode: Opcode.CMP_AND_SWP, flags: SendFlag.SIGNALED, local: loop.scratch, length: 8,
+          remoteAddr: entry.region.addr + BigInt(at), rkey: entry.region.rkey, compareAdd: word, swap: word & ~0xffffffffn,
+        },
+      ]);
+      const [wc] = await loop.cq.take(1, { timeoutMs: 10_000 });
+      if (wc?.statusName !== 'SUCCESS') throw new Error(`releasing a lock item: ${wc?.statusName}`);
+      if (loop.scratch.bytes.readBigUInt64LE(0) === word) items++;
     }
-    return held.length;
+    if (held.length + items > 0) {
+      this.counters.lockRecoveries += held.length + items;
+      this.log?.warn({ clientId: id, bucketLocks: held.length, lockItems: items }, 'released the locks of a departed client');
+    }
+    return held.length + items;
   }
 
   /** Keepalive: a client silent for three intervals is taken for dead. */

@@ -107,6 +107,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
       d.value_len = static_cast<uint32_t>(vl);
       d.block = w[u32(OpLayout::BLOCK)];
       d.block_units = w[u32(OpLayout::BLOCK_UNITS)];
+      d.arg = static_cast<uint64_t>(w[u32(OpLayout::ARG_HI)]) << 32 | w[u32(OpLayout::ARG_LO)];
     }
     return Napi::Number::New(env, static_cast<double>(core_->submit(descs_.data(), count)));
   }

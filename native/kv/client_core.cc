@@ -21,7 +21,7 @@ constexpr size_t A_FALT = 256;                     // the displacement bucket, u
 constexpr size_t A_CAS = 320;                      // CAS results: b1, b2, alt
 constexpr size_t A_FAA = 344;                      // FAA results: b1, b2, alt
 constexpr size_t A_RECORD = 368;                   // notification record (32 B)
-constexpr size_t A_SLOT_NEW = 400, A_SLOT_MOVE = 408, A_CREDIT = 416;
+constexpr size_t A_SLOT_NEW = 400, A_SLOT_MOVE = 408, A_CREDIT = 416, A_ATOM = 424;
 constexpr size_t A_ALT = 512;                      // up to 14 candidate displacement buckets
 constexpr size_t A_CAND = 1536;                    // candidate headers: 32 + key bytes each
 constexpr size_t kCandStride = kHeader + kMaxKey;  // 1056
@@ -31,6 +31,18 @@ static_assert(A_CAND + u32(KvLayout::MAX_CANDIDATES) * kCandStride <= kAreaBytes
 constexpr uint32_t kMaxCandidates = u32(KvLayout::MAX_CANDIDATES);
 constexpr uint32_t kRingRecords = u32(KvLayout::RING_RECORDS);
 constexpr uint32_t kMaxGetRetries = 64;
+constexpr uint32_t kAtomicWord = u32(ItemHeader::ATOMIC_WORD);
+
+// The item type an op works on (DELETE takes any).
+ItemType type_for(KvOp op) {
+  switch (op) {
+    case KvOp::INCR: return ItemType::COUNTER;
+    case KvOp::LOCK:
+    case KvOp::UNLOCK: return ItemType::LOCK;
+    default: return ItemType::BYTES;
+  }
+}
+bool is_atomic_op(KvOp op) { return op == KvOp::INCR || op == KvOp::LOCK || op == KvOp::UNLOCK; }
 
 uint64_t slot_at(const uint8_t* bucket, uint32_t i) { return load_le<uint64_t>(bucket + 8 + 8 * i); }
 uint64_t lock_of(const uint8_t* bucket) { return load_le<uint64_t>(bucket); }
@@ -69,8 +81,12 @@ struct ClientCore::Op {
   uint64_t item_offset = 0;
   uint32_t item_units = 0;
   uint64_t version = 0;
-  uint32_t block = 0;
+  uint32_t block = 0, block_units = 0;
+  bool has_block = false, block_published = false;
   bool item_written = false;
+  uint64_t arg = 0;
+  uint64_t atomic_addr = 0, atomic_expect = 0, result_value = 0;
+  bool then_atomic = false;  // after W_RELEASE: the key already existed, do the atomic on it
   bool credit_reserved = false;
 
   // GET: candidates from the bucket images, slots already ruled out.
@@ -251,6 +267,7 @@ void ClientCore::get_buckets_done(Op& op) {
   uint64_t locks[2] = {lock_of(images[0]), lock_of(images[1])};
   if (op.confirming && locks[0] == op.seen_locks[0] && locks[1] == op.seen_locks[1] && lock_owner(locks[0]) == 0 &&
       lock_owner(locks[1]) == 0) {
+    if (op.type == KvOp::INCR || op.type == KvOp::LOCK) return begin_create(op);
     return finish(op, KvStatus::NOT_FOUND);
   }
   const bool held = lock_owner(locks[0]) != 0 || lock_owner(locks[1]) != 0;
@@ -329,9 +346,17 @@ void ClientCore::get_item_done(Op& op) {
     op.next_cand++;
     return get_item_next(op);
   }
-  if (load_le<uint16_t>(item + u32(ItemHeader::TYPE)) != u32(ItemType::BYTES)) {
+  if (load_le<uint16_t>(item + u32(ItemHeader::TYPE)) != u32(type_for(op.type))) {
     free_item(op);
     return finish(op, KvStatus::TYPE_MISMATCH);
+  }
+  if (is_atomic_op(op.type)) {
+    op.atomic_addr = heap_addr(slot_offset(c.slot)) + kAtomicWord;
+    const uint64_t word = load_le<uint64_t>(item + kAtomicWord);
+    op.atomic_expect = lock_owner(word) == 0 ? word : lock_word(static_cast<uint32_t>(word >> 32), 0);
+    free_item(op);
+    cache_store(op);
+    return atomic_step(op);
   }
   op.version = load_le<uint64_t>(item + u32(ItemHeader::VERSION));
   OpResult r;
@@ -362,7 +387,7 @@ void ClientCore::write_read_buckets(Op& op) {
     reserved_credits_++;
   }
   BEGIN(op, Phase::W_READ);
-  if (op.type == KvOp::PUT && !op.item_written) {
+  if (op.has_item && !op.item_written) {
     const uint8_t* item = scratch_->data() + op.item_offset;
     const uint32_t bytes = static_cast<uint32_t>(item_bytes(load_le<uint16_t>(item + u32(ItemHeader::KEY_LEN)),
                                                             load_le<uint32_t>(item + u32(ItemHeader::VALUE_LEN))));
@@ -451,8 +476,20 @@ void ClientCore::write_decide(Op& op) {
           std::memcmp(header + kHeader, op.key, op.key_len) != 0) {
         continue;
       }
-      if (load_le<uint16_t>(header + u32(ItemHeader::TYPE)) != u32(ItemType::BYTES)) {
+      if (op.type != KvOp::DELETE && load_le<uint16_t>(header + u32(ItemHeader::TYPE)) != u32(type_for(op.type))) {
         op.final_status = KvStatus::TYPE_MISMATCH;
+        return release_and_retry(op);
+      }
+      if (is_atomic_op(op.type)) {
+        // Created by someone else meanwhile: use theirs.
+        op.atomic_addr = heap_addr(slot_offset(s)) + kAtomicWord;
+        const uint64_t word = load_le<uint64_t>(header + kAtomicWord);
+        op.atomic_expect = lock_owner(word) == 0 ? word : lock_word(static_cast<uint32_t>(word >> 32), 0);
+        op.then_atomic = true;
+        return release_and_retry(op);
+      }
+      if (op.type == KvOp::CAS && load_le<uint64_t>(header + u32(ItemHeader::VERSION)) != op.arg) {
+        op.final_status = KvStatus::VERSION_MISMATCH;
         return release_and_retry(op);
       }
       op.target_bucket = static_cast<int>(b);
@@ -469,7 +506,12 @@ void ClientCore::write_decide(Op& op) {
     store_le<uint64_t>(area(op, A_SLOT_NEW), 0);
     return write_commit(op);
   }
+  if (op.type == KvOp::CAS && op.target_bucket < 0 && op.arg != 0) {
+    op.final_status = KvStatus::VERSION_MISMATCH;  // expected a version; the key is absent
+    return release_and_retry(op);
+  }
   store_le<uint64_t>(area(op, A_SLOT_NEW), make_slot(op.kh.fp, op.item_units, op.block));
+  op.block_published = true;  // once committed
   if (op.target_bucket < 0) {
     // A new key: the emptier of its two buckets.
     const uint32_t n1 = occupancy(images[0]), n2 = occupancy(images[1]);
@@ -593,9 +635,106 @@ void ClientCore::release_and_retry(Op& op) {
 }
 
 void ClientCore::released(Op& op) {
+  if (op.then_atomic) {
+    op.then_atomic = false;
+    op.block_published = false;
+    free_item(op);
+    cache_store(op);
+    return atomic_step(op);
+  }
+  op.block_published = false;
   if (op.final_status != KvStatus::OK) return finish(op, op.final_status);
   op.resume = Phase::W_READ;
   retry_later(op);
+}
+
+// ---- INCR, LOCK, UNLOCK ------------------------------------------------------------------
+
+// A missing counter or lock is created like a PUT, its word already holding
+// the first result: the delta, or token 1 held by us.
+void ClientCore::begin_create(Op& op) {
+  const uint64_t bytes = item_bytes(op.key_len, 0);
+  if (item_units(bytes) > op.block_units) return finish(op, KvStatus::PROTOCOL);
+  if (!op.has_item && !alloc_item(op, bytes)) {
+    op.resume = Phase::G_BUCKETS;
+    return retry_later(op);
+  }
+  uint8_t* item = scratch_->data() + op.item_offset;
+  op.version = static_cast<uint64_t>(region_.client_id) << 40 | (++version_seq_ & ((1ull << 40) - 1));
+  build_item(item, type_for(op.type), op.key, op.key_len, nullptr, 0, op.version);
+  store_le<uint64_t>(item + kAtomicWord, op.type == KvOp::INCR ? op.arg : lock_word(1, region_.client_id));
+  op.item_units = item_units(bytes);
+  op.item_written = false;
+  write_read_buckets(op);
+}
+
+void ClientCore::atomic_step(Op& op) {
+  BEGIN(op, Phase::A_ATOMIC);
+  const uint32_t token = static_cast<uint32_t>(op.atomic_expect >> 32);
+  switch (op.type) {
+    case KvOp::INCR:
+      add_faa(op, area_offset(op, A_ATOM), op.atomic_addr, op.arg);
+      break;
+    case KvOp::LOCK:
+      // Free (token t, owner 0) -> (t + 1, me): the fencing token grows with every acquisition.
+      add_cas(op, area_offset(op, A_ATOM), op.atomic_addr, op.atomic_expect, lock_word(token + 1, region_.client_id));
+      break;
+    default:  // UNLOCK: (t, me) -> (t, 0)
+      op.atomic_expect = lock_word(static_cast<uint32_t>(op.arg), region_.client_id);
+      add_cas(op, area_offset(op, A_ATOM), op.atomic_addr, op.atomic_expect, lock_word(static_cast<uint32_t>(op.arg), 0));
+      break;
+  }
+  close_phase(op, Phase::A_ATOMIC);
+}
+
+void ClientCore::atomic_done(Op& op) {
+  const uint64_t original = load_le<uint64_t>(area(op, A_ATOM));
+  if (op.type == KvOp::INCR) {
+    op.result_value = original + op.arg;
+    return finish(op, KvStatus::OK);
+  }
+  if (op.type == KvOp::UNLOCK) {
+    return finish(op, original == op.atomic_expect ? KvStatus::OK : KvStatus::VERSION_MISMATCH);
+  }
+  if (original == op.atomic_expect) {
+    op.result_value = (op.atomic_expect >> 32) + 1;
+    cache_store(op);
+    return finish(op, KvStatus::OK);
+  }
+  if (lock_owner(original) == 0) {
+    op.atomic_expect = original;  // free, our guess of the token was stale: try again now
+    if (++op.retries < 8) return atomic_step(op);
+  } else {
+    op.atomic_expect = lock_word(static_cast<uint32_t>(original >> 32), 0);  // free as its holder will leave it
+  }
+  op.resume = Phase::A_ATOMIC;
+  retry_later(op);
+}
+
+bool ClientCore::cache_lookup(Op& op) {
+  if (op.key_len > 64) return false;
+  const CacheEntry& e = cache_[hash_bytes(op.key, op.key_len, 1) % cache_.size()];
+  if (e.addr == 0 || e.key_len != op.key_len || std::memcmp(e.key, op.key, op.key_len) != 0) return false;
+  if (Clock::now() - e.at >= std::chrono::milliseconds(region_.grace_ms / 2)) return false;
+  op.atomic_addr = e.addr;
+  op.atomic_expect = lock_word(static_cast<uint32_t>(e.word >> 32), 0);
+  return true;
+}
+
+void ClientCore::cache_store(const Op& op) {
+  if (op.key_len > 64 || op.atomic_addr == 0) return;
+  CacheEntry& e = cache_[hash_bytes(op.key, op.key_len, 1) % cache_.size()];
+  e.addr = op.atomic_addr;
+  e.word = op.type == KvOp::LOCK ? lock_word(static_cast<uint32_t>(op.result_value ? op.result_value : op.atomic_expect >> 32), 0) : 0;
+  e.at = Clock::now();
+  e.key_len = static_cast<uint16_t>(op.key_len);
+  std::memcpy(e.key, op.key, op.key_len);
+}
+
+void ClientCore::cache_forget(const Op& op) {
+  if (op.key_len > 64) return;
+  CacheEntry& e = cache_[hash_bytes(op.key, op.key_len, 1) % cache_.size()];
+  if (e.key_len == op.key_len && std::memcmp(e.key, op.key, op.key_len) == 0) e.addr = 0;
 }
 
 // ---- common ----------------------------------------------------------------------------
@@ -620,6 +759,8 @@ void ClientCore::resume(Op& op) {
       return get_read_buckets(op, Phase::G_BUCKETS);
     case Phase::G_CONFIRM:
       return get_read_buckets(op, Phase::G_CONFIRM);
+    case Phase::A_ATOMIC:
+      return atomic_step(op);
     default:
       op.moving = false;
       return write_read_buckets(op);
@@ -637,7 +778,15 @@ void ClientCore::phase_done(Op& op) {
     case Phase::W_VERIFY: return write_decide(op);
     case Phase::W_ALT: return write_alt_done(op);
     case Phase::W_ALT_LOCK: return write_alt_locked(op);
-    case Phase::W_COMMIT: return finish(op, KvStatus::OK);
+    case Phase::W_COMMIT:
+      if (is_atomic_op(op.type)) {
+        // Created with the first result in its word: the counter holds the delta, the lock token 1.
+        op.atomic_addr = heap_addr(op.block) + kAtomicWord;
+        op.result_value = op.type == KvOp::INCR ? op.arg : 1;
+        cache_store(op);
+      }
+      return finish(op, KvStatus::OK);
+    case Phase::A_ATOMIC: return atomic_done(op);
     case Phase::W_RELEASE: return released(op);
     default: return;
   }
@@ -648,8 +797,9 @@ void ClientCore::finish(Op& op, KvStatus status, uint32_t detail) {
   r.id = op.id;
   r.status = status;
   r.detail = detail;
-  r.version = status == KvStatus::OK ? op.version : 0;
-  r.block_unused = op.type == KvOp::PUT && status != KvStatus::OK;
+  r.version = status != KvStatus::OK ? 0 : is_atomic_op(op.type) ? op.result_value : op.version;
+  r.block_unused = op.has_block && !(status == KvStatus::OK && op.block_published);
+  if (op.type == KvOp::DELETE || status == KvStatus::TYPE_MISMATCH) cache_forget(op);
   ready_.push_back(r);
   free_item(op);
   release_op(op);
@@ -681,7 +831,7 @@ size_t ClientCore::submit(const OpDesc* descs, size_t count) {
     const OpDesc& d = descs[taken];
     if (free_ops_.empty()) break;
     Op& op = ops_[free_ops_.back()];
-    const bool writes_item = d.type == KvOp::PUT;
+    const bool writes_item = d.type == KvOp::PUT || d.type == KvOp::CAS;
     if (writes_item && d.key_len <= kMaxKey && d.value_len <= region_.max_value &&
         !alloc_item(op, item_bytes(d.key_len, d.value_len))) {
       break;  // no scratch for the item now: the caller keeps this op
@@ -699,6 +849,13 @@ size_t ClientCore::submit(const OpDesc* descs, size_t count) {
     op.moving = false;
     op.final_status = KvStatus::OK;
     op.locked[0] = op.locked[1] = op.locked[2] = false;
+    op.arg = d.arg;
+    op.then_atomic = false;
+    op.block_published = false;
+    op.has_block = d.type == KvOp::PUT || d.type == KvOp::CAS || d.type == KvOp::INCR || d.type == KvOp::LOCK;
+    op.block = d.block;
+    op.block_units = d.block_units;
+    if (d.type == KvOp::LOCK && d.arg > 0) op.deadline = now + std::chrono::milliseconds(d.arg);
     if (d.key_len > kMaxKey) {
       finish(op, KvStatus::KEY_TOO_LARGE);
       continue;
@@ -716,17 +873,25 @@ size_t ClientCore::submit(const OpDesc* descs, size_t count) {
     op.kh = hash_key(op.key, op.key_len, region_.seed, region_.bucket_count);
     op.bucket[0] = op.kh.b1;
     op.bucket[1] = op.kh.b2;
+    if (op.has_block && (static_cast<uint64_t>(d.block) + d.block_units) * kUnit > region_.heap_bytes) {
+      finish(op, KvStatus::PROTOCOL);  // a block outside the heap
+      continue;
+    }
     if (d.type == KvOp::GET) {
       get_read_buckets(op, Phase::G_BUCKETS);
-    } else if (d.type == KvOp::PUT || d.type == KvOp::DELETE) {
+    } else if (is_atomic_op(d.type)) {
+      if (cache_lookup(op)) {
+        atomic_step(op);
+      } else {
+        get_read_buckets(op, Phase::G_BUCKETS);
+      }
+    } else if (d.type == KvOp::PUT || d.type == KvOp::DELETE || d.type == KvOp::CAS) {
       if (writes_item) {
         const uint64_t bytes = item_bytes(d.key_len, d.value_len);
-        if (item_units(bytes) > d.block_units ||
-            (static_cast<uint64_t>(d.block) + d.block_units) * kUnit > region_.heap_bytes) {
+        if (item_units(bytes) > d.block_units) {
           finish(op, KvStatus::PROTOCOL);  // the caller's block does not hold this item
           continue;
         }
-        op.block = d.block;
         op.item_units = item_units(bytes);
         op.version = static_cast<uint64_t>(region_.client_id) << 40 | (++version_seq_ & ((1ull << 40) - 1));
         build_item(scratch_->data() + op.item_offset, ItemType::BYTES, op.key, op.key_len, d.value, d.value_len,

@@ -46,8 +46,9 @@ struct OpDesc {
   uint32_t key_len;
   const uint8_t* value;
   uint32_t value_len;
-  uint32_t block;        // PUT: granted heap block, in units from the heap's start
-  uint32_t block_units;  // PUT: its size, in units
+  uint32_t block;        // PUT, CAS, INCR, LOCK: granted heap block, in units from the heap's start
+  uint32_t block_units;  // its size, in units
+  uint64_t arg;          // CAS: expected version (0: only if absent); INCR: delta; LOCK: timeout ms; UNLOCK: token
 };
 
 struct OpResult {
@@ -55,7 +56,7 @@ struct OpResult {
   KvStatus status = KvStatus::OK;
   uint64_t value_offset = 0;  // in scratch()
   uint32_t value_len = 0;
-  uint64_t version = 0;
+  uint64_t version = 0;       // GET, PUT, CAS: the item's version; INCR: the new value; LOCK: the token
   uint32_t detail = 0;        // RDMA_ERROR: the WcStatus; retries otherwise
   bool block_unused = false;  // a PUT that did not publish its block
 };
@@ -88,7 +89,8 @@ class ClientCore {
  private:
   enum class Phase : uint8_t {
     IDLE, G_BUCKETS, G_CONFIRM, G_ITEM,  // GET
-    W_READ, W_LOCK, W_VERIFY, W_ALT, W_ALT_LOCK, W_CREDIT, W_COMMIT, W_RELEASE,  // PUT, DELETE
+    W_READ, W_LOCK, W_VERIFY, W_ALT, W_ALT_LOCK, W_CREDIT, W_COMMIT, W_RELEASE,  // PUT, DELETE, CAS, creation
+    A_ATOMIC,  // INCR, LOCK, UNLOCK: one atomic on the item's word
     BACKOFF,
   };
   struct Candidate {
@@ -136,6 +138,12 @@ class ClientCore {
   void retry_later(Op& op);
   void resume(Op& op);
   void phase_done(Op& op);
+  void begin_create(Op& op);
+  void atomic_step(Op& op);
+  void atomic_done(Op& op);
+  bool cache_lookup(Op& op);
+  void cache_store(const Op& op);
+  void cache_forget(const Op& op);
   bool alloc_item(Op& op, uint64_t bytes);
   void free_item(Op& op);
 
@@ -168,6 +176,18 @@ class ClientCore {
   bool broken_ = false;
   uint32_t broken_detail_ = 0;
   std::minstd_rand rng_;
+
+  // Addresses of counter and lock items, so INCR and LOCK take one atomic.
+  // Trusted for half the grace period only: a block is not reused within the
+  // grace period of its retirement. Short keys only; direct-mapped.
+  struct CacheEntry {
+    uint64_t addr = 0;
+    uint64_t word = 0;  // last lock word seen (LOCK's first guess)
+    Clock::time_point at;
+    uint16_t key_len = 0;
+    uint8_t key[64];
+  };
+  std::vector<CacheEntry> cache_ = std::vector<CacheEntry>(1024);
 };
 
 }  // namespace rkv::kv

@@ -2,6 +2,9 @@
 //   model  URL PREFIX COUNT SEED    random put/get/delete on own keys vs a Map
 //   write  URL WRITER KEYS MS       self-validating writes to hot keys
 //   read   URL KEYS MS              reads hot keys, validates every value
+//   incr   URL KEY COUNT            COUNT increments of one counter, 16 at a time
+//   locked URL LOCK KEY COUNT       COUNT times: lock, get+put KEY + 1 (not atomic), unlock
+//   hold   URL LOCK                 take the lock, report, and wait to be killed
 import { KvClient } from '../../client/index.js';
 import { selfValidating, validate } from './kv.js';
 
@@ -91,6 +94,31 @@ async function main(): Promise<void> {
       ops += batch.length;
     }
     send({ ops, bad: bad.slice(0, 10), badCount: bad.length });
+  } else if (mode === 'incr') {
+    const [key, count] = [args[0]!, Number(args[1])];
+    let done = 0;
+    while (done < count) {
+      const n = Math.min(16, count - done);
+      await Promise.all(Array.from({ length: n }, () => kv.incr(key)));
+      done += n;
+    }
+    send({ done });
+  } else if (mode === 'locked') {
+    const [name, key, count] = [args[0]!, args[1]!, Number(args[2])];
+    const seen: Array<[number, string]> = []; // (value read inside the lock, token)
+    for (let i = 0; i < count; i++) {
+      const lock = await kv.lock(name, { timeoutMs: 30_000 });
+      const value = Number((await kv.get(key))?.toString() ?? '0');
+      await kv.put(key, String(value + 1));
+      seen.push([value, lock.token.toString()]);
+      await lock.release();
+    }
+    send({ seen });
+  } else if (mode === 'hold') {
+    const lock = await kv.lock(args[0]!);
+    send({ token: lock.token.toString() });
+    setInterval(() => {}, 1 << 30);
+    return;
   } else {
     throw new Error(`unknown mode ${mode}`);
   }
