@@ -36,7 +36,7 @@ import {
   tokenDigest,
 } from '../client/protocol.js';
 import { Heap } from './store/heap.js';
-import { type RegionLayout, LayoutError, planLayout, writeSuperblock } from './store/layout.js';
+import { type RegionLayout, LayoutError, compareLayout, planLayout, readSuperblock, writeSuperblock } from './store/layout.js';
 
 export interface KvServerOptions {
   /** URLs to listen on: shm:///path/to.sock, rdma://host:port. */
@@ -55,6 +55,12 @@ export interface KvServerOptions {
   maxClients?: number;
   /** Clients ping this often; one silent for 3 intervals is fenced and its locks released. @default 1000 */
   keepaliveMs?: number;
+  /**
+   * Keep the region in this file (a shared mapping): a server restarted on it
+   * after a crash or SIGKILL releases every lock, rebuilds its free lists from
+   * the live slots and serves the same data.
+   */
+  regionFile?: string;
   logger?: Logger;
 }
 
@@ -134,6 +140,7 @@ export class KvServer extends EventEmitter {
   private recovery: Promise<void> = Promise.resolve();
   /** Heap offsets (units) of lock items, learned from creations, for releasing a dead holder's locks. */
   private readonly lockItems = new Set<number>();
+  private recovering = false;
 
   private constructor(private readonly options: KvServerOptions) {
     super();
@@ -152,10 +159,22 @@ export class KvServer extends EventEmitter {
       if (error instanceof LayoutError) throw new KvConfigError(error.message);
       throw error;
     }
-    this.memory = new Memory(this.layout.regionBytes);
-    this.seed = randomBytes(8).readBigUInt64LE();
-    writeSuperblock(this.memory.bytes, this.layout, this.seed, BigInt(Date.now()));
+    try {
+      this.memory = options.regionFile === undefined ? new Memory(this.layout.regionBytes) : new Memory(this.layout.regionBytes, options.regionFile);
+    } catch (error) {
+      throw new KvConfigError(`region: ${(error as Error).message}`);
+    }
     this.heap = new Heap(this.layout.heapBytes / KvLayout.UNIT_BYTES, this.layout.classes, this.graceMs);
+    if (this.memory.existed) {
+      const found = readSuperblock(this.memory.bytes);
+      const mismatch = compareLayout(found, this.layout);
+      if (mismatch) throw new KvConfigError(`${options.regionFile} was created with ${mismatch}: start with the options it was created with`);
+      this.seed = found.seed;
+      this.recovering = true;
+    } else {
+      this.seed = randomBytes(8).readBigUInt64LE();
+    }
+    writeSuperblock(this.memory.bytes, this.layout, this.seed, BigInt(Date.now()));
     for (let i = maxClients - 1; i >= 0; i--) this.freeRings.push(i);
     if (options.token !== undefined) this.tokenHash = tokenDigest(options.token);
   }
@@ -166,6 +185,7 @@ export class KvServer extends EventEmitter {
     try {
       for (const url of options.listen) server.listenOn(url);
       await server.openLoopbacks();
+      if (server.recovering) await server.recover();
     } catch (error) {
       server.shutdownNow();
       throw error;
@@ -444,8 +464,36 @@ export class KvServer extends EventEmitter {
       });
   }
 
-  /** Lock words whose owner is `id`: read with the CPU (reads are safe), released with RDMA FETCH_AND_ADD. */
-  private async releaseLocks(entry: Fabric, id: number): Promise<number> {
+  /**
+   * Restart on an existing region file: every lock word and lock item still
+   * owned (by clients of the previous run) is released through the loopback
+   * queue pair, and the heap's free lists are rebuilt from the live slots.
+   */
+  private async recover(): Promise<void> {
+    const region = this.memory.bytes;
+    const live = new Map<number, number>(); // block -> units
+    for (let b = 0; b < this.layout.bucketCount; b++) {
+      const bucket = this.layout.indexOffset + b * KvLayout.BUCKET_BYTES;
+      for (let i = 1; i <= KvLayout.SLOTS_PER_BUCKET; i++) {
+        const slot = region.readBigUInt64LE(bucket + 8 * i);
+        if (slot !== 0n) live.set(Number(slot & 0xffffffffn), Number((slot >> 32n) & 0xffffn)); // a moved entry may stand twice
+      }
+    }
+    for (const block of live.keys()) {
+      const at = this.layout.heapOffset + block * KvLayout.UNIT_BYTES;
+      if (region.readUInt16LE(at + ItemHeader.TYPE) === ItemType.LOCK) this.lockItems.add(block);
+    }
+    this.heap.rebuild([...live].map(([block, units]) => ({ block, units })));
+    this.counters.items = live.size;
+    const fabric = [...this.providers.values()][0]!;
+    const released = await this.releaseLocks(fabric, 'any');
+    this.log?.info({ items: live.size, locksReleased: released }, 'recovered the region file');
+    this.recovering = false;
+  }
+
+  /** Lock words whose owner is `owner` ('any': all held): read with the CPU (reads are safe), released with RDMA atomics. */
+  private async releaseLocks(entry: Fabric, owner: number | 'any'): Promise<number> {
+    const id = owner;
     const loop = entry.loopback;
     if (this.closed) return 0;
     if (!loop) {
@@ -454,9 +502,13 @@ export class KvServer extends EventEmitter {
     }
     const words = new Uint32Array(this.memory.bytes.buffer, this.memory.bytes.byteOffset + this.layout.indexOffset, this.layout.bucketCount * 16);
     const held: number[] = [];
-    for (let b = 0; b < this.layout.bucketCount; b++) if (words[b * 16] === id) held.push(b); // low half of word 0: the owner
+    for (let b = 0; b < this.layout.bucketCount; b++) {
+      const holder = words[b * 16]!; // the low half of word 0: the owner
+      if (holder !== 0 && (id === 'any' || holder === id)) held.push(b);
+    }
     for (let i = 0; i < held.length; i += 256) {
       const batch = held.slice(i, i + 256);
+      const holders = batch.map((bucket) => words[bucket * 16]!);
       loop.connection.postSend(
         batch.map((bucket, k) => ({
           wrId: k,
@@ -467,7 +519,7 @@ export class KvServer extends EventEmitter {
           length: 8,
           remoteAddr: entry.region.addr + BigInt(this.layout.indexOffset + bucket * KvLayout.BUCKET_BYTES),
           rkey: entry.region.rkey,
-          compareAdd: (1n << 32n) - BigInt(id),
+          compareAdd: (1n << 32n) - BigInt(holders[k]!),
         })),
       );
       const [wc] = await loop.cq.take(1, { timeoutMs: 10_000 });
@@ -478,7 +530,8 @@ export class KvServer extends EventEmitter {
     for (const block of this.lockItems) {
       const at = this.layout.heapOffset + block * KvLayout.UNIT_BYTES + ItemHeader.ATOMIC_WORD;
       const word = this.memory.bytes.readBigUInt64LE(at);
-      if (Number(word & 0xffffffffn) !== id) continue;
+      const holder = Number(word & 0xffffffffn);
+      if (holder === 0 || (id !== 'any' && holder !== id)) continue;
       loop.connection.postSend([
         {
           wrId: 0, opcode: Opcode.CMP_AND_SWP, flags: SendFlag.SIGNALED, local: loop.scratch, length: 8,

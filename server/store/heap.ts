@@ -72,6 +72,33 @@ export class Heap {
     return n;
   }
 
+  /**
+   * After a restart: the blocks the live slots use are taken, everything else
+   * is free (gaps carved into the largest classes that fit).
+   */
+  rebuild(live: Array<{ block: number; units: number }>): void {
+    live.sort((a, b) => a.block - b.block);
+    this.free.forEach((list) => (list.length = 0));
+    this.usedUnits.fill(0);
+    let cursor = 0;
+    const carve = (from: number, to: number) => {
+      for (let at = from, c = this.classes.length - 1; c >= 0; c--) {
+        while (to - at >= this.classes[c]!) {
+          this.free[c]!.push(at);
+          at += this.classes[c]!;
+        }
+      }
+    };
+    for (const { block, units } of live) {
+      if (block < cursor) continue; // overlapping would be corruption; never reuse it
+      const cls = this.classOfUnits(units);
+      carve(cursor, block);
+      this.usedUnits[cls]! += this.classes[cls]!;
+      cursor = block + this.classes[cls]!;
+    }
+    this.bump = cursor;
+  }
+
   /** The class of a published item of `units` units (its block's class). */
   classOfUnits(units: number): number {
     let lo = 0;

@@ -65,3 +65,46 @@ export function writeSuperblock(region: Buffer, layout: RegionLayout, seed: bigi
   put(Superblock.MAX_CLIENTS, layout.maxClients);
   put(Superblock.MAX_VALUE_BYTES, layout.maxValueBytes);
 }
+
+export interface SuperblockFields {
+  magic: number;
+  version: number;
+  bucketCount: number;
+  indexOffset: number;
+  heapOffset: number;
+  heapBytes: number;
+  seed: bigint;
+  ringOffset: number;
+  maxClients: number;
+  maxValueBytes: number;
+}
+
+export function readSuperblock(region: Buffer): SuperblockFields {
+  const get = (at: number) => region.readBigUInt64LE(at);
+  return {
+    magic: Number(get(Superblock.MAGIC)),
+    version: Number(get(Superblock.VERSION)),
+    bucketCount: Number(get(Superblock.BUCKET_COUNT)),
+    indexOffset: Number(get(Superblock.INDEX_OFFSET)),
+    heapOffset: Number(get(Superblock.HEAP_OFFSET)),
+    heapBytes: Number(get(Superblock.HEAP_BYTES)),
+    seed: get(Superblock.SEED),
+    ringOffset: Number(get(Superblock.RING_OFFSET)),
+    maxClients: Number(get(Superblock.MAX_CLIENTS)),
+    maxValueBytes: Number(get(Superblock.MAX_VALUE_BYTES)),
+  };
+}
+
+/** How an existing region's superblock differs from the planned layout ("" when it does not). */
+export function compareLayout(found: SuperblockFields, planned: RegionLayout): string {
+  if (found.magic !== KvLayout.MAGIC) return 'no rdma-kv superblock (not a region file)';
+  if (found.version !== KvLayout.PROTOCOL_VERSION) return `layout version ${found.version}`;
+  const fields: Array<[keyof SuperblockFields & keyof RegionLayout, string]> = [
+    ['bucketCount', '--buckets'], ['maxClients', '--max-clients'], ['maxValueBytes', '--max-value'],
+    ['indexOffset', 'another layout'], ['heapOffset', 'another layout'], ['heapBytes', 'another layout'], ['ringOffset', 'another layout'],
+  ];
+  for (const [field, option] of fields) {
+    if (found[field] !== planned[field]) return `${field} ${found[field]} (${option}), not ${planned[field]}`;
+  }
+  return '';
+}
