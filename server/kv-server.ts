@@ -81,6 +81,7 @@ export interface KvServerStats {
   keepaliveFailures: number;
   fencedClients: number;
   lockRecoveries: number;
+  controlMessages: number;
   rdmaErrors: Record<string, number>;
 }
 
@@ -129,7 +130,7 @@ export class KvServer extends EventEmitter {
   private closed = false;
   private readonly counters = {
     items: 0, grants: 0, blocksGranted: 0, notifications: 0, blocksFreed: 0, rejectedConnections: 0,
-    keepaliveFailures: 0, fencedClients: 0, lockRecoveries: 0,
+    keepaliveFailures: 0, fencedClients: 0, lockRecoveries: 0, controlMessages: 0,
   };
   private readonly rdmaErrors = new Map<string, number>();
   private readonly seed: bigint;
@@ -372,8 +373,14 @@ export class KvServer extends EventEmitter {
     const kind = Number(region.readBigUInt64LE(at + RecordField.KIND));
     const newSlot = region.readBigUInt64LE(at + RecordField.NEW_SLOT);
     const oldSlot = region.readBigUInt64LE(at + RecordField.OLD_SLOT);
+    // The client wrote this record: nothing in it is trusted.
+    if ((kind !== RecordKind.PUT && kind !== RecordKind.DELETE) || !this.slotInHeap(newSlot) || !this.slotInHeap(oldSlot)) {
+      this.rejectMessage(client, 'notification', `malformed notification record ${seq}`);
+      region.writeBigUInt64LE(BigInt(seq) + 1n, ringStart);
+      return;
+    }
     if (oldSlot !== 0n) {
-      this.retireSlot(oldSlot);
+      if (!this.retireSlot(oldSlot)) this.rejectMessage(client, 'retire', `notification ${seq} retires a block that is not in use`);
       this.lockItems.delete(Number(oldSlot & 0xffffffffn));
     } else if (kind === RecordKind.PUT && newSlot !== 0n) {
       this.counters.items++;
@@ -390,13 +397,22 @@ export class KvServer extends EventEmitter {
     region.writeBigUInt64LE(BigInt(seq) + 1n, ringStart);
   }
 
-  private retireSlot(slot: bigint): void {
+  private retireSlot(slot: bigint): boolean {
     const units = Number((slot >> 32n) & 0xffffn);
     const block = Number(slot & 0xffffffffn);
-    this.heap.retire(this.heap.classOfUnits(units), block);
+    return this.heap.retire(this.heap.classOfUnits(units), block);
+  }
+
+  /** 0, or a slot whose item lies inside the heap. */
+  private slotInHeap(slot: bigint): boolean {
+    if (slot === 0n) return true;
+    const units = Number((slot >> 32n) & 0xffffn);
+    const block = Number(slot & 0xffffffffn);
+    return units > 0 && (block + units) * KvLayout.UNIT_BYTES <= this.layout.heapBytes;
   }
 
   private onControl(entry: Fabric, client: Client, bytes: Buffer): void {
+    this.counters.controlMessages++;
     let message: ControlMessage;
     try {
       message = decode(bytes);
@@ -422,9 +438,8 @@ export class KvServer extends EventEmitter {
         if (!Number.isInteger(c) || c < 0 || c >= this.layout.classes.length || !Array.isArray(blocks)) {
           return this.rejectMessage(client, 'return', 'bad return message');
         }
-        const heapUnits = this.layout.heapBytes / KvLayout.UNIT_BYTES;
         for (const block of blocks) {
-          if (Number.isInteger(block) && block >= 0 && block + this.layout.classes[c]! <= heapUnits) this.heap.giveBack(c, block);
+          if (!this.heap.giveBack(c, block)) this.rejectMessage(client, 'return', 'returned a block that was not granted');
         }
         return;
       }
@@ -592,6 +607,7 @@ export class KvServer extends EventEmitter {
       keepaliveFailures: this.counters.keepaliveFailures,
       fencedClients: this.counters.fencedClients,
       lockRecoveries: this.counters.lockRecoveries,
+      controlMessages: this.counters.controlMessages,
       rdmaErrors: Object.fromEntries(this.rdmaErrors),
     };
   }

@@ -19,6 +19,8 @@ export class Heap {
   private readonly usedUnits: number[];
   private readonly graceQueue: Array<{ at: number; cls: number; block: number }> = [];
   private graceHead = 0;
+  /** One bit per unit: set where a granted (or live) block starts. A block is freed only if its bit is set. */
+  private readonly granted: Uint8Array;
 
   constructor(
     private readonly heapUnits: number,
@@ -28,6 +30,20 @@ export class Heap {
   ) {
     this.free = classes.map(() => []);
     this.usedUnits = classes.map(() => 0);
+    this.granted = new Uint8Array(Math.ceil(heapUnits / 8));
+  }
+
+  private mark(block: number, on: boolean): void {
+    if (on) this.granted[block >> 3]! |= 1 << (block & 7);
+    else this.granted[block >> 3]! &= ~(1 << (block & 7));
+  }
+
+  /** Is `block` a granted block of class `cls` that may be retired? (Guards against forged or repeated notices.) */
+  isGranted(cls: number, block: number): boolean {
+    return (
+      Number.isInteger(block) && block >= 0 && cls >= 0 && cls < this.classes.length &&
+      block + this.classes[cls]! <= this.heapUnits && (this.granted[block >> 3]! & (1 << (block & 7))) !== 0
+    );
   }
 
   /** Up to `count` blocks of class `cls` (offsets in units); fewer when the heap is full. */
@@ -41,18 +57,25 @@ export class Heap {
       this.bump += size;
     }
     this.usedUnits[cls]! += out.length * size;
+    for (const block of out) this.mark(block, true);
     return out;
   }
 
   /** A block that is no longer referenced, reusable after the grace period. */
-  retire(cls: number, block: number): void {
+  retire(cls: number, block: number): boolean {
+    if (!this.isGranted(cls, block)) return false;
+    this.mark(block, false);
     this.graceQueue.push({ at: this.now() + this.graceMs, cls, block });
+    return true;
   }
 
   /** A block that was never published (returned unused): reusable at once. */
-  giveBack(cls: number, block: number): void {
+  giveBack(cls: number, block: number): boolean {
+    if (!this.isGranted(cls, block)) return false;
+    this.mark(block, false);
     this.free[cls]!.push(block);
     this.usedUnits[cls]! -= this.classes[cls]!;
+    return true;
   }
 
   /** Frees every retired block whose grace period has passed; returns how many. */
@@ -80,6 +103,7 @@ export class Heap {
     live.sort((a, b) => a.block - b.block);
     this.free.forEach((list) => (list.length = 0));
     this.usedUnits.fill(0);
+    this.granted.fill(0);
     let cursor = 0;
     const carve = (from: number, to: number) => {
       for (let at = from, c = this.classes.length - 1; c >= 0; c--) {
@@ -94,6 +118,7 @@ export class Heap {
       const cls = this.classOfUnits(units);
       carve(cursor, block);
       this.usedUnits[cls]! += this.classes[cls]!;
+      this.mark(block, true);
       cursor = block + this.classes[cls]!;
     }
     this.bump = cursor;

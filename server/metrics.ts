@@ -1,0 +1,184 @@
+// kv-server's metrics: prom-client in its own Registry (never the global one),
+// computed on scrape from KvServer.stats(), and the HTTP server that serves
+// them (/metrics) together with the raw stats as JSON (/stats, read by kvctl).
+//
+// METRICS below is the one list of rdma-kv's metrics; docs/operations.md
+// documents each entry, and test/server/metrics.test.ts checks that the two agree.
+import { type IncomingMessage, type Server, type ServerResponse, createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+
+import type { KvServerStats } from './kv-server.js';
+
+export interface MetricDef {
+  name: string;
+  type: 'gauge' | 'counter';
+  help: string;
+  /** Set for metrics with one series per label value. */
+  label?: string;
+  /** The value(s), from one stats snapshot. Counters read the server's monotone totals. */
+  value: (stats: KvServerStats) => number | Record<string, number>;
+}
+
+/** Every rdma-kv metric (prom-client's process and Node.js metrics come on top). */
+export const METRICS: readonly MetricDef[] = [
+  { name: 'rdmakv_region_bytes', type: 'gauge', help: 'Size of the registered region (superblock, rings, index and heap), in bytes.', value: (s) => s.regionBytes },
+  { name: 'rdmakv_index_bytes', type: 'gauge', help: 'Size of the hash index (buckets), in bytes.', value: (s) => s.indexBytes },
+  { name: 'rdmakv_heap_bytes', type: 'gauge', help: 'Size of the item heap, in bytes.', value: (s) => s.heapBytes },
+  { name: 'rdmakv_heap_used_bytes', type: 'gauge', help: 'Heap bytes granted to clients and not freed yet (live items, blocks clients hold, blocks in their grace period).', value: (s) => s.heapUsedBytes },
+  {
+    name: 'rdmakv_heap_class_used_bytes',
+    type: 'gauge',
+    help: 'rdmakv_heap_used_bytes by size class; class_bytes is the block size of the class.',
+    label: 'class_bytes',
+    value: (s) => s.heapUsedBytesByClass,
+  },
+  { name: 'rdmakv_items', type: 'gauge', help: 'Keys stored.', value: (s) => s.items },
+  { name: 'rdmakv_slots', type: 'gauge', help: 'Slots in the index (buckets times slots per bucket).', value: (s) => s.slots },
+  { name: 'rdmakv_slot_load_factor', type: 'gauge', help: 'Items divided by slots (0 to 1); PUTs may fail with KV_TABLE_FULL above about 0.9.', value: (s) => (s.slots > 0 ? s.items / s.slots : 0) },
+  { name: 'rdmakv_connected_clients', type: 'gauge', help: 'Clients connected now.', value: (s) => s.clients },
+  { name: 'rdmakv_grants_total', type: 'counter', help: 'Heap grant requests answered.', value: (s) => s.grants },
+  { name: 'rdmakv_blocks_granted_total', type: 'counter', help: 'Heap blocks granted to clients.', value: (s) => s.blocksGranted },
+  { name: 'rdmakv_notifications_total', type: 'counter', help: 'PUT and DELETE notifications drained (one per completed write).', value: (s) => s.notifications },
+  { name: 'rdmakv_blocks_freed_total', type: 'counter', help: 'Superseded or deleted blocks returned to the heap after the grace period.', value: (s) => s.blocksFreed },
+  { name: 'rdmakv_rejected_connections_total', type: 'counter', help: 'Connection requests rejected (wrong token, protocol version, no free client slot, shutting down).', value: (s) => s.rejectedConnections },
+  { name: 'rdmakv_keepalive_failures_total', type: 'counter', help: 'Clients taken for dead after three silent keepalive intervals.', value: (s) => s.keepaliveFailures },
+  { name: 'rdmakv_fenced_clients_total', type: 'counter', help: 'Departed clients whose queue pair was moved to the error state.', value: (s) => s.fencedClients },
+  { name: 'rdmakv_lock_recoveries_total', type: 'counter', help: 'Bucket locks released on behalf of departed clients.', value: (s) => s.lockRecoveries },
+  {
+    name: 'rdmakv_rdma_error_completions_total',
+    type: 'counter',
+    help: 'Error completions on the server\'s queue pairs by ibv_wc_status name (flushes after a first error are not counted).',
+    label: 'status',
+    value: (s) => s.rdmaErrors,
+  },
+];
+
+/**
+ * One stats snapshot per scrape: the first collect() of a scrape calls
+ * stats(), the others reuse it; it expires at the next turn of the event loop.
+ */
+function snapshotter(stats: () => KvServerStats | undefined): () => KvServerStats | undefined {
+  let cached: KvServerStats | undefined;
+  let valid = false;
+  return () => {
+    if (!valid) {
+      cached = stats();
+      valid = true;
+      setImmediate(() => {
+        valid = false;
+        cached = undefined;
+      }).unref();
+    }
+    return cached;
+  };
+}
+
+/** A Registry holding METRICS (read from `stats` at each scrape) and prom-client's default metrics. */
+export function createRegistry(stats: () => KvServerStats | undefined, options: { defaultMetrics?: boolean } = {}): Registry {
+  const registry = new Registry();
+  const snapshot = snapshotter(stats);
+  for (const def of METRICS) {
+    const labelNames = def.label ? [def.label] : [];
+    if (def.type === 'gauge') {
+      new Gauge({
+        name: def.name,
+        help: def.help,
+        labelNames,
+        registers: [registry],
+        collect() {
+          const s = snapshot();
+          if (!s) return;
+          const value = def.value(s);
+          if (typeof value === 'number') return this.set(value);
+          this.reset();
+          for (const [label, v] of Object.entries(value)) this.set({ [def.label!]: label }, v);
+        },
+      });
+    } else {
+      new Counter({
+        name: def.name,
+        help: def.help,
+        labelNames,
+        registers: [registry],
+        // Counters mirror the server's own monotone totals: set, never incremented here.
+        collect() {
+          const s = snapshot();
+          if (!s) return;
+          const value = def.value(s);
+          this.reset();
+          if (typeof value === 'number') return this.inc(value);
+          for (const [label, v] of Object.entries(value)) this.inc({ [def.label!]: label }, v);
+        },
+      });
+    }
+  }
+  if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: registry });
+  return registry;
+}
+
+export interface MetricsServer {
+  /** http://host:port */
+  readonly url: string;
+  close(): Promise<void>;
+}
+
+/**
+ * Serves GET /metrics (Prometheus text format) and GET /stats (KvServer.stats()
+ * as JSON). Until `stats` returns something (the store is still starting),
+ * both answer 503.
+ */
+export async function startMetricsServer(options: {
+  host: string;
+  port: number;
+  registry: Registry;
+  stats: () => KvServerStats | undefined;
+}): Promise<MetricsServer> {
+  const { registry, stats } = options;
+  const handle = async (request: IncomingMessage, response: ServerResponse): Promise<void> => {
+    const path = (request.url ?? '/').split('?')[0];
+    if (path !== '/metrics' && path !== '/stats') {
+      response.writeHead(404, { 'content-type': 'text/plain' }).end('not found: try /metrics or /stats\n');
+      return;
+    }
+    if (request.method !== 'GET' && request.method !== 'HEAD') {
+      response.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'text/plain' }).end('method not allowed\n');
+      return;
+    }
+    const current = stats();
+    if (!current) {
+      response.writeHead(503, { 'content-type': 'text/plain', 'retry-after': '1' }).end('starting\n');
+      return;
+    }
+    if (path === '/stats') {
+      response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(current) + '\n');
+      return;
+    }
+    const body = await registry.metrics();
+    response.writeHead(200, { 'content-type': registry.contentType }).end(body);
+  };
+  const server: Server = createServer((request, response) => {
+    handle(request, response).catch((error: Error) => {
+      if (!response.headersSent) response.writeHead(500, { 'content-type': 'text/plain' });
+      response.end(`${error.message}\n`);
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port, options.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const address = server.address() as AddressInfo;
+  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  return {
+    url: `http://${host}:${address.port}`,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}
