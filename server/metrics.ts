@@ -17,40 +17,45 @@ export interface MetricDef {
   help: string;
   /** Set for metrics with one series per label value. */
   label?: string;
+  /** The KvServer.stats() fields it is computed from (a test checks every field is exposed). */
+  stats: ReadonlyArray<keyof KvServerStats>;
   /** The value(s), from one stats snapshot. Counters read the server's monotone totals. */
   value: (stats: KvServerStats) => number | Record<string, number>;
 }
 
 /** Every rdma-kv metric (prom-client's process and Node.js metrics come on top). */
 export const METRICS: readonly MetricDef[] = [
-  { name: 'rdmakv_region_bytes', type: 'gauge', help: 'Size of the registered region (superblock, rings, index and heap), in bytes.', value: (s) => s.regionBytes },
-  { name: 'rdmakv_index_bytes', type: 'gauge', help: 'Size of the hash index (buckets), in bytes.', value: (s) => s.indexBytes },
-  { name: 'rdmakv_heap_bytes', type: 'gauge', help: 'Size of the item heap, in bytes.', value: (s) => s.heapBytes },
-  { name: 'rdmakv_heap_used_bytes', type: 'gauge', help: 'Heap bytes granted to clients and not freed yet (live items, blocks clients hold, blocks in their grace period).', value: (s) => s.heapUsedBytes },
+  { name: 'rdmakv_region_bytes', type: 'gauge', help: 'Size of the registered region (superblock, rings, index and heap), in bytes.', stats: ['regionBytes'], value: (s) => s.regionBytes },
+  { name: 'rdmakv_index_bytes', type: 'gauge', help: 'Size of the hash index (buckets), in bytes.', stats: ['indexBytes'], value: (s) => s.indexBytes },
+  { name: 'rdmakv_heap_bytes', type: 'gauge', help: 'Size of the item heap, in bytes.', stats: ['heapBytes'], value: (s) => s.heapBytes },
+  { name: 'rdmakv_heap_used_bytes', type: 'gauge', help: 'Heap bytes granted to clients and not freed yet (live items, blocks clients hold, blocks in their grace period).', stats: ['heapUsedBytes'], value: (s) => s.heapUsedBytes },
   {
     name: 'rdmakv_heap_class_used_bytes',
     type: 'gauge',
     help: 'rdmakv_heap_used_bytes by size class; class_bytes is the block size of the class.',
     label: 'class_bytes',
+    stats: ['heapUsedBytesByClass'],
     value: (s) => s.heapUsedBytesByClass,
   },
-  { name: 'rdmakv_items', type: 'gauge', help: 'Keys stored.', value: (s) => s.items },
-  { name: 'rdmakv_slots', type: 'gauge', help: 'Slots in the index (buckets times slots per bucket).', value: (s) => s.slots },
-  { name: 'rdmakv_slot_load_factor', type: 'gauge', help: 'Items divided by slots (0 to 1); PUTs may fail with KV_TABLE_FULL above about 0.9.', value: (s) => (s.slots > 0 ? s.items / s.slots : 0) },
-  { name: 'rdmakv_connected_clients', type: 'gauge', help: 'Clients connected now.', value: (s) => s.clients },
-  { name: 'rdmakv_grants_total', type: 'counter', help: 'Heap grant requests answered.', value: (s) => s.grants },
-  { name: 'rdmakv_blocks_granted_total', type: 'counter', help: 'Heap blocks granted to clients.', value: (s) => s.blocksGranted },
-  { name: 'rdmakv_notifications_total', type: 'counter', help: 'PUT and DELETE notifications drained (one per completed write).', value: (s) => s.notifications },
-  { name: 'rdmakv_blocks_freed_total', type: 'counter', help: 'Superseded or deleted blocks returned to the heap after the grace period.', value: (s) => s.blocksFreed },
-  { name: 'rdmakv_rejected_connections_total', type: 'counter', help: 'Connection requests rejected (wrong token, protocol version, no free client slot, shutting down).', value: (s) => s.rejectedConnections },
-  { name: 'rdmakv_keepalive_failures_total', type: 'counter', help: 'Clients taken for dead after three silent keepalive intervals.', value: (s) => s.keepaliveFailures },
-  { name: 'rdmakv_fenced_clients_total', type: 'counter', help: 'Departed clients whose queue pair was moved to the error state.', value: (s) => s.fencedClients },
-  { name: 'rdmakv_lock_recoveries_total', type: 'counter', help: 'Bucket locks released on behalf of departed clients.', value: (s) => s.lockRecoveries },
+  { name: 'rdmakv_items', type: 'gauge', help: 'Keys stored.', stats: ['items'], value: (s) => s.items },
+  { name: 'rdmakv_slots', type: 'gauge', help: 'Slots in the index (buckets times slots per bucket).', stats: ['slots'], value: (s) => s.slots },
+  { name: 'rdmakv_slot_load_factor', type: 'gauge', help: 'Items divided by slots (0 to 1); PUTs may fail with KV_TABLE_FULL above about 0.9.', stats: ['slots', 'items'], value: (s) => (s.slots > 0 ? s.items / s.slots : 0) },
+  { name: 'rdmakv_connected_clients', type: 'gauge', help: 'Clients connected now.', stats: ['clients'], value: (s) => s.clients },
+  { name: 'rdmakv_grants_total', type: 'counter', help: 'Heap grant requests answered.', stats: ['grants'], value: (s) => s.grants },
+  { name: 'rdmakv_blocks_granted_total', type: 'counter', help: 'Heap blocks granted to clients.', stats: ['blocksGranted'], value: (s) => s.blocksGranted },
+  { name: 'rdmakv_notifications_total', type: 'counter', help: 'PUT and DELETE notifications drained (one per completed write).', stats: ['notifications'], value: (s) => s.notifications },
+  { name: 'rdmakv_blocks_freed_total', type: 'counter', help: 'Superseded or deleted blocks returned to the heap after the grace period.', stats: ['blocksFreed'], value: (s) => s.blocksFreed },
+  { name: 'rdmakv_rejected_connections_total', type: 'counter', help: 'Connection requests rejected (wrong token, protocol version, no free client slot, shutting down).', stats: ['rejectedConnections'], value: (s) => s.rejectedConnections },
+  { name: 'rdmakv_control_messages_total', type: 'counter', help: 'Control messages received from clients (grant requests, block returns, pings), malformed ones included.', stats: ['controlMessages'], value: (s) => s.controlMessages },
+  { name: 'rdmakv_keepalive_failures_total', type: 'counter', help: 'Clients taken for dead after three silent keepalive intervals.', stats: ['keepaliveFailures'], value: (s) => s.keepaliveFailures },
+  { name: 'rdmakv_fenced_clients_total', type: 'counter', help: 'Departed clients whose queue pair was moved to the error state.', stats: ['fencedClients'], value: (s) => s.fencedClients },
+  { name: 'rdmakv_lock_recoveries_total', type: 'counter', help: 'Bucket locks released on behalf of departed clients.', stats: ['lockRecoveries'], value: (s) => s.lockRecoveries },
   {
     name: 'rdmakv_rdma_error_completions_total',
     type: 'counter',
     help: 'Error completions on the server\'s queue pairs by ibv_wc_status name (flushes after a first error are not counted).',
     label: 'status',
+    stats: ['rdmaErrors'],
     value: (s) => s.rdmaErrors,
   },
 ];
