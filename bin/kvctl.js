@@ -1,0 +1,13 @@
+#!/usr/bin/env node
+// kvctl launcher: the CLI is compiled TypeScript in dist/ (npm run build:ts).
+let cli;
+try {
+  cli = await import('../dist/server/kvctl.js');
+} catch (err) {
+  if (err && err.code === 'ERR_MODULE_NOT_FOUND' && String(err.message).includes('dist/server/kvctl.js')) {
+    process.stderr.write('kvctl: dist/server/kvctl.js is missing; build it first with: npm run build\n');
+    process.exit(2);
+  }
+  throw err;
+}
+process.exit(await cli.main(process.argv.slice(2)));
