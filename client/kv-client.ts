@@ -3,6 +3,7 @@
 // RDMA round trip and hands back one result per operation. Control messages
 // (hello, heap grants) travel as msgpack over SEND/RECV on the same queue pair.
 import { EventEmitter } from 'node:events';
+import { appendFileSync } from 'node:fs';
 
 import {
   Access,
@@ -67,6 +68,29 @@ export interface KvClientOptions {
   reconnect?: boolean;
   /** Scratch memory for item buffers (registered once). @default 16 MiB */
   scratchBytes?: number;
+  /**
+   * Records every operation's invocation and completion (for checking
+   * linearizability): a JSONL file path, or a function given each event.
+   */
+  history?: string | ((event: HistoryEvent) => void);
+}
+
+/** One line of a recorded history. Values are UTF-8 text, or "base64:..." for other bytes. */
+export interface HistoryEvent {
+  type: 'invoke' | 'ok' | 'fail';
+  /** The operation's number within this client. */
+  id: number;
+  f: 'get' | 'put' | 'delete' | 'cas' | 'incr' | 'lock' | 'unlock';
+  key: string;
+  /** invoke: the value written (put, cas); ok: the value read (get), or the result (delete, cas: boolean; incr: decimal) */
+  value?: string | boolean | null;
+  /** cas: the version expected (decimal) */
+  expected?: string;
+  /** get ok: the version read (decimal) */
+  version?: string;
+  error?: string;
+  /** process.hrtime.bigint() in ns (CLOCK_MONOTONIC: comparable across processes of one host) */
+  time: string;
 }
 
 export type KvStatusName = 'connecting' | 'ready' | 'reconnecting' | 'closed';
@@ -221,11 +245,19 @@ export class KvClient extends EventEmitter<ClientEvents> {
   private keepaliveTimer: NodeJS.Timeout | undefined;
   private lastPong = 0;
   private closing: Promise<void> | undefined;
+  private readonly record: ((event: HistoryEvent) => void) | undefined;
+  private historyId = 0;
 
   private constructor(private readonly options: KvClientOptions) {
     super();
     this.timeoutMs = options.timeoutMs ?? 5000;
     this.pollMode = options.pollMode ?? 'busy';
+    if (typeof options.history === 'string') {
+      const path = options.history;
+      this.record = (event) => appendFileSync(path, JSON.stringify(event) + '\n');
+    } else {
+      this.record = options.history;
+    }
   }
 
   /** Connects, receives the server's hello, and resolves when operations can be issued. */
@@ -377,10 +409,49 @@ export class KvClient extends EventEmitter<ClientEvents> {
     } else if (type === KvOp.INCR || type === KvOp.LOCK) {
       cls = classFor(this.session.hello.layout.classes, itemUnits(keyBytes.length, 0)); // in case it must be created
     }
+    if (this.record) return this.recorded(type, keyBytes, valueBytes, arg, cls, mismatchResolves);
     return new Promise((resolve, reject) => {
       const op: PendingOp = { type, key: keyBytes, arg, cls, deadline: performance.now() + this.timeoutMs, resolve, reject };
       if (mismatchResolves) op.mismatchResolves = true;
       if (valueBytes) op.value = valueBytes;
+      this.queue.push(op);
+      this.scheduleFlush();
+    });
+  }
+
+  /** submit() with each invocation and completion written to the history. */
+  private recorded(type: KvOp, key: Buffer, value: Buffer | undefined, arg: bigint, cls: number, mismatchResolves: boolean) {
+    const record = this.record!;
+    const id = ++this.historyId;
+    const f = (opNames[type] ?? 'op') as HistoryEvent['f'];
+    const base = { id, f, key: text(key) };
+    const invoke: HistoryEvent = { ...base, type: 'invoke', time: process.hrtime.bigint().toString() };
+    if (value) invoke.value = text(value);
+    if (type === KvOp.CAS) invoke.expected = arg.toString();
+    record(invoke);
+    return new Promise<{ status: number; value?: Buffer; version: bigint }>((resolve, reject) => {
+      const op: PendingOp = {
+        type, key, arg, cls, deadline: performance.now() + this.timeoutMs,
+        resolve: (r) => {
+          const done: HistoryEvent = { ...base, type: 'ok', time: process.hrtime.bigint().toString() };
+          if (type === KvOp.GET) {
+            done.value = r.value ? text(r.value) : null;
+            if (r.value) done.version = r.version.toString();
+          } else if (type === KvOp.DELETE || type === KvOp.CAS) {
+            done.value = r.status === KvStatus.OK;
+          } else if (type === KvOp.INCR) {
+            done.value = r.version.toString();
+          }
+          record(done);
+          resolve(r);
+        },
+        reject: (error) => {
+          record({ ...base, type: 'fail', error: (error as KvError).code ?? error.message, time: process.hrtime.bigint().toString() });
+          reject(error);
+        },
+      };
+      if (value) op.value = value;
+      if (mismatchResolves) op.mismatchResolves = true;
       this.queue.push(op);
       this.scheduleFlush();
     });
@@ -664,6 +735,11 @@ const opNames: Record<number, string> = {
   [KvOp.GET]: 'get', [KvOp.PUT]: 'put', [KvOp.DELETE]: 'delete', [KvOp.CAS]: 'cas',
   [KvOp.INCR]: 'incr', [KvOp.LOCK]: 'lock', [KvOp.UNLOCK]: 'unlock',
 };
+
+function text(bytes: Buffer): string {
+  const s = bytes.toString('utf8');
+  return Buffer.from(s, 'utf8').equals(bytes) ? s : `base64:${bytes.toString('base64')}`;
+}
 
 function toBuffer(value: Key | Value, what: string): Buffer {
   if (typeof value === 'string') return Buffer.from(value, 'utf8');

@@ -5,6 +5,7 @@
 //   incr   URL KEY COUNT            COUNT increments of one counter, 16 at a time
 //   locked URL LOCK KEY COUNT       COUNT times: lock, get+put KEY + 1 (not atomic), unlock
 //   hold   URL LOCK                 take the lock, report, and wait to be killed
+//   lin    URL PROCESS COUNT FILE   random get/put/delete/cas on 3 keys, history in FILE
 import { KvClient } from '../../client/index.js';
 import { selfValidating, validate } from './kv.js';
 
@@ -23,7 +24,7 @@ function rng(seed: number): () => number {
 }
 
 async function main(): Promise<void> {
-  const kv = await KvClient.connect({ url: url! });
+  const kv = await KvClient.connect(mode === 'lin' ? { url: url!, history: args[2]! } : { url: url! });
   if (mode === 'model') {
     const [prefix, count, seed] = [args[0]!, Number(args[1]), Number(args[2])];
     const random = rng(seed);
@@ -82,7 +83,14 @@ async function main(): Promise<void> {
     while (Date.now() < end) {
       const batch = Array.from({ length: 8 }, () => `hot:${Math.floor(random() * keys)}`);
       if (mode === 'write') {
-        await Promise.all(batch.map((key) => kv.put(key, selfValidating(writer, ++seq, 12 + Math.floor(random() * 2000)))));
+        // Hot keys, plus one key of our own whose acknowledgement we report:
+        // whatever kills us, an acknowledged PUT must survive.
+        const own = `own:${writer}:${seq}`;
+        const ownValue = selfValidating(writer, seq, 64);
+        await Promise.all([
+          ...batch.map((key) => kv.put(key, selfValidating(writer, ++seq, 12 + Math.floor(random() * 2000)))),
+          kv.put(own, ownValue).then(() => send({ acked: own })),
+        ]);
       } else {
         const values = await kv.getMany(batch);
         for (const value of values) {
@@ -114,6 +122,22 @@ async function main(): Promise<void> {
       await lock.release();
     }
     send({ seen });
+  } else if (mode === 'lin') {
+    const [proc, count] = [Number(args[0]), Number(args[1])];
+    const random = rng(proc * 31 + 7);
+    for (let i = 0; i < count; i++) {
+      const key = `lin-${Math.floor(random() * 3)}`;
+      const dice = random();
+      const value = `p${proc}-${i}`; // unique per write
+      if (dice < 0.35) await kv.get(key);
+      else if (dice < 0.65) await kv.put(key, value);
+      else if (dice < 0.75) await kv.delete(key);
+      else {
+        const seen = await kv.getWithVersion(key);
+        await kv.cas(key, seen?.version ?? 0n, value);
+      }
+    }
+    send({ done: count });
   } else if (mode === 'hold') {
     const lock = await kv.lock(args[0]!);
     send({ token: lock.token.toString() });
