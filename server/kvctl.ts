@@ -228,10 +228,11 @@ async function stats(args: CtlArgs, io: Io): Promise<void> {
   try {
     response = await fetch(url, { signal: AbortSignal.timeout(args.timeoutMs) });
   } catch (error) {
-    const cause = (error as { cause?: { code?: string } }).cause;
-    const why = cause?.code === 'ECONNREFUSED'
-      ? 'connection refused (is kv-server running with --metrics-port?)'
-      : (error as Error).name === 'TimeoutError' ? `no answer within ${args.timeoutMs} ms` : cause?.code ?? (error as Error).message;
+    const cause = (error as { cause?: { code?: string; message?: string } }).cause;
+    const why =
+      cause?.code === 'ECONNREFUSED' ? 'connection refused (is kv-server running with --metrics-port?)'
+      : (error as Error).name === 'TimeoutError' ? `no answer within ${args.timeoutMs} ms`
+      : cause?.code ?? cause?.message ?? (error as Error).message;
     throw new Error(`cannot reach ${url}: ${why}`);
   }
   const body = await response.text();
