@@ -49,7 +49,7 @@ export const METRICS: readonly MetricDef[] = [
   { name: 'rdmakv_control_messages_total', type: 'counter', help: 'Control messages received from clients (grant requests, block returns, pings), malformed ones included.', stats: ['controlMessages'], value: (s) => s.controlMessages },
   { name: 'rdmakv_keepalive_failures_total', type: 'counter', help: 'Clients taken for dead after three silent keepalive intervals.', stats: ['keepaliveFailures'], value: (s) => s.keepaliveFailures },
   { name: 'rdmakv_fenced_clients_total', type: 'counter', help: 'Departed clients whose queue pair was moved to the error state.', stats: ['fencedClients'], value: (s) => s.fencedClients },
-  { name: 'rdmakv_lock_recoveries_total', type: 'counter', help: 'Bucket locks released on behalf of departed clients.', stats: ['lockRecoveries'], value: (s) => s.lockRecoveries },
+  { name: 'rdmakv_lock_recoveries_total', type: 'counter', help: 'Locks released on behalf of departed clients (bucket lock words and lock items).', stats: ['lockRecoveries'], value: (s) => s.lockRecoveries },
   {
     name: 'rdmakv_rdma_error_completions_total',
     type: 'counter',
