@@ -1,0 +1,174 @@
+// kv-server's option parsers: sizes, durations, counts, listen URLs, tokens,
+// the whole configuration, and the held-back log stream.
+import { writeFileSync } from 'node:fs';
+
+import test from 'ava';
+
+import {
+  DEFAULTS,
+  type RawServerArgs,
+  StartupError,
+  UsageError,
+  checkListenUrl,
+  formatBytes,
+  parseCount,
+  parseDuration,
+  parseSize,
+  readTokenFile,
+  resolveConfig,
+} from '../../server/config.js';
+import { HeldBackStream } from '../../server/logging.js';
+import { socketPath, socketUrl } from './helpers.js';
+
+test('sizes: bytes, binary units in any case, fractions that land on whole bytes', (t) => {
+  const cases: Array<[string, number]> = [
+    ['4096', 4096],
+    ['0', 0],
+    ['1GiB', 2 ** 30],
+    ['512MiB', 512 * 2 ** 20],
+    ['64M', 64 * 2 ** 20],
+    ['64m', 64 * 2 ** 20],
+    ['64MB', 64 * 2 ** 20],
+    ['2k', 2048],
+    ['1.5GiB', 1.5 * 2 ** 30],
+    ['1 TiB', 2 ** 40],
+    ['100B', 100],
+  ];
+  for (const [text, bytes] of cases) t.is(parseSize(text, '--memory'), bytes, text);
+});
+
+test('sizes: what is not a size is a UsageError naming the option', (t) => {
+  for (const text of ['', 'GiB', '1PiB', '-1G', '1e9', '12 parsecs', '0x100', '1.1', '1,5G']) {
+    const error = t.throws(() => parseSize(text, '--memory'), { instanceOf: UsageError }, text);
+    t.true(error.message.startsWith('--memory: '), error.message);
+  }
+  t.throws(() => parseSize('99999999T', '--memory'), { instanceOf: UsageError, message: /too large/ });
+});
+
+test('durations: milliseconds by default, ms/s/m/h suffixes', (t) => {
+  const cases: Array<[string, number]> = [
+    ['1000', 1000],
+    ['250ms', 250],
+    ['2s', 2000],
+    ['1.5s', 1500],
+    ['2m', 120_000],
+    ['1h', 3_600_000],
+    ['0', 0],
+  ];
+  for (const [text, ms] of cases) t.is(parseDuration(text, '--grace-ms'), ms, text);
+  for (const text of ['soon', '1d', '-5', '0.5ms', '']) t.throws(() => parseDuration(text, '--grace-ms'), { instanceOf: UsageError, message: /^--grace-ms: / });
+});
+
+test('counts: whole numbers within range', (t) => {
+  t.is(parseCount('256', '--max-clients', 1, 65536), 256);
+  t.throws(() => parseCount('0', '--max-clients', 1, 65536), { message: /out of range \(1 to 65536\)/ });
+  t.throws(() => parseCount('2.5', '--max-clients', 1, 65536), { message: /not a whole number/ });
+  t.throws(() => parseCount('lots', '--max-clients', 1, 65536), { instanceOf: UsageError });
+});
+
+test('listen URLs: shm with an absolute path, rdma with host and port, nothing else', (t) => {
+  t.is(checkListenUrl('shm:///run/rdma-kv/kv.sock'), 'shm:///run/rdma-kv/kv.sock');
+  t.is(checkListenUrl('SHM:///tmp/a.sock'), 'shm:///tmp/a.sock');
+  t.is(checkListenUrl('rdma://0.0.0.0:7471'), 'rdma://0.0.0.0:7471');
+  t.is(checkListenUrl('rdma://10.0.0.5:0'), 'rdma://10.0.0.5:0');
+  t.is(checkListenUrl('rdma://[::]:7471'), 'rdma://[::]:7471');
+  t.is(checkListenUrl('rdma://node-3.cluster:7471/'), 'rdma://node-3.cluster:7471');
+  const bad: Array<[string, RegExp]> = [
+    ['tcp://127.0.0.1:7471', /no provider for this URL/],
+    ['/run/rdma-kv/kv.sock', /no provider for this URL/],
+    ['shm://kv.sock', /absolute socket path/],
+    [`shm:///${'x'.repeat(120)}.sock`, /at most 107/],
+    ['shm:///run/rdma-kv/', /names a directory/],
+    ['rdma://0.0.0.0', /name a port/],
+    ['rdma://0.0.0.0:99999', /out of range/],
+    ['rdma://0.0.0.0:port', /expected rdma:\/\/host:port/],
+    ['rdma://a:b:c', /expected rdma:\/\/host:port/],
+    ['rdma://:7471', /expected rdma:\/\/host:port/],
+    ['rdma://h:7471/path', /expected rdma:\/\/host:port/],
+  ];
+  for (const [url, reason] of bad) t.throws(() => checkListenUrl(url), { instanceOf: UsageError, message: reason }, url);
+});
+
+test('token files: trimmed; missing or empty is a StartupError with the path', (t) => {
+  const file = `${socketPath(socketUrl())}.token`;
+  writeFileSync(file, '\t secret token \n');
+  t.is(readTokenFile(file), 'secret token');
+  t.throws(() => readTokenFile('/nonexistent/token'), { instanceOf: StartupError, message: 'cannot read --token-file /nonexistent/token: no such file' });
+  t.throws(() => readTokenFile('/'), { instanceOf: StartupError, message: /cannot read --token-file \/: it is a directory/ });
+  writeFileSync(file, '\n\n');
+  t.throws(() => readTokenFile(file), { instanceOf: StartupError, message: /is empty/ });
+});
+
+const defaults = (): RawServerArgs => ({
+  listen: [...DEFAULTS.listen],
+  memory: DEFAULTS.memory,
+  maxValue: DEFAULTS.maxValue,
+  graceMs: DEFAULTS.graceMs,
+  keepaliveMs: DEFAULTS.keepaliveMs,
+  maxClients: DEFAULTS.maxClients,
+  metricsPort: DEFAULTS.metricsPort,
+  metricsHost: DEFAULTS.metricsHost,
+  logLevel: DEFAULTS.logLevel,
+});
+
+test('the defaults make a valid configuration: 1 GiB on shm:///run/rdma-kv/kv.sock, no token, no metrics', (t) => {
+  t.deepEqual(resolveConfig(defaults()), {
+    listen: ['shm:///run/rdma-kv/kv.sock'],
+    memoryBytes: 2 ** 30,
+    token: undefined,
+    buckets: undefined,
+    maxValueBytes: 2 ** 20,
+    graceMs: 1000,
+    keepaliveMs: 1000,
+    maxClients: 256,
+    metricsPort: 0,
+    metricsHost: '127.0.0.1',
+    logLevel: 'info',
+    regionFile: undefined,
+  });
+});
+
+test('resolveConfig: the first thing wrong, as a UsageError', (t) => {
+  const bad: Array<[Partial<RawServerArgs>, RegExp]> = [
+    [{ listen: [] }, /at least one URL/],
+    [{ listen: ['shm:///a.sock', 'shm:///a.sock'] }, /given twice/],
+    [{ memory: '1MiB' }, /memory too small/],
+    [{ memory: '64M', maxValue: '8MiB' }, /under 4 MiB/],
+    [{ buckets: '1000' }, /not a power of two/],
+    [{ buckets: '1' }, /out of range/],
+    [{ maxValue: '0' }, /at least 1 byte/],
+    [{ keepaliveMs: '5' }, /at least 10 ms/],
+    [{ maxClients: '0' }, /--max-clients: 0 is out of range/],
+    [{ metricsPort: '70000' }, /--metrics-port: 70000 is out of range/],
+    [{ token: '  ' }, /must not be empty/],
+    [{ token: 'a', tokenFile: '/x' }, /exclude each other/],
+  ];
+  for (const [change, reason] of bad) {
+    t.throws(() => resolveConfig({ ...defaults(), ...change }), { instanceOf: UsageError, message: reason }, JSON.stringify(change));
+  }
+});
+
+test('formatBytes: binary units, one decimal at most', (t) => {
+  t.is(formatBytes(1000), '1000 B');
+  t.is(formatBytes(2 ** 30), '1 GiB');
+  t.is(formatBytes(1.5 * 2 ** 20), '1.5 MiB');
+  t.is(formatBytes(1004515328), '958 MiB');
+});
+
+test('HeldBackStream: holds lines until release, drops them on discard', (t) => {
+  const out: string[] = [];
+  const held = new HeldBackStream({ write: (line) => void out.push(line) });
+  held.write('a');
+  held.write('b');
+  t.deepEqual(out, []);
+  held.release();
+  t.deepEqual(out, ['a', 'b']);
+  held.write('c');
+  t.deepEqual(out, ['a', 'b', 'c']);
+  const dropped: string[] = [];
+  const other = new HeldBackStream({ write: (line) => void dropped.push(line) });
+  other.write('x');
+  other.discard();
+  other.write('y');
+  t.deepEqual(dropped, ['y']);
+});

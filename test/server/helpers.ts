@@ -1,0 +1,152 @@
+// Running the real binaries (node bin/kv-server.js, node bin/kvctl.js) from
+// the server suites: one-shot runs, a server process that is up once it has
+// printed "ready", temp socket URLs and free TCP ports.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** Where the repository's bin/ is, seen from dist/test/server. */
+export const KV_SERVER = fileURLToPath(new URL('../../../bin/kv-server.js', import.meta.url));
+export const KVCTL = fileURLToPath(new URL('../../../bin/kvctl.js', import.meta.url));
+
+/** Only a guard against a hung child; no test asserts how fast anything is. */
+const GUARD_MS = 60_000;
+
+const childEnv = { ...process.env, RKV_QUIET: '1' };
+
+export interface Finished {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+  stdoutBytes: Buffer;
+}
+
+function collect(child: ChildProcess, what: string): Promise<Finished> {
+  const out: Buffer[] = [];
+  const err: Buffer[] = [];
+  child.stdout?.on('data', (chunk: Buffer) => out.push(chunk));
+  child.stderr?.on('data', (chunk: Buffer) => err.push(chunk));
+  return new Promise((resolve, reject) => {
+    const guard = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`${what} did not finish within ${GUARD_MS} ms`));
+    }, GUARD_MS);
+    child.once('error', reject);
+    child.once('close', (code, signal) => {
+      clearTimeout(guard);
+      const stdoutBytes = Buffer.concat(out);
+      resolve({ code, signal, stdout: stdoutBytes.toString(), stderr: Buffer.concat(err).toString(), stdoutBytes });
+    });
+  });
+}
+
+/** Runs a bin/ script to its end. */
+export function run(script: string, args: string[], options: { stdin?: Buffer | string } = {}): Promise<Finished> {
+  const child = spawn(process.execPath, [script, ...args], { env: childEnv, stdio: ['pipe', 'pipe', 'pipe'] });
+  const done = collect(child, `${script} ${args.join(' ')}`);
+  child.stdin!.end(options.stdin ?? '');
+  return done;
+}
+
+export const kvServer = (args: string[]) => run(KV_SERVER, args);
+export const kvctl = (args: string[], options: { stdin?: Buffer | string } = {}) => run(KVCTL, args, options);
+
+let dir: string | undefined;
+let counter = 0;
+
+/** A fresh shm URL in a private temp directory. */
+export function socketUrl(): string {
+  dir ??= mkdtempSync(join(tmpdir(), 'rkv-srv-'));
+  return `shm://${join(dir, `kv${counter++}.sock`)}`;
+}
+
+export function socketPath(url: string): string {
+  return url.slice('shm://'.length);
+}
+
+/** A TCP port nobody listens on right now. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+export interface ServerProcess {
+  child: ChildProcess;
+  /** The stdout lines printed up to "ready". */
+  banner: string[];
+  /** URLs from the "listening on" lines. */
+  urls: string[];
+  /** Everything written to stderr so far (JSON log lines). */
+  stderr(): string;
+  /** Sends the signal and waits for the exit. */
+  stop(signal?: NodeJS.Signals): Promise<Finished>;
+  /** Resolves when the process has exited, however. */
+  exited: Promise<Finished>;
+}
+
+/** Starts kv-server and resolves once it printed "ready" (rejects if it exits first). */
+export async function startServerProcess(args: string[]): Promise<ServerProcess> {
+  const child = spawn(process.execPath, [KV_SERVER, ...args], { env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const exited = collect(child, `kv-server ${args.join(' ')}`);
+  const banner: string[] = [];
+  await new Promise<void>((resolve, reject) => {
+    let buffered = '';
+    const onData = (chunk: Buffer) => {
+      buffered += chunk.toString();
+      let newline: number;
+      while ((newline = buffered.indexOf('\n')) >= 0) {
+        const line = buffered.slice(0, newline);
+        buffered = buffered.slice(newline + 1);
+        banner.push(line);
+        if (line.startsWith('kv-server: ready')) {
+          child.stdout!.off('data', onData);
+          resolve();
+        }
+      }
+    };
+    child.stdout!.on('data', onData);
+    exited.then(
+      (f) => reject(new Error(`kv-server exited (code ${f.code}) before it was ready: ${f.stderr.trim()}`)),
+      reject,
+    );
+  });
+  const urls = banner.map((line) => /^kv-server: listening on (\S+)$/.exec(line)?.[1]).filter((u): u is string => u !== undefined);
+  return {
+    child,
+    banner,
+    urls,
+    stderr: () => stderr,
+    exited,
+    stop: (signal = 'SIGTERM') => {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      return exited;
+    },
+  };
+}
+
+/** The JSON log lines a server wrote to stderr. */
+export function logLines(stderr: string): Array<Record<string, unknown>> {
+  return stderr
+    .split('\n')
+    .filter((line) => line.startsWith('{'))
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
+}
+
+/** The value of an unlabeled sample in Prometheus text format. */
+export function sample(metricsText: string, name: string, labels = ''): number | undefined {
+  const prefix = labels ? `${name}{${labels}} ` : `${name} `;
+  const line = metricsText.split('\n').find((l) => l.startsWith(prefix));
+  return line === undefined ? undefined : Number(line.slice(prefix.length));
+}

@@ -1,0 +1,120 @@
+// kvctl against a running kv-server process: put/get/del round trips, a
+// missing key, stdin values, --json, tokens, stats, and its error lines.
+import { writeFileSync } from 'node:fs';
+
+import test from 'ava';
+
+import { type ServerProcess, freePort, kvctl, socketPath, socketUrl, startServerProcess } from './helpers.js';
+
+let server: ServerProcess;
+let url: string;
+let metrics: string;
+const TOKEN = 'kvctl-test-token';
+
+test.before(async () => {
+  url = socketUrl();
+  const port = await freePort();
+  metrics = `http://127.0.0.1:${port}`;
+  server = await startServerProcess(['--listen', url, '--memory', '64M', '--token', TOKEN, '--metrics-port', String(port)]);
+});
+
+test.after.always(async () => {
+  await server?.stop();
+});
+
+const ctl = (args: string[], stdin?: Buffer | string) => kvctl(['--url', url, '--token', TOKEN, ...args], { stdin });
+
+test('put, get, del round trip; get and del of a missing key exit 1 with nothing on stdout', async (t) => {
+  const put = await ctl(['put', 'greeting', 'hello, world']);
+  t.is(put.code, 0, put.stderr);
+  t.is(put.stdout, '');
+  const get = await ctl(['get', 'greeting']);
+  t.is(get.code, 0, get.stderr);
+  t.is(get.stdout, 'hello, world'); // raw bytes: no newline when stdout is not a terminal
+  const del = await ctl(['del', 'greeting']);
+  t.is(del.code, 0, del.stderr);
+  const missing = await ctl(['get', 'greeting']);
+  t.is(missing.code, 1);
+  t.is(missing.stdout, '');
+  t.is(missing.stderr, 'kvctl: not found: greeting\n');
+  const again = await ctl(['delete', 'greeting']);
+  t.is(again.code, 1);
+  t.is(again.stderr, 'kvctl: not found: greeting\n');
+});
+
+test('put KEY - reads binary bytes from stdin; get writes them back unchanged', async (t) => {
+  const bytes = Buffer.from([0, 1, 2, 255, 254, 10, 13, 0]);
+  const put = await ctl(['put', 'binary', '-'], bytes);
+  t.is(put.code, 0, put.stderr);
+  const get = await ctl(['get', 'binary']);
+  t.deepEqual(get.stdoutBytes, bytes);
+  const json = await ctl(['--json', 'get', 'binary']);
+  const doc = JSON.parse(json.stdout) as { key: string; value: string; encoding: string; version: string };
+  t.is(doc.encoding, 'base64');
+  t.deepEqual(Buffer.from(doc.value, 'base64'), bytes);
+  t.regex(doc.version, /^\d+$/);
+});
+
+test('--json: one document per command; words after -- may start with a dash', async (t) => {
+  const put = await ctl(['--json', 'put', '--', '-dash-key', '-1']);
+  t.is(put.code, 0, put.stderr);
+  t.deepEqual(JSON.parse(put.stdout), { key: '-dash-key', stored: true, bytes: 2 });
+  const get = await ctl(['get', '--json', '--', '-dash-key']);
+  t.like(JSON.parse(get.stdout), { key: '-dash-key', value: '-1', encoding: 'utf8' });
+  const del = await ctl(['del', '--json', '--', '-dash-key']);
+  t.deepEqual(JSON.parse(del.stdout), { key: '-dash-key', deleted: true });
+});
+
+test('stats reads /stats; --json gives the server\'s numbers', async (t) => {
+  await ctl(['put', 'counted', 'x']);
+  const json = await kvctl(['--metrics', metrics, 'stats', '--json']);
+  t.is(json.code, 0, json.stderr);
+  const stats = JSON.parse(json.stdout) as Record<string, number>;
+  const direct = (await (await fetch(`${metrics}/stats`)).json()) as Record<string, number>;
+  t.is(stats.regionBytes, 64 << 20);
+  t.deepEqual(Object.keys(stats).sort(), Object.keys(direct).sort());
+  t.true(stats.items! >= 1);
+  const table = await kvctl(['--metrics', metrics, 'stats']);
+  t.is(table.code, 0);
+  t.regex(table.stdout, /^regionBytes\s+67108864 \(64 MiB\)$/m);
+  t.regex(table.stdout, /^items\s+\d+$/m);
+});
+
+test('--token-file works; a wrong token exits 1 with KV_AUTH', async (t) => {
+  const file = `${socketPath(url)}.kvctl-token`;
+  writeFileSync(file, `${TOKEN}\n`);
+  const ok = await kvctl(['--url', url, '--token-file', file, 'put', 'via-file', 'yes']);
+  t.is(ok.code, 0, ok.stderr);
+  const wrong = await kvctl(['--url', url, '--token', 'nope', 'get', 'via-file']);
+  t.is(wrong.code, 1);
+  t.is(wrong.stdout, '');
+  t.regex(wrong.stderr, /^kvctl: .*rejected the token \(KV_AUTH\)\n$/);
+});
+
+test('errors: one line, exit 1 for failures and 2 for a bad command line', async (t) => {
+  const closed = await freePort();
+  const cases: Array<[string[], number, RegExp]> = [
+    [['--url', `${url}.absent`, 'get', 'k'], 1, /^kvctl: cannot connect to shm:\/\/.*\.absent/],
+    [['--metrics', `http://127.0.0.1:${closed}`, 'stats'], 1, /^kvctl: cannot reach http:\/\/127\.0\.0\.1:\d+\/stats: connection refused/],
+    [['--metrics', 'http://127.0.0.1:1', 'stats'], 1, /^kvctl: cannot reach http:\/\/127\.0\.0\.1:1\/stats: bad port/],
+    [['--url', url, 'frobnicate'], 2, /^kvctl: Unknown argument: frobnicate/],
+    [['--url', url, 'get'], 2, /^kvctl: Missing required argument: key/],
+    [['--url', 'tcp://x', 'get', 'k'], 2, /^kvctl: --url tcp:\/\/x: no provider/],
+    [['--url', url, 'get', 'k', '--bogus'], 2, /^kvctl: Unknown argument: bogus/],
+    [[], 2, /^kvctl: name a command/],
+  ];
+  for (const [args, code, reason] of cases) {
+    const result = await kvctl(args);
+    t.is(result.code, code, `kvctl ${args.join(' ')}: ${result.stderr}`);
+    t.regex(result.stderr, reason);
+    t.is(result.stderr.split('\n').filter(Boolean).length, 1, result.stderr);
+    t.false(result.stderr.includes('    at '));
+  }
+});
+
+test('--help lists the commands and every option with its default', async (t) => {
+  const { code, stdout } = await kvctl(['--help']);
+  t.is(code, 0);
+  for (const command of ['get <key>', 'put <key> <value>', 'del <key>', 'stats']) t.true(stdout.includes(`kvctl ${command}`), command);
+  for (const option of ['url', 'token', 'token-file', 'metrics', 'timeout-ms', 'json']) t.regex(stdout, new RegExp(`--${option}\\s[^\\n]*(\\n\\s{10,}[^\\n]*)?\\[default: `), option);
+});
