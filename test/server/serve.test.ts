@@ -7,7 +7,7 @@ import test from 'ava';
 
 import { KvAuthError, KvClient, type KvError } from '../../client/index.js';
 import { METRICS } from '../../server/metrics.js';
-import { freePort, logLines, sample, socketPath, socketUrl, startServerProcess } from './helpers.js';
+import { freePort, kvServer, logLines, sample, socketPath, socketUrl, startServerProcess } from './helpers.js';
 
 test('a 1 GiB server prints its URL and region; a client puts and gets; /metrics and /stats agree', async (t) => {
   const url = socketUrl();
@@ -144,4 +144,28 @@ test('--log-level warn: lifecycle info lines are not written', async (t) => {
   const { code, stderr } = await server.stop();
   t.is(code, 0);
   t.is(stderr, '');
+});
+
+test('--region-file: data survives a restart; a restart with another size fails with one line', async (t) => {
+  const url = socketUrl();
+  const file = `${socketPath(url)}.region`;
+  const first = await startServerProcess(['--listen', url, '--memory', '64M', '--region-file', file]);
+  t.teardown(() => first.stop('SIGKILL'));
+  t.true(first.banner.some((line) => line.endsWith(`kept in ${file}`)), first.banner.join('\n'));
+  const kv = await KvClient.connect({ url, reconnect: false });
+  await kv.put('persisted', 'across restarts');
+  await kv.close();
+  t.is((await first.stop()).code, 0);
+
+  const second = await startServerProcess(['--listen', url, '--memory', '64M', '--region-file', file]);
+  t.teardown(() => second.stop('SIGKILL'));
+  const again = await KvClient.connect({ url, reconnect: false });
+  t.is((await again.get('persisted'))?.toString(), 'across restarts');
+  await again.close();
+  t.is((await second.stop()).code, 0);
+
+  const wrongSize = await kvServer(['--listen', url, '--memory', '128M', '--region-file', file]);
+  t.is(wrongSize.code, 1);
+  t.is(wrongSize.stderr.split('\n').filter(Boolean).length, 1, wrongSize.stderr);
+  t.regex(wrongSize.stderr, /^kv-server: .*region/);
 });
