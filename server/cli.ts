@@ -308,7 +308,10 @@ export async function main(argv: string[]): Promise<number> {
   process.stdout.write(out.join('\n') + '\n');
   logger.info({ urls: server.urls, regionBytes: layout.regionBytes, startMs: Math.round(startMs) }, 'ready');
 
+  // The providers keep the event loop alive while they listen; a daemon must not rely on it.
+  const alive = setInterval(() => {}, 1 << 30);
   await stopRequested;
+  clearInterval(alive);
   logger.info({ signal: stopSignal }, 'shutting down');
   const deadline = setTimeout(() => {
     logger.error({ timeoutMs: SHUTDOWN_TIMEOUT_MS }, 'shutdown timed out');
