@@ -166,7 +166,8 @@ class Session {
         if (reason === RejectReason.VERSION) throw new KvProtocolError(`${options.url}: the server speaks another protocol version`);
         throw new KvDisconnectedError(`${options.url}: the server refused the connection (${reason === RejectReason.FULL ? 'no free client slot' : 'rejected'})`);
       }
-      throw new KvDisconnectedError(`cannot connect to ${options.url}: ${(error as Error).message}`);
+      const why = (error as Error).message;
+      throw new KvDisconnectedError(why.includes(options.url) ? why : `cannot connect to ${options.url}: ${why}`);
     }
     // The hello is the server's first message.
     const [wc] = await this.cq.take(1, { timeoutMs });

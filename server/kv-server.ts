@@ -86,7 +86,9 @@ export interface KvServerStats {
 }
 
 /** Bad configuration: one clear line for the operator. */
-export class KvConfigError extends Error {}
+export class KvConfigError extends Error {
+  override name = 'KvConfigError';
+}
 
 const RECVS_PER_CLIENT = KvLayout.RING_RECORDS + 32; // every notification and a few control messages
 const SEND_SLOTS = 16;
