@@ -16,6 +16,7 @@ const BINDINGS: { [name: string]: () => Promise<BindingModule> } = {
   basic: () => import('./basic.js'),
   redis: () => import('./redis.js'),
   memcached: () => import('./memcached.js'),
+  'rdma-kv': () => import('./rdma-kv.js'),
 };
 
 /** YCSB class names that map onto the built-in bindings. */
