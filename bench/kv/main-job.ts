@@ -1,0 +1,195 @@
+/**
+ * `npm start`: the store end to end in well under a minute. Starts a KvServer in this process
+ * on the embedded default transport (shm, a socket in a fresh temporary directory, a 256 MiB
+ * region), loads 10,000 YCSB records through kv-bench's rdma-kv binding, runs workloada for
+ * 50,000 operations, prints kv-bench's YCSB output for both phases (stdout) and a short
+ * summary, and stops the server. Progress goes to stderr.
+ *
+ *   node dist/bench/kv/main-job.js [--workload a|b|c|…] [--records N] [--operations N]
+ *                                  [--threads N] [--pollmode busy|event] [--seed N]
+ *                                  [--max-seconds N]
+ *
+ * --max-seconds (default 20) caps the run phase with YCSB's maxexecutiontime, so the job ends
+ * in under a minute even when the client is slow; a run cut short says so on stderr and in the
+ * summary.
+ * The server runs in this process (not as `kv-server`): nothing to find on PATH, nothing left
+ * behind if the job is interrupted. The client threads are kv-bench's worker_threads, each
+ * with its own KvClient, so the clients do not share the server's event loop.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+
+import { KvServer } from '../../server/kv-server.js';
+import { runPhase, type Phase, type PhaseResult } from '../ycsb/client/client.js';
+import { summarize } from '../ycsb/measurements/aggregate.js';
+import { createExporter, exportMeasurements } from '../ycsb/measurements/exporters.js';
+import { Properties } from '../ycsb/properties.js';
+
+const WORKLOADS = fileURLToPath(new URL('../../../bench/workloads/', import.meta.url));
+const REGION_BYTES = 256 << 20;
+
+const USAGE = `usage: node dist/bench/kv/main-job.js [--workload a] [--records 10000] [--operations 50000]
+                                     [--threads 2] [--pollmode busy|event] [--seed N] [--max-seconds 20]`;
+
+interface JobOptions {
+  workload: string;
+  records: number;
+  operations: number;
+  threads: number;
+  pollMode: 'busy' | 'event';
+  seed: number | undefined;
+  maxSeconds: number;
+}
+
+function parseOptions(argv: string[]): JobOptions {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      workload: { type: 'string', default: 'a' },
+      records: { type: 'string', default: '10000' },
+      operations: { type: 'string', default: '50000' },
+      threads: { type: 'string', default: '2' },
+      pollmode: { type: 'string', default: 'busy' },
+      seed: { type: 'string' },
+      'max-seconds': { type: 'string', default: '20' },
+      help: { type: 'boolean', short: 'h' },
+    },
+    strict: true,
+  });
+  if (values.help) {
+    process.stdout.write(USAGE + '\n');
+    process.exit(0);
+  }
+  const count = (name: string, text: string, min: number): number => {
+    if (!/^\d+$/.test(text) || Number(text) < min) throw new Error(`--${name} expects an integer >= ${min}, got "${text}"`);
+    return Number(text);
+  };
+  const workload = values.workload!.replace(/^workload/, '');
+  if (!/^[a-f]$/.test(workload)) throw new Error(`--workload expects one of a…f, got "${values.workload}"`);
+  const pollMode = values.pollmode;
+  if (pollMode !== 'busy' && pollMode !== 'event') throw new Error(`--pollmode expects busy or event, got "${pollMode}"`);
+  return {
+    workload,
+    records: count('records', values.records!, 1),
+    operations: count('operations', values.operations!, 1),
+    threads: count('threads', values.threads!, 1),
+    pollMode,
+    seed: values.seed === undefined ? undefined : count('seed', values.seed, 0),
+    maxSeconds: count('max-seconds', values['max-seconds']!, 1),
+  };
+}
+
+const progress = (text: string): void => void process.stderr.write(`main-job: ${text}\n`);
+
+function ycsbText(result: PhaseResult): string {
+  return exportMeasurements(createExporter(undefined), {
+    runtimeMs: result.runtimeMs,
+    opsDone: result.opsDone,
+    gc: { collectors: result.gc },
+    measurements: result.measurements,
+    percentiles: result.percentiles,
+    verbose: false,
+  });
+}
+
+/** One Markdown table: per phase and operation, count, throughput and latency percentiles. */
+function summaryTable(results: PhaseResult[]): string {
+  const rows: string[][] = [];
+  for (const r of results) {
+    const throughput = ((1000 * r.opsDone) / r.runtimeMs).toFixed(0);
+    for (const m of r.measurements.ordered()) {
+      if (m.exportName === 'CLEANUP') continue;
+      const s = summarize(m.total);
+      rows.push([r.phase, m.exportName, String(s.count), throughput, s.mean.toFixed(1), String(s.percentile(50)), String(s.percentile(95)), String(s.percentile(99)), String(s.max)]);
+    }
+  }
+  const header = ['phase', 'op', 'count', 'phase ops/s', 'avg µs', 'p50 µs', 'p95 µs', 'p99 µs', 'max µs'];
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
+  const line = (cells: string[]): string => `| ${cells.map((c, i) => (i < 2 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join(' | ')} |`;
+  const rule = `|${widths.map((w, i) => (i < 2 ? '-'.repeat(w + 2) : '-'.repeat(w + 1) + ':')).join('|')}|`;
+  return [line(header), rule, ...rows.map(line)].join('\n');
+}
+
+async function main(): Promise<void> {
+  const options = parseOptions(process.argv.slice(2));
+  const started = performance.now();
+  const dir = mkdtempSync(join(tmpdir(), 'rdma-kv-main-'));
+  let server: KvServer | undefined;
+  const cleanup = (): void => rmSync(dir, { recursive: true, force: true });
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      progress(`${signal}: stopping`);
+      cleanup();
+      process.exit(signal === 'SIGINT' ? 130 : 143);
+    });
+  }
+  try {
+    server = await KvServer.start({ listen: [`shm://${join(dir, 'kv.sock')}`], memoryBytes: REGION_BYTES });
+    const url = server.urls[0]!;
+    progress(`KvServer listening on ${url} (${REGION_BYTES >> 20} MiB region, ${server.layout.bucketCount} buckets)`);
+
+    const workloadFile = join(WORKLOADS, `workload${options.workload}`);
+    const props = Properties.fromSources([workloadFile], [
+      `recordcount=${options.records}`,
+      `operationcount=${options.operations}`,
+      `threadcount=${options.threads}`,
+      'db=rdma-kv',
+      `rdmakv.url=${url}`,
+      `rdmakv.pollmode=${options.pollMode}`,
+      'kvbench.report=false',
+      'kvbench.progress=false',
+    ]);
+    const results: PhaseResult[] = [];
+    const notes: string[] = [];
+    for (const phase of ['load', 'run'] as Phase[]) {
+      const count = phase === 'load' ? options.records : options.operations;
+      progress(`${phase}: workload${options.workload}, ${count.toLocaleString('en-US')} ${phase === 'load' ? 'records' : 'operations'}, ${options.threads} client thread(s), ${options.pollMode} polling`);
+      const t0 = performance.now();
+      const result = await runPhase({
+        props: props.with([['status.interval', '5'], ...(phase === 'run' ? [['maxexecutiontime', String(options.maxSeconds)] as [string, string]] : [])]),
+        phase,
+        status: true,
+        ...(options.seed !== undefined ? { seed: options.seed + (phase === 'run' ? 1 : 0) } : {}),
+        // kv-bench's status lines (-s), minus the one printed before the first operation
+        stderr: (text) => void process.stderr.write(text.split('\n').filter((l) => l && !/ 0 operations;/.test(l)).map((l) => `main-job:   ${l}\n`).join('')),
+        stdout: (text) => void process.stdout.write(text),
+      });
+      results.push(result);
+      if (result.opsDone < count) {
+        const note = `${phase} stopped after ${options.maxSeconds} s (maxexecutiontime) with ${result.opsDone.toLocaleString('en-US')} of ${count.toLocaleString('en-US')} operations done`;
+        progress(`WARNING: ${note}`);
+        notes.push(note);
+      }
+      const failed = [...result.measurements.ordered()].filter((m) => m.exportName.endsWith('-FAILED'));
+      progress(`${phase}: ${result.opsDone.toLocaleString('en-US')} operations in ${((performance.now() - t0) / 1000).toFixed(1)} s` +
+        (failed.length ? ` (FAILED: ${failed.map((m) => `${m.exportName} ${summarize(m.total).count}`).join(', ')})` : ''));
+      process.stdout.write(`\n# kv-bench ${phase} -db rdma-kv -P workload${options.workload} (${result.threads} threads)\n`);
+      process.stdout.write(ycsbText(result));
+    }
+    const stats = server.stats();
+    process.stdout.write(`\n# Summary (rdma-kv over shm, in-process KvServer, ${os()})\n${summaryTable(results)}\n`);
+    for (const note of notes) process.stdout.write(`note: ${note}\n`);
+    process.stdout.write(`\nserver: ${stats.items.toLocaleString('en-US')} items, ${(stats.heapUsedBytes / 2 ** 20).toFixed(1)} MiB of ${(stats.heapBytes / 2 ** 20).toFixed(0)} MiB heap used, ${stats.notifications.toLocaleString('en-US')} write notifications, ${stats.clients} clients connected\n`);
+    const anyFailed = results.some((r) => [...r.measurements.ordered()].some((m) => m.exportName.endsWith('-FAILED')));
+    if (anyFailed) process.exitCode = 1;
+  } finally {
+    if (server) {
+      progress('stopping the server');
+      await server.close();
+    }
+    cleanup();
+    progress(`done in ${((performance.now() - started) / 1000).toFixed(1)} s`);
+  }
+}
+
+function os(): string {
+  return `Node ${process.version}, ${process.platform}/${process.arch}`;
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`main-job: ${error instanceof Error ? error.message : String(error)}\n`);
+  process.exitCode = 1;
+});
