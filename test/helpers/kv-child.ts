@@ -8,6 +8,7 @@
 //   lin    URL PROCESS COUNT FILE   random get/put/delete/cas on 3 keys, history in FILE
 import { KvClient } from '../../client/index.js';
 import { selfValidating, validate } from './kv.js';
+import { testTimeoutMs } from './providers.js';
 
 const [mode, url, ...args] = process.argv.slice(2);
 const send = (m: object): void => void process.send?.(m);
@@ -24,7 +25,7 @@ function rng(seed: number): () => number {
 }
 
 async function main(): Promise<void> {
-  const kv = await KvClient.connect(mode === 'lin' ? { url: url!, history: args[2]! } : { url: url! });
+  const kv = await KvClient.connect(mode === 'lin' ? { url: url!, history: args[2]!, timeoutMs: testTimeoutMs() } : { url: url!, timeoutMs: testTimeoutMs() });
   if (mode === 'model') {
     const [prefix, count, seed] = [args[0]!, Number(args[1]), Number(args[2])];
     const random = rng(seed);

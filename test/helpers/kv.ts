@@ -1,14 +1,14 @@
 // A KvServer on a fresh URL of the provider under test, and clients for it.
 import { KvClient, type KvClientOptions } from '../../client/index.js';
 import { KvServer, type KvServerOptions } from '../../server/kv-server.js';
-import { type Scheme, listenUrl } from './providers.js';
+import { type Scheme, listenUrl, testTimeoutMs } from './providers.js';
 
 export async function startServer(scheme: Scheme, options: Partial<KvServerOptions> = {}): Promise<KvServer> {
   return KvServer.start({ listen: [listenUrl(scheme)], memoryBytes: 64 << 20, graceMs: 200, ...options });
 }
 
 export function connect(server: KvServer, options: Partial<KvClientOptions> = {}): Promise<KvClient> {
-  return KvClient.connect({ url: server.urls[0]!, ...options });
+  return KvClient.connect({ url: server.urls[0]!, timeoutMs: testTimeoutMs(), ...options });
 }
 
 /**

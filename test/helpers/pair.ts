@@ -9,7 +9,7 @@ import {
   Provider,
   access,
 } from '../../native/index.js';
-import { type Scheme, listenUrl } from './providers.js';
+import { type Scheme, listenUrl, testTimeoutMs } from './providers.js';
 
 export interface Pair {
   server: Provider;
@@ -64,7 +64,7 @@ export async function connectPair(scheme: Scheme, options: PairOptions = {}): Pr
   });
   const scratch = client.allocate(options.scratchBytes ?? 1 << 20, Access.LOCAL_WRITE);
   const clientCq = client.createCq(options.cqDepth ?? 1024);
-  const clientConn = await client.connect(listener.url, { cq: clientCq, privateData: Buffer.from('pair') });
+  const clientConn = await client.connect(listener.url, { cq: clientCq, privateData: Buffer.from('pair'), timeoutMs: testTimeoutMs() });
   const serverConn = await accepted;
   return {
     server,

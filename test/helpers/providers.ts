@@ -50,3 +50,19 @@ export function testScale(): number {
   if (!(scale > 0 && scale <= 1)) throw new Error(`RKV_TEST_SCALE must be in (0, 1], got ${process.env.RKV_TEST_SCALE}`);
   return scale;
 }
+
+/**
+ * RKV_TEST_TIMEOUT_MS (default 5000): connection and operation timeouts of the
+ * suites' clients. The emulated guest needs more: rdma_cm address resolution
+ * alone can take seconds under TCG.
+ */
+export function testTimeoutMs(): number {
+  const ms = Number(process.env.RKV_TEST_TIMEOUT_MS ?? '5000');
+  if (!(ms > 0)) throw new Error(`RKV_TEST_TIMEOUT_MS must be positive, got ${process.env.RKV_TEST_TIMEOUT_MS}`);
+  return ms;
+}
+
+/** A duration the suites chose for a normal machine, stretched as RKV_TEST_TIMEOUT_MS is (keepalive intervals). */
+export function slow(ms: number): number {
+  return Math.round(ms * Math.max(1, testTimeoutMs() / 5000));
+}

@@ -2,6 +2,7 @@
 //   faa  URL ADDR RKEY COUNT   add 1 to the word at ADDR COUNT times, report {sum}
 //   hold URL                   connect, report {connected}, then wait to be killed
 import { Opcode, Provider, SendFlag } from '../../native/index.js';
+import { testTimeoutMs } from './providers.js';
 
 const [mode, url, ...rest] = process.argv.slice(2);
 const send = (m: object): void => void process.send?.(m);
@@ -11,7 +12,7 @@ async function main(): Promise<void> {
   const provider = Provider.forUrl(url);
   const cq = provider.createCq(1024);
   const scratch = provider.allocate(4096);
-  const connection = await provider.connect(url, { cq });
+  const connection = await provider.connect(url, { cq, timeoutMs: testTimeoutMs() });
   if (mode === 'hold') {
     send({ connected: true });
     setInterval(() => {}, 1 << 30);

@@ -6,7 +6,7 @@ import test from 'ava';
 
 import type { KvError } from '../../client/index.js';
 import { connect, startServer } from '../helpers/kv.js';
-import { providersUnderTest, testScale } from '../helpers/providers.js';
+import { providersUnderTest, slow, testScale } from '../helpers/providers.js';
 
 const child = fileURLToPath(new URL('../helpers/kv-child.js', import.meta.url));
 
@@ -72,7 +72,7 @@ for (const scheme of providersUnderTest()) {
   });
 
   test(`${scheme}: a lock holder killed with SIGKILL blocks the others only until the keepalive bound`, async (t) => {
-    const keepaliveMs = 200;
+    const keepaliveMs = slow(200);
     const server = await startServer(scheme, { keepaliveMs });
     t.teardown(() => server.close());
     const url = server.urls[0]!;

@@ -3,7 +3,7 @@ import test from 'ava';
 
 import { KvClient, KvError, isRetryable } from '../../client/index.js';
 import { connect, startServer } from '../helpers/kv.js';
-import { providersUnderTest } from '../helpers/providers.js';
+import { providersUnderTest, testTimeoutMs } from '../helpers/providers.js';
 
 for (const scheme of providersUnderTest()) {
   test(`${scheme}: put, get, overwrite, delete`, async (t) => {
@@ -76,11 +76,11 @@ for (const scheme of providersUnderTest()) {
   test(`${scheme}: a wrong token is KV_AUTH, the right one connects`, async (t) => {
     const server = await startServer(scheme, { token: 'correct horse' });
     t.teardown(() => server.close());
-    const wrong = await t.throwsAsync(KvClient.connect({ url: server.urls[0]!, token: 'battery staple' }));
+    const wrong = await t.throwsAsync(KvClient.connect({ url: server.urls[0]!, token: 'battery staple', timeoutMs: testTimeoutMs() }));
     t.is((wrong as KvError).code, 'KV_AUTH');
-    const none = await t.throwsAsync(KvClient.connect({ url: server.urls[0]! }));
+    const none = await t.throwsAsync(KvClient.connect({ url: server.urls[0]!, timeoutMs: testTimeoutMs() }));
     t.is((none as KvError).code, 'KV_AUTH');
-    const kv = await KvClient.connect({ url: server.urls[0]!, token: 'correct horse' });
+    const kv = await KvClient.connect({ url: server.urls[0]!, token: 'correct horse', timeoutMs: testTimeoutMs() });
     await kv.put('x', 'y');
     t.is((await kv.get('x'))?.toString(), 'y');
     await kv.close();
@@ -90,7 +90,7 @@ for (const scheme of providersUnderTest()) {
   test(`${scheme}: a server restarted under a connected client: KV_DISCONNECTED, then reconnect works`, async (t) => {
     const first = await startServer(scheme);
     const url = first.urls[0]!;
-    const kv = await KvClient.connect({ url });
+    const kv = await KvClient.connect({ url, timeoutMs: testTimeoutMs() });
     t.teardown(() => kv.close());
     await kv.put('before', 'restart');
     const statuses: string[] = [];

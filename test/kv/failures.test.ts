@@ -7,7 +7,7 @@ import test from 'ava';
 
 import type { KvServer } from '../../server/kv-server.js';
 import { connect, startServer, validate } from '../helpers/kv.js';
-import { providersUnderTest, testScale } from '../helpers/providers.js';
+import { providersUnderTest, slow, testScale } from '../helpers/providers.js';
 
 const child = fileURLToPath(new URL('../helpers/kv-child.js', import.meta.url));
 
@@ -32,7 +32,7 @@ const exited = (proc: ChildProcess) => new Promise<void>((resolve) => (proc.exit
 for (const scheme of providersUnderTest()) {
   const kills = Math.max(4, Math.round(100 * testScale()));
   test(`${scheme}: ${kills} writers SIGKILLed mid-PUT on hot keys: no bucket left locked, every acknowledged PUT readable, nothing torn`, async (t) => {
-    const server = await startServer(scheme, { keepaliveMs: 200 });
+    const server = await startServer(scheme, { keepaliveMs: slow(200) });
     t.teardown(() => server.close());
     const url = server.urls[0]!;
     const kv = await connect(server);
@@ -79,7 +79,7 @@ for (const scheme of providersUnderTest()) {
   });
 
   test(`${scheme}: a client that goes silent is fenced after three keepalive intervals`, async (t) => {
-    const server = await startServer(scheme, { keepaliveMs: 100 });
+    const server = await startServer(scheme, { keepaliveMs: slow(100) });
     t.teardown(() => server.close());
     const proc = writer(server.urls[0]!, 7);
     t.teardown(() => proc.kill('SIGKILL'));

@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import test from 'ava';
 
 import { KvClient, type KvError } from '../../client/index.js';
-import { listenUrl, providersUnderTest, testScale } from '../helpers/providers.js';
+import { listenUrl, providersUnderTest, testScale, testTimeoutMs } from '../helpers/providers.js';
 
 const serverChild = fileURLToPath(new URL('../helpers/server-child.js', import.meta.url));
 
@@ -26,7 +26,7 @@ for (const scheme of providersUnderTest()) {
     const file = join(mkdtempSync(join(tmpdir(), 'rkv-region-')), 'region');
     const first = await startChild(listenUrl(scheme), file);
     const url = first.url;
-    const kv = await KvClient.connect({ url, timeoutMs: 2000 });
+    const kv = await KvClient.connect({ url, timeoutMs: Math.max(2000, testTimeoutMs()) });
     t.teardown(() => kv.close());
     await kv.incr('counter', 7);
     const held = await kv.lock('a-lock');

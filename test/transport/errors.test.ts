@@ -4,7 +4,7 @@ import test from 'ava';
 
 import { Access, Opcode, SendFlag, WcStatus, type WorkRequest } from '../../native/index.js';
 import { type Pair, connectPair } from '../helpers/pair.js';
-import { listenUrl, providersUnderTest } from '../helpers/providers.js';
+import { listenUrl, providersUnderTest, testTimeoutMs } from '../helpers/providers.js';
 
 type Bad = (p: Pair) => WorkRequest;
 
@@ -67,7 +67,7 @@ for (const scheme of providersUnderTest()) {
     p.server.on('connectRequest', (request) => request.accept({ cq: serverCq }));
     const listener = p.server.listen(listenUrl(scheme));
     t.teardown(() => listener.close());
-    const again = await p.client.connect(listener.url, { cq });
+    const again = await p.client.connect(listener.url, { cq, timeoutMs: testTimeoutMs() });
     again.postSend([{ wrId: 2, opcode: Opcode.READ, flags: SendFlag.SIGNALED, local: p.scratch, localOffset: 64, length: 13, remoteAddr: p.region.addr + 512n, rkey: p.region.rkey }]);
     const [good] = await cq.take(1);
     t.is(good!.statusName, 'SUCCESS');

@@ -8,7 +8,7 @@ import test from 'ava';
 
 import { Opcode, Provider, SendFlag, TransportError } from '../../native/index.js';
 import { connectPair } from '../helpers/pair.js';
-import { listenUrl, providersUnderTest } from '../helpers/providers.js';
+import { listenUrl, providersUnderTest, testTimeoutMs } from '../helpers/providers.js';
 
 const helpers = new URL('../helpers/', import.meta.url);
 // Fails instead of hanging when something never happens.
@@ -55,7 +55,7 @@ for (const scheme of providersUnderTest()) {
       t.is(request.privateData.toString(), 'bad token');
       request.reject(Buffer.from('go away'));
     });
-    const error = await t.throwsAsync(client.connect(listener.url, { cq: client.createCq(4), privateData: Buffer.from('bad token') }));
+    const error = await t.throwsAsync(client.connect(listener.url, { cq: client.createCq(4), privateData: Buffer.from('bad token'), timeoutMs: testTimeoutMs() }));
     t.true(error instanceof TransportError);
     t.is((error as TransportError).code, 'REJECTED');
     t.is((error as TransportError).privateData?.toString(), 'go away');
