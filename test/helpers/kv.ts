@@ -1,10 +1,10 @@
 // A KvServer on a fresh URL of the provider under test, and clients for it.
 import { KvClient, type KvClientOptions } from '../../client/index.js';
 import { KvServer, type KvServerOptions } from '../../server/kv-server.js';
-import { type Scheme, listenUrl, testTimeoutMs } from './providers.js';
+import { type Scheme, listenUrl, slow, testTimeoutMs } from './providers.js';
 
 export async function startServer(scheme: Scheme, options: Partial<KvServerOptions> = {}): Promise<KvServer> {
-  return KvServer.start({ listen: [listenUrl(scheme)], memoryBytes: 64 << 20, graceMs: 200, ...options });
+  return KvServer.start({ listen: [listenUrl(scheme)], memoryBytes: 64 << 20, graceMs: 200, keepaliveMs: slow(1000), ...options });
 }
 
 export function connect(server: KvServer, options: Partial<KvClientOptions> = {}): Promise<KvClient> {

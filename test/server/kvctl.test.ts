@@ -94,7 +94,7 @@ test('--token-file works; a wrong token exits 1 with KV_AUTH', async (t) => {
 test('errors: one line, exit 1 for failures and 2 for a bad command line', async (t) => {
   const closed = await freePort();
   const cases: Array<[string[], number, RegExp]> = [
-    [['--url', `${url}.absent`, 'get', 'k'], 1, /^kvctl: cannot connect to shm:\/\/.*\.absent/],
+    [['--url', `${url}.absent`, 'get', 'k'], 1, /^kvctl: (cannot connect to|no server listens on) shm:\/\/.*\.absent/],
     [['--metrics', `http://127.0.0.1:${closed}`, 'stats'], 1, /^kvctl: cannot reach http:\/\/127\.0\.0\.1:\d+\/stats: connection refused/],
     [['--metrics', 'http://127.0.0.1:1', 'stats'], 1, /^kvctl: cannot reach http:\/\/127\.0\.0\.1:1\/stats: bad port/],
     [['--url', url, 'frobnicate'], 2, /^kvctl: Unknown argument: frobnicate/],
