@@ -7,6 +7,8 @@ import { existsSync } from 'node:fs';
 const benchmarks = [
   ['transport microbenchmark (shm)', 'dist/bench/transport/microbench.js', []],
   ['kv-bench harness (basic binding)', 'dist/bench/ycsb/harness-bench.js', []],
+  ['rdma-kv main job (kv-bench workloada over shm)', 'dist/bench/kv/main-job.js', ['--json', 'bench/results/kv-main-job.json']],
+  ['GET: rdma-kv vs ioredis', 'dist/bench/kv/get-vs-redis.js', []],
 ];
 
 let failed = 0;

@@ -7,8 +7,10 @@
  *
  *   node dist/bench/kv/main-job.js [--workload a|b|c|…] [--records N] [--operations N]
  *                                  [--threads N] [--pollmode busy|event] [--seed N]
- *                                  [--max-seconds N]
+ *                                  [--max-seconds N] [--json FILE]
  *
+ * --json writes the summary (throughput and latency per phase and operation) to FILE
+ * (`npm run bench` passes bench/results/kv-main-job.json).
  * --max-seconds (default 20) caps the run phase with YCSB's maxexecutiontime, so the job ends
  * in under a minute even when the client is slow; a run cut short says so on stderr and in the
  * summary.
@@ -17,8 +19,8 @@
  * with its own KvClient, so the clients do not share the server's event loop.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { cpus, loadavg, tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
@@ -27,12 +29,13 @@ import { runPhase, type Phase, type PhaseResult } from '../ycsb/client/client.js
 import { summarize } from '../ycsb/measurements/aggregate.js';
 import { createExporter, exportMeasurements } from '../ycsb/measurements/exporters.js';
 import { Properties } from '../ycsb/properties.js';
+import { writeFileEnsuringDir } from '../ycsb/report/results.js';
 
 const WORKLOADS = fileURLToPath(new URL('../../../bench/workloads/', import.meta.url));
 const REGION_BYTES = 256 << 20;
 
 const USAGE = `usage: node dist/bench/kv/main-job.js [--workload a] [--records 10000] [--operations 50000]
-                                     [--threads 2] [--pollmode busy|event] [--seed N] [--max-seconds 20]`;
+                                     [--threads 2] [--pollmode busy|event] [--seed N] [--max-seconds 20] [--json FILE]`;
 
 interface JobOptions {
   workload: string;
@@ -42,6 +45,7 @@ interface JobOptions {
   pollMode: 'busy' | 'event';
   seed: number | undefined;
   maxSeconds: number;
+  json: string | undefined;
 }
 
 function parseOptions(argv: string[]): JobOptions {
@@ -55,6 +59,7 @@ function parseOptions(argv: string[]): JobOptions {
       pollmode: { type: 'string', default: 'busy' },
       seed: { type: 'string' },
       'max-seconds': { type: 'string', default: '20' },
+      json: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
     strict: true,
@@ -79,6 +84,7 @@ function parseOptions(argv: string[]): JobOptions {
     pollMode,
     seed: values.seed === undefined ? undefined : count('seed', values.seed, 0),
     maxSeconds: count('max-seconds', values['max-seconds']!, 1),
+    json: values.json,
   };
 }
 
@@ -173,6 +179,11 @@ async function main(): Promise<void> {
     process.stdout.write(`\n# Summary (rdma-kv over shm, in-process KvServer, ${os()})\n${summaryTable(results)}\n`);
     for (const note of notes) process.stdout.write(`note: ${note}\n`);
     process.stdout.write(`\nserver: ${stats.items.toLocaleString('en-US')} items, ${(stats.heapUsedBytes / 2 ** 20).toFixed(1)} MiB of ${(stats.heapBytes / 2 ** 20).toFixed(0)} MiB heap used, ${stats.notifications.toLocaleString('en-US')} write notifications, ${stats.clients} clients connected\n`);
+    if (options.json !== undefined) {
+      const file = resolve(options.json);
+      writeFileEnsuringDir(file, JSON.stringify(summaryJson(options, results, notes), null, 2) + '\n');
+      progress(`summary ${file}`);
+    }
     const anyFailed = results.some((r) => [...r.measurements.ordered()].some((m) => m.exportName.endsWith('-FAILED')));
     if (anyFailed) process.exitCode = 1;
   } finally {
@@ -183,6 +194,31 @@ async function main(): Promise<void> {
     cleanup();
     progress(`done in ${((performance.now() - started) / 1000).toFixed(1)} s`);
   }
+}
+
+function summaryJson(options: JobOptions, results: PhaseResult[], notes: string[]) {
+  return {
+    benchmark: 'kv-main-job',
+    date: new Date().toISOString(),
+    machine: { cpu: cpus()[0]?.model ?? 'unknown', vcpus: cpus().length, node: process.version, loadavg: loadavg() },
+    config: { ...options, transport: 'shm', regionBytes: REGION_BYTES, server: 'in-process KvServer' },
+    phases: results.map((r) => ({
+      phase: r.phase,
+      threads: r.threads,
+      runtimeMs: r.runtimeMs,
+      operations: r.opsDone,
+      throughput: (1000 * r.opsDone) / r.runtimeMs,
+      latencyUs: Object.fromEntries(
+        [...r.measurements.ordered()]
+          .filter((m) => m.exportName !== 'CLEANUP')
+          .map((m) => {
+            const s = summarize(m.total);
+            return [m.exportName, { count: s.count, avg: s.mean, p50: s.percentile(50), p95: s.percentile(95), p99: s.percentile(99), max: s.max }];
+          }),
+      ),
+    })),
+    notes,
+  };
 }
 
 function os(): string {
