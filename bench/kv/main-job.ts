@@ -122,6 +122,9 @@ function summaryTable(results: PhaseResult[]): string {
 
 async function main(): Promise<void> {
   const options = parseOptions(process.argv.slice(2));
+  // This thread has said whether the addon lacks verbs (once, at import); the client threads
+  // need not say it again.
+  process.env.RKV_QUIET ??= '1';
   const started = performance.now();
   const dir = mkdtempSync(join(tmpdir(), 'rdma-kv-main-'));
   let server: KvServer | undefined;
