@@ -127,6 +127,12 @@ class Session {
   connection!: Connection;
   core!: NativeCore;
   hello!: Hello;
+  // The core's buffers, viewed once: each accessor call makes a new external
+  // ArrayBuffer, which per operation would be garbage V8 must collect.
+  opWords!: Uint32Array;
+  resultWords!: Uint32Array;
+  arena!: Buffer;
+  scratch!: Buffer;
   private readonly control: MemoryRegion;
   private sends = 0;
   /** Granted blocks by class. */
@@ -200,6 +206,10 @@ class Session {
       },
       { scratchBytes: options.scratchBytes ?? 16 << 20, opTimeoutMs: timeoutMs, arenaBytes: ARENA_BYTES + layout.maxValueBytes + KvLayout.MAX_KEY_BYTES },
     );
+    this.opWords = this.core.opWords;
+    this.resultWords = this.core.resultWords;
+    this.arena = this.core.arena;
+    this.scratch = this.core.scratch;
     layout.classes.forEach(() => this.pools.push([]));
   }
 
@@ -472,8 +482,8 @@ export class KvClient extends EventEmitter<ClientEvents> {
     const session = this.session;
     if (!session || this.queue.length === 0) return;
     const { core } = session;
-    const words = core.opWords;
-    const arena = core.arena;
+    const words = session.opWords;
+    const arena = session.arena;
     let count = 0;
     let arenaUsed = 0;
     const batch: PendingOp[] = [];
@@ -566,8 +576,8 @@ export class KvClient extends EventEmitter<ClientEvents> {
   }
 
   private onResults(session: Session, n: number): void {
-    const words = session.core.resultWords;
-    const scratch = session.core.scratch;
+    const words = session.resultWords;
+    const scratch = session.scratch;
     for (let i = 0; i < n; i++) {
       const o = i * ResultLayout.WORDS;
       const id = words[o + ResultLayout.ID]!;

@@ -105,6 +105,7 @@ class ShmConnection final : public Connection, public std::enable_shared_from_th
   void drain_inbound(ShmCq* cq);   // turn the peer's records into RECV completions
   void progress_sends(ShmCq* cq);  // retry sends that waited for ring room
   void flush(ShmCq* cq);           // WR_FLUSH_ERR for everything outstanding
+  bool has_flushable() const { return recv_count_ > 0 || pending_count_ > 0; }
   bool arm_inbound();  // ask the peer for a wake-up; true when records already wait
   int post_recv_locked(const RecvRequest* rrs, size_t count, size_t* bad);
   void close_socket();

@@ -87,8 +87,9 @@ void ShmCq::arm() {
   for (auto& weak : connections_) {
     auto connection = weak.lock();
     if (connection && connection->recv_cq() == this) ready = connection->arm_inbound() || ready;
-    if (connection && connection->state() != ConnState::CONNECTED && connection->state() != ConnState::CONNECTING) {
-      ready = true;  // something to flush
+    if (connection && connection->state() != ConnState::CONNECTED && connection->state() != ConnState::CONNECTING &&
+        connection->has_flushable()) {
+      ready = true;  // a broken queue pair with requests still to flush (once flushed, nothing: no busy wake-ups)
     }
   }
   if (ready) signal_if_armed();
