@@ -27,10 +27,17 @@ test('a 1 GiB server prints its URL and region; a client puts and gets; /metrics
   t.is((await kv.get('key-0'))?.toString(), 'overwritten');
   t.true(await kv.delete('key-19'));
 
-  const metrics = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-  const response = await fetch(`http://127.0.0.1:${port}/stats`);
+  // The server counts from the notices it drains asynchronously: wait until all 22 are in.
+  const deadline = Date.now() + 10_000;
+  let response = await fetch(`http://127.0.0.1:${port}/stats`);
+  let stats = (await response.json()) as Record<string, number>;
+  while (stats.notifications! < 22 && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 20));
+    response = await fetch(`http://127.0.0.1:${port}/stats`);
+    stats = (await response.json()) as Record<string, number>;
+  }
   t.is(response.headers.get('content-type'), 'application/json');
-  const stats = (await response.json()) as Record<string, number>;
+  const metrics = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
 
   t.is(stats.items, 19);
   t.is(stats.regionBytes, 1073741824);
