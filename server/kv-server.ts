@@ -464,6 +464,9 @@ export class KvServer extends EventEmitter {
    * lock words are changed only by RDMA atomics, never by this CPU.
    */
   private forget(entry: Fabric, client: Client, reason: string): void {
+    if (!this.clients.has(client.connection)) return;
+    // Its last notices may still wait in the CQ: account for them while we still know it.
+    this.drain(entry);
     if (!this.clients.delete(client.connection)) return;
     client.connection.disconnect();
     this.counters.fencedClients++;

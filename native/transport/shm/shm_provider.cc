@@ -621,7 +621,11 @@ void ShmProvider::run() {
           if (connection->state() == ConnState::CLOSED) forget_connection(connection.get());  // rejected
           continue;
         }
-        // The peer is gone (or broke the protocol).
+        // The peer is gone (or broke the protocol). What it sent before it left
+        // is delivered first, as a NIC completes what arrived before an error.
+        if (connection->state() == ConnState::CONNECTED && connection->recv_cq() != nullptr) {
+          connection->drain_inbound(connection->recv_cq());
+        }
         const bool was_connecting = connection->state() == ConnState::CONNECTING;
         std::string why = connection->side() == 0 && was_connecting ? "the server closed the connection before accepting"
                                                                      : "the peer disconnected";
