@@ -1,4 +1,6 @@
 // rdma-kv: the client library.
 export { KvClient } from './kv-client.js';
-export type { HistoryEvent, KvClientOptions, KvStatusName, Key, Value, VersionedValue } from './kv-client.js';
+export type { MemberLayout } from './kv-client.js';
+export type { EtcdOptions, HistoryEvent, KvClientOptions, KvStatusName, Key, Value, VersionedValue } from './types.js';
+export { SLOT_COUNT, keySlot } from './cluster/slots.js';
 export * from './errors.js';

@@ -1,284 +1,95 @@
-// The client library. Operations issued in one tick are written into the
-// native core's buffers and submitted with one crossing; the core drives every
-// RDMA round trip and hands back one result per operation. Control messages
-// (hello, heap grants) travel as msgpack over SEND/RECV on the same queue pair.
+// The client library. A KvClient talks to one server or to a cluster: each
+// key hashes to one of 16,384 slots, each slot belongs to one member
+// (cluster/slots.ts), and each member has its own ServerClient with its own
+// queue pair. Operations issued in one tick go out as one batch per server,
+// one doorbell each. A member that is down fails its keys fast with a
+// retryable KV_DISCONNECTED while the others keep serving.
 import { EventEmitter } from 'node:events';
 import { appendFileSync } from 'node:fs';
 
-import {
-  Access,
-  type CompletionQueue,
-  type Connection,
-  type MemoryRegion,
-  Opcode,
-  Provider,
-  SendFlag,
-  TransportError,
-  readCompletion,
-} from '../native/index.js';
-import { KvLayout, KvOp, KvStatus, OpLayout, ResultLayout } from './constants.js';
+import { EtcdMembership, type Member, type MembershipSource, StaticMembership } from './cluster/membership.js';
+import { SLOT_COUNT, assignSlots, keySlot } from './cluster/slots.js';
+import { KvLayout, KvOp, KvStatus } from './constants.js';
 import {
   KvAuthError,
   KvDisconnectedError,
   KvError,
-  KvKeyTooLargeError,
-  KvOutOfMemoryError,
-  KvProtocolError,
-  KvTimeoutError,
-  KvValueTooLargeError,
   KvInvalidArgumentError,
   KvLockContendedError,
-  errorForStatus,
+  KvProtocolError,
 } from './errors.js';
-import { type Hello, GRANT_BATCH, RETURN_BATCH, RejectReason, classFor, connectData, decode, encode, itemUnits } from './protocol.js';
-import { createRequire } from 'node:module';
-import { fileURLToPath } from 'node:url';
+import { describe, toBuffer } from './keys.js';
+import { ClientMetrics } from './metrics.js';
+import { type HistoryRecorder, type OpResult, ServerClient } from './server-client.js';
+import type { HistoryEvent, Key, KvClientOptions, KvStatusName, Value, VersionedValue } from './types.js';
 
-type NativeCore = {
-  submit(count: number): number;
-  poll(): number;
-  failAll(status: number): void;
-  readonly inflight: number;
-  readonly opWords: Uint32Array;
-  readonly resultWords: Uint32Array;
-  readonly arena: Buffer;
-  readonly scratch: Buffer;
-};
-const addon = createRequire(import.meta.url)('node-gyp-build')(fileURLToPath(new URL('../..', import.meta.url))) as {
-  ClientCore: new (provider: unknown, connection: unknown, cq: unknown, region: object, options: object) => NativeCore;
-};
+export type { HistoryEvent, Key, KvClientOptions, KvStatusName, Value, VersionedValue } from './types.js';
 
-export type Key = Buffer | Uint8Array | string;
-export type Value = Buffer | Uint8Array | string;
-
-export interface KvClientOptions {
-  /** shm:///path/to.sock or rdma://host:port */
-  url: string;
-  /** The server's token, if it has one. */
-  token?: string;
-  /**
-   * busy: poll the completion queue from a setImmediate loop while operations
-   * are in flight (lowest latency, one core spins); event: sleep until the
-   * queue's event fires (low CPU). @default 'busy'
-   */
-  pollMode?: 'busy' | 'event';
-  /** Connecting, and each operation. @default 5000 */
-  timeoutMs?: number;
-  /** Reconnect in the background after losing the server. @default true */
-  reconnect?: boolean;
-  /** Scratch memory for item buffers (registered once). @default 16 MiB */
-  scratchBytes?: number;
-  /**
-   * Records every operation's invocation and completion (for checking
-   * linearizability): a JSONL file path, or a function given each event.
-   */
-  history?: string | ((event: HistoryEvent) => void);
-}
-
-/** One line of a recorded history. Values are UTF-8 text, or "base64:..." for other bytes. */
-export interface HistoryEvent {
-  type: 'invoke' | 'ok' | 'fail';
-  /** The operation's number within this client. */
-  id: number;
-  f: 'get' | 'put' | 'delete' | 'cas' | 'incr' | 'lock' | 'unlock';
-  key: string;
-  /** invoke: the value written (put, cas); ok: the value read (get), or the result (delete, cas: boolean; incr: decimal) */
-  value?: string | boolean | null;
-  /** cas: the version expected (decimal) */
-  expected?: string;
-  /** get ok: the version read (decimal) */
-  version?: string;
-  error?: string;
-  /** process.hrtime.bigint() in ns (CLOCK_MONOTONIC: comparable across processes of one host) */
-  time: string;
-}
-
-export type KvStatusName = 'connecting' | 'ready' | 'reconnecting' | 'closed';
-
-export interface VersionedValue {
-  value: Buffer;
-  /** Changes with every write of the key (a CAS token). */
-  version: bigint;
-}
-
-interface PendingOp {
-  type: KvOp;
-  key: Buffer;
-  value?: Buffer;
-  arg: bigint; // CAS: expected version; INCR: delta; LOCK: timeout ms; UNLOCK: token
-  cls: number; // PUT, CAS, INCR, LOCK: block class
-  deadline: number;
-  resolve: (result: { status: number; value?: Buffer; version: bigint }) => void;
-  reject: (error: Error) => void;
-  block?: number;
-  /** CAS and UNLOCK: a version mismatch is an answer, not an error. */
-  mismatchResolves?: boolean;
-}
-
-const CONTROL_TAG = 2 ** KvLayout.CONTROL_TAG_SHIFT;
-const CONTROL_RECVS = 16;
-const CONTROL_SENDS = 8;
-const ARENA_BYTES = 4 << 20;
-
-/** One connection to one server: transport objects, native core, block pools. */
-class Session {
-  readonly provider: Provider;
-  readonly cq: CompletionQueue;
-  connection!: Connection;
-  core!: NativeCore;
-  hello!: Hello;
-  // The core's buffers, viewed once: each accessor call makes a new external
-  // ArrayBuffer, which per operation would be garbage V8 must collect.
-  opWords!: Uint32Array;
-  resultWords!: Uint32Array;
-  arena!: Buffer;
-  scratch!: Buffer;
-  private readonly control: MemoryRegion;
-  private sends = 0;
-  /** Granted blocks by class. */
-  readonly pools: number[][] = [];
-  readonly granting = new Set<number>();
-
-  constructor(scheme: 'shm' | 'rdma') {
-    this.provider = new Provider(scheme);
-    this.cq = this.provider.createCq(1024);
-    this.control = this.provider.allocate((CONTROL_RECVS + CONTROL_SENDS) * KvLayout.CONTROL_RECV_BYTES, Access.LOCAL_WRITE);
-  }
-
-  recv(index: number) {
-    return { wrId: CONTROL_TAG + index, local: this.control, localOffset: index * KvLayout.CONTROL_RECV_BYTES, length: KvLayout.CONTROL_RECV_BYTES };
-  }
-
-  message(index: number, length: number): ReturnType<typeof decode> {
-    const offset = index * KvLayout.CONTROL_RECV_BYTES;
-    return decode(this.control.bytes.subarray(offset, offset + length));
-  }
-
-  async open(options: KvClientOptions, timeoutMs: number): Promise<void> {
-    const initialRecvs = Array.from({ length: CONTROL_RECVS }, (_, i) => this.recv(i));
-    try {
-      this.connection = await this.provider.connect(options.url, {
-        cq: this.cq,
-        initialRecvs,
-        privateData: connectData(options.token),
-        timeoutMs,
-        sendDepth: 1024,
-        recvDepth: CONTROL_RECVS + 4,
-      });
-    } catch (error) {
-      if (error instanceof TransportError && error.code === 'REJECTED') {
-        const reason = error.privateData?.[0];
-        if (reason === RejectReason.AUTH) throw new KvAuthError(`${options.url}: the server rejected the token`);
-        if (reason === RejectReason.VERSION) throw new KvProtocolError(`${options.url}: the server speaks another protocol version`);
-        throw new KvDisconnectedError(`${options.url}: the server refused the connection (${reason === RejectReason.FULL ? 'no free client slot' : 'rejected'})`);
-      }
-      const why = (error as Error).message;
-      throw new KvDisconnectedError(why.includes(options.url) ? why : `cannot connect to ${options.url}: ${why}`);
-    }
-    // The hello is the server's first message.
-    const [wc] = await this.cq.take(1, { timeoutMs });
-    if (!wc || wc.statusName !== 'SUCCESS' || wc.opcode !== Opcode.RECV) {
-      throw new KvDisconnectedError(`${options.url}: no hello from the server (${wc?.statusName ?? 'nothing'})`);
-    }
-    const index = wc.wrId - CONTROL_TAG;
-    const hello = this.message(index, wc.byteLen);
-    if (hello.t !== 'hello' || hello.v !== KvLayout.PROTOCOL_VERSION) throw new KvProtocolError(`${options.url}: unexpected first message`);
-    this.hello = hello;
-    this.connection.postRecv([this.recv(index)]);
-    const { region, layout } = hello;
-    this.core = new addon.ClientCore(
-      this.provider.native,
-      this.connection.native,
-      this.cq.native,
-      {
-        addr: region.addr,
-        rkey: region.rkey,
-        length: region.length,
-        bucketCount: layout.bucketCount,
-        indexOffset: layout.indexOffset,
-        heapOffset: layout.heapOffset,
-        heapBytes: layout.heapBytes,
-        seed: layout.seed,
-        ringOffset: layout.ringOffset,
-        clientId: hello.clientId,
-        maxValueBytes: layout.maxValueBytes,
-        graceMs: hello.graceMs,
-      },
-      { scratchBytes: options.scratchBytes ?? 16 << 20, opTimeoutMs: timeoutMs, arenaBytes: ARENA_BYTES + layout.maxValueBytes + KvLayout.MAX_KEY_BYTES },
-    );
-    this.opWords = this.core.opWords;
-    this.resultWords = this.core.resultWords;
-    this.arena = this.core.arena;
-    this.scratch = this.core.scratch;
-    layout.classes.forEach(() => this.pools.push([]));
-  }
-
-  sendControl(message: Parameters<typeof encode>[0]): void {
-    const bytes = encode(message);
-    const index = CONTROL_RECVS + (this.sends++ % CONTROL_SENDS);
-    bytes.copy(this.control.bytes, index * KvLayout.CONTROL_RECV_BYTES);
-    this.connection.postSend([
-      { wrId: CONTROL_TAG + index, opcode: Opcode.SEND, flags: SendFlag.SIGNALED, local: this.control, localOffset: index * KvLayout.CONTROL_RECV_BYTES, length: bytes.length },
-    ]);
-  }
-
-  close(): void {
-    try {
-      // Blocks we were granted and never used go back before we leave.
-      this.pools.forEach((blocks, c) => {
-        for (let i = 0; i < blocks.length; i += RETURN_BATCH) this.sendControl({ t: 'return', c, blocks: blocks.slice(i, i + RETURN_BATCH) });
-      });
-    } catch {
-      // the connection is already gone
-    }
-    this.connection?.disconnect();
-    this.provider.close();
-  }
+/** One member of the current map, as `layout()` reports it. */
+export interface MemberLayout {
+  name: string;
+  /** Where it listens now; undefined when etcd has no live registration for it. */
+  url?: string;
+  status: KvStatusName | 'down';
+  /** How many of the 16,384 slots it owns. */
+  slots: number;
 }
 
 type ClientEvents = {
   status: [status: KvStatusName];
+  /** The slot map changed (members joined or left). */
+  layout: [members: MemberLayout[]];
+  /** A member's connection changed state. */
+  member: [name: string, status: KvStatusName];
   error: [error: Error];
 };
 
 export class KvClient extends EventEmitter<ClientEvents> {
-  private session: Session | undefined;
   private _status: KvStatusName = 'connecting';
-  private readonly queue: PendingOp[] = [];
-  private readonly inflight = new Map<number, PendingOp>();
-  private nextId = 1;
-  private flushScheduled = false;
-  private polling = false;
-  private readonly timeoutMs: number;
-  private readonly pollMode: 'busy' | 'event';
-  private timer: NodeJS.Timeout | undefined;
-  private reconnectTimer: NodeJS.Timeout | undefined;
-  private keepaliveTimer: NodeJS.Timeout | undefined;
-  private lastPong = 0;
+  private source!: MembershipSource;
+  /** By member name; a member without an address has none. */
+  private readonly servers = new Map<string, ServerClient>();
+  private members: string[] = [];
+  private urls = new Map<string, string | undefined>();
+  private owner: Uint16Array = new Uint16Array(SLOT_COUNT);
+  /** servers by member index, for the hot path. */
+  private byIndex: Array<ServerClient | undefined> = [];
+  /** A one-server client skips hashing. */
+  private only: ServerClient | undefined;
+  private readonly recorder: HistoryRecorder | undefined;
+  private readonly metrics: ClientMetrics | undefined;
+  private unwatchMetrics: (() => void) | undefined;
   private closing: Promise<void> | undefined;
-  private readonly record: ((event: HistoryEvent) => void) | undefined;
-  private historyId = 0;
 
   private constructor(private readonly options: KvClientOptions) {
     super();
-    this.timeoutMs = options.timeoutMs ?? 5000;
-    this.pollMode = options.pollMode ?? 'busy';
-    if (typeof options.history === 'string') {
-      const path = options.history;
-      this.record = (event) => appendFileSync(path, JSON.stringify(event) + '\n');
-    } else {
-      this.record = options.history;
+    const history = options.history;
+    if (history !== undefined) {
+      const record = typeof history === 'string' ? (event: HistoryEvent) => appendFileSync(history, JSON.stringify(event) + '\n') : history;
+      let id = 0;
+      this.recorder = { record, nextId: () => ++id };
+    }
+    if (options.metrics) {
+      this.metrics = new ClientMetrics(options.metrics);
+      this.unwatchMetrics = this.metrics.watchServers(() => this.members.map((name) => this.servers.get(name)?.status ?? 'down'));
     }
   }
 
-  /** Connects, receives the server's hello, and resolves when operations can be issued. */
+  /**
+   * Connects to the server (`url`), or to the cluster (`servers`, `etcd`),
+   * and resolves when operations can be issued: every member has been tried
+   * and at least one is ready. Members that could not be reached are retried
+   * in the background; until then their keys fail with KV_DISCONNECTED.
+   */
   static async connect(options: KvClientOptions): Promise<KvClient> {
-    if (typeof options?.url !== 'string') throw new KvInvalidArgumentError('KvClient.connect needs { url }');
-    if (options.pollMode !== undefined && options.pollMode !== 'busy' && options.pollMode !== 'event') {
-      throw new KvInvalidArgumentError(`pollMode must be 'busy' or 'event' (got '${String(options.pollMode)}')`);
-    }
+    checkOptions(options);
     const client = new KvClient(options);
-    await client.establish();
+    try {
+      await client.start();
+    } catch (error) {
+      await client.close();
+      throw error;
+    }
     return client;
   }
 
@@ -286,59 +97,159 @@ export class KvClient extends EventEmitter<ClientEvents> {
     return this._status;
   }
 
-  /** The largest value the server accepts, in bytes. */
+  /** The largest value every connected server accepts, in bytes. */
   get maxValueBytes(): number {
-    return this.session?.hello.layout.maxValueBytes ?? KvLayout.DEFAULT_MAX_VALUE_BYTES;
+    let max: number | undefined;
+    for (const server of this.servers.values()) {
+      const m = server.maxValueBytes;
+      if (m !== undefined) max = max === undefined ? m : Math.min(max, m);
+    }
+    return max ?? KvLayout.DEFAULT_MAX_VALUE_BYTES;
   }
 
-  private setStatus(status: KvStatusName): void {
-    if (this._status === status) return;
+  /** The slot map: each member, where it is, its state and its share of slots. */
+  layout(): MemberLayout[] {
+    const counts = new Array<number>(this.members.length).fill(0);
+    for (const m of this.owner) counts[m]!++;
+    return this.members.map((name, i) => {
+      const entry: MemberLayout = { name, status: this.servers.get(name)?.status ?? 'down', slots: this.members.length > 0 ? counts[i]! : 0 };
+      const url = this.urls.get(name);
+      if (url) entry.url = url;
+      return entry;
+    });
+  }
+
+  /** The member that holds `key` (its name), or undefined in an empty cluster. */
+  memberFor(key: Key): string | undefined {
+    return this.members[this.owner[keySlot(toBuffer(key, 'key'))]!];
+  }
+
+  // ---- membership ------------------------------------------------------------------------
+
+  private async start(): Promise<void> {
+    const timeoutMs = this.options.timeoutMs ?? 5000;
+    if (this.options.etcd) {
+      this.source = await EtcdMembership.open(this.options.etcd, timeoutMs);
+    } else {
+      this.source = new StaticMembership(this.options.servers ?? [this.options.url!]);
+    }
+    this.source.on('error', (error) => this.emit('error', error));
+    const starting = this.apply(this.source.members);
+    if (this.options.etcd) {
+      this.source.on('change', (members) => {
+        if (this._status !== 'closed') void this.apply(members);
+      });
+    }
+    const results = await Promise.allSettled(starting);
+    const failures = results.flatMap((r) => (r.status === 'rejected' ? [r.reason as Error] : []));
+    // A wrong token or protocol is a configuration error: no point retrying.
+    const fatal = failures.find((e) => e instanceof KvAuthError || e instanceof KvProtocolError || e instanceof KvInvalidArgumentError);
+    if (fatal) throw fatal;
+    if (![...this.servers.values()].some((s) => s.status === 'ready')) {
+      if (failures.length === 1 && this.members.length === 1) throw failures[0]!;
+      const why = failures.length > 0 ? `: ${failures.map((e) => e.message).join('; ')}` : '';
+      const where = this.options.etcd ? ` under etcd prefix ${this.options.etcd.prefix ?? '/rdma-kv'}` : '';
+      throw new KvDisconnectedError(`no server of the cluster${where} is reachable (${this.members.length} members)${why}`);
+    }
+    for (const server of this.servers.values()) {
+      if (server.status !== 'ready' && this.options.reconnect !== false) server.keepTrying();
+    }
+    this._status = 'reconnecting'; // connected: from here on the members decide
+    this.updateStatus();
+  }
+
+  /** Rebuilds the map for a member list; returns the first connection attempts of new servers. */
+  private apply(members: Member[]): Array<Promise<void>> {
+    const names = members.map((m) => m.name);
+    const changed = names.length !== this.members.length || names.some((n) => !this.urls.has(n));
+    if (changed) {
+      const { members: sorted, owner } = assignSlots(names);
+      this.members = sorted;
+      this.owner = owner;
+    }
+    const starting: Array<Promise<void>> = [];
+    const urls = new Map<string, string | undefined>();
+    for (const { name, url } of members) {
+      urls.set(name, url);
+      const current = this.servers.get(name);
+      // No address: a live connection (say, etcd is what failed) keeps serving.
+      if (!url) continue;
+      if (current && current.url === url) {
+        current.reconnectNow();
+        continue;
+      }
+      if (current) void current.close();
+      starting.push(this.open(name, url));
+    }
+    for (const [name, server] of this.servers) {
+      if (!urls.has(name)) {
+        this.servers.delete(name);
+        void server.close();
+      }
+    }
+    this.urls = urls;
+    this.byIndex = this.members.map((name) => this.servers.get(name));
+    this.only = this.members.length === 1 && !this.options.etcd ? this.byIndex[0] : undefined;
+    if (changed && this._status !== 'connecting') this.emit('layout', this.layout());
+    this.updateStatus();
+    return starting;
+  }
+
+  private open(name: string, url: string): Promise<void> {
+    const { servers: _s, etcd: _e, history: _h, metrics: _m, ...rest } = this.options;
+    const server = new ServerClient(this.recorder ? { ...rest, url, recorder: this.recorder } : { ...rest, url });
+    this.servers.set(name, server);
+    server.on('status', (status) => {
+      if (this.servers.get(name) !== server) return;
+      this.emit('member', name, status);
+      this.updateStatus();
+    });
+    server.on('error', (error) => this.emit('error', error));
+    const first = server.start();
+    if (this._status !== 'connecting') {
+      // Joined later (etcd): no caller waits on it, so keep trying on failure.
+      first.catch(() => {
+        if (this.servers.get(name) === server && this.options.reconnect !== false) server.keepTrying();
+      });
+    }
+    return first;
+  }
+
+  private updateStatus(): void {
+    if (this._status === 'closed' || this._status === 'connecting') return;
+    let ready = 0;
+    let closed = 0;
+    for (const name of this.members) {
+      const status = this.servers.get(name)?.status;
+      if (status === 'ready') ready++;
+      else if (status === 'closed') closed++;
+    }
+    const n = this.members.length;
+    const status: KvStatusName = n > 0 && ready === n ? 'ready' : ready > 0 ? 'degraded' : n > 0 && closed === n ? 'closed' : 'reconnecting';
+    if (status === this._status) return;
     this._status = status;
     this.emit('status', status);
   }
 
-  private async establish(): Promise<void> {
-    const scheme = this.options.url.startsWith('rdma://') ? 'rdma' : this.options.url.startsWith('shm://') ? 'shm' : undefined;
-    if (!scheme) throw new KvInvalidArgumentError(`unknown URL '${this.options.url}': expected shm:///path or rdma://host:port`);
-    const session = new Session(scheme);
-    try {
-      await session.open(this.options, this.timeoutMs);
-    } catch (error) {
-      session.provider.close();
-      throw error;
-    }
-    this.session = session;
-    session.connection.once('disconnected', (reason) => this.lost(session, reason));
-    if (this.pollMode === 'event') {
-      session.cq.watch(() => this.pollOnce(true));
-      session.cq.arm();
-    }
-    this.startKeepalive(session);
-    this.setStatus('ready');
-  }
-
-  // ---- operations --------------------------------------------------------------------
+  // ---- operations ------------------------------------------------------------------------
 
   /** The value, or undefined when the key does not exist. */
-  async get(key: Key): Promise<Buffer | undefined> {
-    const r = await this.submit(KvOp.GET, key);
-    return r.status === KvStatus.OK ? r.value : undefined;
+  get(key: Key): Promise<Buffer | undefined> {
+    return this.call(KvOp.GET, key).then((r) => (r.status === KvStatus.OK ? r.value : undefined));
   }
 
   /** The value with its version (a CAS token), or undefined. */
-  async getWithVersion(key: Key): Promise<VersionedValue | undefined> {
-    const r = await this.submit(KvOp.GET, key);
-    return r.status === KvStatus.OK ? { value: r.value!, version: r.version } : undefined;
+  getWithVersion(key: Key): Promise<VersionedValue | undefined> {
+    return this.call(KvOp.GET, key).then((r) => (r.status === KvStatus.OK ? { value: r.value!, version: r.version } : undefined));
   }
 
-  async put(key: Key, value: Value): Promise<void> {
-    await this.submit(KvOp.PUT, key, value);
+  put(key: Key, value: Value): Promise<void> {
+    return this.call(KvOp.PUT, key, value).then(() => undefined);
   }
 
   /** Resolves true when the key existed. */
-  async delete(key: Key): Promise<boolean> {
-    const r = await this.submit(KvOp.DELETE, key);
-    return r.status === KvStatus.OK;
+  delete(key: Key): Promise<boolean> {
+    return this.call(KvOp.DELETE, key).then((r) => r.status === KvStatus.OK);
   }
 
   /**
@@ -346,9 +257,8 @@ export class KvClient extends EventEmitter<ClientEvents> {
    * (from getWithVersion); `0n` means "only if the key does not exist".
    * Resolves false when the version did not match.
    */
-  async cas(key: Key, expectedVersion: bigint, value: Value): Promise<boolean> {
-    const r = await this.submit(KvOp.CAS, key, value, expectedVersion, true);
-    return r.status === KvStatus.OK;
+  cas(key: Key, expectedVersion: bigint, value: Value): Promise<boolean> {
+    return this.call(KvOp.CAS, key, value, expectedVersion, true).then((r) => r.status === KvStatus.OK);
   }
 
   /**
@@ -357,10 +267,14 @@ export class KvClient extends EventEmitter<ClientEvents> {
    * is created at `delta`. Counters are unsigned 64-bit and wrap; a negative
    * delta subtracts.
    */
-  async incr(key: Key, delta: bigint | number = 1n): Promise<bigint> {
-    const d = BigInt.asUintN(64, BigInt(delta));
-    const r = await this.submit(KvOp.INCR, key, undefined, d);
-    return r.version;
+  incr(key: Key, delta: bigint | number = 1n): Promise<bigint> {
+    let d: bigint;
+    try {
+      d = BigInt.asUintN(64, BigInt(delta));
+    } catch {
+      return Promise.reject(new KvInvalidArgumentError(`incr delta must be an integer (got ${String(delta)})`));
+    }
+    return this.call(KvOp.INCR, key, undefined, d).then((r) => r.version);
   }
 
   /**
@@ -371,9 +285,12 @@ export class KvClient extends EventEmitter<ClientEvents> {
    * Rejects with KV_LOCK_CONTENDED after `timeoutMs`.
    */
   async lock(name: Key, options: { timeoutMs?: number } = {}): Promise<{ token: bigint; release: () => Promise<void> }> {
-    const timeoutMs = options.timeoutMs ?? this.timeoutMs;
+    const timeoutMs = options.timeoutMs ?? this.options.timeoutMs ?? 5000;
     if (!(timeoutMs > 0)) throw new KvInvalidArgumentError('lock timeoutMs must be positive');
-    const r = await this.submit(KvOp.LOCK, name, undefined, BigInt(Math.ceil(timeoutMs)));
+    const nameBytes = toBuffer(name, 'name');
+    // Released on the server that granted it, whatever the map says by then.
+    const server = this.serverFor(nameBytes);
+    const r = await this.send(server, KvOp.LOCK, nameBytes, undefined, BigInt(Math.ceil(timeoutMs)));
     const token = r.version;
     let released = false;
     return {
@@ -381,337 +298,58 @@ export class KvClient extends EventEmitter<ClientEvents> {
       release: async () => {
         if (released) return;
         released = true;
-        const u = await this.submit(KvOp.UNLOCK, name, undefined, token, true);
+        const u = await this.send(server, KvOp.UNLOCK, nameBytes, undefined, token, true);
         if (u.status !== KvStatus.OK) {
-          throw new KvLockContendedError(`lock ${describe(toBuffer(name, 'name'))} was no longer held by this client (token ${token})`);
+          throw new KvLockContendedError(`lock ${describe(nameBytes)} was no longer held by this client (token ${token})`);
         }
       },
     };
   }
 
+  /** Reads many keys: one batch (one doorbell) per server. */
   getMany(keys: Key[]): Promise<Array<Buffer | undefined>> {
     return Promise.all(keys.map((k) => this.get(k)));
   }
 
+  /** Writes many keys: one batch (one doorbell) per server. */
   async putMany(entries: Array<[Key, Value]>): Promise<void> {
     await Promise.all(entries.map(([k, v]) => this.put(k, v)));
   }
 
-  private submit(
-    type: KvOp,
-    key: Key,
-    value?: Value,
-    arg = 0n,
-    mismatchResolves = false,
-  ): Promise<{ status: number; value?: Buffer; version: bigint }> {
-    if (this._status === 'closed') return Promise.reject(new KvDisconnectedError('the client is closed'));
-    if (this._status !== 'ready' || !this.session) return Promise.reject(new KvDisconnectedError(`not connected to ${this.options.url} (${this._status})`));
-    const keyBytes = toBuffer(key, 'key');
-    if (keyBytes.length > KvLayout.MAX_KEY_BYTES) {
-      return Promise.reject(new KvKeyTooLargeError(`key of ${keyBytes.length} bytes: the limit is ${KvLayout.MAX_KEY_BYTES}`));
-    }
-    let cls = -1;
-    let valueBytes: Buffer | undefined;
-    if (type === KvOp.PUT || type === KvOp.CAS) {
-      valueBytes = toBuffer(value!, 'value');
-      const max = this.session.hello.layout.maxValueBytes;
-      if (valueBytes.length > max) return Promise.reject(new KvValueTooLargeError(`value of ${valueBytes.length} bytes: the limit is ${max}`));
-      cls = classFor(this.session.hello.layout.classes, itemUnits(keyBytes.length, valueBytes.length));
-    } else if (type === KvOp.INCR || type === KvOp.LOCK) {
-      cls = classFor(this.session.hello.layout.classes, itemUnits(keyBytes.length, 0)); // in case it must be created
-    }
-    if (this.record) return this.recorded(type, keyBytes, valueBytes, arg, cls, mismatchResolves);
-    return new Promise((resolve, reject) => {
-      const op: PendingOp = { type, key: keyBytes, arg, cls, deadline: performance.now() + this.timeoutMs, resolve, reject };
-      if (mismatchResolves) op.mismatchResolves = true;
-      if (valueBytes) op.value = valueBytes;
-      this.queue.push(op);
-      this.scheduleFlush();
-    });
-  }
-
-  /** submit() with each invocation and completion written to the history. */
-  private recorded(type: KvOp, key: Buffer, value: Buffer | undefined, arg: bigint, cls: number, mismatchResolves: boolean) {
-    const record = this.record!;
-    const id = ++this.historyId;
-    const f = (opNames[type] ?? 'op') as HistoryEvent['f'];
-    const base = { id, f, key: text(key) };
-    const invoke: HistoryEvent = { ...base, type: 'invoke', time: process.hrtime.bigint().toString() };
-    if (value) invoke.value = text(value);
-    if (type === KvOp.CAS) invoke.expected = arg.toString();
-    record(invoke);
-    return new Promise<{ status: number; value?: Buffer; version: bigint }>((resolve, reject) => {
-      const op: PendingOp = {
-        type, key, arg, cls, deadline: performance.now() + this.timeoutMs,
-        resolve: (r) => {
-          const done: HistoryEvent = { ...base, type: 'ok', time: process.hrtime.bigint().toString() };
-          if (type === KvOp.GET) {
-            done.value = r.value ? text(r.value) : null;
-            if (r.value) done.version = r.version.toString();
-          } else if (type === KvOp.DELETE || type === KvOp.CAS) {
-            done.value = r.status === KvStatus.OK;
-          } else if (type === KvOp.INCR) {
-            done.value = r.version.toString();
-          }
-          record(done);
-          resolve(r);
-        },
-        reject: (error) => {
-          record({ ...base, type: 'fail', error: (error as KvError).code ?? error.message, time: process.hrtime.bigint().toString() });
-          reject(error);
-        },
-      };
-      if (value) op.value = value;
-      if (mismatchResolves) op.mismatchResolves = true;
-      this.queue.push(op);
-      this.scheduleFlush();
-    });
-  }
-
-  private scheduleFlush(): void {
-    if (this.flushScheduled) return;
-    this.flushScheduled = true;
-    queueMicrotask(() => {
-      this.flushScheduled = false;
-      this.flush();
-    });
-  }
-
-  /** Submits what fits (slots, scratch, granted blocks) with one crossing. */
-  private flush(): void {
-    const session = this.session;
-    if (!session || this.queue.length === 0) return;
-    const { core } = session;
-    const words = session.opWords;
-    const arena = session.arena;
-    let count = 0;
-    let arenaUsed = 0;
-    const batch: PendingOp[] = [];
-    const waiting: PendingOp[] = [];
-    const capacity = KvLayout.MAX_INFLIGHT - core.inflight;
-    while (this.queue.length > 0 && count < capacity) {
-      const op = this.queue[0]!;
-      const bytes = op.key.length + (op.value?.length ?? 0);
-      if (arenaUsed + bytes > arena.length) break;
-      this.queue.shift();
-      if (op.cls >= 0) {
-        const pool = session.pools[op.cls]!;
-        if (pool.length < GRANT_BATCH / 4) this.requestBlocks(session, op.cls);
-        if (pool.length === 0) {
-          waiting.push(op); // until the grant arrives
-          continue;
-        }
-        op.block = pool.pop()!;
-      }
-      const id = this.nextId;
-      this.nextId = id >= 0xfffffffe ? 1 : id + 1; // 0xffffffff marks control results
-      const o = count * OpLayout.WORDS;
-      words[o + OpLayout.TYPE] = op.type;
-      words[o + OpLayout.ID] = id;
-      words[o + OpLayout.KEY_OFFSET] = arenaUsed;
-      words[o + OpLayout.KEY_LEN] = op.key.length;
-      op.key.copy(arena, arenaUsed);
-      arenaUsed += op.key.length;
-      words[o + OpLayout.VALUE_OFFSET] = arenaUsed;
-      words[o + OpLayout.VALUE_LEN] = op.value?.length ?? 0;
-      if (op.value) {
-        op.value.copy(arena, arenaUsed);
-        arenaUsed += op.value.length;
-      }
-      words[o + OpLayout.BLOCK] = op.block ?? 0;
-      words[o + OpLayout.BLOCK_UNITS] = op.cls >= 0 ? session.hello.layout.classes[op.cls]! : 0;
-      words[o + OpLayout.ARG_LO] = Number(op.arg & 0xffffffffn);
-      words[o + OpLayout.ARG_HI] = Number(op.arg >> 32n);
-      this.inflight.set(id, op);
-      batch.push(op);
-      count++;
-    }
-    const taken = count > 0 ? core.submit(count) : 0;
-    // What the core could not take goes back to the front, in order.
-    for (let i = batch.length - 1; i >= taken; i--) {
-      const op = batch[i]!;
-      this.inflight.delete(words[i * OpLayout.WORDS + OpLayout.ID]!);
-      if (op.block !== undefined) {
-        session.pools[op.cls]!.push(op.block);
-        delete op.block;
-      }
-      this.queue.unshift(op);
-    }
-    this.queue.unshift(...waiting);
-    this.startPolling();
-    this.armTimer();
-  }
-
-  private requestBlocks(session: Session, cls: number): void {
-    if (session.granting.has(cls)) return;
-    session.granting.add(cls);
-    session.sendControl({ t: 'grant', c: cls, n: GRANT_BATCH });
-  }
-
-  // ---- completions ---------------------------------------------------------------------
-
-  private startPolling(): void {
-    if (this.polling || this.pollMode === 'event') return;
-    this.polling = true;
-    const loop = () => {
-      this.pollOnce(false);
-      if (this.session && (this.inflight.size > 0 || this.session.granting.size > 0)) setImmediate(loop);
-      else this.polling = false;
-    };
-    setImmediate(loop);
-  }
-
-  private pollOnce(fromEvent: boolean): void {
-    const session = this.session;
-    if (!session) return;
-    for (let round = 0; round < (fromEvent ? 2 : 1); round++) {
-      for (;;) {
-        const n = session.core.poll();
-        if (n === 0) break;
-        this.onResults(session, n);
-      }
-      if (fromEvent && round === 0) session.cq.arm();
-    }
-    if (this.queue.length > 0) this.flush();
-  }
-
-  private onResults(session: Session, n: number): void {
-    const words = session.resultWords;
-    const scratch = session.scratch;
-    for (let i = 0; i < n; i++) {
-      const o = i * ResultLayout.WORDS;
-      const id = words[o + ResultLayout.ID]!;
-      const status = words[o + ResultLayout.STATUS]!;
-      if (id === 0xffffffff) {
-        this.onControl(session, words[o + ResultLayout.VALUE_OFFSET]!, words[o + ResultLayout.VALUE_LEN]!, status, words[o + ResultLayout.DETAIL]!);
-        continue;
-      }
-      const op = this.inflight.get(id);
-      if (!op) continue;
-      this.inflight.delete(id);
-      if (words[o + ResultLayout.BLOCK_UNUSED] && op.block !== undefined) session.pools[op.cls]!.push(op.block);
-      const version = BigInt(words[o + ResultLayout.VERSION_LO]!) | (BigInt(words[o + ResultLayout.VERSION_HI]!) << 32n);
-      if (status === KvStatus.OK || status === KvStatus.NOT_FOUND || (status === KvStatus.VERSION_MISMATCH && op.mismatchResolves)) {
-        let value: Buffer | undefined;
-        if (op.type === KvOp.GET && status === KvStatus.OK) {
-          const at = words[o + ResultLayout.VALUE_OFFSET]!;
-          value = Buffer.from(scratch.subarray(at, at + words[o + ResultLayout.VALUE_LEN]!)); // a copy: scratch is reused
-        }
-        op.resolve(value ? { status, value, version } : { status, version });
-      } else {
-        op.reject(errorForStatus(status, words[o + ResultLayout.DETAIL]!, `${opNames[op.type] ?? 'op'} ${describe(op.key)}`));
-      }
-    }
-  }
-
-  private onControl(session: Session, index: number, length: number, wcStatus: number, opcode: number): void {
-    if (opcode !== Opcode.RECV) return; // our own SENDs completing
-    if (wcStatus !== 0) return; // flushed: the connection is going away
-    let message;
+  private call(type: KvOp, key: Key, value?: Value, arg = 0n, mismatchResolves = false): Promise<OpResult> {
+    let keyBytes: Buffer;
+    let server: ServerClient | KvError;
     try {
-      message = session.message(index, length);
+      keyBytes = toBuffer(key, 'key');
+      server = this.only ?? this.serverFor(keyBytes);
     } catch (error) {
-      this.emit('error', new KvProtocolError(`malformed control message from the server: ${(error as Error).message}`));
-      session.connection.postRecv([session.recv(index)]);
-      return;
+      return Promise.reject(error);
     }
-    session.connection.postRecv([session.recv(index)]);
-    if (message.t === 'pong') {
-      this.lastPong = performance.now();
-      return;
-    }
-    if (message.t === 'granted') {
-      session.granting.delete(message.c);
-      const pool = session.pools[message.c];
-      if (!pool) return;
-      pool.push(...message.blocks);
-      if (message.blocks.length === 0) {
-        // Nothing left of that size: PUTs waiting for it fail now.
-        const error = new KvOutOfMemoryError(`the server has no free block of ${session.hello.layout.classes[message.c]! * 64} bytes`);
-        for (let i = this.queue.length - 1; i >= 0; i--) {
-          const op = this.queue[i]!;
-          if (op.cls === message.c) {
-            this.queue.splice(i, 1);
-            op.reject(error);
-          }
-        }
-      }
-      this.flush();
-    }
+    return this.send(server, type, keyBytes, value, arg, mismatchResolves);
   }
 
-  /** Fails queued ops whose deadline passed (a grant that never came, a stuck server). */
-  private armTimer(): void {
-    if (this.timer || this.queue.length === 0) return;
-    this.timer = setTimeout(() => {
-      this.timer = undefined;
-      const now = performance.now();
-      for (let i = this.queue.length - 1; i >= 0; i--) {
-        const op = this.queue[i]!;
-        if (op.deadline <= now) {
-          this.queue.splice(i, 1);
-          op.reject(new KvTimeoutError(`${describe(op.key)}: not started within ${this.timeoutMs} ms`));
-        }
-      }
-      this.armTimer();
-    }, 100);
-    this.timer.unref();
+  private send(server: ServerClient | KvError, type: KvOp, key: Buffer, value?: Value, arg = 0n, mismatchResolves = false): Promise<OpResult> {
+    const pending = server instanceof ServerClient ? server.submit(type, key, value, arg, mismatchResolves) : Promise.reject(server);
+    return this.metrics ? this.metrics.observe(type, pending) : pending;
   }
 
-  // ---- keepalive, connection loss and close --------------------------------------------------
-
-  /**
-   * RDMA has no keepalive of its own: ping every interval the server gave;
-   * three intervals without a pong and the server is taken for lost.
-   */
-  private startKeepalive(session: Session): void {
-    const interval = session.hello.keepaliveMs;
-    this.lastPong = performance.now();
-    if (this.keepaliveTimer) clearInterval(this.keepaliveTimer);
-    this.keepaliveTimer = setInterval(() => {
-      if (this.session !== session) return;
-      this.pollOnce(false); // an idle busy-mode client polls nowhere else: pongs and SEND completions land here
-      if (this.session !== session) return;
-      if (performance.now() - this.lastPong > 3 * interval) return this.lost(session, `no keepalive answer for ${3 * interval} ms`);
-      try {
-        session.sendControl({ t: 'ping' });
-      } catch (error) {
-        this.lost(session, (error as Error).message);
-      }
-    }, interval);
-    this.keepaliveTimer.unref();
+  /** The key's server, or the error its operations get. */
+  private serverFor(key: Buffer): ServerClient | KvError {
+    if (this._status === 'closed') return new KvDisconnectedError('the client is closed');
+    if (this.only) return this.only;
+    const slot = keySlot(key);
+    const member = this.owner[slot]!;
+    const server = this.byIndex[member];
+    if (server) return server;
+    const name = this.members[member];
+    return new KvDisconnectedError(
+      name === undefined
+        ? `no server holds slot ${slot}: the cluster has no members`
+        : `slot ${slot} belongs to ${name}, which has no live registration (down since this client started, or never up)`,
+    );
   }
 
-  private lost(session: Session, reason: string): void {
-    if (this.session !== session) return;
-    // Finish everything the core holds, then the rest of the queue.
-    session.core.failAll(KvStatus.DISCONNECTED);
-    this.onResults(session, session.core.poll());
-    for (const op of this.inflight.values()) op.reject(new KvDisconnectedError(`lost the server: ${reason}`));
-    this.inflight.clear();
-    for (const op of this.queue.splice(0)) op.reject(new KvDisconnectedError(`lost the server: ${reason}`));
-    session.cq.unwatch();
-    session.provider.close();
-    this.session = undefined;
-    if (this._status === 'closed') return;
-    if (this.options.reconnect === false) {
-      this.setStatus('closed');
-      return;
-    }
-    this.setStatus('reconnecting');
-    this.scheduleReconnect(1);
-  }
-
-  private scheduleReconnect(attempt: number): void {
-    const delay = Math.min(2000, 50 * 2 ** attempt) * (0.5 + Math.random() / 2);
-    this.reconnectTimer = setTimeout(() => {
-      this.reconnectTimer = undefined;
-      if (this._status !== 'reconnecting') return;
-      this.establish().catch(() => {
-        if (this._status === 'reconnecting') this.scheduleReconnect(attempt + 1);
-      });
-    }, delay);
-  }
+  // ---- close -----------------------------------------------------------------------------
 
   /** Waits for operations in flight, gives unused blocks back, disconnects. Idempotent. */
   close(): Promise<void> {
@@ -720,48 +358,32 @@ export class KvClient extends EventEmitter<ClientEvents> {
   }
 
   private async shutdown(): Promise<void> {
-    const wasReady = this._status === 'ready';
-    this.setStatus('closed');
-    if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
-    if (this.keepaliveTimer) clearInterval(this.keepaliveTimer);
-    if (this.timer) clearTimeout(this.timer);
-    for (const op of this.queue.splice(0)) op.reject(new KvDisconnectedError('the client was closed'));
-    const session = this.session;
-    if (!session) return;
-    // In-flight ops may hold bucket locks: let them finish rather than abandon them.
-    const deadline = performance.now() + this.timeoutMs;
-    while (wasReady && this.inflight.size > 0 && performance.now() < deadline) {
-      this.pollOnce(false);
-      await new Promise((resolve) => setImmediate(resolve));
-    }
-    for (const op of this.inflight.values()) op.reject(new KvDisconnectedError('the client was closed'));
-    this.inflight.clear();
-    this.session = undefined;
-    session.cq.unwatch();
-    session.close();
+    this._status = 'closed';
+    this.emit('status', 'closed');
+    this.unwatchMetrics?.();
+    await this.source?.close();
+    await Promise.all([...this.servers.values()].map((s) => s.close()));
   }
 }
 
-const opNames: Record<number, string> = {
-  [KvOp.GET]: 'get', [KvOp.PUT]: 'put', [KvOp.DELETE]: 'delete', [KvOp.CAS]: 'cas',
-  [KvOp.INCR]: 'incr', [KvOp.LOCK]: 'lock', [KvOp.UNLOCK]: 'unlock',
-};
-
-function text(bytes: Buffer): string {
-  const s = bytes.toString('utf8');
-  return Buffer.from(s, 'utf8').equals(bytes) ? s : `base64:${bytes.toString('base64')}`;
-}
-
-function toBuffer(value: Key | Value, what: string): Buffer {
-  if (typeof value === 'string') return Buffer.from(value, 'utf8');
-  if (Buffer.isBuffer(value)) return value;
-  if (value instanceof Uint8Array) return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
-  throw new KvInvalidArgumentError(`${what} must be a Buffer, Uint8Array or string`);
-}
-
-function describe(key: Buffer): string {
-  const text = key.subarray(0, 40).toString('utf8');
-  return /^[\x20-\x7e]*$/.test(text) ? `'${text}${key.length > 40 ? '…' : ''}'` : `<${key.length}-byte key>`;
+function checkOptions(options: KvClientOptions): void {
+  if (!options || typeof options !== 'object') throw new KvInvalidArgumentError('KvClient.connect needs options: { url } or { servers } or { etcd }');
+  const given = (['url', 'servers', 'etcd'] as const).filter((k) => options[k] !== undefined);
+  if (given.length !== 1) {
+    throw new KvInvalidArgumentError(`KvClient.connect needs exactly one of url, servers, etcd (got ${given.length === 0 ? 'none' : given.join(', ')})`);
+  }
+  const urls = options.url !== undefined ? [options.url] : options.servers;
+  if (urls !== undefined) {
+    if (!Array.isArray(urls) || urls.length === 0) throw new KvInvalidArgumentError('servers must be a non-empty array of URLs');
+    for (const url of urls) {
+      if (typeof url !== 'string' || !/^(shm:\/\/\/.|rdma:\/\/[^/]+)/.test(url)) {
+        throw new KvInvalidArgumentError(`unknown URL '${String(url)}': expected shm:///path or rdma://host:port`);
+      }
+    }
+  }
+  if (options.pollMode !== undefined && options.pollMode !== 'busy' && options.pollMode !== 'event') {
+    throw new KvInvalidArgumentError(`pollMode must be 'busy' or 'event' (got '${String(options.pollMode)}')`);
+  }
 }
 
 export { KvError };

@@ -38,6 +38,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
                         InstanceMethod<&ClientCoreWrap::poll>("poll"),
                         InstanceMethod<&ClientCoreWrap::fail_all>("failAll"),
                         InstanceAccessor<&ClientCoreWrap::inflight>("inflight"),
+                        InstanceAccessor<&ClientCoreWrap::doorbells>("doorbells"),
                         InstanceAccessor<&ClientCoreWrap::op_words>("opWords"),
                         InstanceAccessor<&ClientCoreWrap::result_words>("resultWords"),
                         InstanceAccessor<&ClientCoreWrap::arena>("arena"),
@@ -132,6 +133,9 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
   Napi::Value fail_all(const Napi::CallbackInfo& info) {
     core_->fail_all(static_cast<KvStatus>(info[0].As<Napi::Number>().Uint32Value()), 0);
     return info.Env().Undefined();
+  }
+  Napi::Value doorbells(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), static_cast<double>(core_->doorbells()));
   }
   Napi::Value inflight(const Napi::CallbackInfo& info) {
     return Napi::Number::New(info.Env(), static_cast<double>(core_->inflight()));

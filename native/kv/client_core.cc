@@ -223,6 +223,7 @@ void ClientCore::flush() {
   if (pending_.empty()) return;
   size_t bad = 0;
   int rc = connection_->post_send(pending_.data(), pending_.size(), &bad);
+  doorbells_++;
   if (rc == 0) {
     pending_.clear();
   } else if (rc == ENOMEM) {
@@ -796,7 +797,9 @@ void ClientCore::finish(Op& op, KvStatus status, uint32_t detail) {
   OpResult r;
   r.id = op.id;
   r.status = status;
-  r.detail = detail;
+  // Errors other than RDMA_ERROR carry their retry count already; successes
+  // carry it too, so clients can count retries (bucket locks busy, torn reads).
+  r.detail = status == KvStatus::OK || status == KvStatus::NOT_FOUND || status == KvStatus::VERSION_MISMATCH ? op.retries : detail;
   r.version = status != KvStatus::OK ? 0 : is_atomic_op(op.type) ? op.result_value : op.version;
   r.block_unused = op.has_block && !(status == KvStatus::OK && op.block_published);
   if (op.type == KvOp::DELETE || status == KvStatus::TYPE_MISMATCH) cache_forget(op);

@@ -83,6 +83,8 @@ class ClientCore {
   void fail_all(KvStatus status, uint32_t detail);
 
   size_t inflight() const { return busy_; }
+  // post_send calls so far: one per batch phase, whatever the batch's size.
+  uint64_t doorbells() const { return doorbells_; }
   uint8_t* scratch() const { return scratch_->data(); }
   size_t scratch_length() const { return scratch_->length(); }
 
@@ -159,6 +161,7 @@ class ClientCore {
   std::vector<Op> ops_;
   std::vector<uint32_t> free_ops_;
   size_t busy_ = 0;
+  uint64_t doorbells_ = 0;
   size_t item_base_ = 0;  // scratch offset where item buffers start
   // Item buffers by size class: free lists and a bump pointer.
   std::vector<std::vector<uint64_t>> free_items_;

@@ -1,0 +1,22 @@
+// Keys and values as bytes, and how they are shown in errors and histories.
+import { KvInvalidArgumentError } from './errors.js';
+import type { Key, Value } from './types.js';
+
+export function toBuffer(value: Key | Value, what: string): Buffer {
+  if (typeof value === 'string') return Buffer.from(value, 'utf8');
+  if (Buffer.isBuffer(value)) return value;
+  if (value instanceof Uint8Array) return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+  throw new KvInvalidArgumentError(`${what} must be a Buffer, Uint8Array or string`);
+}
+
+/** A key for an error message: quoted if printable, else its length. */
+export function describe(key: Buffer): string {
+  const text = key.subarray(0, 40).toString('utf8');
+  return /^[\x20-\x7e]*$/.test(text) ? `'${text}${key.length > 40 ? '…' : ''}'` : `<${key.length}-byte key>`;
+}
+
+/** UTF-8 text when the bytes are UTF-8, else "base64:…" (history files). */
+export function text(bytes: Buffer): string {
+  const s = bytes.toString('utf8');
+  return Buffer.from(s, 'utf8').equals(bytes) ? s : `base64:${bytes.toString('base64')}`;
+}

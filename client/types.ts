@@ -1,0 +1,79 @@
+// The client library's public types.
+import type { Registry } from 'prom-client';
+
+export type Key = Buffer | Uint8Array | string;
+export type Value = Buffer | Uint8Array | string;
+
+export interface KvClientOptions {
+  /** One server: shm:///path/to.sock or rdma://host:port. Give exactly one of url, servers, etcd. */
+  url?: string;
+  /**
+   * A static cluster: the servers' URLs. Every client given the same set
+   * builds the same slot map, whatever the order (docs/cluster.md).
+   */
+  servers?: string[];
+  /** A cluster whose members register in etcd (kv-server --etcd); the map follows them. */
+  etcd?: EtcdOptions;
+  /** The servers' token, if they have one. */
+  token?: string;
+  /**
+   * busy: poll the completion queue from a setImmediate loop while operations
+   * are in flight (lowest latency, one core spins); event: sleep until the
+   * queue's event fires (low CPU). @default 'busy'
+   */
+  pollMode?: 'busy' | 'event';
+  /** Connecting, and each operation. @default 5000 */
+  timeoutMs?: number;
+  /** Reconnect in the background after losing a server. @default true */
+  reconnect?: boolean;
+  /** Scratch memory for item buffers, per server (registered once). @default 16 MiB */
+  scratchBytes?: number;
+  /**
+   * Records every operation's invocation and completion (for checking
+   * linearizability): a JSONL file path, or a function given each event.
+   */
+  history?: string | ((event: HistoryEvent) => void);
+  /**
+   * A prom-client Registry to count this client's operations in (by type and
+   * result), time them (histograms), and count retries and lock contention.
+   * Off by default: timing every operation costs two clock reads.
+   */
+  metrics?: Registry;
+}
+
+export interface EtcdOptions {
+  /** etcd endpoints, e.g. 'http://127.0.0.1:2379'. */
+  hosts: string | string[];
+  /** The cluster's key prefix (kv-server --etcd-prefix). @default '/rdma-kv' */
+  prefix?: string;
+}
+
+/** One line of a recorded history. Values are UTF-8 text, or "base64:..." for other bytes. */
+export interface HistoryEvent {
+  type: 'invoke' | 'ok' | 'fail';
+  /** The operation's number within this client. */
+  id: number;
+  f: 'get' | 'put' | 'delete' | 'cas' | 'incr' | 'lock' | 'unlock';
+  key: string;
+  /** invoke: the value written (put, cas); ok: the value read (get), or the result (delete, cas: boolean; incr: decimal) */
+  value?: string | boolean | null;
+  /** cas: the version expected (decimal) */
+  expected?: string;
+  /** get ok: the version read (decimal) */
+  version?: string;
+  error?: string;
+  /** process.hrtime.bigint() in ns (CLOCK_MONOTONIC: comparable across processes of one host) */
+  time: string;
+}
+
+/**
+ * ready: every server connected; degraded: some are (keys of the others
+ * fail fast with a retryable KV_DISCONNECTED); reconnecting: none is.
+ */
+export type KvStatusName = 'connecting' | 'ready' | 'degraded' | 'reconnecting' | 'closed';
+
+export interface VersionedValue {
+  value: Buffer;
+  /** Changes with every write of the key (a CAS token). */
+  version: bigint;
+}
