@@ -17,8 +17,10 @@ import {
   UsageError,
   formatBytes,
   resolveConfig,
+  unroutable,
 } from './config.js';
 import { KvConfigError, KvServer } from './kv-server.js';
+import { EtcdRegistration } from './membership.js';
 import { createLogging } from './logging.js';
 import { type MetricsServer, createRegistry, startMetricsServer } from './metrics.js';
 
@@ -115,6 +117,33 @@ function parser(argv: string[]) {
       default: DEFAULTS.metricsHost,
       describe: 'address the metrics port binds (0.0.0.0: every interface)',
     })
+    .option('etcd', {
+      type: 'string',
+      array: true,
+      requiresArg: true,
+      defaultDescription: 'none: a standalone server',
+      describe: 'register in etcd for cluster membership: http://host:2379 (repeat, or comma-separate, for more endpoints); docs/cluster.md',
+    })
+    .option('etcd-prefix', {
+      requiresArg: true,
+      defaultDescription: DEFAULTS.etcdPrefix,
+      describe: 'with --etcd: the cluster\'s key prefix (one cluster per prefix)',
+    })
+    .option('name', {
+      requiresArg: true,
+      defaultDescription: '<hostname>-<port or socket name>',
+      describe: 'with --etcd: this member\'s name, stable across restarts (it owns slots)',
+    })
+    .option('advertise', {
+      requiresArg: true,
+      defaultDescription: 'the first --listen URL',
+      describe: 'with --etcd: the URL clients dial (needed when listening on 0.0.0.0)',
+    })
+    .option('etcd-ttl', {
+      requiresArg: true,
+      defaultDescription: DEFAULTS.etcdTtl,
+      describe: 'with --etcd: lease time; a crashed server shows as down after this',
+    })
     .option('log-level', {
       requiresArg: true,
       choices: LOG_LEVELS,
@@ -132,7 +161,7 @@ function parser(argv: string[]) {
 
 const SCALAR_OPTIONS = [
   'memory', 'token', 'token-file', 'buckets', 'max-value', 'grace-ms', 'keepalive-ms', 'max-clients',
-  'region-file', 'metrics-port', 'metrics-host', 'log-level',
+  'region-file', 'metrics-port', 'metrics-host', 'log-level', 'etcd-prefix', 'name', 'advertise', 'etcd-ttl',
 ] as const;
 
 /** One line, whatever the message holds. */
@@ -182,6 +211,11 @@ async function parseArgs(argv: string[]): Promise<Parsed> {
       metricsHost: args['metrics-host'] as string,
       logLevel: args['log-level'] as RawServerArgs['logLevel'],
       regionFile: args['region-file'] as string | undefined,
+      etcd: args.etcd as string[] | undefined,
+      etcdPrefix: args['etcd-prefix'] as string | undefined,
+      etcdTtl: args['etcd-ttl'] as string | undefined,
+      name: args.name as string | undefined,
+      advertise: args.advertise as string | undefined,
     },
   };
 }
@@ -261,6 +295,7 @@ export async function main(argv: string[]): Promise<number> {
 
   let server: KvServer | undefined;
   let metrics: MetricsServer | undefined;
+  let registration: EtcdRegistration | undefined;
   try {
     if (config.metricsPort !== 0) {
       const registry = createRegistry(() => server?.stats());
@@ -283,8 +318,16 @@ export async function main(argv: string[]): Promise<number> {
       regionFile: config.regionFile,
       logger,
     });
+    if (config.etcd) {
+      const { advertise, ...etcd } = config.etcd;
+      const url = advertise ?? server.urls[0]!;
+      if (unroutable(url)) throw new StartupError(`--etcd: clients cannot dial ${url}; give --advertise`);
+      // Registered only once serving: a client that sees us can use us.
+      registration = await EtcdRegistration.register({ ...etcd, url, metricsUrl: metrics?.url, logger });
+    }
   } catch (error) {
     stream.discard();
+    await server?.close().catch(() => undefined);
     await metrics?.close();
     const message = oneLine((error as Error).message ?? String(error));
     process.stderr.write(`kv-server: ${error instanceof StartupError || error instanceof KvConfigError ? message : `cannot start: ${message}`}\n`);
@@ -303,6 +346,7 @@ export async function main(argv: string[]): Promise<number> {
       (config.regionFile ? `, kept in ${config.regionFile}` : ''),
   );
   out.push(config.token === undefined ? 'kv-server: no token: every client that reaches a URL is accepted' : 'kv-server: clients must present the token');
+  if (config.etcd) out.push(`kv-server: member '${config.etcd.name}' of the cluster at etcd ${config.etcd.hosts.join(',')} (prefix ${config.etcd.prefix})`);
   if (metrics) out.push(`kv-server: metrics on ${metrics.url}/metrics, stats on ${metrics.url}/stats`);
   out.push(`kv-server: ready in ${Math.round(startMs)} ms`);
   process.stdout.write(out.join('\n') + '\n');
@@ -319,6 +363,7 @@ export async function main(argv: string[]): Promise<number> {
     process.exit(1);
   }, SHUTDOWN_TIMEOUT_MS);
   deadline.unref();
+  await registration?.close(); // first: clients stop dialing us before we go
   await server.close();
   await metrics?.close();
   clearTimeout(deadline);

@@ -3,7 +3,10 @@
 // URLs) into numbers KvServer takes. Every failure is one sentence that names
 // the option and what it expected; cli.ts prints it as `kv-server: <reason>`.
 import { readFileSync } from 'node:fs';
-import { isAbsolute } from 'node:path';
+import { hostname } from 'node:os';
+import { basename, isAbsolute } from 'node:path';
+
+import { DEFAULT_ETCD_PREFIX, checkMemberName } from '../client/cluster/membership.js';
 
 import { LayoutError, type RegionLayout, planLayout } from './store/layout.js';
 
@@ -27,6 +30,8 @@ export const DEFAULTS = {
   metricsPort: '0',
   metricsHost: '127.0.0.1',
   logLevel: 'info' as LogLevel,
+  etcdPrefix: DEFAULT_ETCD_PREFIX,
+  etcdTtl: '10s',
 } as const;
 
 /** What cli.ts hands to KvServer.start and to the metrics server. */
@@ -44,6 +49,18 @@ export interface ServerConfig {
   metricsHost: string;
   logLevel: LogLevel;
   regionFile: string | undefined;
+  /** Cluster membership (--etcd), if any. */
+  etcd: EtcdConfig | undefined;
+}
+
+export interface EtcdConfig {
+  hosts: string[];
+  prefix: string;
+  /** The member name: stable across restarts, unique in the cluster. */
+  name: string;
+  /** The URL clients dial; undefined: the first URL the server listens on. */
+  advertise: string | undefined;
+  ttlSeconds: number;
 }
 
 const SIZE_UNITS: Record<string, number> = {
@@ -157,6 +174,11 @@ export interface RawServerArgs {
   metricsHost: string;
   logLevel: LogLevel;
   regionFile?: string | undefined;
+  etcd?: string[] | undefined;
+  etcdPrefix?: string | undefined;
+  etcdTtl?: string | undefined;
+  name?: string | undefined;
+  advertise?: string | undefined;
 }
 
 /** The whole configuration, or a UsageError / StartupError for the first thing wrong. */
@@ -187,12 +209,59 @@ export function resolveConfig(args: RawServerArgs): ServerConfig {
     metricsHost: args.metricsHost,
     logLevel: args.logLevel,
     regionFile: args.regionFile,
+    etcd: resolveEtcd(args, listen),
   };
   if (config.maxValueBytes < 1) throw new UsageError('--max-value must be at least 1 byte');
   if (config.keepaliveMs < 10) throw new UsageError('--keepalive-ms must be at least 10 ms');
   planRegion(config);
   if (args.tokenFile !== undefined) config.token = readTokenFile(args.tokenFile);
   return config;
+}
+
+/** --etcd and its companions; they mean nothing without it. */
+function resolveEtcd(args: RawServerArgs, listen: string[]): EtcdConfig | undefined {
+  if (!args.etcd || args.etcd.length === 0) {
+    for (const [value, option] of [[args.name, '--name'], [args.advertise, '--advertise'], [args.etcdPrefix, '--etcd-prefix'], [args.etcdTtl, '--etcd-ttl']] as const) {
+      if (value !== undefined) throw new UsageError(`${option} only means something with --etcd`);
+    }
+    return undefined;
+  }
+  const hosts = args.etcd.flatMap((h) => h.split(',')).map((h) => h.trim()).filter((h) => h !== '');
+  for (const host of hosts) {
+    if (!/^https?:\/\/[^/\s]+\/?$/.test(host)) throw new UsageError(`--etcd ${host}: expected http://host:port (or https://)`);
+  }
+  let advertise: string | undefined;
+  if (args.advertise !== undefined) {
+    try {
+      advertise = checkListenUrl(args.advertise);
+    } catch (error) {
+      throw new UsageError((error as Error).message.replace(/^--listen/, '--advertise'));
+    }
+  }
+  const dialed = advertise ?? listen[0]!;
+  if (unroutable(dialed)) throw new UsageError(`--etcd: clients cannot dial ${dialed}; give --advertise rdma://<this host's address>:<port>`);
+  const name = args.name ?? defaultMemberName(dialed);
+  try {
+    checkMemberName(name);
+  } catch (error) {
+    throw new UsageError(`--name: ${(error as Error).message}`);
+  }
+  const prefix = args.etcdPrefix ?? DEFAULTS.etcdPrefix;
+  if (!prefix.startsWith('/') || prefix.length < 2) throw new UsageError(`--etcd-prefix ${prefix}: expected an absolute key prefix such as /rdma-kv`);
+  const ttlMs = parseDuration(args.etcdTtl ?? DEFAULTS.etcdTtl, '--etcd-ttl');
+  if (ttlMs < 2000 || ttlMs % 1000 !== 0) throw new UsageError('--etcd-ttl: a whole number of seconds, at least 2s');
+  return { hosts, prefix, name, advertise, ttlSeconds: ttlMs / 1000 };
+}
+
+/** A wildcard address: fine to listen on, useless to dial. */
+export function unroutable(url: string): boolean {
+  return /^rdma:\/\/(0\.0\.0\.0|\[::\])(:|$)/.test(url);
+}
+
+/** host-port for rdma://, host-<socket name> for shm://: the same on every restart. */
+function defaultMemberName(url: string): string {
+  const where = url.startsWith('rdma://') ? url.replace(/^rdma:\/\/.*:(\d+)$/, '$1') : basename(url).replace(/\.sock$/, '');
+  return `${hostname()}-${where}`.replace(/[^A-Za-z0-9._:@-]/g, '-').replace(/^[^A-Za-z0-9]+/, '').slice(0, 128);
 }
 
 /** The region KvServer will lay out for this configuration; a UsageError when it cannot (memory too small, ...). */

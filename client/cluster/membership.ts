@@ -30,6 +30,8 @@ export interface AliveRecord {
   pid: number;
   host: string;
   started: string;
+  /** Its metrics HTTP base URL (kv-server --metrics-port), for kvctl. */
+  metrics?: string;
 }
 
 /** What kv-server writes under <prefix>/members/<name>. */

@@ -1,0 +1,133 @@
+// kv-server's registration in etcd (--etcd). Two keys, read by clients'
+// cluster/membership.ts:
+//   <prefix>/members/<name>  written once, never leased: the member owns its
+//                            slots until an operator runs `kvctl forget`
+//   <prefix>/alive/<name>    its URL, under a lease this process keeps alive;
+//                            revoked on a clean stop, expired after a crash
+// Two live servers must never share a name (they would share slots): an alive
+// key held by someone else is waited out for one TTL, then refused.
+import { hostname } from 'node:os';
+
+import { Etcd3, type Lease } from 'etcd3';
+import type { Logger } from 'pino';
+
+import { type AliveRecord, type MemberRecord, etcdKeys } from '../client/cluster/membership.js';
+import { StartupError } from './config.js';
+
+export interface RegistrationOptions {
+  hosts: string[];
+  prefix: string;
+  name: string;
+  /** The URL clients dial. */
+  url: string;
+  /** Its metrics base URL, if it serves one. */
+  metricsUrl?: string | undefined;
+  ttlSeconds: number;
+  logger: Logger;
+  /** Each etcd call, and waiting for a predecessor's lease. @default 10000 */
+  timeoutMs?: number;
+}
+
+export class EtcdRegistration {
+  private lease: Lease | undefined;
+  private stopped = false;
+  private retry: NodeJS.Timeout | undefined;
+
+  private constructor(
+    private readonly client: Etcd3,
+    private readonly options: RegistrationOptions,
+  ) {}
+
+  /** Registers, or throws a StartupError saying why not. */
+  static async register(options: RegistrationOptions): Promise<EtcdRegistration> {
+    const timeoutMs = options.timeoutMs ?? 10_000;
+    const client = new Etcd3({
+      hosts: options.hosts,
+      dialTimeout: timeoutMs,
+      defaultCallOptions: (context) => (context.isStream ? {} : { deadline: Date.now() + timeoutMs }),
+    });
+    const registration = new EtcdRegistration(client, options);
+    try {
+      await registration.claim(performance.now() + options.ttlSeconds * 1000 + 2000);
+    } catch (error) {
+      client.close();
+      if (error instanceof StartupError) throw error;
+      throw new StartupError(`cannot register in etcd at ${options.hosts.join(',')}: ${(error as Error).message}`);
+    }
+    options.logger.info({ member: options.name, url: options.url, prefix: options.prefix, ttlSeconds: options.ttlSeconds }, 'registered in etcd');
+    return registration;
+  }
+
+  /** Takes the alive key under a new lease, waiting until `deadline` for another holder's lease to end. */
+  private async claim(deadline: number): Promise<void> {
+    const { name, url, ttlSeconds, logger } = this.options;
+    const keys = etcdKeys(this.options.prefix);
+    const lease = this.client.lease(ttlSeconds, { autoKeepAlive: true });
+    lease.on('lost', (error) => this.lost(lease, error.message));
+    const leaseId = await lease.grant();
+    const alive: AliveRecord = { url, pid: process.pid, host: hostname(), started: new Date().toISOString() };
+    if (this.options.metricsUrl) alive.metrics = this.options.metricsUrl;
+    for (;;) {
+      const txn = await this.client
+        .if(keys.aliveKey(name), 'Create', '==', 0)
+        .then(this.client.put(keys.aliveKey(name)).value(JSON.stringify(alive)).lease(leaseId))
+        .else(this.client.get(keys.aliveKey(name)))
+        .commit();
+      if (txn.succeeded) break;
+      const held = txn.responses[0]?.response_range?.kvs[0];
+      let holder: Partial<AliveRecord> = {};
+      try {
+        holder = JSON.parse(held?.value.toString() ?? '{}') as Partial<AliveRecord>;
+      } catch {
+        // unreadable: treat as someone else's, and wait for it to expire
+      }
+      if (holder.url === url) {
+        // We listen on that URL now, so its holder is gone: our own predecessor, crashed.
+        logger.warn({ member: name, url, previous: holder }, 'replacing the registration of a previous run');
+        await this.client.delete().key(keys.aliveKey(name)).exec();
+        continue;
+      }
+      if (performance.now() > deadline) {
+        await lease.revoke().catch(() => undefined);
+        throw new StartupError(
+          `another kv-server is registered as '${name}' in etcd (at ${holder.url ?? 'an unreadable address'}` +
+            `${holder.host ? `, host ${holder.host} pid ${holder.pid}` : ''}): stop it, or give this one another --name`,
+        );
+      }
+      await new Promise((resolve) => setTimeout(resolve, 500));
+    }
+    const member: MemberRecord = { name, joined: new Date().toISOString() };
+    await this.client
+      .if(keys.member(name), 'Create', '==', 0)
+      .then(this.client.put(keys.member(name)).value(JSON.stringify(member)))
+      .commit();
+    this.lease = lease;
+  }
+
+  /** The lease expired (etcd unreachable for a TTL): clients see us as down until we register again. */
+  private lost(lease: Lease, why: string): void {
+    if (this.stopped || this.lease !== lease) return;
+    this.lease = undefined;
+    this.options.logger.error({ member: this.options.name, reason: why }, 'etcd lease lost: registering again');
+    const again = () => {
+      this.retry = undefined;
+      if (this.stopped) return;
+      this.claim(performance.now() + this.options.ttlSeconds * 1000 + 2000).then(
+        () => this.options.logger.info({ member: this.options.name }, 'registered in etcd again'),
+        (error: Error) => {
+          this.options.logger.error({ err: error }, 'etcd registration failed: retrying in 1 s');
+          this.retry = setTimeout(again, 1000);
+        },
+      );
+    };
+    again();
+  }
+
+  /** Revokes the lease (the alive key goes with it at once) and disconnects. The member key stays. */
+  async close(): Promise<void> {
+    this.stopped = true;
+    if (this.retry) clearTimeout(this.retry);
+    await this.lease?.revoke().catch(() => undefined);
+    this.client.close();
+  }
+}
