@@ -1,0 +1,51 @@
+// A cluster of real kv-server processes on shm for the sharding suites: each
+// with its own socket, region file and metrics port.
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import { type ServerProcess, freePort, startServerProcess } from '../server/helpers.js';
+
+export interface Member {
+  url: string;
+  regionFile: string;
+  metricsPort: number;
+  process: ServerProcess;
+  /** The arguments it was started with (a restart reuses them). */
+  args: string[];
+}
+
+export function clusterDir(): string {
+  return mkdtempSync(join(tmpdir(), 'rkv-cluster-'));
+}
+
+export async function startMember(dir: string, index: number, extra: string[] = [], url?: string): Promise<Member> {
+  const socket = url ?? `shm://${join(dir, `kv${index}.sock`)}`;
+  const regionFile = join(dir, `kv${index}.region`);
+  const metricsPort = await freePort();
+  const args = ['--listen', socket, '--memory', '64M', '--region-file', regionFile, '--metrics-port', String(metricsPort), '--log-level', 'warn', ...extra];
+  return { url: socket, regionFile, metricsPort, args, process: await startServerProcess(args) };
+}
+
+/** Starts a stopped member again with the same arguments (same socket, same region file). */
+export async function restartMember(member: Member): Promise<void> {
+  member.process = await startServerProcess(member.args);
+}
+
+export async function stats(member: Member): Promise<{ items: number; clients: number }> {
+  const response = await fetch(`http://127.0.0.1:${member.metricsPort}/stats`);
+  return (await response.json()) as { items: number; clients: number };
+}
+
+/** Polls until check() holds: servers apply PUT notices asynchronously. A guard, not a timing assertion. */
+export async function eventually(check: () => Promise<boolean>, what: string, guardMs = 30_000): Promise<void> {
+  const end = Date.now() + guardMs;
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error(`still not true after ${guardMs} ms: ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+export async function stopAll(members: Member[]): Promise<void> {
+  await Promise.all(members.map((m) => m.process.stop('SIGKILL')));
+}

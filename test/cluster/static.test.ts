@@ -1,0 +1,196 @@
+// Sharding over a static server list: three kv-server processes on shm, one
+// client that spreads keys over them, and what happens when one dies and
+// comes back on its region file.
+import test from 'ava';
+import { Registry } from 'prom-client';
+
+import { KvClient, type KvError, type KvStatusName, isRetryable } from '../../client/index.js';
+import { type Member, clusterDir, eventually, restartMember, startMember, stats, stopAll } from './helpers.js';
+
+const KEYS = 100_000;
+const key = (i: number) => `user:${i}`;
+const value = (i: number) => `value-${i}-${'x'.repeat(i % 50)}`;
+
+async function putAll(kv: KvClient, count: number): Promise<void> {
+  for (let from = 0; from < count; from += 5000) {
+    const batch: Array<[string, string]> = [];
+    for (let i = from; i < Math.min(count, from + 5000); i++) batch.push([key(i), value(i)]);
+    await kv.putMany(batch);
+  }
+}
+
+function nextStatus(kv: KvClient, wanted: KvStatusName): Promise<void> {
+  if (kv.status === wanted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const on = (status: KvStatusName) => {
+      if (status !== wanted) return;
+      kv.off('status', on);
+      resolve();
+    };
+    kv.on('status', on);
+  });
+}
+
+test.serial('100k keys spread over 3 servers; one dies: its keys fail fast and retryably, the rest serve; back on its region file: all readable', async (t) => {
+  const dir = clusterDir();
+  const members: Member[] = [];
+  for (let i = 0; i < 3; i++) members.push(await startMember(dir, i));
+  const kv = await KvClient.connect({ servers: members.map((m) => m.url), timeoutMs: 30_000 });
+  try {
+    t.is(kv.status, 'ready');
+    await putAll(kv, KEYS);
+
+    // Each server holds exactly the keys the map sends it: about a third.
+    const expected = new Map<string, number>();
+    for (let i = 0; i < KEYS; i++) expected.set(kv.memberFor(key(i))!, (expected.get(kv.memberFor(key(i))!) ?? 0) + 1);
+    await eventually(async () => (await Promise.all(members.map(stats))).every((s, i) => s.items === expected.get(members[i]!.url)), 'items per server match the map');
+    for (const m of members) {
+      const share = expected.get(m.url)! / KEYS;
+      t.true(share > 0.3 && share < 0.37, `${m.url} holds ${(share * 100).toFixed(1)} % of the keys`);
+    }
+    t.deepEqual(kv.layout().map((l) => l.status), ['ready', 'ready', 'ready']);
+
+    // SIGKILL the second server.
+    const dead = members[1]!;
+    const degraded = nextStatus(kv, 'degraded');
+    await dead.process.stop('SIGKILL');
+    await degraded;
+    const sample = Array.from({ length: 3000 }, (_, j) => j * 33);
+    const results = await Promise.allSettled(sample.map((i) => kv.get(key(i))));
+    let failed = 0;
+    results.forEach((r, j) => {
+      const i = sample[j]!;
+      if (kv.memberFor(key(i)) === dead.url) {
+        failed++;
+        t.is(r.status, 'rejected', `${key(i)} is on the dead server`);
+        const error = (r as PromiseRejectedResult).reason as KvError;
+        t.is(error.code, 'KV_DISCONNECTED'); // not KV_TIMEOUT: it failed fast
+        t.true(isRetryable(error));
+      } else {
+        t.is(r.status, 'fulfilled', `${key(i)} is on a live server`);
+        t.is((r as PromiseFulfilledResult<Buffer | undefined>).value?.toString(), value(i));
+      }
+    });
+    t.true(failed > 500 && failed < 1500, `${failed} of ${sample.length} keys on the dead server`);
+    // Writes to the live servers go on.
+    const fresh = Array.from({ length: 200 }, (_, j) => `fresh:${j}`).filter((k) => kv.memberFor(k) !== dead.url);
+    await Promise.all(fresh.map((k) => kv.put(k, k)));
+    t.deepEqual((await kv.getMany(fresh)).map(String), fresh);
+
+    // Back on the same socket and region file: the client reconnects by itself.
+    const ready = nextStatus(kv, 'ready');
+    await restartMember(dead);
+    await ready;
+    const all = await kv.getMany(sample.map(key));
+    all.forEach((v, j) => t.is(v?.toString(), value(sample[j]!), key(sample[j]!)));
+    const onDead = Array.from({ length: KEYS }, (_, i) => i).filter((i) => kv.memberFor(key(i)) === dead.url);
+    const back = await kv.getMany(onDead.map(key));
+    t.is(back.filter((v, j) => v?.toString() === value(onDead[j]!)).length, onDead.length, 'every key of the restarted server is readable');
+  } finally {
+    await kv.close();
+    await stopAll(members);
+  }
+});
+
+test.serial('a batch goes out as one doorbell per server', async (t) => {
+  const dir = clusterDir();
+  const members: Member[] = [];
+  for (let i = 0; i < 3; i++) members.push(await startMember(dir, i));
+  const kv = await KvClient.connect({ servers: members.map((m) => m.url) });
+  try {
+    const keys = Array.from({ length: 120 }, (_, i) => `batch:${i}`);
+    await kv.putMany(keys.map((k) => [k, k]));
+    // The servers' clients, by member name (not a public API).
+    const servers = (kv as unknown as { servers: Map<string, { submits: number }> }).servers;
+    const before = new Map([...servers].map(([name, s]) => [name, s.submits]));
+    const got = await kv.getMany(keys);
+    t.deepEqual(got.map(String), keys);
+    const perServer = new Map<string, number>();
+    for (const k of keys) perServer.set(kv.memberFor(k)!, (perServer.get(kv.memberFor(k)!) ?? 0) + 1);
+    for (const [name, server] of servers) {
+      t.true(perServer.get(name)! > 0 && perServer.get(name)! <= 64, `${perServer.get(name)} keys on ${name}: fits one batch`);
+      t.is(server.submits - before.get(name)!, 1, `${name}: its ${perServer.get(name)} GETs were submitted at once`);
+    }
+  } finally {
+    await kv.close();
+    await stopAll(members);
+  }
+});
+
+test.serial('a server down at connect time: the client connects degraded, fails that server\'s keys fast, and picks it up when it starts', async (t) => {
+  const dir = clusterDir();
+  const up = await startMember(dir, 0);
+  const later = await startMember(dir, 1);
+  await later.process.stop('SIGTERM');
+  const kv = await KvClient.connect({ servers: [up.url, later.url] });
+  try {
+    t.is(kv.status, 'degraded');
+    const k = Array.from({ length: 100 }, (_, i) => `k${i}`).find((x) => kv.memberFor(x) === later.url)!;
+    const error = await t.throwsAsync<KvError>(kv.put(k, 'v'));
+    t.is(error?.code, 'KV_DISCONNECTED');
+    const ready = nextStatus(kv, 'ready');
+    await restartMember(later);
+    await ready;
+    await kv.put(k, 'v');
+    t.is((await kv.get(k))?.toString(), 'v');
+  } finally {
+    await kv.close();
+    await stopAll([up, later]);
+  }
+});
+
+test.serial('connect options are checked: exactly one of url, servers, etcd; real URLs', async (t) => {
+  const bad: Array<[object, RegExp]> = [
+    [{}, /exactly one of url, servers, etcd \(got none\)/],
+    [{ url: 'shm:///a.sock', servers: ['shm:///b.sock'] }, /exactly one of url, servers, etcd \(got url, servers\)/],
+    [{ servers: [] }, /non-empty array/],
+    [{ servers: ['shm:///a.sock', 'tcp://x:1'] }, /unknown URL 'tcp:\/\/x:1'/],
+    [{ etcd: { hosts: 'localhost:2379' } }, /etcd hosts must be http\(s\):\/\/host:port/],
+  ];
+  for (const [options, message] of bad) {
+    const error = await t.throwsAsync<KvError>(KvClient.connect(options as never));
+    t.is(error?.code, 'KV_INVALID_ARGUMENT');
+    t.regex(error!.message, message);
+  }
+});
+
+test.serial('no server reachable: connect fails with KV_DISCONNECTED naming them', async (t) => {
+  const dir = clusterDir();
+  const error = await t.throwsAsync<KvError>(KvClient.connect({ servers: [`shm://${dir}/a.sock`, `shm://${dir}/b.sock`], timeoutMs: 1000 }));
+  t.is(error?.code, 'KV_DISCONNECTED');
+  t.regex(error!.message, /no server of the cluster is reachable \(2 members\)/);
+  t.regex(error!.message, /a\.sock/);
+});
+
+test.serial('a client opted in to metrics counts its operations, retries and servers in the registry', async (t) => {
+  const dir = clusterDir();
+  const members = [await startMember(dir, 0), await startMember(dir, 1)];
+  const registry = new Registry();
+  const kv = await KvClient.connect({ servers: members.map((m) => m.url), metrics: registry });
+  try {
+    await kv.putMany(Array.from({ length: 50 }, (_, i) => [`m${i}`, 'v'] as [string, string]));
+    await kv.getMany(Array.from({ length: 70 }, (_, i) => `m${i}`));
+    await kv.incr('counter', 5);
+    const lock = await kv.lock('a-lock');
+    await t.throwsAsync(kv.lock('a-lock', { timeoutMs: 50 }), { code: 'KV_LOCK_CONTENDED' });
+    // A waiter that gets the lock once it is released: it retried.
+    const waiter = kv.lock('a-lock', { timeoutMs: 20_000 });
+    setTimeout(() => void lock.release(), 100);
+    await (await waiter).release();
+    const text = await registry.metrics();
+    const value = (series: string) => Number(new RegExp(`^${series.replace(/[{}"]/g, '\\$&')} (\\S+)$`, 'm').exec(text)?.[1]);
+    t.is(value('rdmakv_client_operations_total{op="put",result="ok"}'), 50);
+    t.is(value('rdmakv_client_operations_total{op="get",result="ok"}'), 50);
+    t.is(value('rdmakv_client_operations_total{op="get",result="not_found"}'), 20);
+    t.is(value('rdmakv_client_operations_total{op="incr",result="ok"}'), 1);
+    t.is(value('rdmakv_client_operations_total{op="lock",result="KV_LOCK_CONTENDED"}'), 1);
+    t.is(value('rdmakv_client_operation_seconds_count{op="get"}'), 70);
+    t.is(value('rdmakv_client_operations_total{op="lock",result="ok"}'), 2);
+    t.is(value('rdmakv_client_lock_contended_total'), 2);
+    t.true(value('rdmakv_client_retries_total{op="lock"}') >= 1, 'the contended lock retried');
+    t.is(value('rdmakv_client_servers{state="ready"}'), 2);
+  } finally {
+    await kv.close();
+    await stopAll(members);
+  }
+});
