@@ -2,27 +2,17 @@
 // binary, a temp data dir, free ports; stop() kills it and removes the dir.
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import { Etcd3 } from 'etcd3';
 
+import { freePort } from '../server/helpers.js';
+
 export interface EtcdProcess {
   url: string;
   client: Etcd3;
   stop(): Promise<void>;
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 export async function startEtcd(): Promise<EtcdProcess> {
