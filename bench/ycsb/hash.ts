@@ -3,49 +3,42 @@
  * the signed 64-bit result (so Long.MIN_VALUE stays negative, as in Java).
  *
  * The hot path (key names, scrambled zipfian) must not allocate BigInts, so the 64-bit state is
- * kept as two uint32 halves. FNV's prime is 2^40 + 0x1b3, so h * prime = (h << 40) + h * 0x1b3
- * needs only a 32x9-bit multiply and a shift. `fnvhash64BigInt` is the plain BigInt version for
- * cold paths and cross-checks.
+ * kept as two 32-bit halves, in int32 arithmetic only (the earlier float division per byte
+ * cost as much as the rest of the hash). FNV's prime is 2^40 + 0x1b3, so h * prime =
+ * (h << 40) + h * 0x1b3, and the 32x9-bit product lo * 0x1b3 is done in 16-bit limbs to carry
+ * into the high half. `fnvhash64BigInt` is the plain BigInt version for cold paths and
+ * cross-checks.
  */
 
 const TWO_POW_32 = 4294967296;
-const OFFSET_HI = 0xcbf29ce4;
-const OFFSET_LO = 0x84222325;
+const OFFSET_HI = 0xcbf29ce4 | 0;
+const OFFSET_LO = 0x84222325 | 0;
 const PRIME_LOW_BITS = 0x1b3;
 
 /** Result halves of the last `fnvhash64Halves` call (after Java's Math.abs). */
 export const lastHash = { hi: 0, lo: 0, /** true only for Long.MIN_VALUE, which Math.abs leaves negative */ negative: false };
 
-/** Hashes a non-negative integer keynum (< 2^53) and leaves |hash| in `lastHash`. */
+/** Hashes an integer keynum (|val| < 2^53) and leaves |hash| in `lastHash`. */
 export function fnvhash64Halves(val: number): void {
-  let lo = val >>> 0;
-  let hi = Math.floor(val / TWO_POW_32) >>> 0;
-  if (val < 0) {
-    // two's complement of a negative safe integer
-    const mag = -val;
-    const mlo = mag >>> 0;
-    const mhi = Math.floor(mag / TWO_POW_32) >>> 0;
-    lo = (~mlo + 1) >>> 0;
-    hi = (~mhi + (lo === 0 ? 1 : 0)) >>> 0;
-  }
+  const lo = val >>> 0; // ToUint32 is modulo 2^32, so this is also the low word of a negative value
+  const hi = Math.floor(val / TWO_POW_32) | 0; // floor keeps two's complement for negative values
   let hhi = OFFSET_HI;
   let hlo = OFFSET_LO;
   for (let i = 0; i < 8; i++) {
-    const octet = i < 4 ? (lo >>> (8 * i)) & 0xff : (hi >>> (8 * (i - 4))) & 0xff;
-    hlo = (hlo ^ octet) >>> 0;
-    const t = hlo * PRIME_LOW_BITS; // < 2^41, exact
-    const carry = Math.floor(t / TWO_POW_32);
-    hhi = (Math.imul(hhi, PRIME_LOW_BITS) + carry + (hlo << 8)) >>> 0;
-    hlo = t >>> 0;
+    hlo ^= ((i < 4 ? lo : hi) >>> ((i & 3) << 3)) & 0xff;
+    const a = (hlo & 0xffff) * PRIME_LOW_BITS; // < 2^25
+    const b = (hlo >>> 16) * PRIME_LOW_BITS + (a >>> 16); // < 2^26: bits 16.. of lo * 0x1b3
+    hhi = (Math.imul(hhi, PRIME_LOW_BITS) + (b >>> 16) + (hlo << 8)) | 0;
+    hlo = (b << 16) | (a & 0xffff);
   }
-  if (hhi >= 0x80000000) {
+  if (hhi < 0) {
     // Java Math.abs: negate the two's complement value
-    hlo = (~hlo + 1) >>> 0;
-    hhi = (~hhi + (hlo === 0 ? 1 : 0)) >>> 0;
+    hlo = (~hlo + 1) | 0;
+    hhi = (~hhi + (hlo === 0 ? 1 : 0)) | 0;
   }
-  lastHash.hi = hhi;
-  lastHash.lo = hlo;
-  lastHash.negative = hhi >= 0x80000000; // only Long.MIN_VALUE survives negation with the sign bit
+  lastHash.hi = hhi >>> 0;
+  lastHash.lo = hlo >>> 0;
+  lastHash.negative = hhi < 0; // only Long.MIN_VALUE survives negation with the sign bit
 }
 
 /** Reference implementation with BigInt, exactly as Utils.fnvhash64(long). */
@@ -86,11 +79,14 @@ export function fnvhash64Mod(val: number, modulus: number): number {
   if (lastHash.negative || modulus >= 137438953472 /* 2^37 */) {
     return Number(fnvhash64BigInt(BigInt(val)) % BigInt(modulus));
   }
-  // (hi * 2^32 + lo) mod m in steps that stay below 2^53
-  let x = lastHash.hi % modulus;
+  // (hi * 2^32 + lo) mod m with every dividend below 2^53, so each `%` is exact. hi < 2^31.
+  const hi = lastHash.hi;
+  const lo = lastHash.lo;
+  if (modulus <= 2097152 /* 2^21 */) return ((hi % modulus) * TWO_POW_32 + lo) % modulus; // < 2^21 * 2^32
+  let x = hi % modulus;
+  x = (x * 65536) % modulus; // x < 2^37
   x = (x * 65536) % modulus;
-  x = (x * 65536) % modulus;
-  return (x + lastHash.lo) % modulus;
+  return (x + lo) % modulus;
 }
 
 /** Java's String.hashCode(): s[0]*31^(n-1) + ... + s[n-1], in 32-bit arithmetic. */

@@ -52,9 +52,20 @@ test('fnvhash64 on many keynums: fast path equals the reference', (t) => {
 });
 
 test('fnvhash64Mod is Java % (sign of the dividend) for moduli around 2^21 and 2^37', (t) => {
-  for (const m of [1, 7, 1000, 2 ** 21 + 3, 123_456_789, 2 ** 37 - 1, 2 ** 37 + 1, 10_000_000_001]) {
-    for (const k of [0, 1, 5, 99, 12345, 10_000_000_000]) {
+  for (const m of [1, 7, 1000, 2 ** 21 - 1, 2 ** 21, 2 ** 21 + 3, 123_456_789, 2 ** 37 - 1, 2 ** 37 + 1, 10_000_000_001]) {
+    for (const k of [0, 1, 5, 99, 12345, 65536, 9_999_999_999, 10_000_000_000]) {
       t.is(fnvhash64Mod(k, m), Number(referenceJava(BigInt(k)) % BigInt(m)), `keynum ${k} mod ${m}`);
+    }
+  }
+});
+
+test('fnvhash64Mod equals the reference over scrambled-zipfian ranks (up to 10^10) and record counts', (t) => {
+  let x = 12345;
+  for (let i = 0; i < 5000; i++) {
+    x = (Math.imul(x, 1103515245) + 12345) >>> 0; // an LCG: spread, reproducible ranks
+    const rank = Math.floor((x / 2 ** 32) * 10_000_000_001);
+    for (const m of [1000, 2 ** 21, 10_000_000, 2 ** 31 - 1]) {
+      t.is(fnvhash64Mod(rank, m), Number(referenceJava(BigInt(rank)) % BigInt(m)), `rank ${rank} mod ${m}`);
     }
   }
 });
