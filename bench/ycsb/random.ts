@@ -9,46 +9,43 @@ const TWO_POW_32 = 4294967296;
 const TWO_POW_53_INV = 1 / 9007199254740992;
 
 export class Random {
-  private a: number;
-  private b: number;
-  private c: number;
-  private d: number;
+  /**
+   * The 128-bit state a, b, c, d. An Int32Array rather than four fields: values above 2^30 in
+   * object fields are boxed, and nextUint32 runs several times per operation.
+   */
+  private readonly s = new Int32Array(4);
 
   constructor(seed?: number) {
+    const s = this.s;
     if (seed === undefined) {
       const bytes = randomBytes(16);
-      this.a = bytes.readUInt32LE(0);
-      this.b = bytes.readUInt32LE(4);
-      this.c = bytes.readUInt32LE(8);
-      this.d = bytes.readUInt32LE(12);
+      for (let i = 0; i < 4; i++) s[i] = bytes.readInt32LE(4 * i);
     } else {
       // splitmix32 spreads a small integer seed over the 128-bit state
-      let s = seed >>> 0;
-      const next = (): number => {
-        s = (s + 0x9e3779b9) | 0;
-        let z = s;
+      let x = seed >>> 0;
+      for (let i = 0; i < 4; i++) {
+        x = (x + 0x9e3779b9) | 0;
+        let z = x;
         z = Math.imul(z ^ (z >>> 16), 0x85ebca6b);
         z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35);
-        return (z ^ (z >>> 16)) >>> 0;
-      };
-      this.a = next();
-      this.b = next();
-      this.c = next();
-      this.d = next();
+        s[i] = z ^ (z >>> 16);
+      }
     }
-    if ((this.a | this.b | this.c | this.d) === 0) this.d = 1;
+    if ((s[0]! | s[1]! | s[2]! | s[3]!) === 0) s[3] = 1;
   }
 
   /** Uniform 32-bit unsigned integer. */
   nextUint32(): number {
-    const result = Math.imul(rotl(Math.imul(this.b, 5), 7), 9) >>> 0;
-    const t = this.b << 9;
-    this.c ^= this.a;
-    this.d ^= this.b;
-    this.b ^= this.c;
-    this.a ^= this.d;
-    this.c ^= t;
-    this.d = rotl(this.d, 11);
+    const s = this.s;
+    const a = s[0]!;
+    const b = s[1]!;
+    const result = Math.imul(rotl(Math.imul(b, 5), 7), 9) >>> 0;
+    const c = s[2]! ^ a;
+    const d = s[3]! ^ b;
+    s[0] = a ^ d;
+    s[1] = b ^ c;
+    s[2] = c ^ (b << 9);
+    s[3] = rotl(d, 11);
     return result;
   }
 
