@@ -150,3 +150,56 @@ export function sample(metricsText: string, name: string, labels = ''): number |
   const line = metricsText.split('\n').find((l) => l.startsWith(prefix));
   return line === undefined ? undefined : Number(line.slice(prefix.length));
 }
+
+export interface LiveProcess {
+  child: ChildProcess;
+  /** The stdout lines printed so far. */
+  lines: string[];
+  /** The first stdout line at index `from` or later that matches (waiting for it); rejects if the process exits first. */
+  waitForLine(pattern: RegExp, from?: number): Promise<string>;
+  /** Sends the signal (if still running) and waits for the exit. */
+  stop(signal?: NodeJS.Signals): Promise<Finished>;
+  exited: Promise<Finished>;
+}
+
+/** Starts a long-running kvctl (watch) and follows its stdout line by line. */
+export function startKvctl(args: string[]): LiveProcess {
+  const child = spawn(process.execPath, [KVCTL, ...args], { env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+  const exited = collect(child, `kvctl ${args.join(' ')}`);
+  const lines: string[] = [];
+  const waiters = new Set<() => void>();
+  let buffered = '';
+  child.stdout!.on('data', (chunk: Buffer) => {
+    buffered += chunk.toString();
+    const parts = buffered.split('\n');
+    buffered = parts.pop()!;
+    lines.push(...parts);
+    for (const wake of waiters) wake();
+  });
+  let ended = false;
+  void exited.finally(() => {
+    ended = true;
+    for (const wake of waiters) wake();
+  }).catch(() => undefined);
+  return {
+    child,
+    lines,
+    exited,
+    waitForLine: (pattern, from = 0) =>
+      new Promise((resolve, reject) => {
+        const check = () => {
+          const line = lines.slice(from).find((l) => pattern.test(l));
+          if (line === undefined && !ended) return;
+          waiters.delete(check);
+          if (line !== undefined) resolve(line);
+          else reject(new Error(`kvctl ${args.join(' ')} exited without printing a line matching ${pattern}; it printed:\n${lines.join('\n')}`));
+        };
+        waiters.add(check);
+        check();
+      }),
+    stop: (signal = 'SIGINT') => {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      return exited;
+    },
+  };
+}

@@ -1,5 +1,6 @@
 // kvctl against a running kv-server process: put/get/del round trips, a
-// missing key, stdin values, --json, tokens, stats, and its error lines.
+// missing key, stdin values, --json, tokens, stats, incr, layout of one
+// server, and its error lines. Clusters: kvctl-cluster.test.ts.
 import { writeFileSync } from 'node:fs';
 
 import test from 'ava';
@@ -115,6 +116,71 @@ test('errors: one line, exit 1 for failures and 2 for a bad command line', async
 test('--help lists the commands and every option with its default', async (t) => {
   const { code, stdout } = await kvctl(['--help']);
   t.is(code, 0);
-  for (const command of ['get <key>', 'put <key> <value>', 'del <key>', 'stats']) t.true(stdout.includes(`kvctl ${command}`), command);
-  for (const option of ['url', 'token', 'token-file', 'metrics', 'timeout-ms', 'json']) t.regex(stdout, new RegExp(`--${option}\\s[^\\n]*(\\n\\s{10,}[^\\n]*)?\\[default: `), option);
+  for (const command of ['get <key>', 'put <key> <value>', 'del <key>', 'incr <key> [delta]', 'stats', 'layout [key]', 'watch', 'forget <name>']) {
+    t.true(stdout.includes(`kvctl ${command}`), command);
+  }
+  for (const option of ['url', 'servers', 'etcd', 'etcd-prefix', 'token', 'token-file', 'metrics', 'timeout-ms', 'json']) {
+    t.regex(stdout, new RegExp(`--${option}\\s[^\\n]*(\\n\\s{10,}[^\\n]*)*?\\[default: `), option);
+  }
+  const watch = await kvctl(['watch', '--help']);
+  t.regex(watch.stdout, /--interval\s[^\n]*\[default: "?1s"?\]/);
+  t.regex(watch.stdout, /--count\s[^\n]*\[default: until Ctrl-C\]/);
+});
+
+test('incr: creates the counter at DELTA, adds, subtracts; --json gives the value as a decimal string', async (t) => {
+  const first = await ctl(['incr', 'visits']);
+  t.is(first.code, 0, first.stderr);
+  t.is(first.stdout, '1\n');
+  const plus = await ctl(['incr', 'visits', '41']);
+  t.is(plus.stdout, '42\n');
+  const minus = await ctl(['incr', 'visits', '-2']);
+  t.is(minus.stdout, '40\n');
+  const json = await ctl(['--json', 'incr', 'visits', '0']);
+  t.deepEqual(JSON.parse(json.stdout), { key: 'visits', value: '40' });
+  // Unsigned 64-bit: below zero wraps around.
+  const wrapped = await ctl(['incr', 'visits', '-41']);
+  t.is(wrapped.stdout, `${2n ** 64n - 1n}\n`);
+  const created = await ctl(['incr', 'stock', '18446744073709551615']);
+  t.is(created.stdout, '18446744073709551615\n');
+});
+
+test('incr: a bad DELTA exits 2 before connecting; a key holding a value exits 1 with KV_TYPE_MISMATCH', async (t) => {
+  const bad: Array<[string, RegExp]> = [
+    ['abc', /^kvctl: incr: DELTA 'abc' is not an integer\n$/],
+    ['1.5', /^kvctl: incr: DELTA '1\.5' is not an integer\n$/],
+    ['18446744073709551616', /^kvctl: incr: DELTA 18446744073709551616 is out of range \(-9223372036854775808 to 18446744073709551615\)\n$/],
+    ['-9223372036854775809', /^kvctl: incr: DELTA -9223372036854775809 is out of range/],
+  ];
+  for (const [delta, reason] of bad) {
+    // The socket does not exist: a usage error must come first.
+    const result = await kvctl(['--url', `${url}.absent`, 'incr', 'k', delta]);
+    t.is(result.code, 2, `${delta}: ${result.stderr}`);
+    t.regex(result.stderr, reason);
+    t.is(result.stdout, '');
+  }
+  t.is((await ctl(['put', 'plain', 'text'])).code, 0);
+  const mismatch = await ctl(['incr', 'plain']);
+  t.is(mismatch.code, 1);
+  t.is(mismatch.stdout, '');
+  t.is(mismatch.stderr, 'kvctl: incr plain: the key holds a value (or a lock), not a counter (KV_TYPE_MISMATCH)\n');
+  t.is((await ctl(['get', 'plain'])).stdout, 'text', 'the value is untouched');
+});
+
+test('layout of one server: it owns all 16,384 slots; layout KEY names it', async (t) => {
+  const table = await ctl(['layout']);
+  t.is(table.code, 0, table.stderr);
+  t.deepEqual(table.stdout.split('\n'), [
+    'MEMBER' + ' '.repeat(url.length - 'MEMBER'.length) + '  STATE  SLOTS   SHARE',
+    `${url}  ready  16384  100.0%`,
+    '16384 slots over 1 member',
+    '',
+  ]);
+  const json = await ctl(['--json', 'layout', 'greeting']);
+  t.deepEqual(JSON.parse(json.stdout), {
+    slots: 16384,
+    members: [{ name: url, url, state: 'ready', slots: 16384, percent: 100 }],
+    key: { key: 'greeting', slot: 12714, member: url },
+  });
+  const key = await ctl(['layout', 'greeting']);
+  t.is(key.stdout, `greeting: slot 12714, member ${url} (ready)\n`);
 });
