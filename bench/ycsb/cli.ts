@@ -44,6 +44,8 @@ const PROPERTY_HELP = [
   '  basic: basicdb.verbose (true), basicdb.simulatedelay (0 ms), basicdb.randomizedelay (true)',
   '  redis: redis.host (localhost), redis.port (6379), redis.password, redis.timeout (ms)',
   '  memcached: memcached.hosts (host[:port],...; required)',
+  '  rdma-kv: rdmakv.url (shm:///run/rdma-kv/kv.sock), rdmakv.token, rdmakv.pollmode (busy|event),',
+  '    rdmakv.timeoutms (5000); compare starts its own kv-server on shm, rdmakv.memory (its --memory, 1GiB)',
   'kv-bench additions:',
   '  kvbench.inflight (operations in flight per thread, 1), kvbench.resultsdir (bench/results),',
   '  kvbench.report (true: JSON + HTML report there), kvbench.progress (load progress bar;',
@@ -51,7 +53,7 @@ const PROPERTY_HELP = [
   'Examples:',
   '  kv-bench load -P bench/workloads/workloada -db redis -p redis.port=6379',
   '  kv-bench run -P bench/workloads/workloada -db redis -threads 2 -target 10000 -s',
-  '  kv-bench compare -P bench/workloads/workloadb --db redis,memcached,basic',
+  '  kv-bench compare -P bench/workloads/workloadb --db rdma-kv,redis,memcached,basic',
 ].join('\n');
 
 /** YCSB writes -threads, -target, -db with one dash; yargs must not split them into letters. */
@@ -70,7 +72,7 @@ function parser(argv: string[]) {
     .option('seed', { type: 'string', describe: 'seed the generators (reproducible key sequences)', requiresArg: true })
     .command('load', 'load phase: insert recordcount (or insertcount) records')
     .command('run', 'run (transaction) phase: operationcount operations')
-    .command('compare', 'load + run on each --db (comma-separated), starting redis/memcached on loopback; one table')
+    .command('compare', 'load + run on each --db (comma-separated), starting redis, memcached or kv-server on loopback; one table')
     .demandCommand(1, 'name a command: load, run or compare')
     .strictCommands()
     .strictOptions()

@@ -26,20 +26,15 @@ export interface CompareResult {
   table: string;
 }
 
-const running = new Set<PeerServer>();
-let handlersInstalled = false;
+let signalHandlersInstalled = false;
 
-/** Peers die with kv-bench, whatever ends it. */
-function installExitHandlers(): void {
-  if (handlersInstalled) return;
-  handlersInstalled = true;
-  process.on('exit', () => {
-    for (const s of running) s.kill();
-  });
+/** Ctrl-C and SIGTERM end kv-bench; servers.ts's exit hook then kills the peers still running. */
+function installSignalHandlers(): void {
+  if (signalHandlersInstalled) return;
+  signalHandlersInstalled = true;
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.once(signal, () => {
       process.stderr.write(`\nkv-bench: ${signal}, stopping peer servers\n`);
-      for (const s of running) s.kill();
       process.exit(signal === 'SIGINT' ? 130 : 143);
     });
   }
@@ -74,7 +69,7 @@ export function formatCompareTable(rows: readonly CompareRow[]): string {
 }
 
 export async function runCompare(options: CompareOptions): Promise<CompareResult> {
-  installExitHandlers();
+  installSignalHandlers();
   const stderr = options.stderr ?? ((t: string) => void process.stderr.write(t));
   const rows: CompareRow[] = [];
   for (const db of options.dbs) {
@@ -83,9 +78,8 @@ export async function runCompare(options: CompareOptions): Promise<CompareResult
       const start = peerFor(db);
       let props = options.props;
       if (start) {
-        peer = await start();
-        running.add(peer);
-        stderr(`kv-bench: started ${peer.name} on 127.0.0.1:${peer.port}\n`);
+        peer = await start(props);
+        stderr(`kv-bench: started ${peer.name} (pid ${peer.pid}) on ${peer.address}\n`);
         props = props.with(peer.properties);
       }
       if (db === 'basic' && !props.has('basicdb.verbose')) props = props.with([['basicdb.verbose', 'false']]);
@@ -100,7 +94,6 @@ export async function runCompare(options: CompareOptions): Promise<CompareResult
     } finally {
       if (peer) {
         await peer.stop();
-        running.delete(peer);
         stderr(`kv-bench: stopped ${peer.name}\n`);
       }
     }
