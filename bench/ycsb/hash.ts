@@ -26,8 +26,10 @@ export function fnvhash64Halves(val: number): void {
   let hlo = OFFSET_LO;
   for (let i = 0; i < 8; i++) {
     hlo ^= ((i < 4 ? lo : hi) >>> ((i & 3) << 3)) & 0xff;
-    const a = (hlo & 0xffff) * PRIME_LOW_BITS; // < 2^25
-    const b = (hlo >>> 16) * PRIME_LOW_BITS + (a >>> 16); // < 2^26: bits 16.. of lo * 0x1b3
+    // Math.imul keeps V8 in int32 (a plain `*` of a uint32 goes through doubles); both
+    // products are exact: 16 x 9 bits
+    const a = Math.imul(hlo & 0xffff, PRIME_LOW_BITS);
+    const b = Math.imul(hlo >>> 16, PRIME_LOW_BITS) + (a >>> 16); // < 2^26: bits 16.. of lo * 0x1b3
     hhi = (Math.imul(hhi, PRIME_LOW_BITS) + (b >>> 16) + (hlo << 8)) | 0;
     hlo = (b << 16) | (a & 0xffff);
   }
