@@ -121,10 +121,16 @@ function partCosts(): { [part: string]: number } {
   const zipfian = new ZipfianGenerator(new Random(2), 0, SCRAMBLED_ITEM_COUNT, 0.99, SCRAMBLED_ZETAN);
   const scrambled = new ScrambledZipfianGenerator(new Random(3), 0, 999);
   const ranks = Float64Array.from({ length: 1 << 16 }, () => 65536 + zipfian.nextValue()); // all outside the hash cache
+  const control = new Int32Array(new SharedArrayBuffer(8)); // like the client thread's stop/sample word
   const costs = {
     'performance.now()': time(() => {
       let sum = 0;
       for (let i = 0; i < n; i++) sum += performance.now();
+      return sum;
+    }),
+    'Atomics.load of the shared control word': time(() => {
+      let sum = 0;
+      for (let i = 0; i < n; i++) sum += Atomics.load(control, 0);
       return sum;
     }),
     'Random.nextDouble()': time(() => {
