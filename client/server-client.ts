@@ -91,6 +91,8 @@ const CONTROL_TAG = 2 ** KvLayout.CONTROL_TAG_SHIFT;
 const CONTROL_RECVS = 16;
 const CONTROL_SENDS = 8;
 const ARENA_BYTES = 4 << 20;
+/** How long flush() polls before leaving the rest to the event loop (busy mode). */
+const SPIN_MS = 0.02;
 
 /** One connection to one server: transport objects, native core, block pools. */
 class Session {
@@ -455,8 +457,22 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       this.queue.unshift(op);
     }
     this.queue.unshift(...waiting);
+    if (taken > 0 && this.pollMode === 'busy') this.spin(session);
     this.startPolling();
     this.armTimer();
+  }
+
+  /**
+   * Polls right after posting, for a few microseconds: a round trip often
+   * completes within that (at once on shm, ~2 µs on a NIC), and finishing
+   * here saves a turn of the event loop, which costs more than the trip.
+   */
+  private spin(session: Session): void {
+    const end = performance.now() + SPIN_MS;
+    do {
+      const n = session.core.poll();
+      if (n > 0) this.onResults(session, n);
+    } while (this.session === session && this.inflight.size > 0 && performance.now() < end);
   }
 
   private requestBlocks(session: Session, cls: number): void {
@@ -472,7 +488,8 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     this.polling = true;
     const loop = () => {
       this.pollOnce(false);
-      if (this.session && (this.inflight.size > 0 || this.session.granting.size > 0)) setImmediate(loop);
+      // Queued ops count too: the spin in flush() may finish a whole batch, leaving nothing in flight.
+      if (this.session && (this.inflight.size > 0 || this.session.granting.size > 0 || this.queue.length > 0)) setImmediate(loop);
       else this.polling = false;
     };
     setImmediate(loop);
@@ -554,7 +571,9 @@ export class ServerClient extends EventEmitter<ClientEvents> {
           }
         }
       }
-      this.flush();
+      // Not flush(): we are inside onResults, and flush polls, which would
+      // overwrite the result words the caller is still reading.
+      this.scheduleFlush();
     }
   }
 

@@ -27,8 +27,11 @@ export async function startMember(dir: string, index: number, extra: string[] = 
   return { url: socket, regionFile, metricsPort, args, process: await startServerProcess(args) };
 }
 
-/** Starts a stopped member again with the same arguments (same socket, same region file). */
+/** Starts a stopped member again: same socket, same region file (a new metrics port: the old one may be taken by now). */
 export async function restartMember(member: Member): Promise<void> {
+  member.metricsPort = await freePort();
+  const at = member.args.indexOf('--metrics-port');
+  member.args[at + 1] = String(member.metricsPort);
   member.process = await startServerProcess(member.args);
 }
 
