@@ -118,7 +118,7 @@ export function errorForStatus(status: number, detail: number, what: string): Kv
     case KvStatus.TIMEOUT: return new KvTimeoutError(`${what}: timed out (${detail} retries)`);
     case KvStatus.DISCONNECTED: return new KvDisconnectedError(`${what}: the connection to the server is gone`);
     case KvStatus.LOCK_CONTENDED: return new KvLockContendedError(`${what}: the key's buckets stayed locked (${detail} tries)`);
-    case KvStatus.TYPE_MISMATCH: return new KvTypeMismatchError(`${what}: the key holds a counter or a lock, not bytes`);
+    case KvStatus.TYPE_MISMATCH: return new KvTypeMismatchError(`${what}: the key holds another kind of item (bytes, a counter, a lock) than this operation works on`);
     case KvStatus.VERSION_MISMATCH: return new KvError('KV_VERSION_MISMATCH', `${what}: the version did not match`);
     case KvStatus.CORRUPT: return new KvCorruptError(`${what}: the item failed its checksum ${detail} times`);
     case KvStatus.RDMA_ERROR: {

@@ -126,14 +126,19 @@ export class KvClient extends EventEmitter<ClientEvents> {
 
   // ---- membership ------------------------------------------------------------------------
 
+  /** Problems that do not stop the client: 'error' listeners hear them; without one they are dropped, not thrown. */
+  private warn(error: Error): void {
+    if (this.listenerCount('error') > 0) this.emit('error', error);
+  }
+
   private async start(): Promise<void> {
     const timeoutMs = this.options.timeoutMs ?? 5000;
     if (this.options.etcd) {
-      this.source = await EtcdMembership.open(this.options.etcd, timeoutMs);
+      this.source = await EtcdMembership.open(this.options.etcd, timeoutMs, (error) => this.warn(error));
     } else {
       this.source = new StaticMembership(this.options.servers ?? [this.options.url!]);
     }
-    this.source.on('error', (error) => this.emit('error', error));
+    this.source.on('error', (error) => this.warn(error));
     const starting = this.apply(this.source.members);
     if (this.options.etcd) {
       this.source.on('change', (members) => {
@@ -204,7 +209,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
       this.emit('member', name, status);
       this.updateStatus();
     });
-    server.on('error', (error) => this.emit('error', error));
+    server.on('error', (error) => this.warn(error));
     const first = server.start();
     if (this._status !== 'connecting') {
       // Joined later (etcd): no caller waits on it, so keep trying on failure.

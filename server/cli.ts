@@ -5,6 +5,7 @@
 // 1 when this machine cannot do what it asks (socket in use, no RDMA device,
 // port busy, unreadable token file).
 import { readFileSync } from 'node:fs';
+import { hostname } from 'node:os';
 
 import yargs from 'yargs';
 
@@ -237,6 +238,14 @@ function metricsFailure(config: ServerConfig, error: NodeJS.ErrnoException): Sta
   }
 }
 
+/** A metrics URL others can dial: a wildcard bind address becomes the host clients dial for RDMA (or this host's name). */
+function dialableMetricsUrl(metricsUrl: string, advertised: string): string {
+  const wildcard = /^http:\/\/(0\.0\.0\.0|\[::\]|::)(:\d+)$/.exec(metricsUrl);
+  if (!wildcard) return metricsUrl;
+  const host = /^rdma:\/\/(.+):\d+$/.exec(advertised)?.[1] ?? hostname();
+  return `http://${host}${wildcard[2]}`;
+}
+
 /** Runs kv-server; resolves to the process exit code once it has stopped (or failed to start). */
 export async function main(argv: string[]): Promise<number> {
   process.stdout.on('error', () => {}); // a closed stdout (EPIPE) must not take the server down
@@ -323,7 +332,7 @@ export async function main(argv: string[]): Promise<number> {
       const url = advertise ?? server.urls[0]!;
       if (unroutable(url)) throw new StartupError(`--etcd: clients cannot dial ${url}; give --advertise`);
       // Registered only once serving: a client that sees us can use us.
-      registration = await EtcdRegistration.register({ ...etcd, url, metricsUrl: metrics?.url, logger });
+      registration = await EtcdRegistration.register({ ...etcd, url, metricsUrl: metrics && dialableMetricsUrl(metrics.url, url), logger });
     }
   } catch (error) {
     stream.discard();

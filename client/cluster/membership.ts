@@ -13,7 +13,7 @@ import { EventEmitter } from 'node:events';
 
 import { Etcd3, type IKeyValue, type Watcher } from 'etcd3';
 
-import { KvDisconnectedError, KvInvalidArgumentError } from '../errors.js';
+import { KvDisconnectedError, KvInvalidArgumentError, KvProtocolError } from '../errors.js';
 import type { EtcdOptions } from '../types.js';
 
 export const DEFAULT_ETCD_PREFIX = '/rdma-kv';
@@ -83,11 +83,13 @@ export class EtcdMembership extends EventEmitter<SourceEvents> implements Member
   private constructor(
     readonly client: Etcd3,
     readonly prefix: string,
+    private readonly warn: (error: Error) => void,
   ) {
     super();
   }
 
-  static async open(options: EtcdOptions, timeoutMs: number): Promise<EtcdMembership> {
+  /** `warn` hears of records it ignores (also during the first read, before anyone could listen for 'error'). */
+  static async open(options: EtcdOptions, timeoutMs: number, warn: (error: Error) => void): Promise<EtcdMembership> {
     const hosts = typeof options.hosts === 'string' ? options.hosts.split(',') : options.hosts;
     if (!Array.isArray(hosts) || hosts.length === 0 || hosts.some((h) => !/^https?:\/\/[^/]+/.test(h))) {
       throw new KvInvalidArgumentError(`etcd hosts must be http(s)://host:port URLs (got ${JSON.stringify(options.hosts)})`);
@@ -98,7 +100,7 @@ export class EtcdMembership extends EventEmitter<SourceEvents> implements Member
       dialTimeout: timeoutMs,
       defaultCallOptions: (context) => (context.isStream ? {} : { deadline: Date.now() + timeoutMs }),
     });
-    const source = new EtcdMembership(client, prefix);
+    const source = new EtcdMembership(client, prefix, warn);
     try {
       await source.load();
     } catch (error) {
@@ -151,7 +153,7 @@ export class EtcdMembership extends EventEmitter<SourceEvents> implements Member
         url = undefined;
       }
       if (typeof url !== 'string' || !/^(shm|rdma):\/\//.test(url)) {
-        this.emit('error', new KvDisconnectedError(`etcd: ${key} holds no usable URL; ignoring it`));
+        this.warn(new KvProtocolError(`etcd: ${key} holds no usable URL; ignoring it`));
         return false;
       }
       if (this.alive.get(name) === url) return false;

@@ -154,3 +154,27 @@ test.serial('cluster flags without --etcd, and a bad --etcd, are usage errors', 
     t.regex(r.stderr, message);
   }
 });
+
+test.serial('a malformed registration is ignored: the member shows as down, the others serve', async (t) => {
+  const prefix = '/test-bogus';
+  const dir = clusterDir();
+  const members = [await startMember(dir, 0, memberArgs(prefix, 'good'))];
+  await etcd.client.put(`${prefix}/members/bogus`).value('{}');
+  await etcd.client.put(`${prefix}/alive/bogus`).value('not json');
+  const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix } });
+  try {
+    t.deepEqual(kv.layout().map((m) => [m.name, m.status]), [['bogus', 'down'], ['good', 'ready']]);
+    t.is(kv.status, 'degraded');
+    const keys = Array.from({ length: 50 }, (_, i) => `b${i}`);
+    const onGood = keys.filter((k) => kv.memberFor(k) === 'good');
+    const onBogus = keys.filter((k) => kv.memberFor(k) === 'bogus');
+    await kv.putMany(onGood.map((k) => [k, k]));
+    t.deepEqual((await kv.getMany(onGood)).map(String), onGood);
+    const error = await t.throwsAsync<KvError>(kv.get(onBogus[0]!));
+    t.is(error?.code, 'KV_DISCONNECTED');
+    t.regex(error!.message, /belongs to bogus, which has no live registration/);
+  } finally {
+    await kv.close();
+    await stopAll(members);
+  }
+});

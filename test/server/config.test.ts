@@ -125,6 +125,7 @@ test('the defaults make a valid configuration: 1 GiB on shm:///run/rdma-kv/kv.so
     metricsHost: '127.0.0.1',
     logLevel: 'info',
     regionFile: undefined,
+    etcd: undefined,
   });
 });
 
