@@ -1,10 +1,13 @@
 // Sharding over a static server list: three kv-server processes on shm, one
 // client that spreads keys over them, and what happens when one dies and
 // comes back on its region file.
+import { fileURLToPath } from 'node:url';
+
 import test from 'ava';
 import { Registry } from 'prom-client';
 
 import { KvClient, type KvError, type KvStatusName, isRetryable } from '../../client/index.js';
+import { run } from '../server/helpers.js';
 import { type Member, clusterDir, eventually, restartMember, startMember, stats, stopAll } from './helpers.js';
 
 const KEYS = 100_000;
@@ -191,6 +194,24 @@ test.serial('a client opted in to metrics counts its operations, retries and ser
     t.is(value('rdmakv_client_servers{state="ready"}'), 2);
   } finally {
     await kv.close();
+    await stopAll(members);
+  }
+});
+
+test.serial('kv-bench loads a cluster with rdmakv.servers: the records spread over the members', async (t) => {
+  const dir = clusterDir();
+  const members = [await startMember(dir, 0), await startMember(dir, 1)];
+  try {
+    const bench = fileURLToPath(new URL('../../../bin/kv-bench.js', import.meta.url));
+    const load = await run(bench, ['load', '--db', 'rdma-kv', '-p', `rdmakv.servers=${members.map((m) => m.url).join(',')}`, '-p', 'recordcount=1000', '-p', 'fieldcount=2']);
+    t.is(load.code, 0, load.stderr);
+    t.regex(load.stdout, /^\[INSERT\], Return=OK, 1000$/m);
+    await eventually(async () => (await Promise.all(members.map(stats))).reduce((sum, s) => sum + s.items, 0) === 1000, 'all 1000 records stored');
+    for (const s of await Promise.all(members.map(stats))) t.true(s.items > 300, `${s.items} records on one member`);
+    const both = await run(bench, ['load', '--db', 'rdma-kv', '-p', `rdmakv.servers=${members[0]!.url}`, '-p', `rdmakv.url=${members[0]!.url}`]);
+    t.not(both.code, 0);
+    t.regex(both.stderr, /give one of rdmakv\.url, rdmakv\.servers, rdmakv\.etcd/);
+  } finally {
     await stopAll(members);
   }
 });

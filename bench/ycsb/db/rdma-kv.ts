@@ -19,8 +19,10 @@
  * - delete: DELETE; NOT_FOUND when there was nothing to delete.
  * - scan: NOT_IMPLEMENTED (a hash table has no key order).
  *
- * Properties: rdmakv.url (shm:///run/rdma-kv/kv.sock), rdmakv.token, rdmakv.pollmode
- * (busy|event; KvClient's default, busy), rdmakv.timeoutms (KvClient's default, 5000).
+ * Properties: rdmakv.url (shm:///run/rdma-kv/kv.sock), or a cluster: rdmakv.servers (URLs,
+ * comma-separated) or rdmakv.etcd (endpoints, comma-separated) with rdmakv.etcdprefix
+ * (/rdma-kv); rdmakv.token, rdmakv.pollmode (busy|event; KvClient's default, busy),
+ * rdmakv.timeoutms (KvClient's default, 5000).
  * Each client thread (worker_thread) has its own binding instance and so its own KvClient.
  */
 import { KvClient, KvDisconnectedError, type KvClientOptions } from '../../../client/index.js';
@@ -179,7 +181,16 @@ export default class RdmaKvClient implements DB {
   async init(props: Properties): Promise<void> {
     const pollMode = props.get('rdmakv.pollmode', 'busy');
     if (pollMode !== 'busy' && pollMode !== 'event') throw new UsageError(`rdmakv.pollmode must be busy or event (got "${pollMode}")`);
-    const options: KvClientOptions = { url: props.get('rdmakv.url', DEFAULT_URL), pollMode };
+    const servers = props.get('rdmakv.servers');
+    const etcd = props.get('rdmakv.etcd');
+    if ([props.get('rdmakv.url'), servers, etcd].filter((v) => v !== undefined).length > 1) {
+      throw new UsageError('give one of rdmakv.url, rdmakv.servers, rdmakv.etcd');
+    }
+    const options: KvClientOptions = servers !== undefined
+      ? { servers: servers.split(',').map((u) => u.trim()).filter((u) => u !== ''), pollMode }
+      : etcd !== undefined
+        ? { etcd: { hosts: etcd.split(',').map((h) => h.trim()), prefix: props.get('rdmakv.etcdprefix', '/rdma-kv') }, pollMode }
+        : { url: props.get('rdmakv.url', DEFAULT_URL), pollMode };
     const token = props.get('rdmakv.token');
     if (token !== undefined) options.token = token;
     if (props.has('rdmakv.timeoutms')) {
@@ -193,7 +204,8 @@ export default class RdmaKvClient implements DB {
     try {
       this.client = await KvClient.connect(options);
     } catch (error) {
-      throw new Error(`rdma-kv: cannot connect to ${options.url}: ${(error as Error).message}`);
+      const target = options.url ?? options.servers?.join(',') ?? `etcd ${etcd}`;
+      throw new Error(`rdma-kv: cannot connect to ${target}: ${(error as Error).message}`);
     }
   }
 
