@@ -5,6 +5,9 @@ import { readFileSync } from 'node:fs';
 
 import test from 'ava';
 
+import { Registry } from 'prom-client';
+
+import { ClientMetrics } from '../../client/metrics.js';
 import { type KvServerStats, KvServer } from '../../server/kv-server.js';
 import { METRICS, createRegistry, startMetricsServer } from '../../server/metrics.js';
 import { sample, socketUrl } from './helpers.js';
@@ -78,8 +81,17 @@ test('every field of KvServer.stats() is exposed by some metric', async (t) => {
 
 test('docs/operations.md documents every metric, and no other rdmakv_ metric', (t) => {
   const docs = readFileSync(new URL('../../../docs/operations.md', import.meta.url), 'utf8');
-  const documented = new Set([...docs.matchAll(/^\| `(rdmakv_[a-z0-9_]+)` \| (gauge|counter) \|/gm)].map((m) => `${m[1]} ${m[2]}`));
+  const documented = new Set([...docs.matchAll(/^\| `(rdmakv_(?!client_)[a-z0-9_]+)` \| (gauge|counter) \|/gm)].map((m) => `${m[1]} ${m[2]}`));
   t.deepEqual([...documented].sort(), METRICS.map((def) => `${def.name} ${def.type}`).sort());
+});
+
+test('docs/operations.md documents every client metric, and no other rdmakv_client_ metric', async (t) => {
+  const docs = readFileSync(new URL('../../../docs/operations.md', import.meta.url), 'utf8');
+  const documented = [...docs.matchAll(/^\| `(rdmakv_client_[a-z0-9_]+)` \| (gauge|counter|histogram) \|/gm)].map((m) => `${m[1]} ${m[2]}`);
+  const registry = new Registry();
+  new ClientMetrics(registry);
+  const registered = (await registry.getMetricsAsJSON()).map((m) => `${m.name} ${m.type}`);
+  t.deepEqual(documented.sort(), registered.sort());
 });
 
 test('the HTTP server: /metrics, /stats, 404, 405, and 503 while the store is starting', async (t) => {
