@@ -93,6 +93,8 @@ const CONTROL_SENDS = 8;
 const ARENA_BYTES = 4 << 20;
 /** How long flush() polls before leaving the rest to the event loop (busy mode). */
 const SPIN_MS = 0.02;
+/** Flushes per event-loop turn that may spin (see spin()). */
+const SPINS_PER_TURN = 256;
 
 /** One connection to one server: transport objects, native core, block pools. */
 class Session {
@@ -233,6 +235,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   private readonly recorder: HistoryRecorder | undefined;
   /** core.submit calls: one doorbell each (for tests and metrics). */
   submits = 0;
+  private spinsLeft = SPINS_PER_TURN;
 
   constructor(readonly options: ServerClientOptions) {
     super();
@@ -457,7 +460,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       this.queue.unshift(op);
     }
     this.queue.unshift(...waiting);
-    if (taken > 0 && this.pollMode === 'busy') this.spin(session);
+    if (taken > 0 && this.pollMode === 'busy' && this.spinsLeft > 0) this.spin(session);
     this.startPolling();
     this.armTimer();
   }
@@ -468,6 +471,14 @@ export class ServerClient extends EventEmitter<ClientEvents> {
    * here saves a turn of the event loop, which costs more than the trip.
    */
   private spin(session: Session): void {
+    // A caller that issues its next op as each one resolves would otherwise
+    // chain microtasks forever: timers (keepalive, deadlines) and I/O starve.
+    // So only SPINS_PER_TURN flushes per event-loop turn spin.
+    if (this.spinsLeft-- === SPINS_PER_TURN) {
+      setImmediate(() => {
+        this.spinsLeft = SPINS_PER_TURN;
+      });
+    }
     const end = performance.now() + SPIN_MS;
     do {
       const n = session.core.poll();
