@@ -9,20 +9,10 @@
 import { KvClient } from '../../client/index.js';
 import { selfValidating, validate } from './kv.js';
 import { testTimeoutMs } from './providers.js';
+import { rng } from './random.js';
 
 const [mode, url, ...args] = process.argv.slice(2);
 const send = (m: object): void => void process.send?.(m);
-
-function rng(seed: number): () => number {
-  let s = seed >>> 0 || 1;
-  return () => {
-    s ^= s << 13;
-    s >>>= 0;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    return (s >>> 0) / 4294967296;
-  };
-}
 
 async function main(): Promise<void> {
   const kv = await KvClient.connect(mode === 'lin' ? { url: url!, history: args[2]!, timeoutMs: testTimeoutMs() } : { url: url!, timeoutMs: testTimeoutMs() });

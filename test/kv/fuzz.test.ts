@@ -11,17 +11,7 @@ import { connectData, decode, encode } from '../../client/protocol.js';
 import { Access, Opcode, Provider, SendFlag, type WorkRequest } from '../../native/index.js';
 import { connect, startServer } from '../helpers/kv.js';
 import { providersUnderTest, testScale } from '../helpers/providers.js';
-
-function rng(seed: number): () => number {
-  let s = seed >>> 0 || 1;
-  return () => {
-    s ^= s << 13;
-    s >>>= 0;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    return (s >>> 0) / 4294967296;
-  };
-}
+import { rng } from '../helpers/random.js';
 
 for (const scheme of providersUnderTest()) {
   const total = Math.round(100_000 * testScale());
