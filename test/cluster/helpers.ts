@@ -4,6 +4,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
+import { type Scheme, rdmaAddresses, slow } from '../helpers/providers.js';
 import { type ServerProcess, freePort, startServerProcess } from '../server/helpers.js';
 
 export interface Member {
@@ -19,8 +20,16 @@ export function clusterDir(): string {
   return mkdtempSync(join(tmpdir(), 'rkv-cluster-'));
 }
 
+/** A member's URL: a socket in `dir` on shm, a fixed port on the RDMA device's address (a restart must find it again). */
+export async function memberUrl(scheme: Scheme, dir: string, index: number): Promise<string> {
+  if (scheme === 'shm') return `shm://${join(dir, `kv${index}.sock`)}`;
+  const [address] = rdmaAddresses();
+  if (!address) throw new Error('RKV_RDMA_ADDRS must name an address on the RDMA device for the rdma provider');
+  return `rdma://${address}:${await freePort()}`;
+}
+
 export async function startMember(dir: string, index: number, extra: string[] = [], url?: string): Promise<Member> {
-  const socket = url ?? `shm://${join(dir, `kv${index}.sock`)}`;
+  const socket = url ?? (await memberUrl('shm', dir, index));
   const regionFile = join(dir, `kv${index}.region`);
   const metricsPort = await freePort();
   const args = ['--listen', socket, '--memory', '64M', '--region-file', regionFile, '--metrics-port', String(metricsPort), '--log-level', 'warn', ...extra];
@@ -41,7 +50,7 @@ export async function stats(member: Member): Promise<{ items: number; clients: n
 }
 
 /** Polls until check() holds: servers apply PUT notices asynchronously. A guard, not a timing assertion. */
-export async function eventually(check: () => Promise<boolean>, what: string, guardMs = 30_000): Promise<void> {
+export async function eventually(check: () => Promise<boolean>, what: string, guardMs = slow(30_000)): Promise<void> {
   const end = Date.now() + guardMs;
   while (!(await check())) {
     if (Date.now() > end) throw new Error(`still not true after ${guardMs} ms: ${what}`);

@@ -8,12 +8,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+import { slow } from '../helpers/providers.js';
+
 /** Where the repository's bin/ is, seen from dist/test/server. */
 export const KV_SERVER = fileURLToPath(new URL('../../../bin/kv-server.js', import.meta.url));
 export const KVCTL = fileURLToPath(new URL('../../../bin/kvctl.js', import.meta.url));
 
-/** Only a guard against a hung child; no test asserts how fast anything is. */
-const GUARD_MS = 60_000;
+/** Only a guard against a hung child; no test asserts how fast anything is. Stretched in the emulated guest. */
+const GUARD_MS = slow(60_000);
 
 const childEnv = { ...process.env, RKV_QUIET: '1' };
 
