@@ -40,7 +40,7 @@ const memberArgs = (prefix: string, name: string) => ['--etcd', etcd.url, '--etc
 
 test.serial('through etcd: 100k keys over 3 members; one crashes: fail fast, slots stay; back at a new URL: readable; a clean stop deregisters at once', async (t) => {
   const prefix = '/test-crash';
-  const dir = clusterDir();
+  const dir = clusterDir(t);
   const members: Member[] = [];
   for (let i = 0; i < 3; i++) members.push(await startMember(dir, i, memberArgs(prefix, `kv-${i}`)));
   const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: 30_000 });
@@ -92,7 +92,7 @@ test.serial('through etcd: 100k keys over 3 members; one crashes: fail fast, slo
 
 test.serial('a second live server under a taken name is refused after one TTL', async (t) => {
   const prefix = '/test-dup';
-  const dir = clusterDir();
+  const dir = clusterDir(t);
   const first = await startMember(dir, 0, memberArgs(prefix, 'same'));
   try {
     const second = await kvServer(['--listen', `shm://${join(dir, 'other.sock')}`, '--memory', '64M', ...memberArgs(prefix, 'same')]);
@@ -107,7 +107,7 @@ test.serial('a second live server under a taken name is refused after one TTL', 
 
 test.serial('clients follow members that join later', async (t) => {
   const prefix = '/test-join';
-  const dir = clusterDir();
+  const dir = clusterDir(t);
   const members = [await startMember(dir, 0, memberArgs(prefix, 'a'))];
   const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix } });
   try {
@@ -132,14 +132,14 @@ test.serial('etcd unreachable: the client and the server say so', async (t) => {
   const error = await t.throwsAsync<KvError>(KvClient.connect({ etcd: { hosts: nobody }, timeoutMs: 1000 }));
   t.is(error?.code, 'KV_DISCONNECTED');
   t.regex(error!.message, /cannot read the cluster from etcd at http:\/\/127\.0\.0\.1:\d+/);
-  const dir = clusterDir();
+  const dir = clusterDir(t);
   const server = await kvServer(['--listen', `shm://${join(dir, 'x.sock')}`, '--memory', '64M', '--etcd', nobody]);
   t.is(server.code, 1);
   t.regex(server.stderr, /^kv-server: cannot register in etcd at http:\/\/127\.0\.0\.1:\d+/m);
 });
 
 test.serial('cluster flags without --etcd, and a bad --etcd, are usage errors', async (t) => {
-  const dir = clusterDir();
+  const dir = clusterDir(t);
   const listen = ['--listen', `shm://${join(dir, 'u.sock')}`, '--memory', '64M'];
   const cases: Array<[string[], RegExp]> = [
     [['--name', 'x'], /--name only means something with --etcd/],
@@ -157,7 +157,7 @@ test.serial('cluster flags without --etcd, and a bad --etcd, are usage errors', 
 
 test.serial('a malformed registration is ignored: the member shows as down, the others serve', async (t) => {
   const prefix = '/test-bogus';
-  const dir = clusterDir();
+  const dir = clusterDir(t);
   const members = [await startMember(dir, 0, memberArgs(prefix, 'good'))];
   await etcd.client.put(`${prefix}/members/bogus`).value('{}');
   await etcd.client.put(`${prefix}/alive/bogus`).value('not json');

@@ -35,7 +35,7 @@ function nextStatus(kv: KvClient, wanted: KvStatusName): Promise<void> {
 
 for (const scheme of providersUnderTest()) {
   test.serial(`${scheme}: ${KEYS} keys spread over 3 servers; one dies: its keys fail fast and retryably, the rest serve; back on its region file: all readable`, async (t) => {
-    const dir = clusterDir();
+    const dir = clusterDir(t);
     const members: Member[] = [];
     for (let i = 0; i < 3; i++) members.push(await startMember(dir, i, [], await memberUrl(scheme, dir, i)));
     const kv = await KvClient.connect({ servers: members.map((m) => m.url), timeoutMs: Math.max(30_000, testTimeoutMs()) });
@@ -98,7 +98,7 @@ for (const scheme of providersUnderTest()) {
 
 for (const scheme of providersUnderTest()) {
   test.serial(`${scheme}: a server down at connect time: the client connects degraded, fails that server's keys fast, and picks it up when it starts`, async (t) => {
-    const dir = clusterDir();
+    const dir = clusterDir(t);
     const up = await startMember(dir, 0, [], await memberUrl(scheme, dir, 0));
     const later = await startMember(dir, 1, [], await memberUrl(scheme, dir, 1));
     await later.process.stop('SIGTERM');

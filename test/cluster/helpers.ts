@@ -1,8 +1,10 @@
 // A cluster of real kv-server processes on shm for the sharding suites: each
 // with its own socket, region file and metrics port.
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+
+import type { ExecutionContext } from 'ava';
 
 import { type Scheme, rdmaAddresses, slow } from '../helpers/providers.js';
 import { type ServerProcess, freePort, startServerProcess } from '../server/helpers.js';
@@ -16,8 +18,11 @@ export interface Member {
   args: string[];
 }
 
-export function clusterDir(): string {
-  return mkdtempSync(join(tmpdir(), 'rkv-cluster-'));
+/** A private directory for a test's sockets and region files, removed when the test ends. */
+export function clusterDir(t: ExecutionContext): string {
+  const dir = mkdtempSync(join(tmpdir(), 'rkv-cluster-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
 }
 
 /** A member's URL: a socket in `dir` on shm, a fixed port on the RDMA device's address (a restart must find it again). */

@@ -11,7 +11,7 @@ import { run } from '../server/helpers.js';
 import { type Member, clusterDir, eventually, startMember, stats, stopAll } from './helpers.js';
 
 test.serial('a batch goes out as one doorbell per server', async (t) => {
-  const dir = clusterDir();
+  const dir = clusterDir(t);
   const members: Member[] = [];
   for (let i = 0; i < 3; i++) members.push(await startMember(dir, i));
   const kv = await KvClient.connect({ servers: members.map((m) => m.url) });
@@ -51,7 +51,7 @@ test.serial('connect options are checked: exactly one of url, servers, etcd; rea
 });
 
 test.serial('no server reachable: connect fails with KV_DISCONNECTED naming them', async (t) => {
-  const dir = clusterDir();
+  const dir = clusterDir(t);
   const error = await t.throwsAsync<KvError>(KvClient.connect({ servers: [`shm://${dir}/a.sock`, `shm://${dir}/b.sock`], timeoutMs: 1000 }));
   t.is(error?.code, 'KV_DISCONNECTED');
   t.regex(error!.message, /no server of the cluster is reachable \(2 members\)/);
@@ -59,7 +59,7 @@ test.serial('no server reachable: connect fails with KV_DISCONNECTED naming them
 });
 
 test.serial('a client opted in to metrics counts its operations, retries and servers in the registry', async (t) => {
-  const dir = clusterDir();
+  const dir = clusterDir(t);
   const members = [await startMember(dir, 0), await startMember(dir, 1)];
   const registry = new Registry();
   const kv = await KvClient.connect({ servers: members.map((m) => m.url), metrics: registry });
@@ -92,7 +92,7 @@ test.serial('a client opted in to metrics counts its operations, retries and ser
 });
 
 test.serial('kv-bench loads a cluster with rdmakv.servers: the records spread over the members', async (t) => {
-  const dir = clusterDir();
+  const dir = clusterDir(t);
   const members = [await startMember(dir, 0), await startMember(dir, 1)];
   try {
     const bench = fileURLToPath(new URL('../../../bin/kv-bench.js', import.meta.url));
