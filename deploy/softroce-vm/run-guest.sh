@@ -39,22 +39,24 @@ quote() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
   while IFS= read -r name; do
     echo "export $name=$(quote "${!name}")"
   done < <(compgen -e | grep -E '^(CI|RKV_.*)$' | grep -v '^RKV_VM_')
+  echo "cd $(quote "$PROJECT")"
   cat <<'EOF'
 export RKV_RDMA_ADDRS=10.77.0.1,10.77.0.2 RKV_TEST_PROVIDERS=rdma
 ulimit -l unlimited   # memory registration pins pages
 # Two addresses on one rxe device stand for two hosts: rxe in 6.1 is not
 # namespace-aware and two rxe devices in one kernel cannot reach each other.
-# Named rxenet0 because loading `dummy` already creates dummy0.
+# Named rxenet0 because loading `dummy` already creates dummy0. The rxe device
+# is made by the script real hosts use (deploy/softroce/setup-rxe.sh), so
+# every run of the guest runs it too.
 if ! { ip link add rxenet0 type dummy &&
        ip addr add 10.77.0.1/24 dev rxenet0 &&
        ip addr add 10.77.0.2/24 dev rxenet0 &&
        ip link set rxenet0 up &&
-       rdma link add rxe0 type rxe netdev rxenet0; }; then
+       bash deploy/softroce/setup-rxe.sh --netdev rxenet0 --name rxe0; }; then
   echo "run-guest: could not create rxe0 on rxenet0" >&2
   exit 125
 fi
 EOF
-  echo "cd $(quote "$PROJECT")"
   printf '%s\n' "$*"
 } >"$CTL/cmd"
 
