@@ -5,13 +5,12 @@
 // cluster (--servers) or an etcd cluster (--etcd). Output is for people by
 // default and JSON with --json. Exit codes: 0 done, 1 failed (including a key
 // that does not exist), 2 bad command line.
-import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 
-import { Etcd3 } from 'etcd3';
+import type { Etcd3 } from 'etcd3';
 import yargs from 'yargs';
 
-import { type AliveRecord, DEFAULT_ETCD_PREFIX, checkMemberName, etcdKeys } from '../client/cluster/membership.js';
+import { type AliveRecord, DEFAULT_ETCD_PREFIX, checkMemberName, etcdKeys, openEtcd } from '../client/cluster/membership.js';
 import { assignSlots } from '../client/cluster/slots.js';
 import {
   KvClient,
@@ -23,7 +22,7 @@ import {
   SLOT_COUNT,
   keySlot,
 } from '../client/index.js';
-import { StartupError, UsageError, checkListenUrl, formatBytes, parseCount, parseDuration, readTokenFile } from './config.js';
+import { StartupError, UsageError, checkListenUrl, formatBytes, packageVersion, parseCount, parseDuration, readTokenFile } from './config.js';
 
 export const KVCTL_DEFAULTS = {
   url: 'shm:///run/rdma-kv/kv.sock',
@@ -67,14 +66,6 @@ interface CtlArgs {
 class CtlUsageError extends Error {}
 /** Not a failure of kvctl, but exit code 1 all the same (a missing key). */
 class NotFound extends Error {}
-
-function packageVersion(): string {
-  try {
-    return (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version?: string }).version ?? 'unknown';
-  } catch {
-    return 'unknown';
-  }
-}
 
 function parser(argv: string[]) {
   return yargs(argv)
@@ -294,15 +285,6 @@ async function withClient<T>(args: CtlArgs, io: Io, run: (kv: KvClient) => Promi
   }
 }
 
-function openEtcd(target: Extract<Target, { kind: 'etcd' }>, timeoutMs: number): Etcd3 {
-  // The same settings as the client's membership: every call has a deadline.
-  return new Etcd3({
-    hosts: target.hosts,
-    dialTimeout: timeoutMs,
-    defaultCallOptions: (context) => (context.isStream ? {} : { deadline: Date.now() + timeoutMs }),
-  });
-}
-
 interface EtcdCluster {
   /** Member names, sorted. */
   members: string[];
@@ -315,7 +297,7 @@ async function readCluster(etcd: Etcd3, target: Extract<Target, { kind: 'etcd' }
   const keys = etcdKeys(target.prefix);
   let entries: Record<string, string>;
   try {
-    entries = await etcd.getAll().prefix(keys.members.slice(0, -'members/'.length)).strings();
+    entries = await etcd.getAll().prefix(keys.root).strings();
   } catch (error) {
     throw new Error(`cannot read the cluster from etcd at ${target.hosts.join(',')} (prefix ${target.prefix}): ${(error as Error).message}`);
   }
@@ -486,7 +468,7 @@ async function stats(args: CtlArgs, io: Io): Promise<void> {
   }
   let where: Map<string, string | undefined>;
   if (target.kind === 'etcd') {
-    const etcd = openEtcd(target, args.timeoutMs);
+    const etcd = openEtcd(target.hosts, args.timeoutMs);
     try {
       where = etcdMetrics(await readCluster(etcd, target));
     } finally {
@@ -637,7 +619,7 @@ async function watch(args: CtlArgs, io: Io): Promise<void> {
   const onSignal = () => stop.abort();
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
-  const etcd = target.kind === 'etcd' ? { client: openEtcd(target, args.timeoutMs), target } : undefined;
+  const etcd = target.kind === 'etcd' ? { client: openEtcd(target.hosts, args.timeoutMs), target } : undefined;
   const emit = (json: Record<string, unknown>, text: string) =>
     io.stdout(args.json ? JSON.stringify({ time: new Date().toISOString(), ...json }) + '\n' : `${clock()}  ${text}\n`);
   let kv: KvClient | undefined;
@@ -692,7 +674,7 @@ async function forget(args: CtlArgs, io: Io): Promise<void> {
   } catch (error) {
     throw new CtlUsageError((error as Error).message);
   }
-  const etcd = openEtcd(target, args.timeoutMs);
+  const etcd = openEtcd(target.hosts, args.timeoutMs);
   try {
     const keys = etcdKeys(target.prefix);
     const cluster = await readCluster(etcd, target);

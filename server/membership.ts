@@ -8,10 +8,10 @@
 // key held by someone else is waited out for one TTL, then refused.
 import { hostname } from 'node:os';
 
-import { Etcd3, type Lease } from 'etcd3';
+import type { Etcd3, Lease } from 'etcd3';
 import type { Logger } from 'pino';
 
-import { type AliveRecord, type MemberRecord, etcdKeys } from '../client/cluster/membership.js';
+import { type AliveRecord, type MemberRecord, etcdKeys, openEtcd } from '../client/cluster/membership.js';
 import { StartupError } from './config.js';
 
 export interface RegistrationOptions {
@@ -41,11 +41,7 @@ export class EtcdRegistration {
   /** Registers, or throws a StartupError saying why not. */
   static async register(options: RegistrationOptions): Promise<EtcdRegistration> {
     const timeoutMs = options.timeoutMs ?? 10_000;
-    const client = new Etcd3({
-      hosts: options.hosts,
-      dialTimeout: timeoutMs,
-      defaultCallOptions: (context) => (context.isStream ? {} : { deadline: Date.now() + timeoutMs }),
-    });
+    const client = openEtcd(options.hosts, timeoutMs);
     const registration = new EtcdRegistration(client, options);
     try {
       await registration.claim(performance.now() + options.ttlSeconds * 1000 + 2000);

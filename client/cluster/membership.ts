@@ -43,6 +43,8 @@ export interface MemberRecord {
 export const etcdKeys = (prefix: string) => {
   const root = prefix.replace(/\/+$/, '');
   return {
+    /** Everything of this cluster: read and watch this. */
+    root: `${root}/`,
     members: `${root}/members/`,
     alive: `${root}/alive/`,
     member: (name: string) => `${root}/members/${name}`,
@@ -56,6 +58,15 @@ export function checkMemberName(name: string): string {
     throw new KvInvalidArgumentError(`member name '${name}': use 1-128 of A-Z a-z 0-9 . _ : @ -, starting with a letter or digit`);
   }
   return name;
+}
+
+/** An etcd client whose every unary call has a deadline (etcd3 alone retries a dead endpoint for long). */
+export function openEtcd(hosts: string[], timeoutMs: number): Etcd3 {
+  return new Etcd3({
+    hosts,
+    dialTimeout: timeoutMs,
+    defaultCallOptions: (context) => (context.isStream ? {} : { deadline: Date.now() + timeoutMs }),
+  });
 }
 
 type SourceEvents = { change: [members: Member[]]; error: [error: Error] };
@@ -77,6 +88,7 @@ export class StaticMembership extends EventEmitter<SourceEvents> implements Memb
 /** Reads the prefix, then follows it with a watch from the revision read. */
 export class EtcdMembership extends EventEmitter<SourceEvents> implements MembershipSource {
   private readonly joined = new Set<string>();
+  private readonly keys: ReturnType<typeof etcdKeys>;
   private readonly alive = new Map<string, string>();
   private watcher: Watcher | undefined;
 
@@ -86,6 +98,7 @@ export class EtcdMembership extends EventEmitter<SourceEvents> implements Member
     private readonly warn: (error: Error) => void,
   ) {
     super();
+    this.keys = etcdKeys(prefix);
   }
 
   /** `warn` hears of records it ignores (also during the first read, before anyone could listen for 'error'). */
@@ -95,11 +108,7 @@ export class EtcdMembership extends EventEmitter<SourceEvents> implements Member
       throw new KvInvalidArgumentError(`etcd hosts must be http(s)://host:port URLs (got ${JSON.stringify(options.hosts)})`);
     }
     const prefix = options.prefix ?? DEFAULT_ETCD_PREFIX;
-    const client = new Etcd3({
-      hosts,
-      dialTimeout: timeoutMs,
-      defaultCallOptions: (context) => (context.isStream ? {} : { deadline: Date.now() + timeoutMs }),
-    });
+    const client = openEtcd(hosts, timeoutMs);
     const source = new EtcdMembership(client, prefix, warn);
     try {
       await source.load();
@@ -118,8 +127,7 @@ export class EtcdMembership extends EventEmitter<SourceEvents> implements Member
   }
 
   private async load(): Promise<void> {
-    const keys = etcdKeys(this.prefix);
-    const root = keys.members.slice(0, -'members/'.length);
+    const { root } = this.keys;
     const response = await this.client.getAll().prefix(root).exec();
     for (const kv of response.kvs) this.apply(kv, false);
     this.watcher = await this.client
@@ -134,7 +142,7 @@ export class EtcdMembership extends EventEmitter<SourceEvents> implements Member
 
   /** Applies one key; says whether anything changed. Malformed records are reported, not trusted. */
   private apply(kv: IKeyValue, deleted: boolean): boolean {
-    const keys = etcdKeys(this.prefix);
+    const { keys } = this;
     const key = kv.key.toString();
     if (key.startsWith(keys.members)) {
       const name = key.slice(keys.members.length);
