@@ -54,13 +54,27 @@ export class EtcdRegistration {
     return registration;
   }
 
-  /** Takes the alive key under a new lease, waiting until `deadline` for another holder's lease to end. */
+  /**
+   * Takes the alive key under a new lease, waiting until `deadline` for another
+   * holder's lease to end. A failed claim gives its lease up: retries after a
+   * lost lease must not leave leases behind, each kept alive forever.
+   */
   private async claim(deadline: number): Promise<void> {
-    const { name, url, ttlSeconds, logger } = this.options;
-    const keys = etcdKeys(this.options.prefix);
-    const lease = this.client.lease(ttlSeconds, { autoKeepAlive: true });
+    const lease = this.client.lease(this.options.ttlSeconds, { autoKeepAlive: true });
     lease.on('lost', (error) => this.lost(lease, error.message));
-    const leaseId = await lease.grant();
+    try {
+      await this.claimUnder(await lease.grant(), deadline);
+    } catch (error) {
+      await lease.revoke().catch(() => lease.release());
+      throw error;
+    }
+    this.lease = lease;
+  }
+
+  /** The claim itself: the alive key bound to `leaseId`, then the member key if it is new. */
+  private async claimUnder(leaseId: string, deadline: number): Promise<void> {
+    const { name, url, logger } = this.options;
+    const keys = etcdKeys(this.options.prefix);
     const alive: AliveRecord = { url, pid: process.pid, host: hostname(), started: new Date().toISOString() };
     if (this.options.metricsUrl) alive.metrics = this.options.metricsUrl;
     for (;;) {
@@ -84,7 +98,6 @@ export class EtcdRegistration {
         continue;
       }
       if (performance.now() > deadline) {
-        await lease.revoke().catch(() => undefined);
         throw new StartupError(
           `another kv-server is registered as '${name}' in etcd (at ${holder.url ?? 'an unreadable address'}` +
             `${holder.host ? `, host ${holder.host} pid ${holder.pid}` : ''}): stop it, or give this one another --name`,
@@ -97,7 +110,6 @@ export class EtcdRegistration {
       .if(keys.member(name), 'Create', '==', 0)
       .then(this.client.put(keys.member(name)).value(JSON.stringify(member)))
       .commit();
-    this.lease = lease;
   }
 
   /** The lease expired (etcd unreachable for a TTL): clients see us as down until we register again. */
