@@ -4,7 +4,6 @@
 // `kv-server: <reason>`: exit code 2 when the command line itself is wrong,
 // 1 when this machine cannot do what it asks (socket in use, no RDMA device,
 // port busy, unreadable token file).
-import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 
 import yargs from 'yargs';
@@ -17,6 +16,7 @@ import {
   StartupError,
   UsageError,
   formatBytes,
+  packageVersion,
   resolveConfig,
   unroutable,
 } from './config.js';
@@ -39,15 +39,6 @@ const EPILOG = [
   '',
   'Operations guide: docs/operations.md',
 ].join('\n');
-
-function packageVersion(): string {
-  try {
-    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version?: string };
-    return pkg.version ?? 'unknown';
-  } catch {
-    return 'unknown';
-  }
-}
 
 function parser(argv: string[]) {
   return yargs(argv)

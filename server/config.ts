@@ -10,6 +10,16 @@ import { DEFAULT_ETCD_PREFIX, checkMemberName } from '../client/cluster/membersh
 
 import { LayoutError, type RegionLayout, planLayout } from './store/layout.js';
 
+/** This package's version, for --version ('unknown' if package.json cannot be read). */
+export function packageVersion(): string {
+  try {
+    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version?: string };
+    return pkg.version ?? 'unknown';
+  } catch {
+    return 'unknown';
+  }
+}
+
 /** The command line cannot work on any machine (exit code 2). */
 export class UsageError extends Error {}
 
