@@ -26,9 +26,9 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
 import { KvServer } from '../../server/kv-server.js';
-import { runPhase, type Phase, type PhaseResult } from '../ycsb/client/client.js';
+import { exportPhase, runPhase, type Phase, type PhaseResult } from '../ycsb/client/client.js';
 import { summarize } from '../ycsb/measurements/aggregate.js';
-import { createExporter, exportMeasurements } from '../ycsb/measurements/exporters.js';
+import { createExporter } from '../ycsb/measurements/exporters.js';
 import { Properties } from '../ycsb/properties.js';
 import { writeFileEnsuringDir } from '../ycsb/report/results.js';
 
@@ -92,14 +92,7 @@ function parseOptions(argv: string[]): JobOptions {
 const progress = (text: string): void => void process.stderr.write(`main-job: ${text}\n`);
 
 function ycsbText(result: PhaseResult): string {
-  return exportMeasurements(createExporter(undefined), {
-    runtimeMs: result.runtimeMs,
-    opsDone: result.opsDone,
-    gc: { collectors: result.gc },
-    measurements: result.measurements,
-    percentiles: result.percentiles,
-    verbose: false,
-  });
+  return exportPhase(createExporter(undefined), result);
 }
 
 /** One Markdown table: per phase and operation, count, throughput and latency percentiles. */

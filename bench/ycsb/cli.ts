@@ -9,8 +9,8 @@ import yargs from 'yargs';
 import { UsageError } from './errors.js';
 import { Properties } from './properties.js';
 import { bindingNames, checkBindingName } from './db/registry.js';
-import { resolvePhaseSettings, runPhase, type Phase, type PhaseResult } from './client/client.js';
-import { createExporter, exportMeasurements } from './measurements/exporters.js';
+import { exportPhase, resolvePhaseSettings, runPhase, type Phase, type PhaseResult } from './client/client.js';
+import { createExporter } from './measurements/exporters.js';
 import { defaultResultsDir, resultsBaseName, resultsPaths, toResultsDocument, writeFileEnsuringDir } from './report/results.js';
 import { compareReportHtml, phaseReportHtml } from './report/html.js';
 import { runCompare } from './compare/compare.js';
@@ -124,14 +124,7 @@ async function phaseCommand(phase: Phase, args: CommonArgs, io: CliIO): Promise<
   io.stderr(`Command line: ${io.argv.join(' ')}\nkv-bench (YCSB-compatible client)\n\nLoading workload...\nStarting test.\n`);
   const exporter = createExporter(props.get('exporter'));
   const result = await runPhase({ props, phase, seed, stderr: io.stderr, stdout: io.stdout });
-  const text = exportMeasurements(exporter, {
-    runtimeMs: result.runtimeMs,
-    opsDone: result.opsDone,
-    gc: { collectors: result.gc },
-    measurements: result.measurements,
-    percentiles: result.percentiles,
-    verbose: props.getBoolean('measurement.histogram.verbose', false),
-  });
+  const text = exportPhase(exporter, result, props.getBoolean('measurement.histogram.verbose', false));
   const exportFile = props.get('exportfile');
   if (exportFile !== undefined) writeFileSync(exportFile, text);
   else io.stdout(text);

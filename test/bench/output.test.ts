@@ -4,9 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Properties } from '../../bench/ycsb/properties.js';
-import { runPhase, type PhaseResult } from '../../bench/ycsb/client/client.js';
+import { exportPhase, runPhase, type PhaseResult } from '../../bench/ycsb/client/client.js';
 import {
-  exportMeasurements,
   JSONArrayMeasurementsExporter,
   JSONMeasurementsExporter,
   ordinal,
@@ -27,14 +26,7 @@ import * as hdr from 'hdr-histogram-js';
 const WORKLOADS = fileURLToPath(new URL('../../../bench/workloads/', import.meta.url));
 
 function render(result: PhaseResult, exporter: MeasurementsExporter = new TextMeasurementsExporter()): string {
-  return exportMeasurements(exporter, {
-    runtimeMs: result.runtimeMs,
-    opsDone: result.opsDone,
-    gc: { collectors: result.gc },
-    measurements: result.measurements,
-    percentiles: result.percentiles,
-    verbose: false,
-  });
+  return exportPhase(exporter, result);
 }
 
 /** Parses YCSB text output into metric -> measurement -> value text. */

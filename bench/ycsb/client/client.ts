@@ -13,7 +13,7 @@ import { checkBindingName } from '../db/registry.js';
 import { newWorkloadSharedState, parseCoreWorkloadConfig } from '../workload/core-workload.js';
 import { AggregatedMeasurements, summarize } from '../measurements/aggregate.js';
 import { parseMeasurementInterval } from '../measurements/thread-measurements.js';
-import { parsePercentiles } from '../measurements/exporters.js';
+import { type MeasurementsExporter, exportMeasurements, parsePercentiles } from '../measurements/exporters.js';
 import { splitOperationCount } from './split.js';
 import { runClientThread } from './client-thread.js';
 import { GcStats, mergeGc } from './gc-stats.js';
@@ -64,6 +64,18 @@ export interface PhaseResult {
   gc: GcCollector[];
   samples: TimeSample[];
   sampleIntervalMs: number;
+}
+
+/** A phase's measurements in YCSB's output format, through `exporter` (text, JSON, ...). */
+export function exportPhase(exporter: MeasurementsExporter, result: PhaseResult, verbose = false): string {
+  return exportMeasurements(exporter, {
+    runtimeMs: result.runtimeMs,
+    opsDone: result.opsDone,
+    gc: { collectors: result.gc },
+    measurements: result.measurements,
+    percentiles: result.percentiles,
+    verbose,
+  });
 }
 
 /** Settings every phase derives from the properties, checked before any thread starts. */

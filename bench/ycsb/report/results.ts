@@ -7,8 +7,8 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { summarize } from '../measurements/aggregate.js';
-import { exportMeasurements, JSONArrayMeasurementsExporter, ordinal } from '../measurements/exporters.js';
-import type { PhaseResult, TimeSample } from '../client/client.js';
+import { JSONArrayMeasurementsExporter, ordinal } from '../measurements/exporters.js';
+import { exportPhase, type PhaseResult, type TimeSample } from '../client/client.js';
 import type { Properties } from '../properties.js';
 
 export interface MeasurementResult {
@@ -52,14 +52,7 @@ export function toResultsDocument(result: PhaseResult, props: Properties, worklo
     for (const st of m.orderedStatuses()) returns[st.name] = st.count;
     return { name: m.exportName, operations: s.count, averageLatencyUs: s.mean, minLatencyUs: s.min, maxLatencyUs: s.max, percentilesUs, returns };
   });
-  const ycsbJson = exportMeasurements(new JSONArrayMeasurementsExporter(), {
-    runtimeMs: result.runtimeMs,
-    opsDone: result.opsDone,
-    gc: { collectors: result.gc },
-    measurements: result.measurements,
-    percentiles: result.percentiles,
-    verbose: false,
-  });
+  const ycsbJson = exportPhase(new JSONArrayMeasurementsExporter(), result);
   return {
     tool: 'kv-bench',
     formatVersion: 1,
