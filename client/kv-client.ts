@@ -112,7 +112,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
     const counts = new Array<number>(this.members.length).fill(0);
     for (const m of this.owner) counts[m]!++;
     return this.members.map((name, i) => {
-      const entry: MemberLayout = { name, status: this.servers.get(name)?.status ?? 'down', slots: this.members.length > 0 ? counts[i]! : 0 };
+      const entry: MemberLayout = { name, status: this.servers.get(name)?.status ?? 'down', slots: counts[i]! };
       const url = this.urls.get(name);
       if (url) entry.url = url;
       return entry;
@@ -326,7 +326,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
     let server: ServerClient | KvError;
     try {
       keyBytes = toBuffer(key, 'key');
-      server = this.only ?? this.serverFor(keyBytes);
+      server = this.serverFor(keyBytes);
     } catch (error) {
       return Promise.reject(error);
     }

@@ -6,7 +6,6 @@ import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { KvOp, KvStatus } from './constants.js';
 import type { KvError } from './errors.js';
 import type { OpResult } from './server-client.js';
-import type { KvStatusName } from './types.js';
 
 const OP_NAMES: Record<number, string> = {
   [KvOp.GET]: 'get', [KvOp.PUT]: 'put', [KvOp.DELETE]: 'delete', [KvOp.CAS]: 'cas',
@@ -25,8 +24,7 @@ export class ClientMetrics {
   private readonly latency: Histogram<'op'>;
   private readonly retries: Counter<'op'>;
   private readonly lockContended: Counter;
-  private readonly servers: Gauge<'state'>;
-  private readonly serverStates = new Set<() => KvStatusName[]>();
+  private readonly serverStates = new Set<() => string[]>();
 
   constructor(registry: Registry) {
     const registers = [registry];
@@ -47,7 +45,7 @@ export class ClientMetrics {
       registers,
     }));
     const states = this.serverStates;
-    this.servers = metric(registry, 'rdmakv_client_servers', () => new Gauge({
+    metric(registry, 'rdmakv_client_servers', () => new Gauge({
       name: 'rdmakv_client_servers', help: 'Servers of the cluster map by connection state (ready, reconnecting, down: no address).',
       labelNames: ['state'], registers,
       collect() {
@@ -57,11 +55,10 @@ export class ClientMetrics {
     }));
   }
 
-  /** Counts the client's servers in rdmakv_client_servers while it is open. */
-  watchServers(read: () => KvStatusName[] | string[]): () => void {
-    const fn = read as () => KvStatusName[];
-    this.serverStates.add(fn);
-    return () => this.serverStates.delete(fn);
+  /** Counts a client's servers (their states) in rdmakv_client_servers until the returned function is called. */
+  watchServers(read: () => string[]): () => void {
+    this.serverStates.add(read);
+    return () => this.serverStates.delete(read);
   }
 
   observe(type: KvOp, pending: Promise<OpResult>): Promise<OpResult> {

@@ -15,7 +15,6 @@ import {
   Provider,
   SendFlag,
   TransportError,
-  readCompletion,
 } from '../native/index.js';
 import { KvLayout, KvOp, KvStatus, OpLayout, ResultLayout } from './constants.js';
 import {
@@ -28,7 +27,6 @@ import {
   KvTimeoutError,
   KvValueTooLargeError,
   KvInvalidArgumentError,
-  KvLockContendedError,
   errorForStatus,
 } from './errors.js';
 import { type Hello, GRANT_BATCH, RETURN_BATCH, RejectReason, classFor, connectData, decode, encode, itemUnits } from './protocol.js';
