@@ -6,10 +6,10 @@ import { join } from 'node:path';
 
 import test from 'ava';
 
-import { KvClient, type KvError, type KvStatusName, isRetryable } from '../../client/index.js';
+import { KvClient, type KvError, isRetryable } from '../../client/index.js';
 import { type EtcdProcess, startEtcd } from '../helpers/etcd.js';
 import { freePort, kvServer } from '../server/helpers.js';
-import { type Member, clusterDir, eventually, startMember, stats, stopAll } from './helpers.js';
+import { type Member, clusterDir, eventually, nextStatus, startMember, stats, stopAll } from './helpers.js';
 
 const KEYS = 100_000;
 const key = (i: number) => `user:${i}`;
@@ -22,19 +22,6 @@ test.before(async () => {
 test.after.always(async () => {
   await etcd?.stop();
 });
-
-function nextStatus(kv: KvClient, wanted: KvStatusName): Promise<void> {
-  if (kv.status === wanted) return Promise.resolve();
-  return new Promise((resolve) => {
-    const on = (status: KvStatusName) => {
-      if (status === wanted) {
-        kv.off('status', on);
-        resolve();
-      }
-    };
-    kv.on('status', on);
-  });
-}
 
 const memberArgs = (prefix: string, name: string) => ['--etcd', etcd.url, '--etcd-prefix', prefix, '--etcd-ttl', '2s', '--name', name];
 

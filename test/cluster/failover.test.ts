@@ -4,9 +4,9 @@
 // client that connects while a member is down.
 import test from 'ava';
 
-import { KvClient, type KvError, type KvStatusName, isRetryable } from '../../client/index.js';
+import { KvClient, type KvError, isRetryable } from '../../client/index.js';
 import { providersUnderTest, testScale, testTimeoutMs } from '../helpers/providers.js';
-import { type Member, clusterDir, eventually, memberUrl, restartMember, startMember, stats, stopAll } from './helpers.js';
+import { type Member, clusterDir, eventually, memberUrl, nextStatus, restartMember, startMember, stats, stopAll } from './helpers.js';
 
 /** 100k on a normal machine; RKV_TEST_SCALE shrinks it in the emulated guest (the same keys, so the same spread). */
 const KEYS = Math.round(100_000 * testScale());
@@ -19,18 +19,6 @@ async function putAll(kv: KvClient, count: number): Promise<void> {
     for (let i = from; i < Math.min(count, from + 5000); i++) batch.push([key(i), value(i)]);
     await kv.putMany(batch);
   }
-}
-
-function nextStatus(kv: KvClient, wanted: KvStatusName): Promise<void> {
-  if (kv.status === wanted) return Promise.resolve();
-  return new Promise((resolve) => {
-    const on = (status: KvStatusName) => {
-      if (status !== wanted) return;
-      kv.off('status', on);
-      resolve();
-    };
-    kv.on('status', on);
-  });
 }
 
 for (const scheme of providersUnderTest()) {

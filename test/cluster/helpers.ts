@@ -6,6 +6,8 @@ import { join } from 'node:path';
 
 import type { ExecutionContext } from 'ava';
 
+import type { KvClient, KvStatusName } from '../../client/index.js';
+
 import { type Scheme, rdmaAddresses, slow } from '../helpers/providers.js';
 import { type ServerProcess, freePort, startServerProcess } from '../server/helpers.js';
 
@@ -65,4 +67,17 @@ export async function eventually(check: () => Promise<boolean>, what: string, gu
 
 export async function stopAll(members: Member[]): Promise<void> {
   await Promise.all(members.map((m) => m.process.stop('SIGKILL')));
+}
+
+/** Resolves when the client's status is (or becomes) `wanted`. */
+export function nextStatus(kv: KvClient, wanted: KvStatusName): Promise<void> {
+  if (kv.status === wanted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const on = (status: KvStatusName) => {
+      if (status !== wanted) return;
+      kv.off('status', on);
+      resolve();
+    };
+    kv.on('status', on);
+  });
 }
