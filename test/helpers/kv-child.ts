@@ -140,7 +140,13 @@ async function main(): Promise<void> {
   await kv.close();
 }
 
+// A failed child exits at once: its client may still hold timers (keepalive,
+// reconnects) that would keep it, and the test worker waiting on it, alive.
 main().catch((error: Error) => {
-  send({ error: `${error.name}: ${error.message}` });
-  process.exitCode = 1;
+  if (process.send) process.send({ error: `${error.name}: ${error.message}` }, () => process.exit(1));
+  else process.exit(1);
 });
+// Nobody to report to: the test is over (or its worker was killed). The
+// listener would hold the channel, and so the process, open: unref it.
+process.on('disconnect', () => process.exit(1));
+process.channel?.unref();

@@ -1,4 +1,9 @@
 // A KvServer on a fresh URL of the provider under test, and clients for it.
+import { type ChildProcess, fork } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+import type { ExecutionContext } from 'ava';
+
 import { KvClient, type KvClientOptions } from '../../client/index.js';
 import { KvServer, type KvServerOptions } from '../../server/kv-server.js';
 import { type Scheme, listenUrl, slow, testTimeoutMs } from './providers.js';
@@ -9,6 +14,34 @@ export async function startServer(scheme: Scheme, options: Partial<KvServerOptio
 
 export function connect(server: KvServer, options: Partial<KvClientOptions> = {}): Promise<KvClient> {
   return KvClient.connect({ url: server.urls[0]!, timeoutMs: testTimeoutMs(), ...options });
+}
+
+const kvChild = fileURLToPath(new URL('kv-child.js', import.meta.url));
+
+/** Forks kv-child.js (see its modes) with the suites' environment. The test's teardown kills it if it still runs. */
+export function forkKvChild(t: ExecutionContext, args: string[]): ChildProcess {
+  const proc = fork(kvChild, args, { env: { ...process.env, RKV_QUIET: '1' } });
+  t.teardown(() => {
+    if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+  });
+  return proc;
+}
+
+/** Runs kv-child.js to the end: its last report, or the error it reported or died of. */
+export function runKvChild(t: ExecutionContext, args: string[], onMessage?: (m: Record<string, unknown>) => void): Promise<Record<string, unknown>> {
+  return new Promise((resolve, reject) => {
+    const proc = forkKvChild(t, args);
+    let report: Record<string, unknown> | undefined;
+    proc.on('message', (m: Record<string, unknown>) => {
+      report = m;
+      onMessage?.(m);
+    });
+    proc.on('exit', (code, signal) => {
+      if (report?.error) reject(new Error(String(report.error)));
+      else if (code !== 0 || !report) reject(new Error(`child ${args[0]} exited with ${signal ?? code}`));
+      else resolve(report);
+    });
+  });
 }
 
 /**

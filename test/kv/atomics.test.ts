@@ -1,30 +1,9 @@
 // KV conformance: counters, locks with fencing tokens, and cas.
-import { fork } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
-
 import test from 'ava';
 
 import type { KvError } from '../../client/index.js';
-import { connect, startServer } from '../helpers/kv.js';
+import { connect, forkKvChild, runKvChild, startServer } from '../helpers/kv.js';
 import { providersUnderTest, slow, testScale } from '../helpers/providers.js';
-
-const child = fileURLToPath(new URL('../helpers/kv-child.js', import.meta.url));
-
-function run(args: string[], onMessage?: (m: Record<string, unknown>) => void): Promise<Record<string, unknown>> {
-  return new Promise((resolve, reject) => {
-    const proc = fork(child, args, { env: { ...process.env, RKV_QUIET: '1' } });
-    let report: Record<string, unknown> | undefined;
-    proc.on('message', (m: Record<string, unknown>) => {
-      report = m;
-      onMessage?.(m);
-    });
-    proc.on('exit', (code) => {
-      if (report?.error) reject(new Error(String(report.error)));
-      else if (code !== 0 || !report) reject(new Error(`child ${args[0]} exited with ${code}`));
-      else resolve(report);
-    });
-  });
-}
 
 for (const scheme of providersUnderTest()) {
   test(`${scheme}: incr creates, adds, subtracts and wraps; counters and bytes do not mix`, async (t) => {
@@ -50,7 +29,7 @@ for (const scheme of providersUnderTest()) {
     const server = await startServer(scheme);
     t.teardown(() => server.close());
     const url = server.urls[0]!;
-    await Promise.all([0, 1, 2, 3].map(() => run(['incr', url, 'shared', String(perProcess)])));
+    await Promise.all([0, 1, 2, 3].map(() => runKvChild(t, ['incr', url, 'shared', String(perProcess)])));
     const kv = await connect(server);
     t.teardown(() => kv.close());
     t.is(await kv.incr('shared', 0), BigInt(4 * perProcess));
@@ -61,7 +40,7 @@ for (const scheme of providersUnderTest()) {
     const server = await startServer(scheme);
     t.teardown(() => server.close());
     const url = server.urls[0]!;
-    const reports = await Promise.all([0, 1, 2, 3].map(() => run(['locked', url, 'mutex', 'plain', String(rounds)])));
+    const reports = await Promise.all([0, 1, 2, 3].map(() => runKvChild(t, ['locked', url, 'mutex', 'plain', String(rounds)])));
     const kv = await connect(server);
     t.teardown(() => kv.close());
     t.is((await kv.get('plain'))?.toString(), String(4 * rounds));
@@ -76,17 +55,14 @@ for (const scheme of providersUnderTest()) {
     const server = await startServer(scheme, { keepaliveMs });
     t.teardown(() => server.close());
     const url = server.urls[0]!;
-    let holder: import('node:child_process').ChildProcess | undefined;
-    const held = new Promise<bigint>((resolve) => {
-      holder = fork(child, ['hold', url, 'mutex'], { env: { ...process.env, RKV_QUIET: '1' } });
-      holder.on('message', (m: { token?: string }) => m.token && resolve(BigInt(m.token)));
-    });
+    const holder = forkKvChild(t, ['hold', url, 'mutex']);
+    const held = new Promise<bigint>((resolve) => holder.on('message', (m: { token?: string }) => m.token && resolve(BigInt(m.token))));
     const token = await held;
     const kv = await connect(server);
     t.teardown(() => kv.close());
     const busy = await t.throwsAsync(kv.lock('mutex', { timeoutMs: 100 }));
     t.is((busy as KvError).code, 'KV_LOCK_CONTENDED');
-    holder!.kill('SIGKILL');
+    holder.kill('SIGKILL');
     const lock = await kv.lock('mutex', { timeoutMs: 30 * keepaliveMs });
     t.true(lock.token > token);
     await lock.release();

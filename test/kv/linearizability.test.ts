@@ -1,19 +1,16 @@
 // KV conformance: concurrent get/put/delete/cas from several processes on a
 // few keys form a linearizable history.
-import { fork } from 'node:child_process';
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 
 import test from 'ava';
 
 import type { HistoryEvent } from '../../client/index.js';
-import { startServer } from '../helpers/kv.js';
+import { runKvChild, startServer } from '../helpers/kv.js';
 import { type Operation, type RegisterInput, type RegisterOutput, isLinearizable, registerHistories, registerModel } from '../helpers/linearizability.js';
 import { providersUnderTest, testScale } from '../helpers/providers.js';
 
-const child = fileURLToPath(new URL('../helpers/kv-child.js', import.meta.url));
 const op = (call: number, ret: number, input: RegisterInput, output: RegisterOutput): Operation<RegisterInput, RegisterOutput> => ({ call: BigInt(call), ret: BigInt(ret), input, output });
 
 test('the checker accepts a linearizable history and rejects a stale read', (t) => {
@@ -36,15 +33,8 @@ for (const scheme of providersUnderTest()) {
     t.teardown(() => server.close());
     const dir = mkdtempSync(join(tmpdir(), 'rkv-history-'));
     const files = [0, 1, 2, 3].map((p) => join(dir, `p${p}.jsonl`));
-    await Promise.all(
-      files.map(
-        (file, p) =>
-          new Promise<void>((resolve, reject) => {
-            const proc = fork(child, ['lin', server.urls[0]!, String(p), String(count), file], { env: { ...process.env, RKV_QUIET: '1' } });
-            proc.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`process ${p} exited with ${code}`))));
-          }),
-      ),
-    );
+    t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+    await Promise.all(files.map((file, p) => runKvChild(t, ['lin', server.urls[0]!, String(p), String(count), file])));
     const events = files.flatMap((file, p) =>
       readFileSync(file, 'utf8').trim().split('\n').map((line) => ({ ...(JSON.parse(line) as HistoryEvent), process: p })),
     );
