@@ -16,7 +16,13 @@ set -euo pipefail
 TEST_GLOBS="dist/test/transport/*.test.js dist/test/kv/*.test.js dist/test/cluster/failover.test.js"
 export RKV_TEST_SCALE="${RKV_TEST_SCALE:-0.02}"
 export RKV_TEST_TIMEOUT_MS="${RKV_TEST_TIMEOUT_MS:-30000}"
-export RKV_VM_TIMEOUT="${RKV_VM_TIMEOUT:-3600}"
+# Time limits, nested so that each one still leaves the next step its say: ava
+# gives up on a test file that makes no progress for 300 s; the whole ava run
+# is killed after RKV_TESTS_TIMEOUT (a child process that outlives its test
+# has kept ava from exiting before); the guest is stopped after RKV_VM_TIMEOUT.
+# A normal run takes about 10 minutes; CI has 90 for everything.
+RKV_TESTS_TIMEOUT="${RKV_TESTS_TIMEOUT:-2700}"
+export RKV_VM_TIMEOUT="${RKV_VM_TIMEOUT:-3300}"
 
 KIT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PROJECT=$(cd "$KIT/../.." && pwd)
@@ -63,8 +69,9 @@ esac
 
 # In the guest: the tests decide the exit code; the benchmark only reports.
 exec "$KIT/run-guest.sh" "
-node node_modules/ava/entrypoints/cli.mjs --serial --timeout=600s $TEST_GLOBS
+timeout -k 30 $RKV_TESTS_TIMEOUT node node_modules/ava/entrypoints/cli.mjs --serial --timeout=300s $TEST_GLOBS
 rc=\$?
+[ \$rc != 124 ] || echo 'rxe tier: the tests did not finish within $RKV_TESTS_TIMEOUT s (RKV_TESTS_TIMEOUT) and were stopped' >&2
 sh deploy/softroce-vm/guest/bench-ratio.sh || echo 'rxe tier: bench-ratio.sh failed (does not fail the tier)' >&2
 echo \"rxe tier: tests exited \$rc\"
 exit \$rc"
