@@ -275,6 +275,7 @@ void VerbsConnection::reject(const std::vector<uint8_t>& private_data) {
 bool VerbsConnection::start_resolve(const sockaddr* destination, std::string* error) {
   std::lock_guard<std::mutex> guard(mutex_);
   deadline_ = Clock::now() + std::chrono::milliseconds(timeout_ms_);
+  if (core_->trace) trace_line("rdma_resolve_addr for %s token %llu", url_.c_str(), static_cast<unsigned long long>(token_));
   if (rdma_resolve_addr(id_, nullptr, const_cast<sockaddr*>(destination), static_cast<int>(timeout_ms_)) != 0) {
     *error = errno_text("rdma_resolve_addr for " + url_, errno);
     phase_ = Phase::DONE;

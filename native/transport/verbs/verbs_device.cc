@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <byteswap.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdarg>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -381,12 +383,24 @@ std::shared_ptr<VerbsCore> open_core(std::string* error) {
   const char* trace = std::getenv("RKV_VERBS_TRACE");
   core->trace = trace != nullptr && *trace == '1';
   if (core->trace) {
-    std::fprintf(stderr, "rdma-kv verbs: device %s, max_qp_rd_atom %d, max_qp_init_rd_atom %d, atomic_cap %s, "
-                         "max_inline %u, %s\n",
+    trace_line("device %s, max_qp_rd_atom %d, max_qp_init_rd_atom %d, atomic_cap %s, max_inline %u, %s",
                  core->name.c_str(), core->attr.max_qp_rd_atom, core->attr.max_qp_init_rd_atom,
                  core->atomic_cap_name(), core->max_inline, core->atomic_probe.c_str());
   }
   return core;
+}
+
+void trace_line(const char* format, ...) {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  char text[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(text, sizeof text, format, args);
+  va_end(args);
+  // One write per line: lines of several threads and processes do not interleave.
+  std::fprintf(stderr, "rdma-kv verbs [%d @ %lld.%06ld]: %s\n", static_cast<int>(getpid()),
+               static_cast<long long>(now.tv_sec), now.tv_nsec / 1000, text);
 }
 
 // ---- memory regions ---------------------------------------------------------------------

@@ -102,6 +102,11 @@ struct VerbsCore {
   const char* atomic_cap_name() const;
 };
 
+// One RKV_VERBS_TRACE line on stderr, stamped with the pid and CLOCK_MONOTONIC
+// seconds (the clock of /proc/uptime), so that the lines of a server and its
+// clients can be merged in order.
+void trace_line(const char* format, ...) __attribute__((format(printf, 1, 2)));
+
 // Opens the device and probes it. Returns nullptr and sets *error.
 std::shared_ptr<VerbsCore> open_core(std::string* error);
 // Every live core of the process. Several providers (two in one process for

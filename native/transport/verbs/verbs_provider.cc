@@ -330,8 +330,9 @@ class VerbsProvider final : public Provider {
         event.private_data = decode_private_data(raw->param.conn.private_data, raw->param.conn.private_data_len);
       }
       if (core_->trace) {
-        std::fprintf(stderr, "rdma-kv verbs: %s status %d private_data_len %u (payload %zu)\n", rdma_event_str(raw->event),
-                     raw->status, static_cast<unsigned>(raw->param.conn.private_data_len), event.private_data.size());
+        trace_line("%s status %d private_data_len %u (payload %zu) token %llu", rdma_event_str(raw->event), raw->status,
+                   static_cast<unsigned>(raw->param.conn.private_data_len), event.private_data.size(),
+                   static_cast<unsigned long long>(event.token));
       }
       rdma_ack_cm_event(raw);  // at once: the private data is copied, nothing else is needed
       handle(event, events);
