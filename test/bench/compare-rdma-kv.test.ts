@@ -2,7 +2,7 @@
  * `kv-bench compare --db rdma-kv` end to end, as a user runs it (bin/kv-bench.js in a child
  * process): it starts its own kv-server on shm, reports the run, and leaves no server process
  * and no socket directory behind, whether it finishes, fails after the server started, cannot
- * start the server, or is interrupted with Ctrl-C. Each case points TMPDIR at a private
+ * start the server, or is interrupted with Ctrl-C; SIGKILLed, it still leaves no server. Each case points TMPDIR at a private
  * directory, so "nothing left behind" is an empty directory.
  */
 import test from 'ava';
@@ -115,6 +115,27 @@ test('compare --db rdma-kv stops its kv-server on Ctrl-C in the middle of the ru
     t.false(existsSync(server!.socketDir));
   } finally {
     cli.child.kill('SIGKILL');
+    rmSync(cli.tmp, { recursive: true, force: true });
+  }
+});
+
+test('compare --db rdma-kv: kv-bench killed with SIGKILL mid-run takes its kv-server with it', async (t) => {
+  const cli = kvBench(['-p', 'recordcount=100', '-p', 'operationcount=1000000000']);
+  let server: ReturnType<typeof startedServer>;
+  try {
+    await waitForStderr(cli, /^kv-bench: rdma-kv: run$/m);
+    server = startedServer(cli.stderr());
+    t.truthy(server, cli.stderr());
+    t.true(isRunning(server!.pid));
+    cli.child.kill('SIGKILL'); // no exit hook runs: only the parent-death signal can stop the server
+    await cli.exited;
+    t.true(await gone(server!.pid), `kv-server pid ${server!.pid} is still running`);
+    // It got SIGTERM, not SIGKILL: it shut down and removed its socket (the directory
+    // around it was kv-bench's to remove).
+    t.false(existsSync(join(server!.socketDir, 'kv.sock')));
+  } finally {
+    cli.child.kill('SIGKILL');
+    if (server && isRunning(server.pid)) process.kill(server.pid, 'SIGKILL'); // the test failed: leave nothing
     rmSync(cli.tmp, { recursive: true, force: true });
   }
 });

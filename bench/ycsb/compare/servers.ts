@@ -5,10 +5,12 @@
  *
  * Every peer is tracked from the moment it is spawned until it has been stopped, and a process
  * 'exit' hook kills whatever is still tracked: however kv-bench ends (an error, Ctrl-C, a
- * signal while a peer is still starting), no server outlives it. Only SIGKILL of kv-bench
- * itself cannot be caught.
+ * signal while a peer is still starting), no server outlives it. SIGKILL of kv-bench cannot be
+ * caught: for that, on Linux each peer is started through util-linux's setpriv with a parent-
+ * death signal, so the kernel sends it SIGTERM when kv-bench dies. (The signal follows the
+ * thread that spawned the peer: spawn peers from the main thread, as compare does.)
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { accessSync, constants, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { createConnection, createServer } from 'node:net';
 import { delimiter, join } from 'node:path';
@@ -85,6 +87,16 @@ interface PeerProcess {
   stop(graceMs: number): Promise<void>;
 }
 
+/** setpriv, where it can give a peer a parent-death signal (Linux, util-linux 2.33 and later). */
+let setpriv: string | null | undefined;
+function parentDeathWrapper(): string | null {
+  if (setpriv === undefined) {
+    const path = process.platform === 'linux' ? findBinary('setpriv') : undefined;
+    setpriv = path !== undefined && spawnSync(path, ['--pdeathsig', 'TERM', '--', 'true']).status === 0 ? path : null;
+  }
+  return setpriv;
+}
+
 function spawnPeer(command: string, args: string[], options: { pipeStdout?: boolean; env?: NodeJS.ProcessEnv; cleanup?: () => void }): PeerProcess {
   if (!exitHookInstalled) {
     exitHookInstalled = true;
@@ -92,6 +104,9 @@ function spawnPeer(command: string, args: string[], options: { pipeStdout?: bool
       for (const kill of tracked) kill();
     });
   }
+  // setpriv execs the command: the pid, signals and pipes stay the peer's own.
+  const wrapper = parentDeathWrapper();
+  if (wrapper !== null) [command, args] = [wrapper, ['--pdeathsig', 'TERM', '--', command, ...args]];
   const child = spawn(command, args, { stdio: ['ignore', options.pipeStdout ? 'pipe' : 'ignore', 'pipe'], env: options.env ?? process.env });
   let stderrTail = '';
   child.stderr!.on('data', (d: Buffer) => (stderrTail = (stderrTail + d.toString()).slice(-4096)));
