@@ -78,8 +78,9 @@ export class KvClient extends EventEmitter<ClientEvents> {
   /**
    * Connects to the server (`url`), or to the cluster (`servers`, `etcd`),
    * and resolves when operations can be issued: every member has been tried
-   * and at least one is ready. Members that could not be reached are retried
-   * in the background; until then their keys fail with KV_DISCONNECTED.
+   * and at least one is ready (with requireReady: false, also when none is).
+   * Members that could not be reached are retried in the background; until
+   * then their keys fail with KV_DISCONNECTED.
    */
   static async connect(options: KvClientOptions): Promise<KvClient> {
     checkOptions(options);
@@ -150,7 +151,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
     // A wrong token or protocol is a configuration error: no point retrying.
     const fatal = failures.find((e) => e instanceof KvAuthError || e instanceof KvProtocolError || e instanceof KvInvalidArgumentError);
     if (fatal) throw fatal;
-    if (![...this.servers.values()].some((s) => s.status === 'ready')) {
+    if (this.options.requireReady !== false && ![...this.servers.values()].some((s) => s.status === 'ready')) {
       if (failures.length === 1 && this.members.length === 1) throw failures[0]!;
       const why = failures.length > 0 ? `: ${failures.map((e) => e.message).join('; ')}` : '';
       const where = this.options.etcd ? ` under etcd prefix ${this.options.etcd.prefix ?? '/rdma-kv'}` : '';

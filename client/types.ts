@@ -26,6 +26,15 @@ export interface KvClientOptions {
   timeoutMs?: number;
   /** Reconnect in the background after losing a server. @default true */
   reconnect?: boolean;
+  /**
+   * true: connect() fails when no member can be reached. false: it resolves
+   * once the member list is known, reachable or not, and keeps trying the
+   * members in the background (status 'reconnecting'; their keys fail with
+   * KV_DISCONNECTED until they are up). Monitoring (kvctl layout, watch) uses
+   * false to show a cluster that is down or still starting. A wrong token or
+   * protocol fails either way. @default true
+   */
+  requireReady?: boolean;
   /** Scratch memory for item buffers, per server (registered once). @default 16 MiB */
   scratchBytes?: number;
   /**

@@ -8,7 +8,7 @@ import { Registry } from 'prom-client';
 
 import { KvClient, type KvError } from '../../client/index.js';
 import { run } from '../server/helpers.js';
-import { type Member, clusterDir, eventually, startMember, stats, stopAll } from './helpers.js';
+import { type Member, clusterDir, eventually, memberUrl, nextStatus, startMember, stats, stopAll } from './helpers.js';
 
 test.serial('a batch goes out as one doorbell per server', async (t) => {
   const dir = clusterDir(t);
@@ -56,6 +56,27 @@ test.serial('no server reachable: connect fails with KV_DISCONNECTED naming them
   t.is(error?.code, 'KV_DISCONNECTED');
   t.regex(error!.message, /no server of the cluster is reachable \(2 members\)/);
   t.regex(error!.message, /a\.sock/);
+});
+
+test.serial('requireReady: false: connect resolves with every member down, keys fail fast, and members are picked up as they start', async (t) => {
+  const dir = clusterDir(t);
+  const urls = [await memberUrl('shm', dir, 0), await memberUrl('shm', dir, 1)];
+  const kv = await KvClient.connect({ servers: urls, timeoutMs: 1000, requireReady: false });
+  const members: Member[] = [];
+  t.teardown(async () => {
+    await kv.close();
+    await stopAll(members);
+  });
+  t.is(kv.status, 'reconnecting');
+  t.deepEqual(kv.layout().map((m) => m.slots).reduce((a, b) => a + b, 0), 16384);
+  t.true(kv.layout().every((m) => m.status !== 'ready'));
+  const down = await t.throwsAsync<KvError>(kv.get('k'));
+  t.is(down?.code, 'KV_DISCONNECTED');
+  members.push(await startMember(dir, 0, [], urls[0]));
+  members.push(await startMember(dir, 1, [], urls[1]));
+  await nextStatus(kv, 'ready');
+  await kv.put('k', 'v');
+  t.is((await kv.get('k'))?.toString(), 'v');
 });
 
 test.serial('a client opted in to metrics counts its operations, retries and servers in the registry', async (t) => {
