@@ -263,7 +263,8 @@ async function parseArgs(argv: string[], io: Io): Promise<CtlArgs | number> {
 
 // ---- talking to the target ---------------------------------------------------------------
 
-function clientOptions(args: CtlArgs, reconnect: boolean): KvClientOptions {
+/** reconnect: keep trying members in the background; monitor: also resolve when none is up (layout, watch). */
+function clientOptions(args: CtlArgs, reconnect: boolean, monitor = false): KvClientOptions {
   if (args.token !== undefined && args.tokenFile !== undefined) throw new CtlUsageError('--token and --token-file exclude each other');
   const token = args.tokenFile !== undefined ? readTokenFile(args.tokenFile) : args.token;
   const { target } = args;
@@ -271,12 +272,12 @@ function clientOptions(args: CtlArgs, reconnect: boolean): KvClientOptions {
     target.kind === 'url' ? { url: target.url }
     : target.kind === 'servers' ? { servers: target.urls }
     : { etcd: { hosts: target.hosts, prefix: target.prefix } };
-  return { ...where, token, timeoutMs: args.timeoutMs, reconnect };
+  return { ...where, token, timeoutMs: args.timeoutMs, reconnect, requireReady: !monitor };
 }
 
 /** One-shot commands: connect, run, close. Client warnings (a bad etcd record, say) go to stderr. */
-async function withClient<T>(args: CtlArgs, io: Io, run: (kv: KvClient) => Promise<T>): Promise<T> {
-  const kv = await KvClient.connect(clientOptions(args, false));
+async function withClient<T>(args: CtlArgs, io: Io, run: (kv: KvClient) => Promise<T>, monitor = false): Promise<T> {
+  const kv = await KvClient.connect(clientOptions(args, false, monitor));
   kv.on('error', (error) => io.stderr(`kvctl: warning: ${oneLine(error.message)}\n`));
   try {
     return await run(kv);
@@ -520,7 +521,12 @@ function layoutTable(entries: LayoutEntry[]): string {
 
 async function layout(args: CtlArgs, io: Io): Promise<void> {
   const key = args.key;
-  const { members, owner } = await withClient(args, io, async (kv) => ({ members: layoutEntries(kv.layout()), owner: key === undefined ? undefined : kv.memberFor(key) }));
+  const { members, owner } = await withClient(
+    args,
+    io,
+    async (kv) => ({ members: layoutEntries(kv.layout()), owner: key === undefined ? undefined : kv.memberFor(key) }),
+    true, // a cluster that is down still has a map
+  );
   const slot = key === undefined ? undefined : keySlot(Buffer.from(key, 'utf8'));
   if (args.json) {
     io.stdout(JSON.stringify({ slots: SLOT_COUNT, members, ...(key === undefined ? {} : { key: { key, slot, member: owner ?? null } }) }) + '\n');
@@ -624,7 +630,7 @@ async function watch(args: CtlArgs, io: Io): Promise<void> {
     io.stdout(args.json ? JSON.stringify({ time: new Date().toISOString(), ...json }) + '\n' : `${clock()}  ${text}\n`);
   let kv: KvClient | undefined;
   try {
-    kv = await KvClient.connect(clientOptions(args, true));
+    kv = await KvClient.connect(clientOptions(args, true, true)); // watch a cluster come up, too
     kv.on('error', (error) => io.stderr(`kvctl: warning: ${oneLine(error.message)}\n`));
     kv.on('member', (name, status) => emit({ type: 'member', name, state: memberState(status) }, `member ${name}: ${memberState(status)}`));
     kv.on('layout', (members) => {

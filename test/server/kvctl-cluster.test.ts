@@ -128,6 +128,38 @@ test('--servers: layout shows three members with about a third each; layout KEY 
   }
 });
 
+test('--servers: a cluster that is all down still has a map for layout, and watch sees its members come up', async (t) => {
+  const planned = [0, 1].map(() => ({ url: socketUrl(), port: 0 }));
+  for (const p of planned) p.port = await freePort();
+  const target = ['--servers', planned.map((p) => p.url).join(','), '--metrics', planned.map((p) => `http://127.0.0.1:${p.port}`).join(',')];
+
+  const layout = await kvctl([...target, '--json', 'layout']);
+  t.is(layout.code, 0, layout.stderr);
+  const map = JSON.parse(layout.stdout) as LayoutJson;
+  t.deepEqual(map.members.map((m) => m.name), planned.map((p) => p.url).sort());
+  t.is(map.members.reduce((sum, m) => sum + m.slots, 0), 16384);
+  for (const m of map.members) t.not(m.state, 'ready', `${m.name} is down`);
+  // Operations still fail, at once and with the reason.
+  const get = await kvctl([...target, 'get', 'k']);
+  t.is(get.code, 1);
+  t.regex(get.stderr, /KV_DISCONNECTED/);
+
+  const watch = startKvctl([...target, 'watch', '--interval', '200ms']);
+  t.teardown(() => watch.stop('SIGKILL').then(() => undefined));
+  await watch.waitForLine(/^\S+ {2}\S+ {2}(down|reconnecting)\s+/);
+  const servers: ServerProcess[] = [];
+  t.teardown(() => Promise.all(servers.map((s) => s.stop('SIGKILL'))).then(() => undefined));
+  for (const p of planned) {
+    const from = watch.lines.length;
+    servers.push(await startServerProcess(['--listen', p.url, '--memory', '64M', '--metrics-port', String(p.port), '--log-level', 'warn']));
+    const name = p.url.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+    await watch.waitForLine(new RegExp(`^\\S+ {2}member ${name}: ready$`), from);
+    await watch.waitForLine(new RegExp(`^\\S+ {2}${name} {2}ready\\s+items 0`), from);
+  }
+  const end = await watch.stop('SIGINT');
+  t.is(end.code, 0, end.stderr);
+});
+
 const WATCH_LINE = /^\d\d:\d\d:\d\d {2}(\S+)\s+(ready|reconnecting|down)\s+items (\d+) {2}clients (\d+) {2}load (\d+\.\d\d)% {2}notifications (\d+\.\d|-)\/s$/;
 
 interface WatchJson {
