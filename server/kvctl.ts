@@ -263,8 +263,8 @@ async function parseArgs(argv: string[], io: Io): Promise<CtlArgs | number> {
 
 // ---- talking to the target ---------------------------------------------------------------
 
-/** reconnect: keep trying members in the background; monitor: also resolve when none is up (layout, watch). */
-function clientOptions(args: CtlArgs, reconnect: boolean, monitor = false): KvClientOptions {
+/** The target and credentials of the command line, plus how this command connects. */
+function clientOptions(args: CtlArgs, connecting: Pick<KvClientOptions, 'reconnect' | 'requireReady'>): KvClientOptions {
   if (args.token !== undefined && args.tokenFile !== undefined) throw new CtlUsageError('--token and --token-file exclude each other');
   const token = args.tokenFile !== undefined ? readTokenFile(args.tokenFile) : args.token;
   const { target } = args;
@@ -272,12 +272,15 @@ function clientOptions(args: CtlArgs, reconnect: boolean, monitor = false): KvCl
     target.kind === 'url' ? { url: target.url }
     : target.kind === 'servers' ? { servers: target.urls }
     : { etcd: { hosts: target.hosts, prefix: target.prefix } };
-  return { ...where, token, timeoutMs: args.timeoutMs, reconnect, requireReady: !monitor };
+  return { ...where, token, timeoutMs: args.timeoutMs, ...connecting };
 }
 
-/** One-shot commands: connect, run, close. Client warnings (a bad etcd record, say) go to stderr. */
-async function withClient<T>(args: CtlArgs, io: Io, run: (kv: KvClient) => Promise<T>, monitor = false): Promise<T> {
-  const kv = await KvClient.connect(clientOptions(args, false, monitor));
+/**
+ * One-shot commands: connect, run, close. Client warnings (a bad etcd record, say) go to stderr.
+ * requireReady: false for commands that make sense with every member down (layout).
+ */
+async function withClient<T>(args: CtlArgs, io: Io, run: (kv: KvClient) => Promise<T>, requireReady = true): Promise<T> {
+  const kv = await KvClient.connect(clientOptions(args, { reconnect: false, requireReady }));
   kv.on('error', (error) => io.stderr(`kvctl: warning: ${oneLine(error.message)}\n`));
   try {
     return await run(kv);
@@ -525,7 +528,7 @@ async function layout(args: CtlArgs, io: Io): Promise<void> {
     args,
     io,
     async (kv) => ({ members: layoutEntries(kv.layout()), owner: key === undefined ? undefined : kv.memberFor(key) }),
-    true, // a cluster that is down still has a map
+    false, // a cluster that is down still has a map
   );
   const slot = key === undefined ? undefined : keySlot(Buffer.from(key, 'utf8'));
   if (args.json) {
@@ -630,7 +633,7 @@ async function watch(args: CtlArgs, io: Io): Promise<void> {
     io.stdout(args.json ? JSON.stringify({ time: new Date().toISOString(), ...json }) + '\n' : `${clock()}  ${text}\n`);
   let kv: KvClient | undefined;
   try {
-    kv = await KvClient.connect(clientOptions(args, true, true)); // watch a cluster come up, too
+    kv = await KvClient.connect(clientOptions(args, { reconnect: true, requireReady: false })); // watch a cluster come up, too
     kv.on('error', (error) => io.stderr(`kvctl: warning: ${oneLine(error.message)}\n`));
     kv.on('member', (name, status) => emit({ type: 'member', name, state: memberState(status) }, `member ${name}: ${memberState(status)}`));
     kv.on('layout', (members) => {

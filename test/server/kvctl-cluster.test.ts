@@ -26,9 +26,10 @@ async function startServers(t: ExecutionContext, count: number, extra: (i: numbe
   return servers;
 }
 
-async function startServer(extra: string[]): Promise<Server> {
-  const url = socketUrl();
-  const port = await freePort();
+/** A server at a fresh socket and metrics port, or at `at` (chosen before it starts). */
+async function startServer(extra: string[], at?: { url: string; port: number }): Promise<Server> {
+  const url = at?.url ?? socketUrl();
+  const port = at?.port ?? (await freePort());
   const process = await startServerProcess(['--listen', url, '--memory', '64M', '--metrics-port', String(port), '--log-level', 'warn', ...extra]);
   return { url, metrics: `http://127.0.0.1:${port}`, process };
 }
@@ -147,11 +148,11 @@ test('--servers: a cluster that is all down still has a map for layout, and watc
   const watch = startKvctl([...target, 'watch', '--interval', '200ms']);
   t.teardown(() => watch.stop('SIGKILL').then(() => undefined));
   await watch.waitForLine(/^\S+ {2}\S+ {2}(down|reconnecting)\s+/);
-  const servers: ServerProcess[] = [];
-  t.teardown(() => Promise.all(servers.map((s) => s.stop('SIGKILL'))).then(() => undefined));
+  const servers: Server[] = [];
+  t.teardown(() => Promise.all(servers.map((s) => s.process.stop('SIGKILL'))).then(() => undefined));
   for (const p of planned) {
     const from = watch.lines.length;
-    servers.push(await startServerProcess(['--listen', p.url, '--memory', '64M', '--metrics-port', String(p.port), '--log-level', 'warn']));
+    servers.push(await startServer([], p));
     const name = p.url.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
     await watch.waitForLine(new RegExp(`^\\S+ {2}member ${name}: ready$`), from);
     await watch.waitForLine(new RegExp(`^\\S+ {2}${name} {2}ready\\s+items 0`), from);
