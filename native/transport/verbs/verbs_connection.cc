@@ -53,6 +53,10 @@ VerbsConnection::VerbsConnection(std::shared_ptr<VerbsCore> core, uint64_t token
       options_(std::move(options)),
       wire_private_(std::move(wire_private_data)),
       timeout_ms_(timeout_ms),
+      // Set here, not when resolving starts: the provider thread checks the
+      // deadline as soon as connect() registers the connection, and a zero
+      // deadline failed it at once ("timed out after N ms") under load.
+      deadline_(Clock::now() + std::chrono::milliseconds(timeout_ms)),
       url_(std::move(url)) {}
 
 VerbsConnection::VerbsConnection(std::shared_ptr<VerbsCore> core, uint64_t token, rdma_cm_id* id,
@@ -274,7 +278,6 @@ void VerbsConnection::reject(const std::vector<uint8_t>& private_data) {
 
 bool VerbsConnection::start_resolve(const sockaddr* destination, std::string* error) {
   std::lock_guard<std::mutex> guard(mutex_);
-  deadline_ = Clock::now() + std::chrono::milliseconds(timeout_ms_);
   if (core_->trace) trace_line("rdma_resolve_addr for %s token %llu", url_.c_str(), static_cast<unsigned long long>(token_));
   if (rdma_resolve_addr(id_, nullptr, const_cast<sockaddr*>(destination), static_cast<int>(timeout_ms_)) != 0) {
     *error = errno_text("rdma_resolve_addr for " + url_, errno);
