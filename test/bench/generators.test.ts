@@ -106,6 +106,49 @@ test('ScrambledZipfianGenerator = min + fnvhash64(zipfian over 10^10 + 1 items) 
   }
 });
 
+test('ZipfianRankTable gives the formula\'s rank bit for bit: random draws and both sides of every threshold', (t) => {
+  let draw = 0;
+  const fixed = { nextDouble: () => draw } as unknown as Random; // the generators draw what the test sets
+  const looked = new ZipfianGenerator(fixed, 0, SCRAMBLED_ITEM_COUNT, 0.99, SCRAMBLED_ZETAN);
+  const computed = new ZipfianGenerator(fixed, 0, SCRAMBLED_ITEM_COUNT, 0.99, SCRAMBLED_ZETAN);
+  const size = 1 << 16;
+  const table = looked.buildRankTable(size);
+  looked.useRankTable(table);
+  // the table covers about half of all draws (ranks below 65,536 of a 10^10-item zipfian)
+  t.true(table.end > 0.45 && table.end < 0.5, `end ${table.end}`);
+  const mismatches: string[] = [];
+  const check = (u: number): void => {
+    draw = u;
+    const a = looked.nextValue();
+    const b = computed.nextValue();
+    if (a !== b && mismatches.length < 5) mismatches.push(`u=${u}: table ${a}, formula ${b}`);
+  };
+  const rng = new Random(21);
+  for (let i = 0; i < 1_000_000; i++) check(rng.nextDouble() * table.end * 1.1);
+  const bits = new BigInt64Array(1);
+  const asDouble = new Float64Array(bits.buffer);
+  const step = (u: number, by: bigint): number => {
+    asDouble[0] = u;
+    bits[0]! += by;
+    return asDouble[0]!;
+  };
+  let thresholds = 0;
+  for (let r = 0; r <= size; r++) {
+    const u = table.threshold(r);
+    if (u === -Infinity) continue;
+    thresholds++;
+    check(step(u, -1n));
+    check(u);
+    check(step(u, 1n));
+    draw = u;
+    t.true(computed.nextValue() >= r);
+    draw = step(u, -1n);
+    if (computed.nextValue() >= r) mismatches.push(`threshold of rank ${r} is not the smallest draw`);
+  }
+  t.true(thresholds > size - 10);
+  t.deepEqual(mismatches, []);
+});
+
 test('ScrambledZipfianGenerator: the two most popular items are the hashes of ranks 0 and 1', (t) => {
   const itemCount = 1000;
   const g = new ScrambledZipfianGenerator(new Random(16), 0, itemCount - 1);

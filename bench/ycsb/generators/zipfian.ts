@@ -29,6 +29,7 @@ export class ZipfianGenerator implements NumberGenerator {
   private eta: number;
   private countForZeta: number;
   private last = 0;
+  private rankTable: ZipfianRankTable | null = null;
 
   constructor(
     private readonly rng: Random,
@@ -60,17 +61,46 @@ export class ZipfianGenerator implements NumberGenerator {
       this.zetan = zetaStatic(this.countForZeta, itemCount, this.theta, this.zetan);
       this.countForZeta = itemCount;
       this.eta = (1 - Math.pow(2 / this.items, 1 - this.theta)) / (1 - this.zeta2theta / this.zetan);
+      this.rankTable = null; // built for the old eta
     }
     const u = this.rng.nextDouble();
     const uz = u * this.zetan;
     if (uz < 1) return this.base;
     if (uz < this.secondCut) return this.base + 1;
-    // x^alpha as exp(alpha ln x): half the cost of Math.pow here, within a few ulps of it. Java's
-    // and V8's pow are not bit-identical either, and the draws are random, so only the
-    // distribution has to match, and it does (see the closed-form test).
-    const ret = this.base + Math.trunc(itemCount * Math.exp(this.alpha * Math.log(this.eta * u - this.eta + 1)));
+    const table = this.rankTable;
+    const ret =
+      this.base + (table !== null && u < table.end && itemCount === this.items ? table.rank(u) : this.formulaRank(u, itemCount));
     this.last = ret;
     return ret;
+  }
+
+  /**
+   * Gray et al.'s rank for a draw u above the two cuts. x^alpha as exp(alpha ln x): half the
+   * cost of Math.pow here, within a few ulps of it. Java's and V8's pow are not bit-identical
+   * either, and the draws are random, so only the distribution has to match, and it does (see
+   * the closed-form test).
+   */
+  private formulaRank(u: number, itemCount: number): number {
+    return Math.trunc(itemCount * Math.exp(this.alpha * Math.log(this.eta * u - this.eta + 1)));
+  }
+
+  /**
+   * A table of this generator's `size` most popular ranks (see ZipfianRankTable). Only for a
+   * generator whose item count never grows: the table is built for the current eta.
+   */
+  buildRankTable(size: number): ZipfianRankTable {
+    const n = this.items;
+    // the formula's region starts where u * zetan reaches secondCut; start a little below it
+    const start = (this.secondCut / this.zetan) * (1 - 1e-9);
+    const rankOf = (u: number): number => this.formulaRank(u, n);
+    // the formula solved for u, to start each threshold's search near it
+    const guess = (rank: number): number => 1 - (1 - Math.pow(rank / n, 1 / this.alpha)) / this.eta;
+    return new ZipfianRankTable(rankOf, guess, start, size);
+  }
+
+  /** Looks ranks up in `table` (built by buildRankTable of a generator with the same parameters). */
+  useRankTable(table: ZipfianRankTable): void {
+    this.rankTable = table;
   }
 
   nextValue(): number {
@@ -91,10 +121,101 @@ export class ZipfianGenerator implements NumberGenerator {
   }
 }
 
+/**
+ * Exact ranks of a zipfian's most popular draws by lookup instead of `exp` and `log`: about half
+ * of the scrambled zipfian's draws fall on its first 65,536 ranks.
+ *
+ * The rank formula is non-decreasing in u: `eta * u - eta + 1` is rounded arithmetic on a
+ * monotonic expression, and log, the product with alpha and exp each map two different inputs
+ * to true results several ulps apart (x^alpha with alpha = 100 magnifies every step of u), more
+ * than their error of under one ulp, so they cannot swap. So rank r is drawn exactly when
+ * thresholds[r] <= u < thresholds[r + 1], with thresholds[r] the smallest double whose formula
+ * rank is at least r, found by bisection over the doubles with the formula itself. The lookup
+ * thus returns what the formula would, bit for bit (the tests compare them on millions of
+ * draws and on both sides of every threshold).
+ */
+export class ZipfianRankTable {
+  /** draws u >= end have ranks of `size` or more: not in the table */
+  readonly end: number;
+  private readonly start: number;
+  /** thresholds[r] = smallest u with rank(u) >= r; -Infinity for ranks at or below rank(start) */
+  private readonly thresholds: Float64Array;
+  /** a rank near the start of each of `size` equal slices of [start, end): the search starts there */
+  private readonly bucketRanks: Int32Array;
+  private readonly bucketScale: number;
+  private readonly lastBucket: number;
+
+  /**
+   * @param rankOf the generator's formula, non-decreasing in u
+   * @param guess an estimate of the smallest u of a rank (the formula solved for u)
+   * @param start a draw at or below the first one the table will be asked about
+   * @param size ranks below size are looked up
+   */
+  constructor(rankOf: (u: number) => number, guess: (rank: number) => number, start: number, size: number) {
+    const thresholds = new Float64Array(size + 1);
+    const first = rankOf(start);
+    thresholds.fill(-Infinity, 0, Math.min(first, size) + 1);
+    for (let r = first + 1; r <= size; r++) {
+      let lo = Math.max(start, thresholds[r - 1]!); // rankOf(lo) < r unless rank r - 1 is never drawn
+      if (rankOf(lo) >= r) {
+        thresholds[r] = lo;
+        continue;
+      }
+      // a bracket around the estimate, widened until it holds the threshold
+      const g = guess(r);
+      let step = Math.max(Math.abs(g) * 4e-14, Number.MIN_VALUE);
+      let hi = Math.max(g + step, lo);
+      while (rankOf(hi) < r) {
+        hi += step;
+        step *= 2;
+      }
+      const below = g - step;
+      if (below > lo && below < hi && rankOf(below) < r) lo = below;
+      for (;;) {
+        const mid = lo + (hi - lo) / 2;
+        if (mid <= lo || mid >= hi) break; // adjacent doubles
+        if (rankOf(mid) >= r) hi = mid;
+        else lo = mid;
+      }
+      thresholds[r] = hi;
+    }
+    this.thresholds = thresholds;
+    this.start = start;
+    this.end = thresholds[size]!;
+    this.bucketScale = size / (this.end - start);
+    this.lastBucket = size - 1;
+    this.bucketRanks = new Int32Array(size);
+    for (let b = 0, r = Math.max(first, 0); b < size; b++) {
+      const u = start + b / this.bucketScale;
+      while (r + 1 < size && u >= thresholds[r + 1]!) r++;
+      this.bucketRanks[b] = r;
+    }
+  }
+
+  /** The smallest draw whose rank is at least `rank` (-Infinity for ranks at or below the first). */
+  threshold(rank: number): number {
+    return this.thresholds[rank]!;
+  }
+
+  /** The rank of a draw u with start <= u < end. */
+  rank(u: number): number {
+    const t = this.thresholds;
+    let b = ((u - this.start) * this.bucketScale) | 0;
+    if (b > this.lastBucket) b = this.lastBucket;
+    let r = this.bucketRanks[b]!;
+    while (u >= t[r + 1]!) r++;
+    while (u < t[r]!) r--;
+    return r;
+  }
+}
+
 /** Items of the underlying zipfian of ScrambledZipfianGenerator, and its precomputed zeta. */
 export const SCRAMBLED_ITEM_COUNT = 10_000_000_000;
 export const SCRAMBLED_ZETAN = 26.46902820178302;
-const HASHED_RANK_CACHE = 1 << 16;
+/** ranks looked up in a table (ZipfianRankTable) and whose hashes are cached: about half of all draws */
+const POPULAR_RANKS = 1 << 16;
+/** the table of the default scrambled zipfian, the same for every record count: built once per thread */
+let defaultScrambledRanks: ZipfianRankTable | undefined;
 
 /**
  * Zipfian popularity spread over the key space: draws from a 10^10-item zipfian and hashes the
@@ -106,7 +227,7 @@ export class ScrambledZipfianGenerator implements NumberGenerator {
   private readonly max: number;
   private readonly itemCount: number;
   /** fnvhash64(rank) % itemCount for the most popular ranks (about half of all draws); -1 = not yet computed */
-  private readonly hashedRanks = new Float64Array(HASHED_RANK_CACHE).fill(-1);
+  private readonly hashedRanks = new Float64Array(POPULAR_RANKS).fill(-1);
   private last = 0;
 
   constructor(rng: Random, min: number, max: number, zipfianConstant = ZIPFIAN_CONSTANT) {
@@ -114,10 +235,12 @@ export class ScrambledZipfianGenerator implements NumberGenerator {
     this.max = max;
     this.itemCount = max - min + 1;
     // YCSB passes max = ITEM_COUNT, so the underlying generator has ITEM_COUNT + 1 items
-    this.gen =
-      zipfianConstant === ZIPFIAN_CONSTANT
-        ? new ZipfianGenerator(rng, 0, SCRAMBLED_ITEM_COUNT, zipfianConstant, SCRAMBLED_ZETAN)
-        : new ZipfianGenerator(rng, 0, SCRAMBLED_ITEM_COUNT, zipfianConstant);
+    if (zipfianConstant === ZIPFIAN_CONSTANT) {
+      this.gen = new ZipfianGenerator(rng, 0, SCRAMBLED_ITEM_COUNT, zipfianConstant, SCRAMBLED_ZETAN);
+      this.gen.useRankTable((defaultScrambledRanks ??= this.gen.buildRankTable(POPULAR_RANKS)));
+    } else {
+      this.gen = new ZipfianGenerator(rng, 0, SCRAMBLED_ITEM_COUNT, zipfianConstant);
+    }
   }
 
   static ofItems(rng: Random, items: number): ScrambledZipfianGenerator {
@@ -127,7 +250,7 @@ export class ScrambledZipfianGenerator implements NumberGenerator {
   nextValue(): number {
     const rank = this.gen.nextValue();
     let offset: number;
-    if (rank < HASHED_RANK_CACHE) {
+    if (rank < POPULAR_RANKS) {
       offset = this.hashedRanks[rank]!;
       if (offset < 0) offset = this.hashedRanks[rank] = fnvhash64Mod(rank, this.itemCount);
     } else {
