@@ -93,6 +93,18 @@ test('worker_threads run: every thread runs its share and the totals add up', as
   t.is(out.get('CLEANUP')!.get('Operations'), '2');
 });
 
+test('an unbounded run stops at maxexecutiontime, and busy threads answer sample requests while running', async (t) => {
+  // threads read the control word once per millisecond of operation time, not per operation
+  const props = Properties.fromSources(
+    [join(WORKLOADS, 'workloadc')],
+    ['basicdb.verbose=false', 'operationcount=0', 'recordcount=100', 'maxexecutiontime=1', 'kvbench.sampleinterval=50'],
+  );
+  const run = await runPhase({ props, phase: 'run', threads: 2, seed: 4, ...quiet });
+  t.true(run.opsDone > 0);
+  const withReads = run.samples.filter((s) => (s.latency['READ']?.count ?? 0) > 0);
+  t.true(withReads.length >= 2, `${withReads.length} of ${run.samples.length} samples carry thread measurements`);
+});
+
 test('workloads d, e and f produce their operations; SCAN and READ-MODIFY-WRITE are measured', async (t) => {
   for (const [w, ops] of [['workloadd', ['READ', 'INSERT']], ['workloade', ['SCAN', 'INSERT']], ['workloadf', ['READ', 'UPDATE', 'READ-MODIFY-WRITE']]] as const) {
     const props = Properties.fromSources([join(WORKLOADS, w)], ['basicdb.verbose=false', 'operationcount=4000']);

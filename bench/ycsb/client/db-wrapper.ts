@@ -37,6 +37,8 @@ export class DBWrapper {
   private readonly statusMeasurement: (OpMeasurement | undefined)[] = [];
   private readonly trackActual: boolean;
   private readonly trackIntended: boolean;
+  /** performance.now() at the end of the last binding call (the client thread paces its control checks by it) */
+  lastEnd = 0;
 
   constructor(readonly db: DB, readonly measurements: ThreadMeasurements, props: Properties) {
     this.reportLatencyForEachError = props.getBoolean('reportlatencyforeacherror', false);
@@ -109,6 +111,7 @@ export class DBWrapper {
 
   private finish(op: number, status: Status, ist: number, st: number): Status {
     const en = performance.now();
+    this.lastEnd = en;
     if (status.isOk) {
       if (this.trackActual) {
         const m = this.okMeasurement[op] ?? (this.okMeasurement[op] = this.measurements.operation(NAMES[op]!));
