@@ -102,6 +102,7 @@ interface Addon {
   providers: string[];
   Provider: new (scheme: string, onEvents: () => void) => NativeProvider;
   Memory: new (length: number, path?: string) => NativeMemory;
+  hashKey(key: Buffer, seed: bigint, bucketCount: number): [number, number, number];
 }
 
 const packageRoot = fileURLToPath(new URL('../..', import.meta.url));
@@ -110,6 +111,15 @@ const addon = (require('node-gyp-build') as (dir: string) => Addon)(packageRoot)
 
 /** The constants as the addon was compiled with them (a test proves they equal `constants`). */
 export const nativeConstants = addon.constants;
+/**
+ * A key's two buckets and its fingerprint, as clients compute them (native/kv/layout.h's
+ * hash_key): the server uses it to look up a departed client's items.
+ */
+export function hashKey(key: Buffer, seed: bigint, bucketCount: number): { b1: number; b2: number; fingerprint: number } {
+  const [b1, b2, fingerprint] = addon.hashKey(key, seed, bucketCount);
+  return { b1, b2, fingerprint };
+}
+
 /** Providers this build contains: always "shm"; "rdma" when built against rdma-core. */
 export const builtProviders: readonly string[] = Object.freeze([...addon.providers]);
 
