@@ -22,6 +22,7 @@ import {
   SendFlag,
   TransportError,
   access,
+  hashKey,
   readCompletion,
 } from '../native/index.js';
 import { ItemHeader, ItemType, KvLayout, Record as RecordField, RecordKind } from '../client/constants.js';
@@ -77,6 +78,8 @@ export interface KvServerStats {
   blocksGranted: number;
   notifications: number;
   blocksFreed: number;
+  /** blocks departed clients were granted and never published, taken back */
+  blocksReclaimed: number;
   rejectedConnections: number;
   keepaliveFailures: number;
   fencedClients: number;
@@ -101,6 +104,8 @@ interface Client {
   sends: number; // next send slot
   lastSeen: number;
   rejectedOnce: Set<string>;
+  /** block -> class: granted to this client and not yet published (by a notice) or returned */
+  held: Map<number, number>;
 }
 
 /** Everything the server keeps per provider (scheme). */
@@ -131,7 +136,7 @@ export class KvServer extends EventEmitter {
   private reclaimTimer: NodeJS.Timeout | undefined;
   private closed = false;
   private readonly counters = {
-    items: 0, grants: 0, blocksGranted: 0, notifications: 0, blocksFreed: 0, rejectedConnections: 0,
+    items: 0, grants: 0, blocksGranted: 0, notifications: 0, blocksFreed: 0, blocksReclaimed: 0, rejectedConnections: 0,
     keepaliveFailures: 0, fencedClients: 0, lockRecoveries: 0, controlMessages: 0,
   };
   private readonly rdmaErrors = new Map<string, number>();
@@ -287,7 +292,7 @@ export class KvServer extends EventEmitter {
       this.log?.error({ err: error }, 'accept failed');
       return;
     }
-    const client: Client = { id, ring, connection, recvBase, sends: 0, lastSeen: performance.now(), rejectedOnce: new Set() };
+    const client: Client = { id, ring, connection, recvBase, sends: 0, lastSeen: performance.now(), rejectedOnce: new Set(), held: new Map() };
     this.clients.set(connection, client);
     this.byQp.set(`${entry.provider.scheme}:${connection.qpNum}`, client);
     connection.once('established', () => {
@@ -389,6 +394,7 @@ export class KvServer extends EventEmitter {
     }
     if (newSlot !== 0n) {
       const block = Number(newSlot & 0xffffffffn);
+      client.held.delete(block); // published: the index owns it now
       const at = this.layout.heapOffset + block * KvLayout.UNIT_BYTES;
       if (at + KvLayout.ITEM_HEADER_BYTES <= this.layout.regionBytes && region.readUInt16LE(at + ItemHeader.TYPE) === ItemType.LOCK) {
         this.lockItems.add(block);
@@ -431,6 +437,7 @@ export class KvServer extends EventEmitter {
           return this.send(entry, client, { t: 'granted', c: Number.isInteger(c) ? c : -1, blocks: [], error: 'KV_OUT_OF_MEMORY' });
         }
         const blocks = this.heap.grant(c, n);
+        for (const block of blocks) client.held.set(block, c);
         this.counters.grants++;
         this.counters.blocksGranted += blocks.length;
         return this.send(entry, client, blocks.length > 0 ? { t: 'granted', c, blocks } : { t: 'granted', c, blocks, error: 'KV_OUT_OF_MEMORY' });
@@ -441,7 +448,11 @@ export class KvServer extends EventEmitter {
           return this.rejectMessage(client, 'return', 'bad return message');
         }
         for (const block of blocks) {
-          if (!this.heap.giveBack(c, block)) this.rejectMessage(client, 'return', 'returned a block that was not granted');
+          if (client.held.get(block) !== c || !this.heap.giveBack(c, block)) {
+            this.rejectMessage(client, 'return', 'returned a block that was not granted to it');
+            continue;
+          }
+          client.held.delete(block);
         }
         return;
       }
@@ -476,12 +487,76 @@ export class KvServer extends EventEmitter {
     this.recovery = this.recovery
       .then(async () => {
         await this.releaseLocks(entry, client.id);
+        await this.reclaimHeld(client);
       })
       .catch((error: Error) => this.log?.error({ clientId: client.id, err: error.message }, 'lock recovery failed'))
       .finally(() => {
         this.freeRings.push(client.ring);
         this.emit('clientDisconnected', client.id);
       });
+  }
+
+  /**
+   * A departed client's granted blocks go back to the heap (through the grace period), except
+   * one it published and died before announcing: it wrote its slot but not its notice. Such an
+   * item was written before its slot and is read-only since, so it names its key, and a
+   * published item sits in one of its key's two buckets (displacement moves entries only
+   * between those). A block is kept if either bucket points to it in a consistent read. Runs
+   * after the client's locks are released, so only live clients' short critical sections are
+   * waited for.
+   */
+  private async reclaimHeld(client: Client): Promise<void> {
+    let reclaimed = 0;
+    const published: number[] = [];
+    const region = this.memory.bytes;
+    for (const [block, cls] of client.held) {
+      if (this.closed) return;
+      // Only an item this client wrote can have been published by it: its version carries the
+      // writer's id (its low 24 bits). Blocks it never wrote to need no look at the index.
+      const version = region.readBigUInt64LE(this.layout.heapOffset + block * KvLayout.UNIT_BYTES + ItemHeader.VERSION);
+      const wroteIt = Number(version >> 40n) === (client.id & 0xffffff);
+      if (wroteIt && (await this.isPublished(block))) published.push(block);
+      else if (this.heap.retire(cls, block)) reclaimed++;
+    }
+    client.held.clear();
+    this.counters.blocksReclaimed += reclaimed;
+    if (reclaimed > 0) this.log?.info({ clientId: client.id, blocks: reclaimed }, 'took back the unpublished blocks of a departed client');
+    if (published.length > 0) {
+      // its notice is lost: the item it replaced, if any, stays allocated until a restart
+      this.log?.warn({ clientId: client.id, blocks: published }, 'a departed client published items without notices');
+    }
+  }
+
+  /** Does a slot in the buckets of the key stored at `block` point to it? (See reclaimHeld.) */
+  private async isPublished(block: number): Promise<boolean> {
+    const region = this.memory.bytes;
+    const at = this.layout.heapOffset + block * KvLayout.UNIT_BYTES;
+    const keyAt = at + KvLayout.ITEM_HEADER_BYTES;
+    const keyLength = region.readUInt16LE(at + ItemHeader.KEY_LEN);
+    if (keyLength > KvLayout.MAX_KEY_BYTES || keyAt + keyLength > this.layout.heapOffset + this.layout.heapBytes) return false; // no item
+    const { b1, b2 } = hashKey(region.subarray(keyAt, keyAt + keyLength), this.seed, this.layout.bucketCount);
+    // the index as 64-bit words: Atomics.load reads each whole, and the compiler may not reuse a read
+    const words = new BigUint64Array(region.buffer, region.byteOffset + this.layout.indexOffset, this.layout.bucketCount * 8);
+    const lockAt = (bucket: number) => bucket * 8; // word 0 of a bucket: version << 32 | owner
+    const pointsHere = (bucket: number): boolean => {
+      for (let i = 1; i <= KvLayout.SLOTS_PER_BUCKET; i++) {
+        const slot = Atomics.load(words, bucket * 8 + i);
+        if (slot !== 0n && Number(slot & 0xffffffffn) === block) return true;
+      }
+      return false;
+    };
+    const deadline = performance.now() + 10_000;
+    for (;;) {
+      const lock1 = Atomics.load(words, lockAt(b1));
+      const lock2 = Atomics.load(words, lockAt(b2));
+      if ((lock1 & 0xffffffffn) === 0n && (lock2 & 0xffffffffn) === 0n) {
+        const found = pointsHere(b1) || pointsHere(b2);
+        // unlocked and unchanged around the read: no PUT, DELETE or displacement in between
+        if (Atomics.load(words, lockAt(b1)) === lock1 && Atomics.load(words, lockAt(b2)) === lock2) return found;
+      }
+      if (performance.now() > deadline || this.closed) return true; // keeping a block is safe; freeing a live one is not
+      await new Promise((resolve) => setTimeout(resolve, 1));
+    }
   }
 
   /**
@@ -608,6 +683,7 @@ export class KvServer extends EventEmitter {
       blocksGranted: this.counters.blocksGranted,
       notifications: this.counters.notifications,
       blocksFreed: this.counters.blocksFreed,
+      blocksReclaimed: this.counters.blocksReclaimed,
       rejectedConnections: this.counters.rejectedConnections,
       keepaliveFailures: this.counters.keepaliveFailures,
       fencedClients: this.counters.fencedClients,

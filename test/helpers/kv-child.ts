@@ -5,6 +5,7 @@
 //   incr   URL KEY COUNT            COUNT increments of one counter, 16 at a time
 //   locked URL LOCK KEY COUNT       COUNT times: lock, get+put KEY + 1 (not atomic), unlock
 //   hold   URL LOCK                 take the lock, report, and wait to be killed
+//   puts   URL PREFIX COUNT BYTES   put PREFIX0..COUNT-1 (BYTES each), report, and wait to be killed
 //   lin    URL PROCESS COUNT FILE   random get/put/delete/cas on 3 keys, history in FILE
 import { KvClient } from '../../client/index.js';
 import { selfValidating, validate } from './kv.js';
@@ -129,6 +130,12 @@ async function main(): Promise<void> {
       }
     }
     send({ done: count });
+  } else if (mode === 'puts') {
+    const [prefix, count, bytes] = [args[0]!, Number(args[1]), Number(args[2])];
+    await Promise.all(Array.from({ length: count }, (_, i) => kv.put(`${prefix}${i}`, Buffer.alloc(bytes, i))));
+    send({ done: count });
+    setInterval(() => {}, 1 << 30); // holding its unused granted blocks, as a crashed client would
+    return;
   } else if (mode === 'hold') {
     const lock = await kv.lock(args[0]!);
     send({ token: lock.token.toString() });

@@ -5,8 +5,10 @@ import { fileURLToPath } from 'node:url';
 
 import test from 'ava';
 
+import type { ExecutionContext } from 'ava';
+
 import type { KvServer } from '../../server/kv-server.js';
-import { connect, startServer, validate } from '../helpers/kv.js';
+import { connect, forkKvChild, startServer, validate } from '../helpers/kv.js';
 import { providersUnderTest, slow, testScale } from '../helpers/providers.js';
 
 const child = fileURLToPath(new URL('../helpers/kv-child.js', import.meta.url));
@@ -25,6 +27,41 @@ function writer(url: string, id: number, acked?: string[]): ChildProcess {
   const proc = fork(child, ['write', url, String(id), '4', '60000'], { env: { ...process.env, RKV_QUIET: '1' }, stdio: ['ignore', 'ignore', 'ignore', 'ipc'] });
   proc.on('message', (m: { acked?: string }) => m.acked && acked?.push(m.acked));
   return proc;
+}
+
+/** Waits (up to 10 s) for a condition on the server that timers bring about. */
+async function until(condition: () => boolean): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (!condition() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+}
+
+/**
+ * A client that PUTs `count` keys and is SIGKILLed while holding the rest of its grant. Returns
+ * the server's stats while it lived and once it is gone (its departure handled, locks and
+ * blocks included). `beforeKill` runs while it is still connected.
+ */
+async function killedAfterPuts(t: ExecutionContext, server: KvServer, count: number, bytes: number, beforeKill?: () => void) {
+  const proc = forkKvChild(t, ['puts', server.urls[0]!, 'kept:', String(count), String(bytes)]);
+  const report = (await new Promise((resolve) => proc.once('message', resolve))) as { done?: number; error?: string };
+  if (report.done !== count) throw new Error(`the client failed: ${report.error}`);
+  const alive = server.stats();
+  beforeKill?.();
+  const departed = new Promise((resolve) => server.once('clientDisconnected', resolve));
+  proc.kill('SIGKILL');
+  await departed;
+  return { alive, gone: server.stats() };
+}
+
+/** The kept keys are intact, also after enough new PUTs of their size to reuse every freed block. */
+async function checkKept(t: ExecutionContext, server: KvServer, count: number, bytes: number): Promise<void> {
+  const kv = await connect(server);
+  t.teardown(() => kv.close());
+  for (let round = 0; round < 3; round++) {
+    await Promise.all(Array.from({ length: 100 }, (_, i) => kv.put(`fresh:${i}`, Buffer.alloc(bytes, 0xee - round))));
+  }
+  const values = await kv.getMany(Array.from({ length: count }, (_, i) => `kept:${i}`));
+  const broken = values.flatMap((v, i) => (v?.equals(Buffer.alloc(bytes, i)) ? [] : [`kept:${i}: ${v ? `${v.length} bytes starting ${v[0]}` : 'missing'}`]));
+  t.deepEqual(broken, []);
 }
 
 const exited = (proc: ChildProcess) => new Promise<void>((resolve) => (proc.exitCode !== null || proc.signalCode !== null ? resolve() : proc.once('exit', () => resolve())));
@@ -78,6 +115,45 @@ for (const scheme of providersUnderTest()) {
       await kv.put(`hot:${k}`, `after the kills ${k}`);
       t.is((await kv.get(`hot:${k}`))?.toString(), `after the kills ${k}`);
     }
+  });
+
+  test(`${scheme}: a client killed with unused granted blocks: they go back to the heap, its items stay`, async (t) => {
+    const server = await startServer(scheme, { keepaliveMs: slow(200) });
+    t.teardown(() => server.close());
+    const { alive, gone } = await killedAfterPuts(t, server, 10, 100);
+    t.true(alive.blocksGranted > 10, 'a grant is a batch, larger than what the client used');
+    t.is(gone.blocksReclaimed, alive.blocksGranted - 10);
+    // one size class: after the grace period only the 10 items hold heap
+    const blockBytes = alive.heapUsedBytes / alive.blocksGranted;
+    await until(() => server.stats().heapUsedBytes === 10 * blockBytes);
+    t.is(server.stats().heapUsedBytes, 10 * blockBytes);
+    await checkKept(t, server, 10, 100);
+  });
+
+  test(`${scheme}: a client killed between publishing and announcing its items: they are kept, the rest is taken back`, async (t) => {
+    const server = await startServer(scheme, { keepaliveMs: slow(200) });
+    t.teardown(() => server.close());
+    // Its notices were drained; make the server forget them, as if the client had died after
+    // writing its slots and before its notices: the live slots' blocks count as held again.
+    const forgetNotices = (): void => {
+      const clients = (server as unknown as { clients: Map<unknown, { held: Map<number, number> }> }).clients;
+      const client = [...clients.values()].find((c) => c.held.size > 0)!;
+      const cls = [...client.held.values()][0]!;
+      const { region, layout } = server;
+      for (let b = 0; b < layout.bucketCount; b++) {
+        for (let i = 1; i <= 7; i++) {
+          const slot = region.readBigUInt64LE(layout.indexOffset + b * 64 + 8 * i);
+          if (slot !== 0n) client.held.set(Number(slot & 0xffffffffn), cls);
+        }
+      }
+      t.is(client.held.size, server.stats().blocksGranted, 'every granted block is held again');
+    };
+    const { alive, gone } = await killedAfterPuts(t, server, 10, 100, forgetNotices);
+    t.is(gone.blocksReclaimed, alive.blocksGranted - 10, 'the 10 published blocks are recognised and kept');
+    const blockBytes = alive.heapUsedBytes / alive.blocksGranted;
+    await until(() => server.stats().heapUsedBytes === 10 * blockBytes);
+    t.is(server.stats().heapUsedBytes, 10 * blockBytes);
+    await checkKept(t, server, 10, 100);
   });
 
   test(`${scheme}: a client that goes silent is fenced after three keepalive intervals`, async (t) => {

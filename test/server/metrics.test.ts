@@ -26,6 +26,7 @@ function fakeStats(overrides: Partial<KvServerStats> = {}): KvServerStats {
     blocksGranted: 320,
     notifications: 90,
     blocksFreed: 12,
+    blocksReclaimed: 3,
     rejectedConnections: 1,
     keepaliveFailures: 0,
     fencedClients: 2,
