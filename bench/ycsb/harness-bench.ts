@@ -5,7 +5,8 @@
  *
  *   node dist/bench/ycsb/harness-bench.js [operations] [repetitions] [workload ...]
  *
- * Defaults: 3,000,000 operations, 5 repetitions, workloads a and c (names under
+ * Defaults: 10,000,000 operations (about 3 s: every worker_thread run starts with a cold JIT, and
+ * a short run counts that warm-up more heavily), 5 repetitions, workloads a and c (names under
  * bench/workloads, with or without the "workload" prefix). Each run is one client thread, in a
  * worker_thread (what `kv-bench run` uses) and in the main thread. Besides wall-clock ops/s, the
  * in-process runs report ops per CPU-second of the process, which stays meaningful when other
@@ -27,7 +28,7 @@ import { fnvhash64Mod } from './hash.js';
 
 const TARGET = 3_000_000;
 const WORKLOADS = fileURLToPath(new URL('../../../bench/workloads/', import.meta.url));
-const USAGE = 'usage: node dist/bench/ycsb/harness-bench.js [operations (3000000)] [repetitions (5)] [workload ... (a c)]';
+const USAGE = 'usage: node dist/bench/ycsb/harness-bench.js [operations (10000000)] [repetitions (5)] [workload ... (a c)]';
 
 function positiveInt(text: string | undefined, fallback: number, what: string): number {
   if (text === undefined) return fallback;
@@ -43,7 +44,7 @@ if (args.includes('--help') || args.includes('-h')) {
   process.stdout.write(USAGE + '\n');
   process.exit(0);
 }
-const operations = positiveInt(args[0], 3_000_000, 'operations');
+const operations = positiveInt(args[0], 10_000_000, 'operations');
 const repetitions = positiveInt(args[1], 5, 'repetitions');
 const workloads = (args.length > 2 ? args.slice(2) : ['a', 'c']).map((w) => (w.startsWith('workload') ? w : `workload${w}`));
 for (const w of workloads) {
