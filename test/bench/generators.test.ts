@@ -1,6 +1,14 @@
 import test from 'ava';
 import { Random } from '../../bench/ycsb/random.js';
-import { ScrambledZipfianGenerator, ZipfianGenerator, zetaStatic, SCRAMBLED_ITEM_COUNT, SCRAMBLED_ZETAN } from '../../bench/ycsb/generators/zipfian.js';
+import {
+  ScrambledZipfianGenerator,
+  ZipfianGenerator,
+  ZipfianRankTable,
+  scrambledRankTable,
+  zetaStatic,
+  SCRAMBLED_ITEM_COUNT,
+  SCRAMBLED_ZETAN,
+} from '../../bench/ycsb/generators/zipfian.js';
 import { SkewedLatestGenerator } from '../../bench/ycsb/generators/skewed-latest.js';
 import { AcknowledgedCounterGenerator, ACK_WINDOW_SIZE, CounterGenerator, SequentialGenerator, newSharedCell } from '../../bench/ycsb/generators/counters.js';
 import { ConstantIntegerGenerator, DiscreteGenerator, ExponentialGenerator, HotspotIntegerGenerator, UniformLongGenerator } from '../../bench/ycsb/generators/simple.js';
@@ -147,6 +155,17 @@ test('ZipfianRankTable gives the formula\'s rank bit for bit: random draws and b
   }
   t.true(thresholds > size - 10);
   t.deepEqual(mismatches, []);
+});
+
+test('the scrambled zipfian\'s rank table is shared memory: a copy posted to a thread draws the same keys', (t) => {
+  const posted = structuredClone(scrambledRankTable().shared); // what workerData does
+  t.true(posted.thresholds.buffer instanceof SharedArrayBuffer);
+  t.true(posted.bucketRanks.buffer instanceof SharedArrayBuffer);
+  const withPosted = new ScrambledZipfianGenerator(new Random(22), 0, 999, 0.99, new ZipfianRankTable(posted));
+  const withOwn = new ScrambledZipfianGenerator(new Random(22), 0, 999);
+  let differ = 0;
+  for (let i = 0; i < 100_000; i++) if (withPosted.nextValue() !== withOwn.nextValue()) differ++;
+  t.is(differ, 0);
 });
 
 test('ScrambledZipfianGenerator: the two most popular items are the hashes of ranks 0 and 1', (t) => {

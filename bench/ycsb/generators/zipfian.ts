@@ -5,7 +5,7 @@
  * count rather than the new one.
  */
 import { fnvhash64Mod } from '../hash.js';
-import type { Random } from '../random.js';
+import { Random } from '../random.js';
 import type { NumberGenerator } from './number-generator.js';
 
 export const ZIPFIAN_CONSTANT = 0.99;
@@ -95,7 +95,7 @@ export class ZipfianGenerator implements NumberGenerator {
     const rankOf = (u: number): number => this.formulaRank(u, n);
     // the formula solved for u, to start each threshold's search near it
     const guess = (rank: number): number => 1 - (1 - Math.pow(rank / n, 1 / this.alpha)) / this.eta;
-    return new ZipfianRankTable(rankOf, guess, start, size);
+    return ZipfianRankTable.build(rankOf, guess, start, size);
   }
 
   /** Looks ranks up in `table` (built by buildRankTable of a generator with the same parameters). */
@@ -132,8 +132,16 @@ export class ZipfianGenerator implements NumberGenerator {
  * thresholds[r] <= u < thresholds[r + 1], with thresholds[r] the smallest double whose formula
  * rank is at least r, found by bisection over the doubles with the formula itself. The lookup
  * thus returns what the formula would, bit for bit (the tests compare them on millions of
- * draws and on both sides of every threshold).
+ * draws and on both sides of every threshold). The arrays live in shared memory, so the client
+ * threads of a run share one table (`shared`) instead of each building its own.
  */
+/** A ZipfianRankTable's data, in shared memory: it can be posted to worker threads. */
+export interface SharedRankTable {
+  thresholds: Float64Array;
+  bucketRanks: Int32Array;
+  start: number;
+}
+
 export class ZipfianRankTable {
   /** draws u >= end have ranks of `size` or more: not in the table */
   readonly end: number;
@@ -145,14 +153,25 @@ export class ZipfianRankTable {
   private readonly bucketScale: number;
   private readonly lastBucket: number;
 
+  /** A table over arrays built by `build` (in this thread or another). */
+  constructor(readonly shared: SharedRankTable) {
+    this.thresholds = shared.thresholds;
+    this.bucketRanks = shared.bucketRanks;
+    this.start = shared.start;
+    const size = this.bucketRanks.length;
+    this.end = this.thresholds[size]!;
+    this.bucketScale = size / (this.end - this.start);
+    this.lastBucket = size - 1;
+  }
+
   /**
    * @param rankOf the generator's formula, non-decreasing in u
    * @param guess an estimate of the smallest u of a rank (the formula solved for u)
    * @param start a draw at or below the first one the table will be asked about
    * @param size ranks below size are looked up
    */
-  constructor(rankOf: (u: number) => number, guess: (rank: number) => number, start: number, size: number) {
-    const thresholds = new Float64Array(size + 1);
+  static build(rankOf: (u: number) => number, guess: (rank: number) => number, start: number, size: number): ZipfianRankTable {
+    const thresholds = new Float64Array(new SharedArrayBuffer(8 * (size + 1)));
     const first = rankOf(start);
     thresholds.fill(-Infinity, 0, Math.min(first, size) + 1);
     for (let r = first + 1; r <= size; r++) {
@@ -179,17 +198,14 @@ export class ZipfianRankTable {
       }
       thresholds[r] = hi;
     }
-    this.thresholds = thresholds;
-    this.start = start;
-    this.end = thresholds[size]!;
-    this.bucketScale = size / (this.end - start);
-    this.lastBucket = size - 1;
-    this.bucketRanks = new Int32Array(size);
+    const bucketRanks = new Int32Array(new SharedArrayBuffer(4 * size));
+    const bucketScale = size / (thresholds[size]! - start);
     for (let b = 0, r = Math.max(first, 0); b < size; b++) {
-      const u = start + b / this.bucketScale;
+      const u = start + b / bucketScale;
       while (r + 1 < size && u >= thresholds[r + 1]!) r++;
-      this.bucketRanks[b] = r;
+      bucketRanks[b] = r;
     }
+    return new ZipfianRankTable({ thresholds, bucketRanks, start });
   }
 
   /** The smallest draw whose rank is at least `rank` (-Infinity for ranks at or below the first). */
@@ -214,8 +230,16 @@ export const SCRAMBLED_ITEM_COUNT = 10_000_000_000;
 export const SCRAMBLED_ZETAN = 26.46902820178302;
 /** ranks looked up in a table (ZipfianRankTable) and whose hashes are cached: about half of all draws */
 const POPULAR_RANKS = 1 << 16;
-/** the table of the default scrambled zipfian, the same for every record count: built once per thread */
 let defaultScrambledRanks: ZipfianRankTable | undefined;
+
+/**
+ * The rank table of the default scrambled zipfian (theta 0.99), the same for every record count.
+ * Built once per thread (~60 ms) unless a run's main thread shares its own (WorkloadSharedState).
+ */
+export function scrambledRankTable(): ZipfianRankTable {
+  defaultScrambledRanks ??= new ZipfianGenerator(new Random(1), 0, SCRAMBLED_ITEM_COUNT, ZIPFIAN_CONSTANT, SCRAMBLED_ZETAN).buildRankTable(POPULAR_RANKS);
+  return defaultScrambledRanks;
+}
 
 /**
  * Zipfian popularity spread over the key space: draws from a 10^10-item zipfian and hashes the
@@ -230,14 +254,15 @@ export class ScrambledZipfianGenerator implements NumberGenerator {
   private readonly hashedRanks = new Float64Array(POPULAR_RANKS).fill(-1);
   private last = 0;
 
-  constructor(rng: Random, min: number, max: number, zipfianConstant = ZIPFIAN_CONSTANT) {
+  /** `ranks`: the default generator's rank table (scrambledRankTable(), or one shared by another thread) */
+  constructor(rng: Random, min: number, max: number, zipfianConstant = ZIPFIAN_CONSTANT, ranks?: ZipfianRankTable) {
     this.min = min;
     this.max = max;
     this.itemCount = max - min + 1;
     // YCSB passes max = ITEM_COUNT, so the underlying generator has ITEM_COUNT + 1 items
     if (zipfianConstant === ZIPFIAN_CONSTANT) {
       this.gen = new ZipfianGenerator(rng, 0, SCRAMBLED_ITEM_COUNT, zipfianConstant, SCRAMBLED_ZETAN);
-      this.gen.useRankTable((defaultScrambledRanks ??= this.gen.buildRankTable(POPULAR_RANKS)));
+      this.gen.useRankTable(ranks ?? scrambledRankTable());
     } else {
       this.gen = new ZipfianGenerator(rng, 0, SCRAMBLED_ITEM_COUNT, zipfianConstant);
     }

@@ -9,7 +9,14 @@ import type { Properties } from '../properties.js';
 import { Random } from '../random.js';
 import type { NumberGenerator } from '../generators/number-generator.js';
 import { toJavaInt } from '../generators/number-generator.js';
-import { ScrambledZipfianGenerator, ZipfianGenerator } from '../generators/zipfian.js';
+import {
+  ScrambledZipfianGenerator,
+  ZIPFIAN_CONSTANT,
+  ZipfianGenerator,
+  ZipfianRankTable,
+  scrambledRankTable,
+  type SharedRankTable,
+} from '../generators/zipfian.js';
 import { SkewedLatestGenerator } from '../generators/skewed-latest.js';
 import {
   AcknowledgedCounterGenerator,
@@ -164,6 +171,8 @@ export interface WorkloadSharedState {
   keySequence: SharedCell;
   transactionInsert: AcknowledgedCounterState;
   sequential: SharedCell;
+  /** the scrambled zipfian's rank table, built once for all client threads (zipfian requests only) */
+  popularRanks?: SharedRankTable;
 }
 
 export function newWorkloadSharedState(config: CoreWorkloadConfig): WorkloadSharedState {
@@ -171,6 +180,7 @@ export function newWorkloadSharedState(config: CoreWorkloadConfig): WorkloadShar
     keySequence: CounterGenerator.initialState(config.insertStart),
     transactionInsert: AcknowledgedCounterGenerator.newState(config.recordCount),
     sequential: newSharedCell(0),
+    popularRanks: config.requestDistribution === 'zipfian' ? scrambledRankTable().shared : undefined,
   };
 }
 
@@ -241,7 +251,13 @@ export class CoreWorkload {
         this.keyChooser = new SequentialGenerator(shared.sequential, c.insertStart, c.insertStart + c.insertCount - 1);
         break;
       case 'zipfian':
-        this.keyChooser = new ScrambledZipfianGenerator(rng, c.insertStart, c.insertStart + c.insertCount + c.expectedNewKeys);
+        this.keyChooser = new ScrambledZipfianGenerator(
+          rng,
+          c.insertStart,
+          c.insertStart + c.insertCount + c.expectedNewKeys,
+          ZIPFIAN_CONSTANT,
+          shared.popularRanks && new ZipfianRankTable(shared.popularRanks),
+        );
         break;
       case 'latest':
         this.keyChooser = new SkewedLatestGenerator(rng, this.transactionInsertKeySequence);
