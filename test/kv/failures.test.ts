@@ -49,6 +49,7 @@ async function killedAfterPuts(t: ExecutionContext, server: KvServer, count: num
   const departed = new Promise((resolve) => server.once('clientDisconnected', resolve));
   proc.kill('SIGKILL');
   await departed;
+  await server.settled(); // its blocks too
   return { alive, gone: server.stats() };
 }
 
