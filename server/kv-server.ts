@@ -553,6 +553,7 @@ export class KvServer extends EventEmitter {
     };
     const deadline = performance.now() + 10_000;
     for (;;) {
+      if (this.closed) return true; // the region may be gone; nothing is freed any more anyway
       // Bursts of attempts: a hot bucket is free for microseconds at a time, shorter than a timer.
       for (let attempt = 0; attempt < 1000; attempt++) {
         const lock1 = Atomics.load(words, lockAt(b1));
@@ -562,7 +563,7 @@ export class KvServer extends EventEmitter {
         // unlocked and unchanged around the read: no PUT, DELETE or displacement in between
         if (Atomics.load(words, lockAt(b1)) === lock1 && Atomics.load(words, lockAt(b2)) === lock2) return found;
       }
-      if (performance.now() > deadline || this.closed) return true; // keeping a block is safe; freeing a live one is not
+      if (performance.now() > deadline) return true; // keeping a block is safe; freeing a live one is not
       await new Promise((resolve) => setImmediate(resolve));
     }
   }
