@@ -18,9 +18,13 @@ export function connect(server: KvServer, options: Partial<KvClientOptions> = {}
 
 const kvChild = fileURLToPath(new URL('kv-child.js', import.meta.url));
 
-/** Forks kv-child.js (see its modes) with the suites' environment. The test's teardown kills it if it still runs. */
-export function forkKvChild(t: ExecutionContext, args: string[]): ChildProcess {
-  const proc = fork(kvChild, args, { env: { ...process.env, RKV_QUIET: '1' } });
+/**
+ * Forks kv-child.js (see its modes) with the suites' environment; `silent` drops its output
+ * (many children). The test's teardown kills it if it still runs.
+ */
+export function forkKvChild(t: ExecutionContext, args: string[], options: { silent?: boolean } = {}): ChildProcess {
+  const stdio = options.silent ? (['ignore', 'ignore', 'ignore', 'ipc'] as const) : undefined;
+  const proc = fork(kvChild, args, { env: { ...process.env, RKV_QUIET: '1' }, ...(stdio ? { stdio: [...stdio] } : {}) });
   t.teardown(() => {
     if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
   });

@@ -1,7 +1,6 @@
 // KV conformance under failure: clients that die or go silent while holding
 // bucket locks are fenced, and their locks are released by the server.
-import { type ChildProcess, fork } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
+import type { ChildProcess } from 'node:child_process';
 
 import test from 'ava';
 
@@ -10,8 +9,6 @@ import type { ExecutionContext } from 'ava';
 import type { KvServer } from '../../server/kv-server.js';
 import { connect, forkKvChild, startServer, validate } from '../helpers/kv.js';
 import { providersUnderTest, slow, testScale } from '../helpers/providers.js';
-
-const child = fileURLToPath(new URL('../helpers/kv-child.js', import.meta.url));
 
 /** Buckets whose lock word has an owner (read from the server's region). */
 function heldLocks(server: KvServer): number[] {
@@ -23,8 +20,8 @@ function heldLocks(server: KvServer): number[] {
   return held;
 }
 
-function writer(url: string, id: number, acked?: string[]): ChildProcess {
-  const proc = fork(child, ['write', url, String(id), '4', '60000'], { env: { ...process.env, RKV_QUIET: '1' }, stdio: ['ignore', 'ignore', 'ignore', 'ipc'] });
+function writer(t: ExecutionContext, url: string, id: number, acked?: string[]): ChildProcess {
+  const proc = forkKvChild(t, ['write', url, String(id), '4', '60000'], { silent: true });
   proc.on('message', (m: { acked?: string }) => m.acked && acked?.push(m.acked));
   return proc;
 }
@@ -78,7 +75,7 @@ for (const scheme of providersUnderTest()) {
     let killed = 0;
     const acked: string[] = [];
     for (let round = 0; round < kills; round += 2) {
-      const procs = [writer(url, 100 + round, acked), writer(url, 101 + round, acked)];
+      const procs = [writer(t, url, 100 + round, acked), writer(t, url, 101 + round, acked)];
       // Let each get going (its first acknowledged PUT, or its end), then kill it at a random point of its PUTs.
       await Promise.all(
         procs.map((proc) => Promise.race([new Promise((r) => proc.once('message', r)), exited(proc), new Promise((r) => setTimeout(r, 20_000))])),
@@ -160,8 +157,7 @@ for (const scheme of providersUnderTest()) {
   test(`${scheme}: a client that goes silent is fenced after three keepalive intervals`, async (t) => {
     const server = await startServer(scheme, { keepaliveMs: slow(100) });
     t.teardown(() => server.close());
-    const proc = writer(server.urls[0]!, 7);
-    t.teardown(() => proc.kill('SIGKILL'));
+    const proc = writer(t, server.urls[0]!, 7);
     while (server.stats().clients === 0) await new Promise((r) => setTimeout(r, 20));
     await new Promise((r) => setTimeout(r, 200));
     const fenced = new Promise<number>((resolve) => server.once('clientDisconnected', resolve));
