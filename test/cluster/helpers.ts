@@ -8,7 +8,7 @@ import type { ExecutionContext } from 'ava';
 
 import type { KvClient, KvStatusName } from '../../client/index.js';
 
-import { type Scheme, rdmaAddresses, slow } from '../helpers/providers.js';
+import { type Scheme, rdmaAddresses } from '../helpers/providers.js';
 import { type ServerProcess, freePort, startServerProcess } from '../server/helpers.js';
 
 export interface Member {
@@ -56,14 +56,7 @@ export async function stats(member: Member): Promise<{ items: number; clients: n
   return (await response.json()) as { items: number; clients: number };
 }
 
-/** Polls until check() holds: servers apply PUT notices asynchronously. A guard, not a timing assertion. */
-export async function eventually(check: () => Promise<boolean>, what: string, guardMs = slow(30_000)): Promise<void> {
-  const end = Date.now() + guardMs;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`still not true after ${guardMs} ms: ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
+export { eventually } from '../helpers/providers.js';
 
 export async function stopAll(members: Member[]): Promise<void> {
   await Promise.all(members.map((m) => m.process.stop('SIGKILL')));

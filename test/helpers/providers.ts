@@ -66,3 +66,12 @@ export function testTimeoutMs(): number {
 export function slow(ms: number): number {
   return Math.round(ms * Math.max(1, testTimeoutMs() / 5000));
 }
+
+/** Polls until check() holds (servers apply notices and free blocks asynchronously). A guard, not a timing assertion. */
+export async function eventually(check: () => boolean | Promise<boolean>, what: string, guardMs = slow(30_000)): Promise<void> {
+  const end = Date.now() + guardMs;
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error(`still not true after ${guardMs} ms: ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}

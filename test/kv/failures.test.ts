@@ -8,7 +8,7 @@ import type { ExecutionContext } from 'ava';
 
 import type { KvServer } from '../../server/kv-server.js';
 import { connect, forkKvChild, startServer, validate } from '../helpers/kv.js';
-import { providersUnderTest, slow, testScale } from '../helpers/providers.js';
+import { eventually, providersUnderTest, slow, testScale } from '../helpers/providers.js';
 
 /** Buckets whose lock word has an owner (read from the server's region). */
 function heldLocks(server: KvServer): number[] {
@@ -24,12 +24,6 @@ function writer(t: ExecutionContext, url: string, id: number, acked?: string[]):
   const proc = forkKvChild(t, ['write', url, String(id), '4', '60000'], { silent: true });
   proc.on('message', (m: { acked?: string }) => m.acked && acked?.push(m.acked));
   return proc;
-}
-
-/** Waits (up to 10 s) for a condition on the server that timers bring about. */
-async function until(condition: () => boolean): Promise<void> {
-  const deadline = Date.now() + 10_000;
-  while (!condition() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
 }
 
 /**
@@ -123,7 +117,7 @@ for (const scheme of providersUnderTest()) {
     t.is(gone.blocksReclaimed, alive.blocksGranted - 10);
     // one size class: after the grace period only the 10 items hold heap
     const blockBytes = alive.heapUsedBytes / alive.blocksGranted;
-    await until(() => server.stats().heapUsedBytes === 10 * blockBytes);
+    await eventually(() => server.stats().heapUsedBytes === 10 * blockBytes, 'the grace period passes');
     t.is(server.stats().heapUsedBytes, 10 * blockBytes);
     await checkKept(t, server, 10, 100);
   });
@@ -149,7 +143,7 @@ for (const scheme of providersUnderTest()) {
     const { alive, gone } = await killedAfterPuts(t, server, 10, 100, forgetNotices);
     t.is(gone.blocksReclaimed, alive.blocksGranted - 10, 'the 10 published blocks are recognised and kept');
     const blockBytes = alive.heapUsedBytes / alive.blocksGranted;
-    await until(() => server.stats().heapUsedBytes === 10 * blockBytes);
+    await eventually(() => server.stats().heapUsedBytes === 10 * blockBytes, 'the grace period passes');
     t.is(server.stats().heapUsedBytes, 10 * blockBytes);
     await checkKept(t, server, 10, 100);
   });
