@@ -397,7 +397,7 @@ export class KvServer extends EventEmitter {
     if (newSlot !== 0n) {
       const block = Number(newSlot & 0xffffffffn);
       client.held.delete(block); // published: the index owns it now
-      const at = this.layout.heapOffset + block * KvLayout.UNIT_BYTES;
+      const at = this.itemAt(block);
       if (at + KvLayout.ITEM_HEADER_BYTES <= this.layout.regionBytes && region.readUInt16LE(at + ItemHeader.TYPE) === ItemType.LOCK) {
         this.lockItems.add(block);
       }
@@ -411,6 +411,11 @@ export class KvServer extends EventEmitter {
     const units = Number((slot >> 32n) & 0xffffn);
     const block = Number(slot & 0xffffffffn);
     return this.heap.retire(this.heap.classOfUnits(units), block);
+  }
+
+  /** Region offset of the item in heap block `block` (in units). */
+  private itemAt(block: number): number {
+    return this.layout.heapOffset + block * KvLayout.UNIT_BYTES;
   }
 
   /** 0, or a slot whose item lies inside the heap. */
@@ -519,7 +524,7 @@ export class KvServer extends EventEmitter {
       if (this.closed) return;
       // Only an item this client wrote can have been published by it: its version carries the
       // writer's id (its low 24 bits). Blocks it never wrote to need no look at the index.
-      const version = region.readBigUInt64LE(this.layout.heapOffset + block * KvLayout.UNIT_BYTES + ItemHeader.VERSION);
+      const version = region.readBigUInt64LE(this.itemAt(block) + ItemHeader.VERSION);
       const wroteIt = Number(version >> 40n) === (client.id & 0xffffff);
       if (wroteIt && (await this.isPublished(block))) published.push(block);
       else if (this.heap.retire(cls, block)) reclaimed++;
@@ -536,7 +541,7 @@ export class KvServer extends EventEmitter {
   /** Does a slot in the buckets of the key stored at `block` point to it? (See reclaimHeld.) */
   private async isPublished(block: number): Promise<boolean> {
     const region = this.memory.bytes;
-    const at = this.layout.heapOffset + block * KvLayout.UNIT_BYTES;
+    const at = this.itemAt(block);
     const keyAt = at + KvLayout.ITEM_HEADER_BYTES;
     const keyLength = region.readUInt16LE(at + ItemHeader.KEY_LEN);
     if (keyLength > KvLayout.MAX_KEY_BYTES || keyAt + keyLength > this.layout.heapOffset + this.layout.heapBytes) return false; // no item
@@ -584,8 +589,7 @@ export class KvServer extends EventEmitter {
       }
     }
     for (const block of live.keys()) {
-      const at = this.layout.heapOffset + block * KvLayout.UNIT_BYTES;
-      if (region.readUInt16LE(at + ItemHeader.TYPE) === ItemType.LOCK) this.lockItems.add(block);
+      if (region.readUInt16LE(this.itemAt(block) + ItemHeader.TYPE) === ItemType.LOCK) this.lockItems.add(block);
     }
     this.heap.rebuild([...live].map(([block, units]) => ({ block, units })));
     this.counters.items = live.size;
@@ -632,7 +636,7 @@ export class KvServer extends EventEmitter {
     // Lock items (kv.lock()) it holds: CAS (token, id) -> (token, 0), the token kept.
     let items = 0;
     for (const block of this.lockItems) {
-      const at = this.layout.heapOffset + block * KvLayout.UNIT_BYTES + ItemHeader.ATOMIC_WORD;
+      const at = this.itemAt(block) + ItemHeader.ATOMIC_WORD;
       const word = this.memory.bytes.readBigUInt64LE(at);
       const holder = Number(word & 0xffffffffn);
       if (holder === 0 || (id !== 'any' && holder !== id)) continue;
