@@ -23,8 +23,7 @@ const kvChild = fileURLToPath(new URL('kv-child.js', import.meta.url));
  * (many children). The test's teardown kills it if it still runs.
  */
 export function forkKvChild(t: ExecutionContext, args: string[], options: { silent?: boolean } = {}): ChildProcess {
-  const stdio = options.silent ? (['ignore', 'ignore', 'ignore', 'ipc'] as const) : undefined;
-  const proc = fork(kvChild, args, { env: { ...process.env, RKV_QUIET: '1' }, ...(stdio ? { stdio: [...stdio] } : {}) });
+  const proc = fork(kvChild, args, { env: { ...process.env, RKV_QUIET: '1' }, stdio: options.silent ? ['ignore', 'ignore', 'ignore', 'ipc'] : undefined });
   t.teardown(() => {
     if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
   });
