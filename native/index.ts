@@ -65,6 +65,7 @@ interface NativeConnection {
   accept(options: NativeQpOptions, privateData?: Buffer): void;
   reject(privateData?: Buffer): void;
   disconnect(): void;
+  fenceComplete(): boolean;
   readonly state: ConnState;
   readonly qpNum: number;
   readonly maxInline: number;
@@ -483,6 +484,25 @@ export class Connection extends EventEmitter<ConnectionEvents> {
   disconnect(): void {
     this.native.disconnect();
     this.closed();
+  }
+  /**
+   * After disconnect(): resolves once nothing the peer posted can still land in
+   * our memory. At once on verbs (the queue pair is in error); on shm it waits
+   * while the peer process is paused inside a post that began before the fence
+   * (until that post ends or the process exits). `onWait` is called once if it
+   * has to wait longer than `warnMs`.
+   */
+  async fenced(options: { warnMs?: number; onWait?: () => void } = {}): Promise<void> {
+    const started = performance.now();
+    let warned = false;
+    for (let delay = 1; !this.native.fenceComplete(); delay = Math.min(delay * 2, 50)) {
+      if (!warned && performance.now() - started > (options.warnMs ?? 1000)) {
+        warned = true;
+        options.onWait?.();
+      }
+      // unref'd: waiting for a paused peer does not keep a process alive that has nothing else to do
+      await new Promise((resolve) => setTimeout(resolve, delay).unref());
+    }
   }
   /** @internal */
   closed(): void {

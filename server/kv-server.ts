@@ -151,6 +151,8 @@ export class KvServer extends EventEmitter {
   /** Heap offsets (units) of lock items, learned from creations, for releasing a dead holder's locks. */
   private readonly lockItems = new Set<number>();
   private recovering = false;
+  /** departed clients whose fence is not complete yet (see forget) */
+  private readonly fencing = new Set<Promise<void>>();
 
   private constructor(private readonly options: KvServerOptions) {
     super();
@@ -477,9 +479,10 @@ export class KvServer extends EventEmitter {
 
   /**
    * A client is gone (it closed, died, or broke). Fence it first — its queue
-   * pair moves to the error state, so nothing it still sends can land — then
-   * release every bucket lock it holds, through our own loopback queue pair:
-   * lock words are changed only by RDMA atomics, never by this CPU.
+   * pair moves to the error state, and once `fenced()` resolves nothing it
+   * still sends can land (on shm that waits for a client paused inside a post)
+   * — then release every bucket lock it holds, through our own loopback queue
+   * pair: lock words are changed only by RDMA atomics, never by this CPU.
    */
   private forget(entry: Fabric, client: Client, reason: string): void {
     if (!this.clients.has(client.connection)) return;
@@ -490,7 +493,18 @@ export class KvServer extends EventEmitter {
     this.counters.fencedClients++;
     this.byQp.delete(`${entry.provider.scheme}:${client.connection.qpNum}`);
     this.log?.info({ clientId: client.id, reason }, 'client disconnected');
-    // The ring is reused only once the locks are released (chained: one recovery at a time).
+    // Its locks and blocks are touched only once the fence is complete; a client paused
+    // inside a post keeps them (and only them) until that post ends or the process exits.
+    const fenced = client.connection
+      .fenced({ onWait: () => this.log?.warn({ clientId: client.id }, 'fenced client is paused inside a post: its locks and blocks wait until it resumes or exits') })
+      .then(() => this.recoverDeparted(entry, client));
+    this.fencing.add(fenced);
+    void fenced.finally(() => this.fencing.delete(fenced));
+  }
+
+  /** After the fence: its locks, then its blocks; the ring is reused only once the locks are released. */
+  private recoverDeparted(entry: Fabric, client: Client): void {
+    // Chained: one recovery at a time (the loopback queue pair serves one at a time).
     this.recovery = this.recovery
       .then(async () => {
         await this.releaseLocks(entry, client.id);
@@ -674,6 +688,7 @@ export class KvServer extends EventEmitter {
 
   /** Resolves when every departed client's locks have been released and its blocks taken back. */
   async settled(): Promise<void> {
+    while (this.fencing.size > 0) await Promise.all(this.fencing);
     await this.recovery;
     await this.reclaiming;
   }

@@ -357,6 +357,7 @@ class ConnectionWrap : public Napi::ObjectWrap<ConnectionWrap> {
         {InstanceMethod<&ConnectionWrap::post_send>("postSend"), InstanceMethod<&ConnectionWrap::post_recv>("postRecv"),
          InstanceMethod<&ConnectionWrap::accept>("accept"), InstanceMethod<&ConnectionWrap::reject>("reject"),
          InstanceMethod<&ConnectionWrap::disconnect>("disconnect"),
+         InstanceMethod<&ConnectionWrap::fence_complete>("fenceComplete"),
          InstanceAccessor<&ConnectionWrap::state>("state"), InstanceAccessor<&ConnectionWrap::qp_num>("qpNum"),
          InstanceAccessor<&ConnectionWrap::max_inline>("maxInline"),
          InstanceAccessor<&ConnectionWrap::peer_private_data>("peerPrivateData"),
@@ -468,6 +469,9 @@ class ConnectionWrap : public Napi::ObjectWrap<ConnectionWrap> {
   Napi::Value reject(const Napi::CallbackInfo& info) {
     connection_->reject(bytes_of(info[0], "private data"));
     return info.Env().Undefined();
+  }
+  Napi::Value fence_complete(const Napi::CallbackInfo& info) {
+    return Napi::Boolean::New(info.Env(), connection_->fence_complete());
   }
   Napi::Value disconnect(const Napi::CallbackInfo& info) {
     connection_->disconnect();

@@ -144,6 +144,11 @@ class Connection {
   virtual int post_recv(const RecvRequest* rrs, size_t count, size_t* bad) = 0;
   // Moves the queue pair to the error state (flushing) and tells the peer. Idempotent.
   virtual void disconnect() = 0;
+  // After disconnect() (or a failure): true once nothing the peer posted can
+  // still land in our memory. A NIC guarantees that the moment the queue pair
+  // is in error; the shm provider, where the peer's own process does the
+  // writes, may have to wait for a peer caught in the middle of a post.
+  virtual bool fence_complete() = 0;
 
   virtual ConnState state() const = 0;
   virtual uint32_t qp_num() const = 0;

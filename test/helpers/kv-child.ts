@@ -7,6 +7,7 @@
 //   hold   URL LOCK                 take the lock, report, and wait to be killed
 //   puts   URL PREFIX COUNT BYTES   put PREFIX0..COUNT-1 (BYTES each), report, and wait to be killed
 //   lin    URL PROCESS COUNT FILE   random get/put/delete/cas on 3 keys, history in FILE
+//   put    URL KEY VALUE            one put; reports { acked } or its error, then exits
 import { KvClient } from '../../client/index.js';
 import { selfValidating, validate } from './kv.js';
 import { testTimeoutMs } from './providers.js';
@@ -136,6 +137,10 @@ async function main(): Promise<void> {
     send({ done: count });
     setInterval(() => {}, 1 << 30); // holding its unused granted blocks, as a crashed client would
     return;
+  } else if (mode === 'put') {
+    const [key, value] = [args[0]!, args[1]!];
+    const outcome = await kv.put(key, value).then(() => ({ acked: true }), (error: Error) => ({ acked: false, failed: error.name }));
+    send(outcome);
   } else if (mode === 'hold') {
     const lock = await kv.lock(args[0]!);
     send({ token: lock.token.toString() });

@@ -22,8 +22,8 @@ const kvChild = fileURLToPath(new URL('kv-child.js', import.meta.url));
  * Forks kv-child.js (see its modes) with the suites' environment; `silent` drops its output
  * (many children). The test's teardown kills it if it still runs.
  */
-export function forkKvChild(t: ExecutionContext, args: string[], options: { silent?: boolean } = {}): ChildProcess {
-  const proc = fork(kvChild, args, { env: { ...process.env, RKV_QUIET: '1' }, stdio: options.silent ? ['ignore', 'ignore', 'ignore', 'ipc'] : undefined });
+export function forkKvChild(t: ExecutionContext, args: string[], options: { silent?: boolean; env?: NodeJS.ProcessEnv } = {}): ChildProcess {
+  const proc = fork(kvChild, args, { env: { ...process.env, RKV_QUIET: '1', ...options.env }, stdio: options.silent ? ['ignore', 'ignore', 'ignore', 'ipc'] : undefined });
   t.teardown(() => {
     if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
   });

@@ -87,6 +87,7 @@ class ShmConnection final : public Connection, public std::enable_shared_from_th
   int post_send(const WorkRequest* wrs, size_t count, size_t* bad) override;
   int post_recv(const RecvRequest* rrs, size_t count, size_t* bad) override;
   void disconnect() override;
+  bool fence_complete() override;
   ConnState state() const override { return state_.load(std::memory_order_acquire); }
   uint32_t qp_num() const override { return qp_num_; }
   uint32_t max_inline() const override { return u32(Limit::SHM_MAX_INLINE); }
@@ -137,6 +138,9 @@ class ShmConnection final : public Connection, public std::enable_shared_from_th
   void notify_peer_data();
   void wake_peer(int fd);
   bool peer_closed() const;
+  bool peer_exited() const;
+  // Marks this side as executing against the peer's memory for one scope.
+  class Executing;
 
   ShmProvider* provider_;
   int socket_;
@@ -149,6 +153,12 @@ class ShmConnection final : public Connection, public std::enable_shared_from_th
   std::shared_ptr<ShmCq> send_cq_, recv_cq_;
 
   ConnShared* shared_ = nullptr;
+  // The connection area kept mapped after the queues are released, until the
+  // fence is known complete (the peer's executing flag must stay readable).
+  ConnShared* fence_area_ = nullptr;
+  bool fenced_ = false;  // sticky: fence_complete() has said true
+  int peer_pid_ = 0;     // from SO_PEERCRED; 0 when not visible (another pid namespace)
+  int peer_pidfd_ = -1;  // readable once the peer process has exited
   RingControl* out_control_ = nullptr;
   uint8_t* out_data_ = nullptr;
   RingControl* in_control_ = nullptr;
@@ -205,6 +215,10 @@ class ShmProvider final : public Provider {
   void watch(int fd);
   void unwatch(int fd);
   uint32_t next_qp_num() { return ++qp_counter_; }
+  // Test hook (RKV_SHM_TEST_STOP_BEFORE=OPCODE:LENGTH, e.g. WRITE:8): the first
+  // matching request stops this process with SIGSTOP after the fence check and
+  // before it executes, so a test can fence a writer caught exactly there.
+  bool test_stop_before(const WorkRequest& wr);
   void emit(std::vector<ConnectionEvent>& events);  // outside the lock
 
  private:
@@ -220,6 +234,8 @@ class ShmProvider final : public Provider {
   bool stopped_ = false;
   uint32_t key_counter_;
   uint32_t qp_counter_ = 0;
+  int test_stop_opcode_ = -1;  // -1: the test hook is off
+  uint32_t test_stop_length_ = 0;
   std::unordered_map<uint32_t, ShmMr*> mrs_;
   std::unordered_map<int, ShmListener*> listeners_;
   std::unordered_map<int, std::shared_ptr<ShmConnection>> connections_;  // by socket

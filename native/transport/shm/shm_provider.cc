@@ -9,8 +9,11 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+#include <cstdlib>
 
 #include <cstring>
 #include <random>
@@ -70,17 +73,33 @@ ShmConnection::ShmConnection(ShmProvider* provider, int socket, int side, uint32
   socklen_t len = sizeof cred;
   if (getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
     peer_address_ = "pid " + std::to_string(cred.pid) + " uid " + std::to_string(cred.uid);
+    peer_pid_ = cred.pid;
+    // Opened while the peer still holds its end of the socket, so the pid cannot
+    // have been reused yet. Fencing uses it to tell a dead peer from a paused one.
+    if (cred.pid > 0) peer_pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, cred.pid, 0));
   }
 }
 
 ShmConnection::~ShmConnection() {
   // Never takes the provider lock: the last reference may drop under it.
   release_resources();
+  if (fence_area_ != nullptr) munmap(fence_area_, sizeof(ConnShared));
+  if (peer_pidfd_ >= 0) ::close(peer_pidfd_);
   if (socket_ >= 0) ::close(socket_);
 }
 
 void ShmConnection::release_resources() {
-  if (shared_ != nullptr) munmap(shared_, sizeof(ConnShared));
+  if (shared_ != nullptr) {
+    // Until the fence is known complete, the peer's executing flag must stay
+    // readable (the usual case, a peer not inside a post, completes it now).
+    if (!fenced_ && shared_->closed[side_].load(std::memory_order_seq_cst) != 0 &&
+        shared_->executing[1 - side_].load(std::memory_order_seq_cst) != 0 && !peer_exited()) {
+      fence_area_ = shared_;
+    } else {
+      fenced_ = fenced_ || shared_->closed[side_].load(std::memory_order_seq_cst) != 0;
+      munmap(shared_, sizeof(ConnShared));
+    }
+  }
   shared_ = nullptr;
   out_control_ = in_control_ = nullptr;
   out_data_ = in_data_ = nullptr;
@@ -359,6 +378,21 @@ ShmProvider::ShmProvider(EventSink sink) : sink_(std::move(sink)) {
   // Keys start at a random point so an rkey cannot be guessed from a restart.
   std::random_device random;
   key_counter_ = random();
+  if (const char* stop = std::getenv("RKV_SHM_TEST_STOP_BEFORE")) {
+    const std::string spec(stop);
+    const size_t colon = spec.find(':');
+    for (Opcode op : {Opcode::READ, Opcode::WRITE, Opcode::WRITE_WITH_IMM, Opcode::CMP_AND_SWP, Opcode::FETCH_AND_ADD}) {
+      if (spec.substr(0, colon) == to_string(op)) test_stop_opcode_ = static_cast<int>(op);
+    }
+    if (colon != std::string::npos) test_stop_length_ = static_cast<uint32_t>(std::strtoul(spec.c_str() + colon + 1, nullptr, 10));
+  }
+}
+
+bool ShmProvider::test_stop_before(const WorkRequest& wr) {
+  if (test_stop_opcode_ < 0 || static_cast<int>(wr.opcode) != test_stop_opcode_) return false;
+  if (test_stop_length_ != 0 && wr.length != test_stop_length_) return false;
+  test_stop_opcode_ = -1;  // once
+  return true;
 }
 
 ShmProvider::~ShmProvider() {

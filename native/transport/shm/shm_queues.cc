@@ -5,6 +5,8 @@
 // in the connection's ring; the receiver's poll turns records into RECV
 // completions against the receives it posted.
 #include <errno.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -247,8 +249,64 @@ void ShmConnection::wake_peer(int fd) {
   (void)rc;
 }
 
+// Fencing, exactly. A NIC stops executing a peer's requests the moment our
+// queue pair is in error; here the peer's own process executes them, at post
+// time, after checking our closed flag. A peer paused between that check and
+// the copy (a debugger, SIGSTOP, a page fault) would land its request after we
+// fenced it. So each side raises its executing flag before it checks and
+// lowers it after it executed (Dekker's handshake: both sides store, then load,
+// all seq_cst, so at least one sees the other's store):
+//   poster:  executing[me] = 1;  if closed[peer]: stop;  execute;  executing[me] = 0
+//   fencer:  closed[me] = 1;     fence complete once executing[peer] == 0
+// If the fencer reads executing == 0, any later post of the peer sees closed.
+// If it reads 1, the peer is inside one post that checked before the fence:
+// the fence completes when that post ends, or when the peer process exits.
+// Until then the requests of that one post may still land, which is why the
+// store releases a fenced client's locks and blocks only after fence_complete().
+// Cost: two uncontended stores to the connection's own shared line per post.
+class ShmConnection::Executing {
+ public:
+  explicit Executing(ConnShared* shared, int side) : flag_(shared != nullptr ? &shared->executing[side] : nullptr) {
+    if (flag_ != nullptr) flag_->store(1, std::memory_order_seq_cst);
+  }
+  ~Executing() {
+    if (flag_ != nullptr) flag_->store(0, std::memory_order_release);
+  }
+  Executing(const Executing&) = delete;
+  Executing& operator=(const Executing&) = delete;
+
+ private:
+  std::atomic<uint32_t>* flag_;
+};
+
 bool ShmConnection::peer_closed() const {
-  return shared_ != nullptr && shared_->closed[1 - side_].load(std::memory_order_acquire) != 0;
+  return shared_ != nullptr && shared_->closed[1 - side_].load(std::memory_order_seq_cst) != 0;
+}
+
+bool ShmConnection::peer_exited() const {
+  if (peer_pidfd_ >= 0) {
+    pollfd p{peer_pidfd_, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 1;
+  }
+  return peer_pid_ > 0 && kill(peer_pid_, 0) != 0 && errno == ESRCH;
+}
+
+bool ShmConnection::fence_complete() {
+  std::lock_guard<std::mutex> guard(provider_->lock());
+  if (fenced_) return true;
+  const ConnState s = state();
+  if (s == ConnState::CONNECTED || s == ConnState::CONNECTING) return false;  // not fenced at all yet
+  ConnShared* area = shared_ != nullptr ? shared_ : fence_area_;
+  if (area != nullptr && area->closed[side_].load(std::memory_order_seq_cst) != 0 &&
+      area->executing[1 - side_].load(std::memory_order_seq_cst) != 0 && !peer_exited()) {
+    return false;  // the peer is inside a post that began before the fence
+  }
+  fenced_ = true;
+  if (fence_area_ != nullptr) {
+    munmap(fence_area_, sizeof(ConnShared));
+    fence_area_ = nullptr;
+  }
+  return true;
 }
 
 int ShmConnection::post_send(const WorkRequest* wrs, size_t count, size_t* bad) {
@@ -258,6 +316,7 @@ int ShmConnection::post_send(const WorkRequest* wrs, size_t count, size_t* bad) 
     *bad = 0;
     return EINVAL;  // as ibv_post_send on a queue pair that is not yet RTS
   }
+  Executing executing(shared_, side_);
   for (size_t i = 0; i < count; i++) {
     const WorkRequest& wr = wrs[i];
     // Checked before every request: a peer that fenced us (a server releasing
@@ -285,6 +344,7 @@ int ShmConnection::post_send(const WorkRequest* wrs, size_t count, size_t* bad) 
       continue;
     }
     const uint8_t* inline_data = inline_send ? reinterpret_cast<const uint8_t*>(wr.local_addr) : nullptr;
+    if (pending_count_ == 0 && provider_->test_stop_before(wr)) raise(SIGSTOP);
     if (pending_count_ == 0 && execute(wr, inline_data)) continue;
     // Waits behind earlier requests for ring room; a connection keeps its order.
     if (pending_count_ == pending_.size()) {
@@ -303,7 +363,13 @@ int ShmConnection::post_send(const WorkRequest* wrs, size_t count, size_t* bad) 
 }
 
 void ShmConnection::progress_sends(ShmCq* cq) {
+  if (pending_count_ == 0) return;
+  Executing executing(shared_, side_);
   while (pending_count_ > 0 && state() == ConnState::CONNECTED) {
+    if (peer_closed()) {
+      fail("the peer closed the connection", false);
+      return;  // the rest is flushed
+    }
     PendingSend& p = pending_[pending_head_];
     if (!execute(p.wr, p.is_inline ? p.inline_data : nullptr)) {
       out_control_->producer_waiting.store(1, std::memory_order_seq_cst);
@@ -440,7 +506,7 @@ void ShmConnection::fail(const std::string& why, bool tell_peer) {
   if (first_error_.empty()) first_error_ = why;
   if (s == ConnState::ERROR || s == ConnState::CLOSED) return;
   set_state(ConnState::ERROR);
-  if (shared_ != nullptr) shared_->closed[side_].store(1, std::memory_order_release);
+  if (shared_ != nullptr) shared_->closed[side_].store(1, std::memory_order_seq_cst);  // see Executing
   // A broken RC queue pair is useless to both ends: closing our half of the
   // socket tells the peer at once.
   if (tell_peer && socket_ >= 0) ::shutdown(socket_, SHUT_RDWR);

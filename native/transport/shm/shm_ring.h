@@ -1,6 +1,6 @@
 // The memory two shm peers share for one connection: two single-producer,
 // single-consumer byte rings (one per direction) that carry SEND payloads and
-// WRITE_WITH_IMM notices, plus each side's "closed" flag.
+// WRITE_WITH_IMM notices, plus each side's "closed" and "executing" flags.
 //
 // Ownership: ring[i] is produced by side i (0 = active, 1 = passive) and
 // consumed by the other side. head is written only by the producer, tail only
@@ -44,6 +44,10 @@ struct ConnShared {
   uint32_t magic;
   uint32_t ring_bytes;
   std::atomic<uint32_t> closed[2];  // side i broke or closed the connection
+  // Side i is executing requests against the peer's memory (one post or one
+  // retry of waiting sends). With closed[] it makes fencing exact: see
+  // ShmConnection::fence_complete().
+  std::atomic<uint32_t> executing[2];
   RingControl control[2];
   uint8_t data[2][kRingBytes];
 };

@@ -446,6 +446,14 @@ void VerbsConnection::disconnect() {
   disconnect_locked();  // DISCONNECTED follows from rdma_cm once the peer answers
 }
 
+bool VerbsConnection::fence_complete() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  // rdma_disconnect moved the queue pair to ERR: the device executes nothing
+  // more that the peer sends. Without a queue pair nothing could land at all.
+  const ConnState s = state();
+  return s != ConnState::CONNECTED && s != ConnState::CONNECTING && (disconnect_called_ || qp_ == nullptr);
+}
+
 void VerbsConnection::shut_down() {
   std::lock_guard<std::mutex> guard(mutex_);
   shut_down_ = true;

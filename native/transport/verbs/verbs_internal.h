@@ -188,6 +188,7 @@ class VerbsConnection final : public Connection, public std::enable_shared_from_
   int post_send(const WorkRequest* wrs, size_t count, size_t* bad) override;
   int post_recv(const RecvRequest* rrs, size_t count, size_t* bad) override;
   void disconnect() override;
+  bool fence_complete() override;
   ConnState state() const override { return state_.load(std::memory_order_acquire); }
   uint32_t qp_num() const override { return qp_num_.load(std::memory_order_acquire); }
   uint32_t max_inline() const override { return max_inline_; }

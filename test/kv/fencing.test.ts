@@ -1,0 +1,60 @@
+// Fencing is exact on shm: a client paused between the provider's fence check
+// and the execution of its request (a debugger, SIGSTOP, a page fault) is
+// fenced by the server, and nothing it does when it resumes can replace a
+// value acknowledged to another client. The pause is deterministic: the
+// provider's test hook (RKV_SHM_TEST_STOP_BEFORE) stops the child process with
+// SIGSTOP right before it executes the 8-byte slot WRITE of its PUT, while it
+// holds the key's bucket locks. On verbs the fence is the NIC's: the queue pair
+// in error executes nothing more.
+import { readFileSync } from 'node:fs';
+
+import test from 'ava';
+
+import { KvError } from '../../client/index.js';
+import { connect, forkKvChild, startServer } from '../helpers/kv.js';
+import { eventually, providersUnderTest } from '../helpers/providers.js';
+
+const stopped = (pid: number): boolean => {
+  try {
+    // /proc/PID/stat: "pid (comm) S ..." — the state letter follows the command's closing parenthesis
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) === 'T';
+  } catch {
+    return false;
+  }
+};
+
+if (providersUnderTest().includes('shm')) {
+  test('shm: a fenced client paused inside its slot WRITE cannot replace a value acknowledged after the fence', async (t) => {
+    const server = await startServer('shm', { keepaliveMs: 100 });
+    t.teardown(() => server.close());
+    const other = await connect(server, { timeoutMs: 1000 });
+    t.teardown(() => other.close());
+    const key = 'fenced-key';
+    await other.put(key, 'before');
+
+    const child = forkKvChild(t, ['put', server.urls[0]!, key, 'stale'], { env: { RKV_SHM_TEST_STOP_BEFORE: 'WRITE:8' } });
+    let report: Record<string, unknown> | undefined;
+    child.on('message', (m: Record<string, unknown>) => (report = m));
+    const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
+    await eventually(() => stopped(child.pid!), 'the writer stopped itself before its slot WRITE');
+    // Silent for three keepalive intervals: the server fences it.
+    await eventually(() => server.stats().fencedClients >= 1, 'the server fenced the paused writer');
+
+    // A write after the fence. Acknowledged only if the fence let go of the paused writer's locks.
+    const acked = await other.put(key, 'fresh').then(
+      () => true,
+      (error: unknown) => {
+        t.true(error instanceof KvError, `a typed error: ${String(error)}`);
+        return false;
+      },
+    );
+    child.kill('SIGCONT');
+    await exited;
+    t.false(report?.acked === true, 'the fenced writer was not told its put succeeded');
+    await server.settled();
+    if (!acked) await other.put(key, 'fresh'); // now the paused writer's post has ended and its locks are back
+    t.is((await other.get(key))?.toString(), 'fresh', 'the value acknowledged last is the one stored');
+    t.is(server.stats().lockRecoveries, 2, "the writer's two bucket locks were released once, after its post ended");
+  });
+}
