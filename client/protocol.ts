@@ -1,4 +1,4 @@
-// Control messages of protocol v1 (msgpack over SEND/RECV) and the connect
+// Control messages of protocol v2 (msgpack over SEND/RECV) and the connect
 // private data. Shared by KvClient and kv-server. docs/protocol.md lists them.
 import { createHash } from 'node:crypto';
 
@@ -12,7 +12,10 @@ const packr = new Packr({ useRecords: false, int64AsType: 'bigint' });
 export interface Hello {
   t: 'hello';
   v: number;
+  /** Owner id in lock words: unique among connected clients (reused after a restart). */
   clientId: number;
+  /** session << 40: the base of this session's write versions, unique for the region's life. */
+  versionBase: bigint;
   region: { addr: bigint; rkey: number; length: bigint };
   layout: {
     bucketCount: number;

@@ -143,7 +143,12 @@ class Session {
       if (error instanceof TransportError && error.code === 'REJECTED') {
         const reason = error.privateData?.[0];
         if (reason === RejectReason.AUTH) throw new KvAuthError(`${options.url}: the server rejected the token`);
-        if (reason === RejectReason.VERSION) throw new KvProtocolError(`${options.url}: the server speaks another protocol version`);
+        if (reason === RejectReason.VERSION) {
+          const theirs = error.privateData?.[1]; // servers since v2 say which version they speak
+          throw new KvProtocolError(
+            `${options.url}: the server speaks protocol version ${theirs ?? 'other than ' + KvLayout.PROTOCOL_VERSION}, this client ${KvLayout.PROTOCOL_VERSION}: upgrade the older side`,
+          );
+        }
         throw new KvDisconnectedError(`${options.url}: the server refused the connection (${reason === RejectReason.FULL ? 'no free client slot' : 'rejected'})`);
       }
       const why = (error as Error).message;
@@ -175,6 +180,7 @@ class Session {
         seed: layout.seed,
         ringOffset: layout.ringOffset,
         clientId: hello.clientId,
+        versionBase: hello.versionBase,
         maxValueBytes: layout.maxValueBytes,
         graceMs: hello.graceMs,
       },

@@ -37,7 +37,16 @@ import {
   tokenDigest,
 } from '../client/protocol.js';
 import { Heap } from './store/heap.js';
-import { type RegionLayout, LayoutError, compareLayout, planLayout, readSuperblock, writeSuperblock } from './store/layout.js';
+import {
+  type RegionLayout,
+  LayoutError,
+  compareLayout,
+  planLayout,
+  readNextSession,
+  readSuperblock,
+  writeNextSession,
+  writeSuperblock,
+} from './store/layout.js';
 
 export interface KvServerOptions {
   /** URLs to listen on: shm:///path/to.sock, rdma://host:port. */
@@ -98,6 +107,8 @@ const SEND_SLOTS = 16;
 
 interface Client {
   id: number;
+  /** the high bits of every version it writes (see KvLayout.SESSION_VERSION_BITS) */
+  session: bigint;
   ring: number;
   connection: Connection;
   recvBase: number; // first receive buffer (wr_id base)
@@ -133,6 +144,8 @@ export class KvServer extends EventEmitter {
   private readonly log: Logger | undefined;
   private readonly graceMs: number;
   private nextClientId = 1;
+  /** Sessions are numbered for the region's life (persisted in the superblock), so versions never repeat. */
+  private nextSession = 1n;
   private reclaimTimer: NodeJS.Timeout | undefined;
   private closed = false;
   private readonly counters = {
@@ -183,6 +196,7 @@ export class KvServer extends EventEmitter {
       if (mismatch) throw new KvConfigError(`${options.regionFile} was created with ${mismatch}: start with the options it was created with`);
       this.seed = found.seed;
       this.recovering = true;
+      this.nextSession = [readNextSession(this.memory.bytes), this.highestSessionInItems() + 1n, 1n].reduce((a, b) => (a > b ? a : b));
     } else {
       this.seed = randomBytes(8).readBigUInt64LE();
     }
@@ -278,11 +292,22 @@ export class KvServer extends EventEmitter {
       request.reject(Buffer.from([reason]));
     };
     if (this.closed) return reject(RejectReason.FULL, 'shutting down');
-    if (version !== KvLayout.PROTOCOL_VERSION) return reject(RejectReason.VERSION, `protocol version ${version}`);
+    if (version !== KvLayout.PROTOCOL_VERSION) {
+      // The second byte names ours, so the client can say which side to upgrade.
+      this.counters.rejectedConnections++;
+      this.log?.warn({ peer: request.peerAddress, why: `protocol version ${version}, this server ${KvLayout.PROTOCOL_VERSION}` }, 'connection rejected');
+      return request.reject(Buffer.from([RejectReason.VERSION, KvLayout.PROTOCOL_VERSION]));
+    }
     if (this.tokenHash && (!digest || !timingSafeEqual(digest, this.tokenHash))) return reject(RejectReason.AUTH, 'wrong token');
+    if (this.nextSession >= BigInt(KvLayout.MAX_SESSIONS)) {
+      return reject(RejectReason.FULL, `the region's ${KvLayout.MAX_SESSIONS} sessions are used up: versions would repeat; copy the data into a new region`);
+    }
     const ring = this.freeRings.pop();
     if (ring === undefined) return reject(RejectReason.FULL, `all ${this.layout.maxClients} client slots in use`);
     const id = this.nextClientId++;
+    // Persisted before the hello hands it out: a restart never hands it out again.
+    const session = this.nextSession++;
+    writeNextSession(this.memory.bytes, this.nextSession);
     // The ring starts empty: its consumed counter is where the client's sequence starts.
     const ringStart = this.layout.ringOffset + ring * this.layout.ringBytes;
     this.memory.bytes.fill(0, ringStart, ringStart + this.layout.ringBytes);
@@ -296,7 +321,7 @@ export class KvServer extends EventEmitter {
       this.log?.error({ err: error }, 'accept failed');
       return;
     }
-    const client: Client = { id, ring, connection, recvBase, sends: 0, lastSeen: performance.now(), rejectedOnce: new Set(), held: new Map() };
+    const client: Client = { id, session, ring, connection, recvBase, sends: 0, lastSeen: performance.now(), rejectedOnce: new Set(), held: new Map() };
     this.clients.set(connection, client);
     this.byQp.set(`${entry.provider.scheme}:${connection.qpNum}`, client);
     connection.once('established', () => {
@@ -306,6 +331,7 @@ export class KvServer extends EventEmitter {
         t: 'hello',
         v: KvLayout.PROTOCOL_VERSION,
         clientId: id,
+        versionBase: session << BigInt(KvLayout.SESSION_VERSION_BITS),
         region: { addr: entry.region.addr, rkey: entry.region.rkey, length: BigInt(this.layout.regionBytes) },
         layout: {
           bucketCount: this.layout.bucketCount,
@@ -537,9 +563,9 @@ export class KvServer extends EventEmitter {
     for (const [block, cls] of client.held) {
       if (this.closed) return;
       // Only an item this client wrote can have been published by it: its version carries the
-      // writer's id (its low 24 bits). Blocks it never wrote to need no look at the index.
+      // writer's session. Blocks it never wrote to need no look at the index.
       const version = region.readBigUInt64LE(this.itemAt(block) + ItemHeader.VERSION);
-      const wroteIt = Number(version >> 40n) === (client.id & 0xffffff);
+      const wroteIt = version >> BigInt(KvLayout.SESSION_VERSION_BITS) === client.session;
       if (wroteIt && (await this.isPublished(block))) published.push(block);
       else if (this.heap.retire(cls, block)) reclaimed++;
     }
@@ -550,6 +576,25 @@ export class KvServer extends EventEmitter {
       // its notice is lost: the item it replaced, if any, stays allocated until a restart
       this.log?.warn({ clientId: client.id, blocks: published }, 'a departed client published items without notices');
     }
+  }
+
+  /**
+   * The highest session that wrote a live item: a region file from before sessions were
+   * persisted has none in its superblock. Slots that point outside the heap are skipped.
+   */
+  private highestSessionInItems(): bigint {
+    const region = this.memory.bytes;
+    let highest = 0n;
+    for (let b = 0; b < this.layout.bucketCount; b++) {
+      const bucket = this.layout.indexOffset + b * KvLayout.BUCKET_BYTES;
+      for (let i = 1; i <= KvLayout.SLOTS_PER_BUCKET; i++) {
+        const slot = region.readBigUInt64LE(bucket + 8 * i);
+        if (slot === 0n || !this.slotInHeap(slot)) continue;
+        const session = region.readBigUInt64LE(this.itemAt(Number(slot & 0xffffffffn)) + ItemHeader.VERSION) >> BigInt(KvLayout.SESSION_VERSION_BITS);
+        if (session > highest && session < BigInt(KvLayout.MAX_SESSIONS)) highest = session;
+      }
+    }
+    return highest;
   }
 
   /** Does a slot in the buckets of the key stored at `block` point to it? (See reclaimHeld.) */

@@ -62,6 +62,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
     region.seed = bigint_field(r, "seed");
     region.ring_offset = bigint_field(r, "ringOffset");
     region.client_id = static_cast<uint32_t>(bigint_field(r, "clientId"));
+    region.version_base = bigint_field(r, "versionBase");
     region.max_value = static_cast<uint32_t>(bigint_field(r, "maxValueBytes"));
     region.grace_ms = static_cast<uint32_t>(bigint_field(r, "graceMs"));
     Napi::Object o = info[4].As<Napi::Object>();

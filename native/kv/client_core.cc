@@ -282,6 +282,18 @@ void ClientCore::get_buckets_done(Op& op) {
   get_read_buckets(op, Phase::G_CONFIRM);
 }
 
+// A write's version: the session's base and our sequence in it. 0 once the
+// session's 2^40 versions are used up: the session ends (we disconnect) and the
+// client's reconnect starts a new one, with a new base, rather than reuse one.
+uint64_t ClientCore::next_version() {
+  constexpr uint64_t kSequences = 1ull << u32(KvLayout::SESSION_VERSION_BITS);
+  if (version_seq_ + 1 >= kSequences) {
+    if (!broken_) connection_->disconnect();
+    return 0;
+  }
+  return region_.version_base | ++version_seq_;
+}
+
 bool ClientCore::alloc_item(Op& op, uint64_t bytes) {
   uint32_t c = class_for(bytes);
   uint64_t offset;
@@ -661,7 +673,8 @@ void ClientCore::begin_create(Op& op) {
     return retry_later(op);
   }
   uint8_t* item = scratch_->data() + op.item_offset;
-  op.version = static_cast<uint64_t>(region_.client_id) << 40 | (++version_seq_ & ((1ull << 40) - 1));
+  op.version = next_version();
+  if (op.version == 0) return finish(op, KvStatus::DISCONNECTED);
   build_item(item, type_for(op.type), op.key, op.key_len, nullptr, 0, op.version);
   store_le<uint64_t>(item + kAtomicWord, op.type == KvOp::INCR ? op.arg : lock_word(1, region_.client_id));
   op.item_units = item_units(bytes);
@@ -896,7 +909,11 @@ size_t ClientCore::submit(const OpDesc* descs, size_t count) {
           continue;
         }
         op.item_units = item_units(bytes);
-        op.version = static_cast<uint64_t>(region_.client_id) << 40 | (++version_seq_ & ((1ull << 40) - 1));
+        op.version = next_version();
+        if (op.version == 0) {
+          finish(op, KvStatus::DISCONNECTED);
+          continue;
+        }
         build_item(scratch_->data() + op.item_offset, ItemType::BYTES, op.key, op.key_len, d.value, d.value_len,
                    op.version);
       }

@@ -34,7 +34,8 @@ struct RegionInfo {
   uint64_t heap_bytes = 0;
   uint64_t seed = 0;
   uint64_t ring_offset = 0;  // this client's ring: header then records
-  uint32_t client_id = 0;
+  uint32_t client_id = 0;     // the lock owner id: unique among connected clients
+  uint64_t version_base = 0;  // session << SESSION_VERSION_BITS: unique for the region's life
   uint32_t max_value = 0;
   uint32_t grace_ms = 1000;
 };
@@ -146,6 +147,7 @@ class ClientCore {
   bool cache_lookup(Op& op);
   void cache_store(const Op& op);
   void cache_forget(const Op& op);
+  uint64_t next_version();
   bool alloc_item(Op& op, uint64_t bytes);
   void free_item(Op& op);
 

@@ -54,7 +54,7 @@ export function planLayout(options: { regionBytes: number; buckets?: number; max
 export function writeSuperblock(region: Buffer, layout: RegionLayout, seed: bigint, generation: bigint): void {
   const put = (at: number, value: bigint | number) => region.writeBigUInt64LE(BigInt(value), at);
   put(Superblock.MAGIC, KvLayout.MAGIC);
-  put(Superblock.VERSION, KvLayout.PROTOCOL_VERSION);
+  put(Superblock.VERSION, KvLayout.REGION_FORMAT);
   put(Superblock.BUCKET_COUNT, layout.bucketCount);
   put(Superblock.INDEX_OFFSET, layout.indexOffset);
   put(Superblock.HEAP_OFFSET, layout.heapOffset);
@@ -64,6 +64,20 @@ export function writeSuperblock(region: Buffer, layout: RegionLayout, seed: bigi
   put(Superblock.RING_OFFSET, layout.ringOffset);
   put(Superblock.MAX_CLIENTS, layout.maxClients);
   put(Superblock.MAX_VALUE_BYTES, layout.maxValueBytes);
+}
+
+/**
+ * The next session number (the high bits of every version a session writes).
+ * Written by the server's CPU before each hello that hands one out; no RDMA
+ * operation touches the superblock. 0 in a new region, and in a region file
+ * written before sessions were persisted (the caller then scans the items).
+ */
+export function readNextSession(region: Buffer): bigint {
+  return region.readBigUInt64LE(Superblock.NEXT_SESSION);
+}
+
+export function writeNextSession(region: Buffer, session: bigint): void {
+  region.writeBigUInt64LE(session, Superblock.NEXT_SESSION);
 }
 
 export interface SuperblockFields {
@@ -98,7 +112,7 @@ export function readSuperblock(region: Buffer): SuperblockFields {
 /** How an existing region's superblock differs from the planned layout ("" when it does not). */
 export function compareLayout(found: SuperblockFields, planned: RegionLayout): string {
   if (found.magic !== KvLayout.MAGIC) return 'no rdma-kv superblock (not a region file)';
-  if (found.version !== KvLayout.PROTOCOL_VERSION) return `layout version ${found.version}`;
+  if (found.version !== KvLayout.REGION_FORMAT) return `region format ${found.version} (this kv-server reads format ${KvLayout.REGION_FORMAT})`;
   const fields: Array<[keyof SuperblockFields & keyof RegionLayout, string]> = [
     ['bucketCount', '--buckets'], ['maxClients', '--max-clients'], ['maxValueBytes', '--max-value'],
     ['indexOffset', 'another layout'], ['heapOffset', 'another layout'], ['heapBytes', 'another layout'], ['ringOffset', 'another layout'],

@@ -1,0 +1,76 @@
+// Versions are unique for the life of a region: a version read before a server
+// restart never names a different value written after it, so a stale cas()
+// fails. And a client of another protocol version is refused with a message
+// that names both versions.
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import test from 'ava';
+
+import { KvClient } from '../../client/index.js';
+import { KvLayout } from '../../client/constants.js';
+import { parseConnectData } from '../../client/protocol.js';
+import { Provider, TransportError } from '../../native/index.js';
+import { connect, startServer } from '../helpers/kv.js';
+import { listenUrl, providersUnderTest } from '../helpers/providers.js';
+
+for (const scheme of providersUnderTest()) {
+  test(`${scheme}: a version read before a restart does not match a value written after it (cas fails)`, async (t) => {
+    const regionFile = join(mkdtempSync(join(tmpdir(), 'rkv-versions-')), 'region');
+    const url = listenUrl(scheme);
+    const first = await startServer(scheme, { listen: [url], regionFile });
+    const before = await connect(first);
+    await before.put('k', 'a');
+    const seen = await before.getWithVersion('k');
+    t.truthy(seen);
+    await before.close();
+    await first.close();
+
+    // The same writes again, by the first client of the restarted server.
+    const second = await startServer(scheme, { listen: [listenUrl(scheme)], regionFile });
+    t.teardown(() => second.close());
+    const after = await connect(second);
+    t.teardown(() => after.close());
+    await after.put('k', 'b');
+    const now = await after.getWithVersion('k');
+    t.not(now!.version, seen!.version, 'the value written after the restart has a version of its own');
+    t.false(await after.cas('k', seen!.version, 'c'), 'a cas with the version read before the restart fails');
+    t.is((await after.get('k'))?.toString(), 'b');
+  });
+
+  test(`${scheme}: versions of sessions of one server run never repeat either`, async (t) => {
+    const server = await startServer(scheme);
+    t.teardown(() => server.close());
+    const versions = new Set<bigint>();
+    for (let i = 0; i < 3; i++) {
+      const kv = await connect(server);
+      await kv.put('k', `v${i}`);
+      versions.add((await kv.getWithVersion('k'))!.version);
+      await kv.close();
+    }
+    t.is(versions.size, 3);
+  });
+
+  test(`${scheme}: a client of another protocol version is refused, and told both versions`, async (t) => {
+    const server = await startServer(scheme);
+    t.teardown(() => server.close());
+    const provider = new Provider(scheme);
+    t.teardown(() => provider.close());
+    const cq = provider.createCq(16);
+    const old = Buffer.alloc(34);
+    old[0] = KvLayout.PROTOCOL_VERSION - 1;
+    t.is(parseConnectData(old).version, KvLayout.PROTOCOL_VERSION - 1);
+    const error = await provider.connect(server.urls[0]!, { cq, privateData: old }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    t.true(error instanceof TransportError);
+    t.deepEqual([...((error as TransportError).privateData ?? [])], [2, KvLayout.PROTOCOL_VERSION]);
+    t.is(server.stats().rejectedConnections, 1);
+    // And the client library says it in words.
+    const kv = KvClient.connect({ url: server.urls[0]!, timeoutMs: 2000 });
+    await t.notThrowsAsync(async () => (await kv).close(), 'a client of this version connects');
+  });
+}
+
