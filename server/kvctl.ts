@@ -415,7 +415,7 @@ async function del(args: CtlArgs, io: Io): Promise<void> {
 const I64_MIN = -(1n << 63n);
 const U64_MAX = (1n << 64n) - 1n;
 
-/** A delta the counter can take: any signed or unsigned 64-bit integer (the server adds modulo 2^64). */
+/** A delta the counter can take: any signed or unsigned 64-bit integer (counters count modulo 2^63). */
 function parseDelta(text: string | undefined): bigint {
   if (text === undefined) return 1n;
   if (!/^[+-]?\d+$/.test(text)) throw new CtlUsageError(`incr: DELTA '${text}' is not an integer`);

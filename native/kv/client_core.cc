@@ -86,6 +86,8 @@ struct ClientCore::Op {
   bool item_written = false;
   uint64_t arg = 0;
   uint64_t atomic_addr = 0, atomic_expect = 0, result_value = 0;
+  uint64_t seal_add = 0;  // DELETE of a counter or lock item: its seal (layout.h)
+  bool damaged_slot = false;  // a same-fingerprint slot pointing outside the heap
   bool then_atomic = false;  // after W_RELEASE: the key already existed, do the atomic on it
   bool credit_reserved = false;
 
@@ -161,6 +163,11 @@ uint64_t ClientCore::area_offset(const Op& op, size_t offset) const { return op.
 uint64_t ClientCore::bucket_addr(uint32_t bucket) const {
   return region_.addr + region_.index_offset + static_cast<uint64_t>(bucket) * kBucketBytes;
 }
+bool ClientCore::slot_in_heap(uint64_t slot) const {
+  const uint64_t units = slot_units(slot);
+  return units > 0 && (static_cast<uint64_t>(slot_offset(slot)) + units) * kUnit <= region_.heap_bytes;
+}
+
 uint64_t ClientCore::heap_addr(uint32_t units) const {
   return region_.addr + region_.heap_offset + static_cast<uint64_t>(units) * kUnit;
 }
@@ -327,6 +334,10 @@ void ClientCore::get_item_next(Op& op) {
   const Candidate& c = op.cands[op.next_cand];
   const uint64_t bytes = static_cast<uint64_t>(slot_units(c.slot)) * kUnit;
   free_item(op);
+  // A slot names memory we are about to READ: one outside the heap is damage
+  // (slots are written whole), and a READ there would break the connection for
+  // every operation on it. Only this operation fails.
+  if (!slot_in_heap(c.slot)) return finish(op, KvStatus::CORRUPT);
   if (bytes < kHeader || bytes > class_bytes(class_for(item_bytes(kMaxKey, region_.max_value))) ||
       !alloc_item(op, bytes)) {
     op.resume = Phase::G_BUCKETS;  // no scratch now, or a slot from the future: read again later
@@ -441,6 +452,7 @@ void ClientCore::write_lock(Op& op) {
   add_read(op, area_offset(op, A_F1), kBucketBytes, bucket_addr(op.bucket[0]), true);
   add_read(op, area_offset(op, A_F2), kBucketBytes, bucket_addr(op.bucket[1]), true);
   op.ncand_read = 0;
+  op.damaged_slot = false;
   for (const uint8_t* image : images) {
     for (uint32_t i = 0; i < kSlots; i++) add_candidate_read(op, slot_at(image, i));
   }
@@ -454,6 +466,10 @@ void ClientCore::add_candidate_read(Op& op, uint64_t s) {
   if (std::find(op.cand_slot, op.cand_slot + op.ncand_read, s) != op.cand_slot + op.ncand_read) return;
   const uint32_t want = kHeader + op.key_len;
   if (static_cast<uint64_t>(slot_units(s)) * kUnit < want) return;
+  if (!slot_in_heap(s)) {
+    op.damaged_slot = true;  // maybe our key's: the write fails with KV_CORRUPT (write_decide)
+    return;
+  }
   add_read(op, area_offset(op, A_CAND + op.ncand_read * kCandStride), want, heap_addr(slot_offset(s)));
   op.cand_slot[op.ncand_read++] = s;
 }
@@ -478,6 +494,11 @@ void ClientCore::write_decide(Op& op) {
   const uint8_t* images[2] = {area(op, A_F1), area(op, A_F2)};
   op.target_bucket = op.target_index = -1;
   op.old_slot = 0;
+  op.seal_add = 0;
+  if (op.damaged_slot) {
+    op.final_status = KvStatus::CORRUPT;
+    return release_and_retry(op);
+  }
   for (uint32_t b = 0; b < 2 && op.target_bucket < 0; b++) {
     for (uint32_t i = 0; i < kSlots; i++) {
       const uint64_t s = slot_at(images[b], i);
@@ -508,6 +529,8 @@ void ClientCore::write_decide(Op& op) {
       op.target_bucket = static_cast<int>(b);
       op.target_index = static_cast<int>(i);
       op.old_slot = s;
+      const uint16_t type = load_le<uint16_t>(header + u32(ItemHeader::TYPE));
+      op.seal_add = type == u32(ItemType::COUNTER) ? kCounterSeal : type == u32(ItemType::LOCK) ? kLockSeal : 0;
       break;
     }
   }
@@ -607,12 +630,18 @@ void ClientCore::write_alt_locked(Op& op) {
 // version), and the notification record with its immediate.
 void ClientCore::write_commit(Op& op) {
   BEGIN(op, Phase::W_COMMIT);
+  const bool seal = op.type == KvOp::DELETE && op.seal_add != 0;
+  if (seal) {
+    // Sealed before it is unlinked (the slot WRITE below waits for the atomic: FENCE).
+    add_faa(op, area_offset(op, A_ATOM), heap_addr(slot_offset(op.old_slot)) + kAtomicWord, op.seal_add);
+  }
   if (op.moving) {
     // The moved entry is written to its new home before its old slot is reused.
     add_write(op, area_offset(op, A_SLOT_MOVE), 8, bucket_addr(op.bucket[2]) + 8 + 8 * op.alt_index);
   }
   add_write(op, area_offset(op, A_SLOT_NEW), 8,
             bucket_addr(op.bucket[op.target_bucket]) + 8 + 8 * static_cast<uint32_t>(op.target_index));
+  if (seal) pending_.back().send_flags |= u32(SendFlag::FENCE);
   for (int k = 0; k < 3; k++) {
     if (!op.locked[k]) continue;
     add_faa(op, area_offset(op, A_FAA + 8 * k), bucket_addr(op.bucket[k]), release_addend(region_.client_id));
@@ -676,7 +705,7 @@ void ClientCore::begin_create(Op& op) {
   op.version = next_version();
   if (op.version == 0) return finish(op, KvStatus::DISCONNECTED);
   build_item(item, type_for(op.type), op.key, op.key_len, nullptr, 0, op.version);
-  store_le<uint64_t>(item + kAtomicWord, op.type == KvOp::INCR ? op.arg : lock_word(1, region_.client_id));
+  store_le<uint64_t>(item + kAtomicWord, op.type == KvOp::INCR ? counter_word(op.arg) : lock_word(1, region_.client_id));
   op.item_units = item_units(bytes);
   op.item_written = false;
   write_read_buckets(op);
@@ -687,7 +716,7 @@ void ClientCore::atomic_step(Op& op) {
   const uint32_t token = static_cast<uint32_t>(op.atomic_expect >> 32);
   switch (op.type) {
     case KvOp::INCR:
-      add_faa(op, area_offset(op, A_ATOM), op.atomic_addr, op.arg);
+      add_faa(op, area_offset(op, A_ATOM), op.atomic_addr, counter_word(op.arg));
       break;
     case KvOp::LOCK:
       // Free (token t, owner 0) -> (t + 1, me): the fencing token grows with every acquisition.
@@ -703,8 +732,16 @@ void ClientCore::atomic_step(Op& op) {
 
 void ClientCore::atomic_done(Op& op) {
   const uint64_t original = load_le<uint64_t>(area(op, A_ATOM));
+  if (op.type == KvOp::INCR ? counter_sealed(original) : lock_sealed(original)) {
+    // A deleted item (reached through a cached address, or read just before its
+    // DELETE): the atomic had no effect anyone can observe. Find the key again.
+    cache_forget(op);
+    if (op.type == KvOp::UNLOCK) return finish(op, KvStatus::VERSION_MISMATCH);  // the lock is gone
+    op.resume = Phase::G_BUCKETS;
+    return retry_later(op);
+  }
   if (op.type == KvOp::INCR) {
-    op.result_value = original + op.arg;
+    op.result_value = counter_value(original + counter_word(op.arg));
     return finish(op, KvStatus::OK);
   }
   if (op.type == KvOp::UNLOCK) {
@@ -796,7 +833,7 @@ void ClientCore::phase_done(Op& op) {
       if (is_atomic_op(op.type)) {
         // Created with the first result in its word: the counter holds the delta, the lock token 1.
         op.atomic_addr = heap_addr(op.block) + kAtomicWord;
-        op.result_value = op.type == KvOp::INCR ? op.arg : 1;
+        op.result_value = op.type == KvOp::INCR ? counter_value(counter_word(op.arg)) : 1;
         cache_store(op);
       }
       return finish(op, KvStatus::OK);

@@ -108,6 +108,7 @@ class ClientCore {
   uint64_t area_offset(const Op& op, size_t offset) const;
   uint64_t bucket_addr(uint32_t bucket) const;
   uint64_t heap_addr(uint32_t units) const;
+  bool slot_in_heap(uint64_t slot) const;  // its item lies inside the heap
 
   // Posting helpers: append to the pending list; flush() posts it once.
   void add_read(Op& op, uint64_t local_offset, uint32_t length, uint64_t remote, bool fence = false);

@@ -79,6 +79,20 @@ inline uint64_t lock_word(uint32_t version, uint32_t owner) { return static_cast
 inline uint32_t lock_owner(uint64_t w) { return static_cast<uint32_t>(w); }
 inline uint64_t release_addend(uint32_t owner) { return (1ull << 32) - owner; }
 
+// Seals on the atomic word of counter and lock items. A DELETE of such an item
+// adds its seal with one FETCH_AND_ADD before it unlinks the item, so a client
+// that reaches the item through a cached address learns from its own atomic's
+// result that the item is dead, in the same round trip, and starts over.
+// Counter words hold value << 1 (counters count modulo 2^63): bit 0 is the
+// seal, and increments (added << 1) never touch it. Lock words hold
+// [token:32 | owner:32]: owner bit 31 is the seal (client ids stay below 2^31).
+inline uint64_t counter_word(uint64_t value) { return value << 1; }
+inline uint64_t counter_value(uint64_t word) { return (word >> 1) & ((1ull << 63) - 1); }
+constexpr uint64_t kCounterSeal = 1;
+inline bool counter_sealed(uint64_t word) { return (word & kCounterSeal) != 0; }
+constexpr uint64_t kLockSeal = 1ull << 31;
+inline bool lock_sealed(uint64_t word) { return (word & kLockSeal) != 0; }
+
 // Size classes: class c holds blocks of 64 << c bytes.
 inline uint32_t class_for(uint64_t bytes) {
   uint32_t c = 0;
