@@ -39,12 +39,26 @@ struct EventQueue {
   std::mutex mutex;
   std::deque<ConnectionEvent> events;
   Napi::ThreadSafeFunction notify;
-  bool open = false;
+  bool open = false;  // false once closed, or once Node finalized `notify` (environment teardown)
 
   void close() {
-    std::lock_guard<std::mutex> guard(mutex);
-    if (open) notify.Abort();
-    open = false;
+    bool was_open;
+    {
+      std::lock_guard<std::mutex> guard(mutex);
+      was_open = open;
+      open = false;
+    }
+    if (was_open) notify.Abort();
+  }
+  // The function's finalizer: at exit Node closes every thread-safe function
+  // before it finalizes the wrappers, in no order we control, so a wrapper must
+  // never touch one that is gone (with two providers that aborted the process).
+  static void on_finalize(Napi::Env, std::shared_ptr<EventQueue>* queue, void*) {
+    {
+      std::lock_guard<std::mutex> guard((*queue)->mutex);
+      (*queue)->open = false;
+    }
+    delete queue;
   }
 };
 
@@ -262,14 +276,18 @@ class CqWrap : public Napi::ObjectWrap<CqWrap> {
   // watch(callback): a thread waits on the CQ's event fd and calls back once per
   // wake-up; the callback polls the whole batch and re-arms.
   Napi::Value watch(const Napi::CallbackInfo& info) {
-    if (thread_.joinable()) throw_error(info.Env(), "ERR_RKV_STATE", "this CQ is already watched");
+    if (watcher_) throw_error(info.Env(), "ERR_RKV_STATE", "this CQ is already watched");
     if (!info[0].IsFunction()) throw_error(info.Env(), "ERR_INVALID_ARG_TYPE", "watch needs a callback");
-    stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    wake_ = Napi::ThreadSafeFunction::New(info.Env(), info[0].As<Napi::Function>(), "rdma-kv cq", 0, 1);
+    watcher_ = std::make_shared<Watcher>();
+    watcher_->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    // The finalizer stops the thread before Node deletes the function (at exit, even if nobody unwatched).
+    watcher_->wake = Napi::ThreadSafeFunction::New(info.Env(), info[0].As<Napi::Function>(), "rdma-kv cq", 0, 1,
+                                                   static_cast<void*>(nullptr), &Watcher::on_finalize,
+                                                   new std::shared_ptr<Watcher>(watcher_));
     auto cq = cq_;
-    int stop_fd = stop_fd_;
-    Napi::ThreadSafeFunction wake = wake_;
-    thread_ = std::thread([cq, stop_fd, wake]() mutable {
+    int stop_fd = watcher_->stop_fd;
+    Napi::ThreadSafeFunction wake = watcher_->wake;
+    watcher_->thread = std::thread([cq, stop_fd, wake]() mutable {
       pollfd fds[2] = {{cq->event_fd(), POLLIN, 0}, {stop_fd, POLLIN, 0}};
       for (;;) {
         if (::poll(fds, 2, -1) < 0) continue;
@@ -287,23 +305,40 @@ class CqWrap : public Napi::ObjectWrap<CqWrap> {
     return info.Env().Undefined();
   }
   void stop_watching() {
-    if (!thread_.joinable()) return;
-    uint64_t one = 1;
-    ssize_t rc = write(stop_fd_, &one, sizeof one);
-    (void)rc;
-    thread_.join();
-    ::close(stop_fd_);
-    stop_fd_ = -1;
-    wake_.Abort();
+    if (!watcher_) return;
+    if (watcher_->stop()) watcher_->wake.Abort();
+    watcher_.reset();
   }
+
+  // A watch's thread and its thread-safe function. JS thread only.
+  struct Watcher {
+    std::thread thread;
+    int stop_fd = -1;
+    Napi::ThreadSafeFunction wake;
+    bool finalized = false;  // Node finalized `wake`: nothing may touch it
+    bool stop() {  // true when `wake` still needs releasing
+      if (thread.joinable()) {
+        uint64_t one = 1;
+        ssize_t rc = write(stop_fd, &one, sizeof one);
+        (void)rc;
+        thread.join();
+        ::close(stop_fd);
+        stop_fd = -1;
+      }
+      return !finalized;
+    }
+    static void on_finalize(Napi::Env, std::shared_ptr<Watcher>* watcher, void*) {
+      (*watcher)->stop();
+      (*watcher)->finalized = true;
+      delete watcher;
+    }
+  };
 
   State state_;
   std::shared_ptr<CompletionQueue> cq_;
   std::shared_ptr<std::vector<uint32_t>> words_;
   std::vector<Completion> batch_;
-  std::thread thread_;
-  int stop_fd_ = -1;
-  Napi::ThreadSafeFunction wake_;
+  std::shared_ptr<Watcher> watcher_;
 };
 
 // ---- Connection -----------------------------------------------------------------
@@ -549,7 +584,9 @@ class ProviderWrap : public Napi::ObjectWrap<ProviderWrap> {
     }
     state_ = std::make_shared<ProviderState>();
     auto queue = state_->queue;
-    queue->notify = Napi::ThreadSafeFunction::New(env, info[1].As<Napi::Function>(), "rdma-kv events", 0, 1);
+    queue->notify = Napi::ThreadSafeFunction::New(env, info[1].As<Napi::Function>(), "rdma-kv events", 0, 1,
+                                                  static_cast<void*>(nullptr), &EventQueue::on_finalize,
+                                                  new std::shared_ptr<EventQueue>(queue));
     queue->notify.Unref(env);  // the TS layer refs it while listeners or connections are open
     queue->open = true;
     EventSink sink = [queue](ConnectionEvent&& event) {

@@ -1,0 +1,29 @@
+// A process that exits without closing its providers exits cleanly: at exit
+// Node finalizes the providers' thread-safe functions before their wrappers,
+// in an order nobody controls, and a wrapper must not touch one that is gone
+// (with two providers that aborted the process with SIGABRT, exit code 134).
+import { spawnSync } from 'node:child_process';
+
+import test from 'ava';
+
+const addon = new URL('../../native/index.js', import.meta.url).href;
+
+const cases: Array<[string, string]> = [
+  ['two providers', `const ps = [new Provider('shm'), new Provider('shm')];`],
+  ['three providers with watched CQs, process.exit()', `const ps = [new Provider('shm'), new Provider('shm'), new Provider('shm')];
+     ps.forEach((p) => p.createCq(16).watch(() => {})); setTimeout(() => process.exit(0), 50);`],
+  ['a provider with a listener and a connection to itself', `const p = new Provider('shm'), q = new Provider('shm');
+     const url = 'shm://' + (await import('node:os')).tmpdir() + '/rkv-exit-' + process.pid + '.sock';
+     p.listen(url); p.on('connectRequest', (r) => r.accept({ cq: p.createCq(16) }));
+     await q.connect(url, { cq: q.createCq(16) }); setTimeout(() => process.exit(0), 50);`],
+];
+
+for (const [name, body] of cases) {
+  test(`shm: ${name}, never closed: the process exits with 0`, (t) => {
+    const script = `import { Provider } from '${addon}';\n${body}\nconsole.log('done');`;
+    const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', env: { ...process.env, RKV_QUIET: '1' }, timeout: 30_000 });
+    t.is(run.stdout.trim(), 'done', run.stderr);
+    t.is(run.signal, null, `killed by ${run.signal}`);
+    t.is(run.status, 0, run.stderr);
+  });
+}
