@@ -490,12 +490,14 @@ export class Connection extends EventEmitter<ConnectionEvents> {
    * our memory. At once on verbs (the queue pair is in error); on shm it waits
    * while the peer process is paused inside a post that began before the fence
    * (until that post ends or the process exits). `onWait` is called once if it
-   * has to wait longer than `warnMs`.
+   * has to wait longer than `warnMs`; `stopWaiting` ends the wait early (the
+   * caller is shutting down) and the promise resolves to false.
    */
-  async fenced(options: { warnMs?: number; onWait?: () => void } = {}): Promise<void> {
+  async fenced(options: { warnMs?: number; onWait?: () => void; stopWaiting?: () => boolean } = {}): Promise<boolean> {
     const started = performance.now();
     let warned = false;
     for (let delay = 1; !this.native.fenceComplete(); delay = Math.min(delay * 2, 50)) {
+      if (options.stopWaiting?.()) return false;
       if (!warned && performance.now() - started > (options.warnMs ?? 1000)) {
         warned = true;
         options.onWait?.();
@@ -503,6 +505,7 @@ export class Connection extends EventEmitter<ConnectionEvents> {
       // unref'd: waiting for a paused peer does not keep a process alive that has nothing else to do
       await new Promise((resolve) => setTimeout(resolve, delay).unref());
     }
+    return true;
   }
   /** @internal */
   closed(): void {

@@ -522,8 +522,11 @@ export class KvServer extends EventEmitter {
     // Its locks and blocks are touched only once the fence is complete; a client paused
     // inside a post keeps them (and only them) until that post ends or the process exits.
     const fenced = client.connection
-      .fenced({ onWait: () => this.log?.warn({ clientId: client.id }, 'fenced client is paused inside a post: its locks and blocks wait until it resumes or exits') })
-      .then(() => this.recoverDeparted(entry, client));
+      .fenced({
+        onWait: () => this.log?.warn({ clientId: client.id }, 'fenced client is paused inside a post: its locks and blocks wait until it resumes or exits'),
+        stopWaiting: () => this.closed,
+      })
+      .then((complete) => (complete ? this.recoverDeparted(entry, client) : undefined));
     this.fencing.add(fenced);
     void fenced.finally(() => this.fencing.delete(fenced));
   }
