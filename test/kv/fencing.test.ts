@@ -11,6 +11,8 @@ import { readFileSync } from 'node:fs';
 import test from 'ava';
 
 import { KvError } from '../../client/index.js';
+import { connectData } from '../../client/protocol.js';
+import { Access, Provider } from '../../native/index.js';
 import { connect, forkKvChild, startServer } from '../helpers/kv.js';
 import { eventually, providersUnderTest } from '../helpers/providers.js';
 
@@ -56,5 +58,21 @@ if (providersUnderTest().includes('shm')) {
     if (!acked) await other.put(key, 'fresh'); // now the paused writer's post has ended and its locks are back
     t.is((await other.get(key))?.toString(), 'fresh', 'the value acknowledged last is the one stored');
     t.is(server.stats().lockRecoveries, 2, "the writer's two bucket locks were released once, after its post ended");
+  });
+}
+
+for (const scheme of providersUnderTest()) {
+  test(`${scheme}: a connection is not fenced while connected; after disconnect() its fence completes`, async (t) => {
+    const server = await startServer(scheme);
+    t.teardown(() => server.close());
+    const provider = new Provider(scheme);
+    t.teardown(() => provider.close());
+    const cq = provider.createCq(64);
+    const buffers = provider.allocate(4096, Access.LOCAL_WRITE);
+    const recvs = Array.from({ length: 4 }, (_, i) => ({ wrId: i, local: buffers, localOffset: i * 1024, length: 1024 }));
+    const connection = await provider.connect(server.urls[0]!, { cq, initialRecvs: recvs, privateData: connectData(undefined) });
+    t.false(await connection.fenced({ stopWaiting: () => true }), 'a live connection is not fenced');
+    connection.disconnect();
+    t.true(await connection.fenced(), 'nothing the peer posts can land once disconnect() returned and the fence completed');
   });
 }

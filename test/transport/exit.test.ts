@@ -21,7 +21,7 @@ const cases: Array<[string, string]> = [
 for (const [name, body] of cases) {
   test(`shm: ${name}, never closed: the process exits with 0`, (t) => {
     const script = `import { Provider } from '${addon}';\n${body}\nconsole.log('done');`;
-    const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', env: { ...process.env, RKV_QUIET: '1' }, timeout: 30_000 });
+    const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', env: { ...process.env, RKV_QUIET: '1' }, timeout: 100_000 });
     t.is(run.stdout.trim(), 'done', run.stderr);
     t.is(run.signal, null, `killed by ${run.signal}`);
     t.is(run.status, 0, run.stderr);
