@@ -1,8 +1,8 @@
 // Keys and values as bytes, and how they are shown in errors and histories.
 import { KvInvalidArgumentError } from './errors.js';
-import type { Key, Value } from './types.js';
 
-export function toBuffer(value: Key | Value, what: string): Buffer {
+/** Key or value bytes; anything else is a KV_INVALID_ARGUMENT (thrown: callers turn it into a rejection). */
+export function toBuffer(value: unknown, what: string): Buffer {
   if (typeof value === 'string') return Buffer.from(value, 'utf8');
   if (Buffer.isBuffer(value)) return value;
   if (value instanceof Uint8Array) return Buffer.from(value.buffer, value.byteOffset, value.byteLength);

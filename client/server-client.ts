@@ -237,7 +237,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
 
   constructor(readonly options: ServerClientOptions) {
     super();
-    this.timeoutMs = options.timeoutMs ?? 5000;
+    this.timeoutMs = Math.ceil(options.timeoutMs ?? 5000); // the transport takes whole ms
     this.pollMode = options.pollMode ?? 'busy';
     this.recorder = options.recorder;
   }
@@ -294,7 +294,12 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   private async establish(): Promise<void> {
     const scheme = this.options.url.startsWith('rdma://') ? 'rdma' : this.options.url.startsWith('shm://') ? 'shm' : undefined;
     if (!scheme) throw new KvInvalidArgumentError(`unknown URL '${this.options.url}': expected shm:///path or rdma://host:port`);
-    const session = new Session(scheme);
+    let session: Session;
+    try {
+      session = new Session(scheme);
+    } catch (error) {
+      throw providerError(this.options.url, error);
+    }
     try {
       await session.open(this.options, this.timeoutMs);
     } catch (error) {
@@ -328,7 +333,11 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     let cls = -1;
     let valueBytes: Buffer | undefined;
     if (type === KvOp.PUT || type === KvOp.CAS) {
-      valueBytes = toBuffer(value!, 'value');
+      try {
+        valueBytes = toBuffer(value, 'value');
+      } catch (error) {
+        return Promise.reject(error);
+      }
       const max = this.session.hello.layout.maxValueBytes;
       if (valueBytes.length > max) return Promise.reject(new KvValueTooLargeError(`value of ${valueBytes.length} bytes: the limit is ${max}`));
       cls = classFor(this.session.hello.layout.classes, itemUnits(keyBytes.length, valueBytes.length));
@@ -686,6 +695,17 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     session.cq.unwatch();
     session.close();
   }
+}
+
+/**
+ * A provider that cannot be had: rdma:// on a build without verbs, or on a
+ * host without an RDMA device. That is configuration, not a lost server.
+ */
+function providerError(url: string, error: unknown): Error {
+  if (error instanceof KvError) return error;
+  const message = error instanceof Error ? error.message : String(error);
+  if (error instanceof TransportError && error.code === 'ERR_RKV_PROVIDER') return new KvInvalidArgumentError(`${url}: ${message}`);
+  return new KvDisconnectedError(`cannot connect to ${url}: ${message}`);
 }
 
 const opNames: Record<number, string> = {

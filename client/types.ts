@@ -22,7 +22,7 @@ export interface KvClientOptions {
    * queue's event fires (low CPU). @default 'busy'
    */
   pollMode?: 'busy' | 'event';
-  /** Connecting, and each operation. @default 5000 */
+  /** Connecting, and each operation: positive ms, at most 2^31 - 1. @default 5000 */
   timeoutMs?: number;
   /** Reconnect in the background after losing a server. @default true */
   reconnect?: boolean;
