@@ -83,6 +83,8 @@ interface PendingOp {
   block?: number;
   /** CAS and UNLOCK: a version mismatch is an answer, not an error. */
   mismatchResolves?: boolean;
+  /** Handed to the core: from here on it may take effect (history: a failure is not "never sent"). */
+  sent?: boolean;
 }
 
 const CONTROL_TAG = 2 ** KvLayout.CONTROL_TAG_SHIFT;
@@ -364,6 +366,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     const invoke: HistoryEvent = { ...base, type: 'invoke', time: process.hrtime.bigint().toString() };
     if (value) invoke.value = text(value);
     if (type === KvOp.CAS) invoke.expected = arg.toString();
+    if (type === KvOp.INCR) invoke.delta = arg.toString();
     record(invoke);
     return new Promise<OpResult>((resolve, reject) => {
       const op: PendingOp = {
@@ -378,11 +381,15 @@ export class ServerClient extends EventEmitter<ClientEvents> {
           } else if (type === KvOp.INCR) {
             done.value = r.version.toString();
           }
+          // The version written, or the fencing token: a checker need not infer them.
+          if ((type === KvOp.PUT || type === KvOp.CAS || type === KvOp.LOCK) && r.status === KvStatus.OK) done.version = r.version.toString();
           record(done);
           resolve(r);
         },
         reject: (error) => {
-          record({ ...base, type: 'fail', error: (error as KvError).code ?? error.message, time: process.hrtime.bigint().toString() });
+          const failed: HistoryEvent = { ...base, type: 'fail', error: (error as KvError).code ?? error.message, time: process.hrtime.bigint().toString() };
+          if (!op.sent) failed.sent = false; // failed in the queue: it cannot have happened
+          record(failed);
           reject(error);
         },
       };
@@ -455,6 +462,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     if (count > 0) {
       taken = core.submit(count);
       this.submits++;
+      for (let i = 0; i < taken; i++) batch[i]!.sent = true;
     }
     // What the core could not take goes back to the front, in order.
     for (let i = batch.length - 1; i >= taken; i--) {
