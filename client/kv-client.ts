@@ -65,7 +65,16 @@ export class KvClient extends EventEmitter<ClientEvents> {
     super();
     const history = options.history;
     if (history !== undefined) {
-      const record = typeof history === 'string' ? (event: HistoryEvent) => appendFileSync(history, JSON.stringify(event) + '\n') : history;
+      const write = typeof history === 'string' ? (event: HistoryEvent) => appendFileSync(history, JSON.stringify(event) + '\n') : history;
+      // Recording runs inside submit() and the completion loop: a failing
+      // write (a full disk, a throwing callback) must not throw from there.
+      const record = (event: HistoryEvent) => {
+        try {
+          write(event);
+        } catch (error) {
+          this.warn(new KvInvalidArgumentError(`history: cannot record an event: ${(error as Error)?.message ?? String(error)}`));
+        }
+      };
       let id = 0;
       this.recorder = { record, nextId: () => ++id };
     }
@@ -469,7 +478,8 @@ function checkOptions(options: KvClientOptions): void {
   if (options.history !== undefined && typeof options.history !== 'string' && typeof options.history !== 'function') {
     throw new KvInvalidArgumentError('history must be a file path or a function');
   }
-  if (options.metrics !== undefined && (options.metrics === null || typeof options.metrics !== 'object')) {
+  const metrics = options.metrics as Partial<Record<'getSingleMetric' | 'registerMetric', unknown>> | null | undefined;
+  if (metrics !== undefined && (metrics === null || typeof metrics !== 'object' || typeof metrics.getSingleMetric !== 'function' || typeof metrics.registerMetric !== 'function')) {
     throw new KvInvalidArgumentError('metrics must be a prom-client Registry');
   }
 }

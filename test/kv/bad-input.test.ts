@@ -123,6 +123,26 @@ for (const scheme of providersUnderTest()) {
     t.is(again.code, first.code);
   });
 
+  test(`${scheme}: a history callback that throws is reported as an 'error' event; operations go on`, async (t) => {
+    const server = await startServer(scheme);
+    t.teardown(() => server.close());
+    const kv = await connect(server, {
+      history: () => {
+        throw new Error('the checker is full');
+      },
+    });
+    t.teardown(() => kv.close());
+    const errors: Error[] = [];
+    kv.on('error', (error) => errors.push(error));
+    let put: Promise<void> | undefined;
+    t.notThrows(() => {
+      put = kv.put('h', 'v');
+    });
+    await put;
+    t.is((await kv.get('h'))?.toString(), 'v');
+    t.true(errors.length >= 4 && errors.every((e) => e instanceof KvError && /the checker is full/.test(e.message)));
+  });
+
   test(`${scheme}: a released lock's second release() resolves (release is idempotent)`, async (t) => {
     const server = await startServer(scheme);
     t.teardown(() => server.close());
@@ -159,6 +179,7 @@ test('connect options of the wrong type reject with KV_INVALID_ARGUMENT', async 
     { url, requireReady: 1 },
     { url, history: 5 },
     { url, metrics: 'registry' },
+    { url, metrics: {} },
     { servers: [url, 5] },
     { etcd: 'http://127.0.0.1:2379' },
     { etcd: { hosts: 5 } },
