@@ -20,3 +20,10 @@ export function text(bytes: Buffer): string {
   const s = bytes.toString('utf8');
   return Buffer.from(s, 'utf8').equals(bytes) ? s : `base64:${bytes.toString('base64')}`;
 }
+
+/** An argument as an error message shows it: never throws (a null-prototype object would), never long. */
+export function show(x: unknown): string {
+  if (typeof x === 'string') return x.length > 60 ? `${x.slice(0, 60)}…` : x;
+  if (typeof x === 'number' || typeof x === 'bigint' || typeof x === 'boolean' || x === undefined || x === null) return String(x);
+  return Array.isArray(x) ? 'an array' : typeof x === 'object' ? 'an object' : `a ${typeof x}`;
+}

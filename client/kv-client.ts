@@ -18,7 +18,7 @@ import {
   KvLockContendedError,
   KvProtocolError,
 } from './errors.js';
-import { describe, toBuffer } from './keys.js';
+import { describe, show, toBuffer } from './keys.js';
 import { ClientMetrics } from './metrics.js';
 import { type HistoryRecorder, type OpResult, ServerClient } from './server-client.js';
 import type { HistoryEvent, Key, KvClientOptions, KvStatusName, Value, VersionedValue } from './types.js';
@@ -72,7 +72,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
         try {
           write(event);
         } catch (error) {
-          this.warn(new KvInvalidArgumentError(`history: cannot record an event: ${(error as Error)?.message ?? String(error)}`));
+          this.warn(new KvInvalidArgumentError(`history: cannot record an event: ${error instanceof Error ? error.message : show(error)}`));
         }
       };
       let id = 0;
@@ -319,7 +319,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
   async lock(name: Key, options: { timeoutMs?: number } = {}): Promise<{ token: bigint; release: () => Promise<void> }> {
     if (options === null || typeof options !== 'object') throw new KvInvalidArgumentError('lock options must be an object: { timeoutMs? }');
     const timeoutMs = options.timeoutMs === undefined ? (this.options.timeoutMs ?? 5000) : options.timeoutMs;
-    if (typeof timeoutMs !== 'number' || !(timeoutMs > 0)) throw new KvInvalidArgumentError(`lock timeoutMs must be a positive number (got ${String(timeoutMs)})`);
+    if (typeof timeoutMs !== 'number' || !(timeoutMs > 0)) throw new KvInvalidArgumentError(`lock timeoutMs must be a positive number (got ${show(timeoutMs)})`);
     const nameBytes = toBuffer(name, 'name');
     // Released on the server that granted it, whatever the map says by then.
     const server = this.serverFor(nameBytes);
@@ -426,16 +426,14 @@ const U64_LIMIT = 2n ** 64n;
 function casVersion(version: unknown): bigint {
   if (typeof version === 'bigint' && version >= 0n && version < U64_LIMIT) return version;
   if (typeof version === 'number' && Number.isSafeInteger(version) && version >= 0) return BigInt(version);
-  const shown = typeof version === 'bigint' || typeof version === 'number' ? String(version) : typeof version;
-  throw new KvInvalidArgumentError(`cas expectedVersion must be an unsigned 64-bit bigint (0n: only if absent), or a safe non-negative integer (got ${shown})`);
+  throw new KvInvalidArgumentError(`cas expectedVersion must be an unsigned 64-bit bigint (0n: only if absent), or a safe non-negative integer (got ${show(version)})`);
 }
 
 /** An incr delta: a bigint of magnitude below 2^64, or a safe integer number. */
 function incrDelta(delta: unknown): bigint {
   if (typeof delta === 'bigint' && delta > -U64_LIMIT && delta < U64_LIMIT) return delta;
   if (typeof delta === 'number' && Number.isSafeInteger(delta)) return BigInt(delta);
-  const shown = typeof delta === 'bigint' || typeof delta === 'number' ? String(delta) : typeof delta;
-  throw new KvInvalidArgumentError(`incr delta must be a bigint of magnitude below 2^64, or a safe integer (got ${shown})`);
+  throw new KvInvalidArgumentError(`incr delta must be a bigint of magnitude below 2^64, or a safe integer (got ${show(delta)})`);
 }
 
 function checkOptions(options: KvClientOptions): void {
@@ -449,7 +447,7 @@ function checkOptions(options: KvClientOptions): void {
     if (!Array.isArray(urls) || urls.length === 0) throw new KvInvalidArgumentError('servers must be a non-empty array of URLs');
     for (const url of urls) {
       if (typeof url !== 'string' || !/^(shm:\/\/\/.|rdma:\/\/[^/]+)/.test(url)) {
-        throw new KvInvalidArgumentError(`unknown URL '${String(url)}': expected shm:///path or rdma://host:port`);
+        throw new KvInvalidArgumentError(`unknown URL '${show(url)}': expected shm:///path or rdma://host:port`);
       }
     }
   }
@@ -461,15 +459,16 @@ function checkOptions(options: KvClientOptions): void {
     if (etcd.prefix !== undefined && typeof etcd.prefix !== 'string') throw new KvInvalidArgumentError('etcd.prefix must be a string');
   }
   if (options.pollMode !== undefined && options.pollMode !== 'busy' && options.pollMode !== 'event') {
-    throw new KvInvalidArgumentError(`pollMode must be 'busy' or 'event' (got '${String(options.pollMode)}')`);
+    throw new KvInvalidArgumentError(`pollMode must be 'busy' or 'event' (got '${show(options.pollMode)}')`);
   }
   const { timeoutMs, scratchBytes } = options;
   // The transport takes timeouts as unsigned 32-bit ms; setTimeout takes up to 2^31 - 1.
   if (timeoutMs !== undefined && !(typeof timeoutMs === 'number' && timeoutMs > 0 && timeoutMs <= MAX_TIMEOUT_MS)) {
-    throw new KvInvalidArgumentError(`timeoutMs must be a positive number of ms, at most ${MAX_TIMEOUT_MS} (got ${String(timeoutMs)})`);
+    throw new KvInvalidArgumentError(`timeoutMs must be a positive number of ms, at most ${MAX_TIMEOUT_MS} (got ${show(timeoutMs)})`);
   }
-  if (scratchBytes !== undefined && !(Number.isSafeInteger(scratchBytes) && scratchBytes > 0)) {
-    throw new KvInvalidArgumentError(`scratchBytes must be a positive integer (got ${String(scratchBytes)})`);
+  // A Buffer views the scratch memory: 4 GiB at most.
+  if (scratchBytes !== undefined && !(Number.isSafeInteger(scratchBytes) && scratchBytes > 0 && scratchBytes <= 2 ** 32)) {
+    throw new KvInvalidArgumentError(`scratchBytes must be a positive integer, at most 2^32 (got ${show(scratchBytes)})`);
   }
   if (options.token !== undefined && typeof options.token !== 'string') throw new KvInvalidArgumentError('token must be a string');
   for (const flag of ['reconnect', 'requireReady'] as const) {

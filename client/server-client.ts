@@ -306,7 +306,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       await session.open(this.options, this.timeoutMs);
     } catch (error) {
       session.provider.close();
-      throw error;
+      throw providerError(this.options.url, error);
     }
     this.session = session;
     this.hello = session.hello;
@@ -706,8 +706,10 @@ export class ServerClient extends EventEmitter<ClientEvents> {
 }
 
 /**
- * A provider that cannot be had: rdma:// on a build without verbs, or on a
- * host without an RDMA device. That is configuration, not a lost server.
+ * A failed connection attempt as a KvError. A provider that cannot be had
+ * (rdma:// on a build without verbs, or on a host without an RDMA device) is
+ * configuration, not a lost server; anything else not already a KvError
+ * (a native allocation that failed, say) counts as a failed connect.
  */
 function providerError(url: string, error: unknown): Error {
   if (error instanceof KvError) return error;

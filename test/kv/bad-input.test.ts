@@ -98,8 +98,8 @@ for (const scheme of providersUnderTest()) {
     const next = await second;
     t.true(next.token > lock.token);
     await next.release();
-    for (const bad of [0, -1, NaN, -Infinity, '100', null, 10n]) {
-      await rejects(t, () => kv.lock('m', { timeoutMs: any(bad) }), KvInvalidArgumentError, `lock timeoutMs ${typeof bad} ${String(bad)}`);
+    for (const [i, bad] of [0, -1, NaN, -Infinity, '100', null, 10n, Object.create(null)].entries()) {
+      await rejects(t, () => kv.lock('m', { timeoutMs: any(bad) }), KvInvalidArgumentError, `lock timeoutMs #${i} (${typeof bad})`);
     }
     await rejects(t, () => kv.lock('m', any(null)), KvInvalidArgumentError, 'lock(m, null)');
     await rejects(t, () => kv.lock('m', any(5)), KvInvalidArgumentError, 'lock(m, 5)');
@@ -175,6 +175,8 @@ test('connect options of the wrong type reject with KV_INVALID_ARGUMENT', async 
     { url, token: 5 },
     { url, scratchBytes: -1 },
     { url, scratchBytes: 1.5 },
+    { url, scratchBytes: 2 ** 40 },
+    { url, timeoutMs: Object.create(null) },
     { url, reconnect: 'yes' },
     { url, requireReady: 1 },
     { url, history: 5 },
