@@ -61,7 +61,8 @@ export interface EtcdOptions {
  * One line of a recorded history (a JSONL file, or the function's argument).
  * Values are UTF-8 text, or "base64:..." for other bytes; versions, tokens and
  * counters are decimal strings. Every invocation is followed by one 'ok' or
- * 'fail' with its id, unless the process died first.
+ * 'fail' with its id, unless the process died first (or a write of the
+ * history failed: the client's 'error' event reports that).
  */
 export interface HistoryEvent {
   type: 'invoke' | 'ok' | 'fail';
@@ -84,7 +85,8 @@ export interface HistoryEvent {
   error?: string;
   /**
    * fail: false when the request never left this client (still queued at its
-   * deadline, at a disconnect or at close): it cannot have taken effect, and
+   * deadline, at a disconnect or at close, or no heap block of its size was
+   * left): it cannot have taken effect, and
    * a checker may drop it. Absent when the request was sent: it may have.
    */
   sent?: false;
