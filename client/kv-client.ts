@@ -341,7 +341,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
     let bytes: Buffer[];
     try {
       if (!Array.isArray(keys)) throw new KvInvalidArgumentError('getMany needs an array of keys');
-      bytes = keys.map((k) => toBuffer(k, 'key'));
+      bytes = Array.from(keys, (k) => toBuffer(k, 'key')); // not map(): it skips the holes of a sparse array
     } catch (error) {
       return Promise.reject(error);
     }
@@ -356,9 +356,9 @@ export class KvClient extends EventEmitter<ClientEvents> {
     let pairs: Array<[Buffer, Buffer]>;
     try {
       if (!Array.isArray(entries)) throw new KvInvalidArgumentError('putMany needs an array of [key, value] entries');
-      pairs = entries.map((entry) => {
+      pairs = Array.from(entries, (entry) => {
         if (!Array.isArray(entry) || entry.length !== 2) throw new KvInvalidArgumentError('putMany entries must be [key, value] pairs');
-        return [toBuffer(entry[0], 'key'), toBuffer(entry[1], 'value')];
+        return [toBuffer(entry[0], 'key'), toBuffer(entry[1], 'value')] as [Buffer, Buffer];
       });
     } catch (error) {
       return Promise.reject(error);

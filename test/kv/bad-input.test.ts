@@ -72,6 +72,9 @@ for (const scheme of providersUnderTest()) {
     await rejects(t, () => kv.putMany(any([['a']])), KvInvalidArgumentError, 'putMany([[a]])');
     await rejects(t, () => kv.putMany(any(['ab'])), KvInvalidArgumentError, 'putMany([ab])');
     await rejects(t, () => kv.putMany(any([null])), KvInvalidArgumentError, 'putMany([null])');
+    // A hole in a sparse array is a missing key, not one to skip.
+    await rejects(t, () => kv.getMany(any(new Array(2))), KvInvalidArgumentError, 'getMany([, ,])');
+    await rejects(t, () => kv.putMany(any(new Array(2))), KvInvalidArgumentError, 'putMany([, ,])');
     t.is(await kv.get('a'), undefined);
     t.throws(() => kv.memberFor(any(5)), { instanceOf: KvInvalidArgumentError });
     // The client is unharmed.
