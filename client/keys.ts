@@ -1,8 +1,8 @@
 // Keys and values as bytes, and how they are shown in errors and histories.
 import { KvInvalidArgumentError } from './errors.js';
-import type { Key, Value } from './types.js';
 
-export function toBuffer(value: Key | Value, what: string): Buffer {
+/** Key or value bytes; anything else is a KV_INVALID_ARGUMENT (thrown: callers turn it into a rejection). */
+export function toBuffer(value: unknown, what: string): Buffer {
   if (typeof value === 'string') return Buffer.from(value, 'utf8');
   if (Buffer.isBuffer(value)) return value;
   if (value instanceof Uint8Array) return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
@@ -19,4 +19,11 @@ export function describe(key: Buffer): string {
 export function text(bytes: Buffer): string {
   const s = bytes.toString('utf8');
   return Buffer.from(s, 'utf8').equals(bytes) ? s : `base64:${bytes.toString('base64')}`;
+}
+
+/** An argument as an error message shows it: never throws (a null-prototype object would), never long. */
+export function show(x: unknown): string {
+  if (typeof x === 'string') return x.length > 60 ? `${x.slice(0, 60)}…` : x;
+  if (typeof x === 'number' || typeof x === 'bigint' || typeof x === 'boolean' || x === undefined || x === null) return String(x);
+  return Array.isArray(x) ? 'an array' : typeof x === 'object' ? 'an object' : `a ${typeof x}`;
 }

@@ -18,7 +18,7 @@ import {
   KvLockContendedError,
   KvProtocolError,
 } from './errors.js';
-import { describe, toBuffer } from './keys.js';
+import { describe, show, toBuffer } from './keys.js';
 import { ClientMetrics } from './metrics.js';
 import { type HistoryRecorder, type OpResult, ServerClient } from './server-client.js';
 import type { HistoryEvent, Key, KvClientOptions, KvStatusName, Value, VersionedValue } from './types.js';
@@ -65,7 +65,16 @@ export class KvClient extends EventEmitter<ClientEvents> {
     super();
     const history = options.history;
     if (history !== undefined) {
-      const record = typeof history === 'string' ? (event: HistoryEvent) => appendFileSync(history, JSON.stringify(event) + '\n') : history;
+      const write = typeof history === 'string' ? (event: HistoryEvent) => appendFileSync(history, JSON.stringify(event) + '\n') : history;
+      // Recording runs inside submit() and the completion loop: a failing
+      // write (a full disk, a throwing callback) must not throw from there.
+      const record = (event: HistoryEvent) => {
+        try {
+          write(event);
+        } catch (error) {
+          this.warn(new KvInvalidArgumentError(`history: cannot record an event: ${error instanceof Error ? error.message : show(error)}`));
+        }
+      };
       let id = 0;
       this.recorder = { record, nextId: () => ++id };
     }
@@ -80,7 +89,9 @@ export class KvClient extends EventEmitter<ClientEvents> {
    * and resolves when operations can be issued: every member has been tried
    * and at least one is ready (with requireReady: false, also when none is).
    * Members that could not be reached are retried in the background; until
-   * then their keys fail with KV_DISCONNECTED.
+   * then their keys fail with KV_DISCONNECTED. Bad options, and an rdma://
+   * URL without a usable verbs provider (a build without rdma-core, a host
+   * without an RDMA device), reject with KV_INVALID_ARGUMENT.
    */
   static async connect(options: KvClientOptions): Promise<KvClient> {
     checkOptions(options);
@@ -261,24 +272,34 @@ export class KvClient extends EventEmitter<ClientEvents> {
   /**
    * Writes `value` only if the key's current version is `expectedVersion`
    * (from getWithVersion); `0n` means "only if the key does not exist".
-   * Resolves false when the version did not match.
+   * Resolves false when the version did not match. The version is a bigint
+   * (an unsigned 64-bit CAS token); a number is accepted when it is a safe
+   * non-negative integer. Anything else, undefined included, rejects with
+   * KV_INVALID_ARGUMENT: "only if absent" must be asked for with 0n.
    */
-  cas(key: Key, expectedVersion: bigint, value: Value): Promise<boolean> {
-    return this.call(KvOp.CAS, key, value, expectedVersion, true).then((r) => r.status === KvStatus.OK);
+  cas(key: Key, expectedVersion: bigint | number, value: Value): Promise<boolean> {
+    let expected: bigint;
+    try {
+      expected = casVersion(expectedVersion);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.call(KvOp.CAS, key, value, expected, true).then((r) => r.status === KvStatus.OK);
   }
 
   /**
    * Adds `delta` to a counter with one RDMA FETCH_AND_ADD (executed by the
    * server's NIC, not its CPU) and resolves the new value. A missing counter
    * is created at `delta`. Counters are unsigned 64-bit and wrap; a negative
-   * delta subtracts.
+   * delta subtracts. `delta` is a bigint of magnitude below 2^64, or a safe
+   * integer number; anything else rejects with KV_INVALID_ARGUMENT.
    */
   incr(key: Key, delta: bigint | number = 1n): Promise<bigint> {
     let d: bigint;
     try {
-      d = BigInt.asUintN(64, BigInt(delta));
-    } catch {
-      return Promise.reject(new KvInvalidArgumentError(`incr delta must be an integer (got ${String(delta)})`));
+      d = BigInt.asUintN(64, incrDelta(delta));
+    } catch (error) {
+      return Promise.reject(error);
     }
     return this.call(KvOp.INCR, key, undefined, d).then((r) => r.version);
   }
@@ -288,50 +309,75 @@ export class KvClient extends EventEmitter<ClientEvents> {
    * resolves with its fencing token, which grows with every acquisition of
    * this lock: pass it to whatever the lock protects so a holder that lost
    * the lock (it stalled and was fenced) can be refused there.
-   * Rejects with KV_LOCK_CONTENDED after `timeoutMs`.
+   * Rejects with KV_LOCK_CONTENDED after `timeoutMs` (default: the client's
+   * timeoutMs), a positive number of ms; Infinity, or anything above
+   * 2^31 − 1 ms (24.8 days), waits that long: in effect without a timeout.
+   * `release()` resolves once the lock is given back; if that failed (the
+   * lock was lost, or the client closed), it rejects, and so does every
+   * later call of it.
    */
   async lock(name: Key, options: { timeoutMs?: number } = {}): Promise<{ token: bigint; release: () => Promise<void> }> {
-    const timeoutMs = options.timeoutMs ?? this.options.timeoutMs ?? 5000;
-    if (!(timeoutMs > 0)) throw new KvInvalidArgumentError('lock timeoutMs must be positive');
+    if (options === null || typeof options !== 'object') throw new KvInvalidArgumentError('lock options must be an object: { timeoutMs? }');
+    const timeoutMs = options.timeoutMs === undefined ? (this.options.timeoutMs ?? 5000) : options.timeoutMs;
+    if (typeof timeoutMs !== 'number' || !(timeoutMs > 0)) throw new KvInvalidArgumentError(`lock timeoutMs must be a positive number (got ${show(timeoutMs)})`);
     const nameBytes = toBuffer(name, 'name');
     // Released on the server that granted it, whatever the map says by then.
     const server = this.serverFor(nameBytes);
-    const r = await this.send(server, KvOp.LOCK, nameBytes, undefined, BigInt(Math.ceil(timeoutMs)));
+    const r = await this.send(server, KvOp.LOCK, nameBytes, undefined, BigInt(Math.ceil(Math.min(timeoutMs, MAX_TIMEOUT_MS))));
     const token = r.version;
-    let released = false;
-    return {
-      token,
-      release: async () => {
-        if (released) return;
-        released = true;
-        const u = await this.send(server, KvOp.UNLOCK, nameBytes, undefined, token, true);
-        if (u.status !== KvStatus.OK) {
-          throw new KvLockContendedError(`lock ${describe(nameBytes)} was no longer held by this client (token ${token})`);
-        }
-      },
+    let releasing: Promise<void> | undefined;
+    const unlock = async () => {
+      const u = await this.send(server, KvOp.UNLOCK, nameBytes, undefined, token, true);
+      if (u.status !== KvStatus.OK) {
+        throw new KvLockContendedError(`lock ${describe(nameBytes)} was no longer held by this client (token ${token})`);
+      }
     };
+    // One unlock: later calls get its outcome, a failure included.
+    return { token, release: () => (releasing ??= unlock()) };
   }
 
   /** Reads many keys: one batch (one doorbell) per server. */
   getMany(keys: Key[]): Promise<Array<Buffer | undefined>> {
-    return Promise.all(keys.map((k) => this.get(k)));
+    let bytes: Buffer[];
+    try {
+      if (!Array.isArray(keys)) throw new KvInvalidArgumentError('getMany needs an array of keys');
+      bytes = Array.from(keys, (k) => toBuffer(k, 'key')); // not map(): it skips the holes of a sparse array
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return Promise.all(bytes.map((k) => this.get(k)));
   }
 
-  /** Writes many keys: one batch (one doorbell) per server. */
-  async putMany(entries: Array<[Key, Value]>): Promise<void> {
-    await Promise.all(entries.map(([k, v]) => this.put(k, v)));
+  /**
+   * Writes many keys: one batch (one doorbell) per server. Every entry is
+   * checked first: a malformed one rejects the call before anything is written.
+   */
+  putMany(entries: Array<[Key, Value]>): Promise<void> {
+    let pairs: Array<[Buffer, Buffer]>;
+    try {
+      if (!Array.isArray(entries)) throw new KvInvalidArgumentError('putMany needs an array of [key, value] entries');
+      pairs = Array.from(entries, (entry) => {
+        if (!Array.isArray(entry) || entry.length !== 2) throw new KvInvalidArgumentError('putMany entries must be [key, value] pairs');
+        return [toBuffer(entry[0], 'key'), toBuffer(entry[1], 'value')] as [Buffer, Buffer];
+      });
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return Promise.all(pairs.map(([k, v]) => this.put(k, v))).then(() => undefined);
   }
 
   private call(type: KvOp, key: Key, value?: Value, arg = 0n, mismatchResolves = false): Promise<OpResult> {
     let keyBytes: Buffer;
+    let valueBytes: Buffer | undefined;
     let server: ServerClient | KvError;
     try {
       keyBytes = toBuffer(key, 'key');
+      if (type === KvOp.PUT || type === KvOp.CAS) valueBytes = toBuffer(value, 'value');
       server = this.serverFor(keyBytes);
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.send(server, type, keyBytes, value, arg, mismatchResolves);
+    return this.send(server, type, keyBytes, valueBytes, arg, mismatchResolves);
   }
 
   private send(server: ServerClient | KvError, type: KvOp, key: Buffer, value?: Value, arg = 0n, mismatchResolves = false): Promise<OpResult> {
@@ -372,6 +418,24 @@ export class KvClient extends EventEmitter<ClientEvents> {
   }
 }
 
+/** The longest timeout (setTimeout's limit); a lock() timeout above it, Infinity included, means this. */
+const MAX_TIMEOUT_MS = 2 ** 31 - 1;
+const U64_LIMIT = 2n ** 64n;
+
+/** A CAS token: an unsigned 64-bit bigint, or a safe non-negative integer number. */
+function casVersion(version: unknown): bigint {
+  if (typeof version === 'bigint' && version >= 0n && version < U64_LIMIT) return version;
+  if (typeof version === 'number' && Number.isSafeInteger(version) && version >= 0) return BigInt(version);
+  throw new KvInvalidArgumentError(`cas expectedVersion must be an unsigned 64-bit bigint (0n: only if absent), or a safe non-negative integer (got ${show(version)})`);
+}
+
+/** An incr delta: a bigint of magnitude below 2^64, or a safe integer number. */
+function incrDelta(delta: unknown): bigint {
+  if (typeof delta === 'bigint' && delta > -U64_LIMIT && delta < U64_LIMIT) return delta;
+  if (typeof delta === 'number' && Number.isSafeInteger(delta)) return BigInt(delta);
+  throw new KvInvalidArgumentError(`incr delta must be a bigint of magnitude below 2^64, or a safe integer (got ${show(delta)})`);
+}
+
 function checkOptions(options: KvClientOptions): void {
   if (!options || typeof options !== 'object') throw new KvInvalidArgumentError('KvClient.connect needs options: { url } or { servers } or { etcd }');
   const given = (['url', 'servers', 'etcd'] as const).filter((k) => options[k] !== undefined);
@@ -383,12 +447,39 @@ function checkOptions(options: KvClientOptions): void {
     if (!Array.isArray(urls) || urls.length === 0) throw new KvInvalidArgumentError('servers must be a non-empty array of URLs');
     for (const url of urls) {
       if (typeof url !== 'string' || !/^(shm:\/\/\/.|rdma:\/\/[^/]+)/.test(url)) {
-        throw new KvInvalidArgumentError(`unknown URL '${String(url)}': expected shm:///path or rdma://host:port`);
+        throw new KvInvalidArgumentError(`unknown URL '${show(url)}': expected shm:///path or rdma://host:port`);
       }
     }
   }
+  const { etcd } = options;
+  if (etcd !== undefined) {
+    const hosts = etcd === null || typeof etcd !== 'object' ? undefined : etcd.hosts;
+    const hostsOk = typeof hosts === 'string' || (Array.isArray(hosts) && hosts.length > 0 && hosts.every((h) => typeof h === 'string'));
+    if (!hostsOk) throw new KvInvalidArgumentError('etcd must be { hosts: string | string[], prefix?: string }');
+    if (etcd.prefix !== undefined && typeof etcd.prefix !== 'string') throw new KvInvalidArgumentError('etcd.prefix must be a string');
+  }
   if (options.pollMode !== undefined && options.pollMode !== 'busy' && options.pollMode !== 'event') {
-    throw new KvInvalidArgumentError(`pollMode must be 'busy' or 'event' (got '${String(options.pollMode)}')`);
+    throw new KvInvalidArgumentError(`pollMode must be 'busy' or 'event' (got '${show(options.pollMode)}')`);
+  }
+  const { timeoutMs, scratchBytes } = options;
+  // The transport takes timeouts as unsigned 32-bit ms; setTimeout takes up to 2^31 - 1.
+  if (timeoutMs !== undefined && !(typeof timeoutMs === 'number' && timeoutMs > 0 && timeoutMs <= MAX_TIMEOUT_MS)) {
+    throw new KvInvalidArgumentError(`timeoutMs must be a positive number of ms, at most ${MAX_TIMEOUT_MS} (got ${show(timeoutMs)})`);
+  }
+  // A Buffer views the scratch memory: 4 GiB at most.
+  if (scratchBytes !== undefined && !(Number.isSafeInteger(scratchBytes) && scratchBytes > 0 && scratchBytes <= 2 ** 32)) {
+    throw new KvInvalidArgumentError(`scratchBytes must be a positive integer, at most 2^32 (got ${show(scratchBytes)})`);
+  }
+  if (options.token !== undefined && typeof options.token !== 'string') throw new KvInvalidArgumentError('token must be a string');
+  for (const flag of ['reconnect', 'requireReady'] as const) {
+    if (options[flag] !== undefined && typeof options[flag] !== 'boolean') throw new KvInvalidArgumentError(`${flag} must be a boolean`);
+  }
+  if (options.history !== undefined && typeof options.history !== 'string' && typeof options.history !== 'function') {
+    throw new KvInvalidArgumentError('history must be a file path or a function');
+  }
+  const metrics = options.metrics as Partial<Record<'getSingleMetric' | 'registerMetric', unknown>> | null | undefined;
+  if (metrics !== undefined && (metrics === null || typeof metrics !== 'object' || typeof metrics.getSingleMetric !== 'function' || typeof metrics.registerMetric !== 'function')) {
+    throw new KvInvalidArgumentError('metrics must be a prom-client Registry');
   }
 }
 

@@ -83,6 +83,8 @@ interface PendingOp {
   block?: number;
   /** CAS and UNLOCK: a version mismatch is an answer, not an error. */
   mismatchResolves?: boolean;
+  /** Handed to the core: from here on it may take effect (history: a failure is not "never sent"). */
+  sent?: boolean;
 }
 
 const CONTROL_TAG = 2 ** KvLayout.CONTROL_TAG_SHIFT;
@@ -243,7 +245,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
 
   constructor(readonly options: ServerClientOptions) {
     super();
-    this.timeoutMs = options.timeoutMs ?? 5000;
+    this.timeoutMs = Math.ceil(options.timeoutMs ?? 5000); // the transport takes whole ms
     this.pollMode = options.pollMode ?? 'busy';
     this.recorder = options.recorder;
   }
@@ -300,12 +302,17 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   private async establish(): Promise<void> {
     const scheme = this.options.url.startsWith('rdma://') ? 'rdma' : this.options.url.startsWith('shm://') ? 'shm' : undefined;
     if (!scheme) throw new KvInvalidArgumentError(`unknown URL '${this.options.url}': expected shm:///path or rdma://host:port`);
-    const session = new Session(scheme);
+    let session: Session;
+    try {
+      session = new Session(scheme);
+    } catch (error) {
+      throw providerError(this.options.url, error);
+    }
     try {
       await session.open(this.options, this.timeoutMs);
     } catch (error) {
       session.provider.close();
-      throw error;
+      throw providerError(this.options.url, error);
     }
     this.session = session;
     this.hello = session.hello;
@@ -334,7 +341,11 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     let cls = -1;
     let valueBytes: Buffer | undefined;
     if (type === KvOp.PUT || type === KvOp.CAS) {
-      valueBytes = toBuffer(value!, 'value');
+      try {
+        valueBytes = toBuffer(value, 'value');
+      } catch (error) {
+        return Promise.reject(error);
+      }
       const max = this.session.hello.layout.maxValueBytes;
       if (valueBytes.length > max) return Promise.reject(new KvValueTooLargeError(`value of ${valueBytes.length} bytes: the limit is ${max}`));
       cls = classFor(this.session.hello.layout.classes, itemUnits(keyBytes.length, valueBytes.length));
@@ -361,6 +372,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     const invoke: HistoryEvent = { ...base, type: 'invoke', time: process.hrtime.bigint().toString() };
     if (value) invoke.value = text(value);
     if (type === KvOp.CAS) invoke.expected = arg.toString();
+    if (type === KvOp.INCR) invoke.delta = arg.toString();
     record(invoke);
     return new Promise<OpResult>((resolve, reject) => {
       const op: PendingOp = {
@@ -375,11 +387,15 @@ export class ServerClient extends EventEmitter<ClientEvents> {
           } else if (type === KvOp.INCR) {
             done.value = r.version.toString();
           }
+          // The version written, or the fencing token: a checker need not infer them.
+          if ((type === KvOp.PUT || type === KvOp.CAS || type === KvOp.LOCK) && r.status === KvStatus.OK) done.version = r.version.toString();
           record(done);
           resolve(r);
         },
         reject: (error) => {
-          record({ ...base, type: 'fail', error: (error as KvError).code ?? error.message, time: process.hrtime.bigint().toString() });
+          const failed: HistoryEvent = { ...base, type: 'fail', error: (error as KvError).code ?? error.message, time: process.hrtime.bigint().toString() };
+          if (!op.sent) failed.sent = false; // failed in the queue: it cannot have happened
+          record(failed);
           reject(error);
         },
       };
@@ -452,6 +468,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     if (count > 0) {
       taken = core.submit(count);
       this.submits++;
+      for (let i = 0; i < taken; i++) batch[i]!.sent = true;
     }
     // What the core could not take goes back to the front, in order.
     for (let i = batch.length - 1; i >= taken; i--) {
@@ -692,6 +709,19 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     session.cq.unwatch();
     session.close();
   }
+}
+
+/**
+ * A failed connection attempt as a KvError. A provider that cannot be had
+ * (rdma:// on a build without verbs, or on a host without an RDMA device) is
+ * configuration, not a lost server; anything else not already a KvError
+ * (a native allocation that failed, say) counts as a failed connect.
+ */
+function providerError(url: string, error: unknown): Error {
+  if (error instanceof KvError) return error;
+  const message = error instanceof Error ? error.message : String(error);
+  if (error instanceof TransportError && error.code === 'ERR_RKV_PROVIDER') return new KvInvalidArgumentError(`${url}: ${message}`);
+  return new KvDisconnectedError(`cannot connect to ${url}: ${message}`);
 }
 
 const opNames: Record<number, string> = {

@@ -22,7 +22,7 @@ export interface KvClientOptions {
    * queue's event fires (low CPU). @default 'busy'
    */
   pollMode?: 'busy' | 'event';
-  /** Connecting, and each operation. @default 5000 */
+  /** Connecting, and each operation: positive ms, at most 2^31 - 1. @default 5000 */
   timeoutMs?: number;
   /** Reconnect in the background after losing a server. @default true */
   reconnect?: boolean;
@@ -57,7 +57,13 @@ export interface EtcdOptions {
   prefix?: string;
 }
 
-/** One line of a recorded history. Values are UTF-8 text, or "base64:..." for other bytes. */
+/**
+ * One line of a recorded history (a JSONL file, or the function's argument).
+ * Values are UTF-8 text, or "base64:..." for other bytes; versions, tokens and
+ * counters are decimal strings. Every invocation is followed by one 'ok' or
+ * 'fail' with its id, unless the process died first (or a write of the
+ * history failed: the client's 'error' event reports that).
+ */
 export interface HistoryEvent {
   type: 'invoke' | 'ok' | 'fail';
   /** The operation's number within this client. */
@@ -66,11 +72,24 @@ export interface HistoryEvent {
   key: string;
   /** invoke: the value written (put, cas); ok: the value read (get), or the result (delete, cas: boolean; incr: decimal) */
   value?: string | boolean | null;
-  /** cas: the version expected (decimal) */
+  /** cas invoke: the version expected (decimal; "0": only if absent) */
   expected?: string;
-  /** get ok: the version read (decimal) */
+  /** incr invoke: the delta added, as the unsigned 64-bit word the server adds (a negative d is 2^64 + d) */
+  delta?: string;
+  /**
+   * ok: get: the version read; put, and cas that wrote (value true): the
+   * version written; lock: the fencing token.
+   */
   version?: string;
+  /** fail: the KvError code */
   error?: string;
+  /**
+   * fail: false when the request never left this client (still queued at its
+   * deadline, at a disconnect or at close, or no heap block of its size was
+   * left): it cannot have taken effect, and
+   * a checker may drop it. Absent when the request was sent: it may have.
+   */
+  sent?: false;
   /** process.hrtime.bigint() in ns (CLOCK_MONOTONIC: comparable across processes of one host) */
   time: string;
 }

@@ -121,11 +121,20 @@ export const registerModel: Model<string | null, RegisterInput, RegisterOutput> 
 /**
  * Turns KvClient histories (all processes) into per-key operations. Every
  * written value must be unique (the test makes them so), which lets a cas's
- * expected version be mapped to the value of the write that produced it.
+ * expected version be mapped to the value of the write that produced it: the
+ * version a put or cas recorded writing, or one a get read. A request that
+ * failed before it was sent (sent: false) never happened and is dropped.
  */
 export function registerHistories(events: Array<HistoryEvent & { process: number }>): Map<string, Array<Operation<RegisterInput, RegisterOutput>>> {
   const versionValue = new Map<string, string>([['0', '\u0000absent']]);
-  for (const e of events) if (e.type === 'ok' && e.f === 'get' && e.version && typeof e.value === 'string') versionValue.set(e.version, e.value);
+  const invoked = new Map<string, HistoryEvent>();
+  for (const e of events) {
+    if (e.type === 'invoke') invoked.set(`${e.process}:${e.id}`, e);
+    else if (e.type === 'ok' && e.version) {
+      const value = e.f === 'get' ? e.value : e.f === 'put' || e.f === 'cas' ? invoked.get(`${e.process}:${e.id}`)?.value : undefined;
+      if (typeof value === 'string') versionValue.set(e.version, value);
+    }
+  }
   const open = new Map<string, HistoryEvent>();
   const byKey = new Map<string, Array<Operation<RegisterInput, RegisterOutput>>>();
   for (const e of events) {
@@ -137,6 +146,7 @@ export function registerHistories(events: Array<HistoryEvent & { process: number
     const call = open.get(id);
     if (!call) throw new Error(`completion without invocation: ${id}`);
     open.delete(id);
+    if (e.type === 'fail' && e.sent === false) continue;
     if (e.type === 'fail') throw new Error(`${e.f} ${e.key} failed (${e.error}): the test expects every operation to complete`);
     let input: RegisterInput;
     if (call.f === 'get') input = { f: 'get' };
