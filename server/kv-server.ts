@@ -5,8 +5,8 @@
 // RDMA READ.
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { EventEmitter } from 'node:events';
-import { mkdirSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { mkdirSync, realpathSync, statSync } from 'node:fs';
+import { dirname, parse, sep } from 'node:path';
 
 import type { Logger } from 'pino';
 
@@ -119,6 +119,38 @@ interface Fabric {
   loopback?: { connection: Connection; cq: CompletionQueue; scratch: MemoryRegion };
 }
 
+/**
+ * Makes the directory of an shm:// socket path, one level at a time. Node's recursive mkdir
+ * loops forever where mkdir answers ENOENT under an existing parent (/proc), so it is not used;
+ * kernel pseudo file systems are refused by name. Every failure is a KvConfigError of one line.
+ */
+function makeSocketDirectory(url: string): void {
+  const dir = dirname(url.slice('shm://'.length));
+  const fail = (why: string) => new KvConfigError(`cannot listen on ${url}: ${why}`);
+  let at = parse(dir).root;
+  for (const part of dir.slice(at.length).split(sep).filter((p) => p !== '')) {
+    at = at.endsWith(sep) ? at + part : at + sep + part;
+    let stats;
+    try {
+      stats = statSync(at, { throwIfNoEntry: false });
+    } catch (error) {
+      throw fail(`${at}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+    }
+    if (stats) {
+      if (!stats.isDirectory()) throw fail(`${at} is not a directory`);
+      const real = realpathSync(at);
+      if (/^\/(proc|sys)(\/|$)/.test(real)) throw fail(`${real} is a kernel file system (/proc, /sys): choose a socket path elsewhere, e.g. /run/rdma-kv/kv.sock`);
+      continue;
+    }
+    try {
+      mkdirSync(at);
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      throw fail(`cannot create the directory ${at} (${code === 'EACCES' || code === 'EPERM' ? 'permission denied' : (code ?? (error as Error).message)})`);
+    }
+  }
+}
+
 export class KvServer extends EventEmitter {
   readonly urls: string[] = [];
   readonly layout: RegionLayout;
@@ -228,7 +260,7 @@ export class KvServer extends EventEmitter {
       cq.watch(() => this.drain(entry!));
       cq.arm();
     }
-    if (scheme === 'shm') mkdirSync(dirname(url.slice('shm://'.length)), { recursive: true });
+    if (scheme === 'shm') makeSocketDirectory(url);
     let listener: Listener;
     try {
       listener = entry.provider.listen(url);
