@@ -32,6 +32,7 @@ import {
   RejectReason,
   decode,
   encode,
+  itemUnits,
   loopbackData,
   parseConnectData,
   tokenDigest,
@@ -84,6 +85,8 @@ export interface KvServerStats {
   keepaliveFailures: number;
   fencedClients: number;
   lockRecoveries: number;
+  /** slots a restart on a region file could not trust: skipped and cleared (see recover()) */
+  recoveredSlotsSkipped: number;
   controlMessages: number;
   rdmaErrors: Record<string, number>;
 }
@@ -169,7 +172,7 @@ export class KvServer extends EventEmitter {
   private closed = false;
   private readonly counters = {
     items: 0, grants: 0, blocksGranted: 0, notifications: 0, blocksFreed: 0, blocksReclaimed: 0, rejectedConnections: 0,
-    keepaliveFailures: 0, fencedClients: 0, lockRecoveries: 0, controlMessages: 0,
+    keepaliveFailures: 0, fencedClients: 0, lockRecoveries: 0, recoveredSlotsSkipped: 0, controlMessages: 0,
   };
   private readonly rdmaErrors = new Map<string, number>();
   private readonly seed: bigint;
@@ -606,20 +609,13 @@ export class KvServer extends EventEmitter {
   }
 
   /**
-   * Restart on an existing region file: every lock word and lock item still
-   * owned (by clients of the previous run) is released through the loopback
-   * queue pair, and the heap's free lists are rebuilt from the live slots.
+   * Restart on an existing region file: the heap's free lists are rebuilt from the slots it can
+   * trust (see liveSlots), then every lock word and lock item still owned (by clients of the
+   * previous run) is released through the loopback queue pair.
    */
   private async recover(): Promise<void> {
     const region = this.memory.bytes;
-    const live = new Map<number, number>(); // block -> units
-    for (let b = 0; b < this.layout.bucketCount; b++) {
-      const bucket = this.layout.indexOffset + b * KvLayout.BUCKET_BYTES;
-      for (let i = 1; i <= KvLayout.SLOTS_PER_BUCKET; i++) {
-        const slot = region.readBigUInt64LE(bucket + 8 * i);
-        if (slot !== 0n) live.set(Number(slot & 0xffffffffn), Number((slot >> 32n) & 0xffffn)); // a moved entry may stand twice
-      }
-    }
+    const live = this.liveSlots();
     for (const block of live.keys()) {
       if (region.readUInt16LE(this.itemAt(block) + ItemHeader.TYPE) === ItemType.LOCK) this.lockItems.add(block);
     }
@@ -627,8 +623,82 @@ export class KvServer extends EventEmitter {
     this.counters.items = live.size;
     const fabric = [...this.providers.values()][0]!;
     const released = await this.releaseLocks(fabric, 'any');
-    this.log?.info({ items: live.size, locksReleased: released }, 'recovered the region file');
+    this.log?.info({ items: live.size, locksReleased: released, slotsSkipped: this.counters.recoveredSlotsSkipped }, 'recovered the region file');
     this.recovering = false;
+  }
+
+  /**
+   * The live blocks (block -> units) of a region file's index. A slot is trusted only when its
+   * block lies inside the heap, its units are those of a possible item, its item's header fits
+   * the slot exactly (units = the item's length, as clients write them), and the item's key
+   * hashes to the slot's fingerprint and bucket. (The checksum's hash is not exported to
+   * TypeScript: a damaged value is left for clients' checksum, KV_CORRUPT.) Of two trusted slots
+   * whose blocks overlap, the lower block wins. Every other slot is skipped, counted, and
+   * cleared: slots are written by RDMA WRITE, never touched by atomics, and no client is
+   * served during recovery, so this CPU store races with nobody — and a slot left pointing
+   * past the heap would fail every client READ of its bucket's key with a remote access error.
+   */
+  private liveSlots(): Map<number, number> {
+    const region = this.memory.bytes;
+    const candidates: Array<{ slotAt: number; block: number; units: number }> = [];
+    const untrusted: number[] = []; // region offsets of slots
+    const reasons: Record<string, number> = {};
+    const skip = (slotAt: number, why: string) => {
+      untrusted.push(slotAt);
+      reasons[why] = (reasons[why] ?? 0) + 1;
+    };
+    for (let b = 0; b < this.layout.bucketCount; b++) {
+      const bucket = this.layout.indexOffset + b * KvLayout.BUCKET_BYTES;
+      for (let i = 1; i <= KvLayout.SLOTS_PER_BUCKET; i++) {
+        const slotAt = bucket + 8 * i;
+        const slot = region.readBigUInt64LE(slotAt);
+        if (slot === 0n) continue;
+        const why = this.untrustedSlot(slot, b);
+        if (why) skip(slotAt, why);
+        else candidates.push({ slotAt, block: Number(slot & 0xffffffffn), units: Number((slot >> 32n) & 0xffffn) });
+      }
+    }
+    const live = new Map<number, number>();
+    candidates.sort((x, y) => x.block - y.block);
+    let end = 0; // first unit after the last accepted block
+    let last = -1;
+    for (const { slotAt, block, units } of candidates) {
+      if (block === last) continue; // a moved entry may stand twice (same slot word: units follow from the item)
+      if (block < end) {
+        skip(slotAt, 'block overlaps another item');
+        continue;
+      }
+      live.set(block, units);
+      last = block;
+      end = block + this.layout.classes[this.heap.classOfUnits(units)]!;
+    }
+    for (const slotAt of untrusted) region.writeBigUInt64LE(0n, slotAt);
+    this.counters.recoveredSlotsSkipped += untrusted.length;
+    if (untrusted.length > 0) this.log?.warn({ slots: untrusted.length, reasons }, 'recovery skipped slots it cannot trust');
+    return live;
+  }
+
+  /** Why the slot `slot` of bucket `bucket` cannot be trusted; undefined if it can (see liveSlots). */
+  private untrustedSlot(slot: bigint, bucket: number): string | undefined {
+    const region = this.memory.bytes;
+    const units = Number((slot >> 32n) & 0xffffn);
+    const block = Number(slot & 0xffffffffn);
+    const largest = this.layout.classes[this.layout.classes.length - 1]!;
+    if (units === 0) return 'zero units';
+    if (units > largest) return 'more units than the largest item';
+    const blockUnits = this.layout.classes[this.heap.classOfUnits(units)]!;
+    if ((block + blockUnits) * KvLayout.UNIT_BYTES > this.layout.heapBytes) return 'block past the heap';
+    const at = this.itemAt(block);
+    const type = region.readUInt16LE(at + ItemHeader.TYPE);
+    const keyLength = region.readUInt16LE(at + ItemHeader.KEY_LEN);
+    const valueLength = region.readUInt32LE(at + ItemHeader.VALUE_LEN);
+    if (type !== ItemType.BYTES && type !== ItemType.COUNTER && type !== ItemType.LOCK) return 'no item type';
+    if (keyLength > KvLayout.MAX_KEY_BYTES || valueLength > this.layout.maxValueBytes) return 'item lengths out of range';
+    if (itemUnits(keyLength, valueLength) !== units) return 'item length does not match the slot';
+    const keyAt = at + KvLayout.ITEM_HEADER_BYTES;
+    const { b1, b2, fingerprint } = hashKey(region.subarray(keyAt, keyAt + keyLength), this.seed, this.layout.bucketCount);
+    if (fingerprint !== Number(slot >> 48n) || (bucket !== b1 && bucket !== b2)) return 'item key does not hash to the slot';
+    return undefined;
   }
 
   /** Lock words whose owner is `owner` ('any': all held): read with the CPU (reads are safe), released with RDMA atomics. */
@@ -734,6 +804,7 @@ export class KvServer extends EventEmitter {
       keepaliveFailures: this.counters.keepaliveFailures,
       fencedClients: this.counters.fencedClients,
       lockRecoveries: this.counters.lockRecoveries,
+      recoveredSlotsSkipped: this.counters.recoveredSlotsSkipped,
       controlMessages: this.counters.controlMessages,
       rdmaErrors: Object.fromEntries(this.rdmaErrors),
     };
