@@ -14,6 +14,7 @@ import {
   Access,
   type CompletionQueue,
   type Connection,
+  type ConnectionRequest,
   type Listener,
   type MemoryRegion,
   Memory,
@@ -64,6 +65,8 @@ export interface KvServerOptions {
    */
   regionFile?: string;
   logger?: Logger;
+  /** Tests only: recovery of a region file first waits for this (a deterministic slow recovery). */
+  beforeRecovery?: () => Promise<void>;
 }
 
 export interface KvServerStats {
@@ -87,6 +90,8 @@ export interface KvServerStats {
   lockRecoveries: number;
   /** slots a restart on a region file could not trust: skipped and cleared (see recover()) */
   recoveredSlotsSkipped: number;
+  /** locks whose owner was no live client, released by the orphan-lock scan (see releaseOrphanLocks()) */
+  orphanLocksReleased: number;
   controlMessages: number;
   rdmaErrors: Record<string, number>;
 }
@@ -172,7 +177,7 @@ export class KvServer extends EventEmitter {
   private closed = false;
   private readonly counters = {
     items: 0, grants: 0, blocksGranted: 0, notifications: 0, blocksFreed: 0, blocksReclaimed: 0, rejectedConnections: 0,
-    keepaliveFailures: 0, fencedClients: 0, lockRecoveries: 0, recoveredSlotsSkipped: 0, controlMessages: 0,
+    keepaliveFailures: 0, fencedClients: 0, lockRecoveries: 0, recoveredSlotsSkipped: 0, orphanLocksReleased: 0, controlMessages: 0,
   };
   private readonly rdmaErrors = new Map<string, number>();
   private readonly seed: bigint;
@@ -185,7 +190,10 @@ export class KvServer extends EventEmitter {
   private reclaiming: Promise<void> = Promise.resolve();
   /** Heap offsets (units) of lock items, learned from creations, for releasing a dead holder's locks. */
   private readonly lockItems = new Set<number>();
+  /** true from construction on an existing region file until recover() has finished */
   private recovering = false;
+  /** connection requests that arrived while recovering, answered when it ends */
+  private readonly heldRequests: Array<{ entry: Fabric; privateData: Buffer; request: ConnectionRequest }> = [];
 
   private constructor(private readonly options: KvServerOptions) {
     super();
@@ -231,6 +239,7 @@ export class KvServer extends EventEmitter {
       for (const url of options.listen) server.listenOn(url);
       await server.openLoopbacks();
       if (server.recovering) await server.recover();
+      server.serveHeldRequests();
     } catch (error) {
       server.shutdownNow();
       throw error;
@@ -295,16 +304,13 @@ export class KvServer extends EventEmitter {
     }
   }
 
-  private onConnectRequest(
-    entry: Fabric,
-    privateData: Buffer,
-    request: import('../native/index.js').ConnectionRequest,
-  ): void {
+  private onConnectRequest(entry: Fabric, privateData: Buffer, request: ConnectionRequest): void {
     const { version, digest, loopback } = parseConnectData(privateData);
     if (loopback && timingSafeEqual(loopback, this.loopbackSecret)) {
       this.loopbacks.add(request.accept({ cq: entry.cq }));
       return;
     }
+    if (this.recovering && !this.closed) return this.holdUntilRecovered(entry, privateData, request);
     const reject = (reason: number, why: string) => {
       this.counters.rejectedConnections++;
       this.log?.warn({ peer: request.peerAddress, why }, 'connection rejected');
@@ -358,6 +364,22 @@ export class KvServer extends EventEmitter {
       this.emit('clientConnected', id);
     });
     connection.once('disconnected', (reason) => this.forget(entry, client, reason));
+  }
+
+  /**
+   * A client that connects while a region file is being recovered waits: recovery releases
+   * every lock it finds held and rebuilds the heap, so serving it now could release its locks
+   * or grant it live blocks. Its request is answered, in arrival order, once recovery ends
+   * (serveHeldRequests); a client that gives up first sees its own connect timeout.
+   */
+  private holdUntilRecovered(entry: Fabric, privateData: Buffer, request: ConnectionRequest): void {
+    this.heldRequests.push({ entry, privateData, request });
+    if (this.heldRequests.length === 1) this.log?.info({ peer: request.peerAddress }, 'connection requests held until recovery finishes');
+  }
+
+  /** Answers the requests held during recovery (or rejects them if the server is closing). */
+  private serveHeldRequests(): void {
+    for (const { entry, privateData, request } of this.heldRequests.splice(0)) this.onConnectRequest(entry, privateData, request);
   }
 
   private recvRequest(entry: Fabric, index: number) {
@@ -614,6 +636,7 @@ export class KvServer extends EventEmitter {
    * previous run) is released through the loopback queue pair.
    */
   private async recover(): Promise<void> {
+    await this.options.beforeRecovery?.();
     const region = this.memory.bytes;
     const live = this.liveSlots();
     for (const block of live.keys()) {
@@ -805,6 +828,7 @@ export class KvServer extends EventEmitter {
       fencedClients: this.counters.fencedClients,
       lockRecoveries: this.counters.lockRecoveries,
       recoveredSlotsSkipped: this.counters.recoveredSlotsSkipped,
+      orphanLocksReleased: this.counters.orphanLocksReleased,
       controlMessages: this.counters.controlMessages,
       rdmaErrors: Object.fromEntries(this.rdmaErrors),
     };
@@ -827,6 +851,7 @@ export class KvServer extends EventEmitter {
     if (this.reclaimTimer) clearInterval(this.reclaimTimer);
     if (this.keepaliveTimer) clearInterval(this.keepaliveTimer);
     for (const listener of this.listening) listener.close();
+    this.serveHeldRequests(); // rejected: closed
     for (const client of this.clients.keys()) client.disconnect();
     for (const connection of this.loopbacks) connection.disconnect();
     for (const { loopback } of this.providers.values()) loopback?.connection.disconnect();
