@@ -41,6 +41,11 @@ import {
 import { Heap } from './store/heap.js';
 import { type RegionLayout, LayoutError, compareLayout, planLayout, readSuperblock, writeSuperblock } from './store/layout.js';
 
+/** Buckets the orphan-lock scan reads per keepalive interval (a 1 GiB region's index in 16). */
+const ORPHAN_SCAN_BUCKETS = 65536;
+/** Locks one orphan scan releases at most (the rest wait for the next scan). */
+const ORPHAN_RELEASE_BURST = 256;
+
 export interface KvServerOptions {
   /** URLs to listen on: shm:///path/to.sock, rdma://host:port. */
   listen: string[];
@@ -192,6 +197,11 @@ export class KvServer extends EventEmitter {
   private readonly lockItems = new Set<number>();
   /** true from construction on an existing region file until recover() has finished */
   private recovering = false;
+  /** ids of departed clients whose locks forget()'s chain has not released yet: not orphans */
+  private readonly departing = new Set<number>();
+  /** the next bucket the orphan-lock scan looks at (it covers the index in bounded windows) */
+  private orphanScanCursor = 0;
+  private orphanScanQueued = false;
   /** connection requests that arrived while recovering, answered when it ends */
   private readonly heldRequests: Array<{ entry: Fabric; privateData: Buffer; request: ConnectionRequest }> = [];
 
@@ -547,6 +557,7 @@ export class KvServer extends EventEmitter {
     this.counters.fencedClients++;
     this.byQp.delete(`${entry.provider.scheme}:${client.connection.qpNum}`);
     this.log?.info({ clientId: client.id, reason }, 'client disconnected');
+    this.departing.add(client.id);
     // The ring is reused only once the locks are released (chained: one recovery at a time).
     this.recovery = this.recovery
       .then(async () => {
@@ -559,6 +570,7 @@ export class KvServer extends EventEmitter {
       })
       .catch((error: Error) => this.log?.error({ clientId: client.id, err: error.message }, 'lock recovery failed'))
       .finally(() => {
+        this.departing.delete(client.id);
         this.freeRings.push(client.ring);
         this.emit('clientDisconnected', client.id);
       });
@@ -782,7 +794,88 @@ export class KvServer extends EventEmitter {
     return held.length + items;
   }
 
-  /** Keepalive: a client silent for three intervals is taken for dead. */
+  /**
+   * Queues one orphan-lock scan on the recovery chain: it shares the loopback queue pair (and
+   * its scratch buffer) with departed clients' lock release, so the two never interleave.
+   */
+  private queueOrphanScan(): void {
+    if (this.orphanScanQueued || this.closed) return;
+    const fabric = [...this.providers.values()].find((f) => f.loopback);
+    if (!fabric) return;
+    this.orphanScanQueued = true;
+    this.recovery = this.recovery
+      .then(async () => void (await this.releaseOrphanLocks(fabric)))
+      .catch((error: Error) => this.log?.error({ err: error.message }, 'orphan lock release failed'))
+      .finally(() => (this.orphanScanQueued = false));
+  }
+
+  /**
+   * Lock words and lock items owned by an id that is no live client — not connected or
+   * connecting (this.clients, where an id is entered when it is assigned) and not departing
+   * (forget()'s chain releases those) — are released: a leaked lock, or a word corrupted to a
+   * random owner, would otherwise fail its keys with KV_LOCK_CONTENDED forever. The words are
+   * read before the live ids are taken: an owner seen in a word held its id when the word was
+   * read, and ids are never reused, so a live holder is never mistaken for an orphan. Each is
+   * released with CMP_AND_SWP from the exact word read (bucket: version + 1, owner 0; lock item:
+   * token kept, owner 0), never FETCH_AND_ADD: a word that changed since (released, taken
+   * again) is left alone. One window of the index per scan, and at most 256 releases.
+   */
+  private async releaseOrphanLocks(entry: Fabric): Promise<number> {
+    const loop = entry.loopback;
+    if (this.closed || !loop) return 0;
+    const region = this.memory.bytes;
+    const indexWords = new BigUint64Array(region.buffer, region.byteOffset + this.layout.indexOffset, this.layout.bucketCount * 8);
+    const window = Math.min(this.layout.bucketCount, ORPHAN_SCAN_BUCKETS);
+    const held: Array<{ at: number; word: bigint; swap: bigint; bucket?: number }> = [];
+    for (let i = 0; i < window; i++) {
+      const bucket = (this.orphanScanCursor + i) % this.layout.bucketCount;
+      const word = Atomics.load(indexWords, bucket * 8);
+      if ((word & 0xffffffffn) === 0n) continue;
+      const version = (word >> 32n) & 0xffffffffn;
+      held.push({ at: this.layout.indexOffset + bucket * KvLayout.BUCKET_BYTES, word, swap: ((version + 1n) & 0xffffffffn) << 32n, bucket });
+    }
+    for (const block of this.lockItems) {
+      if (region.readUInt16LE(this.itemAt(block) + ItemHeader.TYPE) !== ItemType.LOCK) continue; // a counter's word is its value
+      const at = this.itemAt(block) + ItemHeader.ATOMIC_WORD;
+      const word = region.readBigUInt64LE(at);
+      if ((word & 0xffffffffn) !== 0n) held.push({ at, word, swap: word & ~0xffffffffn });
+    }
+    // Now the live ids: see above for why after the words.
+    const live = new Set<number>(this.departing);
+    for (const client of this.clients.values()) live.add(client.id);
+    const orphans = held.filter(({ word }) => !live.has(Number(word & 0xffffffffn))).slice(0, ORPHAN_RELEASE_BURST);
+    // The next scan starts after this window, or after the last bucket released if the burst was cut short.
+    const lastBucket = orphans.length === ORPHAN_RELEASE_BURST ? [...orphans].reverse().find((o) => o.bucket !== undefined)?.bucket : undefined;
+    this.orphanScanCursor = lastBucket !== undefined ? (lastBucket + 1) % this.layout.bucketCount : (this.orphanScanCursor + window) % this.layout.bucketCount;
+    let buckets = 0;
+    let items = 0;
+    const owners = new Set<number>();
+    for (let i = 0; i < orphans.length; i += 256) {
+      const batch = orphans.slice(i, i + 256);
+      loop.connection.postSend(
+        batch.map(({ at, word, swap }, k) => ({
+          wrId: k, opcode: Opcode.CMP_AND_SWP, flags: k === batch.length - 1 ? SendFlag.SIGNALED : 0, local: loop.scratch, localOffset: k * 8,
+          length: 8, remoteAddr: entry.region.addr + BigInt(at), rkey: entry.region.rkey, compareAdd: word, swap,
+        })),
+      );
+      const [wc] = await loop.cq.take(1, { timeoutMs: 10_000 });
+      if (wc?.statusName !== 'SUCCESS') throw new Error(`releasing orphaned locks: ${wc?.statusName}`);
+      batch.forEach(({ at, word }, k) => {
+        if (loop.scratch.bytes.readBigUInt64LE(k * 8) !== word) return; // changed since the read: not ours to release
+        owners.add(Number(word & 0xffffffffn));
+        if (at < this.layout.heapOffset) buckets++;
+        else items++;
+      });
+    }
+    this.counters.orphanLocksReleased += buckets + items;
+    if (buckets + items > 0) {
+      this.log?.warn({ bucketLocks: buckets, lockItems: items, owners: [...owners] }, 'released locks held by no live client');
+    }
+    this.emit('orphanScan', { released: buckets + items });
+    return buckets + items;
+  }
+
+  /** Keepalive: a client silent for three intervals is taken for dead; then a scan for orphaned locks. */
   private sweep(): void {
     const now = performance.now();
     for (const [fabricKey, fabric] of this.providers) {
@@ -795,6 +888,7 @@ export class KvServer extends EventEmitter {
         }
       }
     }
+    this.queueOrphanScan();
   }
 
   /** Resolves when every departed client's locks have been released and its blocks taken back. */

@@ -1,5 +1,6 @@
 // A region file read and damaged with plain file I/O while no server runs on it
 // (the restart and recovery suites): where a key's slot and item are, and writes to them.
+// slotOfKeyIn reads a live server's region the same way.
 import { closeSync, openSync, readFileSync, writeSync } from 'node:fs';
 
 import { ItemHeader, KvLayout } from '../../client/constants.js';
@@ -21,9 +22,13 @@ export function superblockOf(file: string): SuperblockFields {
   return readSuperblock(readFileSync(file));
 }
 
-/** The slot that holds `key` (found as a GET would: fingerprint, then the item's key). */
+/** The slot that holds `key` in the region file `file` (found as a GET would: fingerprint, then the item's key). */
 export function slotOfKey(file: string, key: string): SlotOfKey {
-  const region = readFileSync(file);
+  return slotOfKeyIn(readFileSync(file), key);
+}
+
+/** slotOfKey in a region's bytes (offsets are region offsets). */
+export function slotOfKeyIn(region: Buffer, key: string): SlotOfKey {
   const sb = readSuperblock(region);
   const { b1, b2, fingerprint } = hashKey(Buffer.from(key), sb.seed, sb.bucketCount);
   for (const bucket of [b1, b2]) {
