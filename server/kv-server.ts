@@ -827,8 +827,10 @@ export class KvServer extends EventEmitter {
     const indexWords = new BigUint64Array(region.buffer, region.byteOffset + this.layout.indexOffset, this.layout.bucketCount * 8);
     const window = Math.min(this.layout.bucketCount, ORPHAN_SCAN_BUCKETS);
     const held: Array<{ at: number; word: bigint; swap: bigint; bucket?: number }> = [];
+    const owners32 = new Uint32Array(indexWords.buffer, indexWords.byteOffset, indexWords.length * 2); // owner: the low half of word 0
     for (let i = 0; i < window; i++) {
       const bucket = (this.orphanScanCursor + i) % this.layout.bucketCount;
+      if (owners32[bucket * 16] === 0) continue; // the common case, without a BigInt
       const word = Atomics.load(indexWords, bucket * 8);
       if ((word & 0xffffffffn) === 0n) continue;
       const version = (word >> 32n) & 0xffffffffn;
