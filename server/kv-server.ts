@@ -805,7 +805,9 @@ export class KvServer extends EventEmitter {
     this.orphanScanQueued = true;
     this.recovery = this.recovery
       .then(async () => void (await this.releaseOrphanLocks(fabric)))
-      .catch((error: Error) => this.log?.error({ err: error.message }, 'orphan lock release failed'))
+      .catch((error: Error) => {
+        if (!this.closed) this.log?.error({ err: error.message }, 'orphan lock release failed'); // closing: the loopback is gone
+      })
       .finally(() => (this.orphanScanQueued = false));
   }
 
