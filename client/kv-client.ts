@@ -290,7 +290,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
   /**
    * Adds `delta` to a counter with one RDMA FETCH_AND_ADD (executed by the
    * server's NIC, not its CPU) and resolves the new value. A missing counter
-   * is created at `delta`. Counters are unsigned 64-bit and wrap; a negative
+   * is created at `delta`. Counters are unsigned and wrap modulo 2^63 (protocol v2); a negative
    * delta subtracts. `delta` is a bigint of magnitude below 2^64, or a safe
    * integer number; anything else rejects with KV_INVALID_ARGUMENT.
    */

@@ -74,7 +74,7 @@ export interface HistoryEvent {
   value?: string | boolean | null;
   /** cas invoke: the version expected (decimal; "0": only if absent) */
   expected?: string;
-  /** incr invoke: the delta added, as the unsigned 64-bit word the server adds (a negative d is 2^64 + d) */
+  /** incr invoke: the delta added, as an unsigned 64-bit word (a negative d is 2^64 + d; counters count modulo 2^63) */
   delta?: string;
   /**
    * ok: get: the version read; put, and cas that wrote (value true): the

@@ -5,8 +5,8 @@
 // RDMA READ.
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { EventEmitter } from 'node:events';
-import { mkdirSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { mkdirSync, realpathSync, statSync } from 'node:fs';
+import { dirname, parse, sep } from 'node:path';
 
 import type { Logger } from 'pino';
 
@@ -14,6 +14,7 @@ import {
   Access,
   type CompletionQueue,
   type Connection,
+  type ConnectionRequest,
   type Listener,
   type MemoryRegion,
   Memory,
@@ -32,6 +33,7 @@ import {
   RejectReason,
   decode,
   encode,
+  itemUnits,
   loopbackData,
   parseConnectData,
   tokenDigest,
@@ -47,6 +49,11 @@ import {
   writeNextSession,
   writeSuperblock,
 } from './store/layout.js';
+
+/** Buckets the orphan-lock scan reads per keepalive interval (a 1 GiB region's index in 16). */
+const ORPHAN_SCAN_BUCKETS = 65536;
+/** Locks one orphan scan releases at most (the rest wait for the next scan). */
+const ORPHAN_RELEASE_BURST = 256;
 
 export interface KvServerOptions {
   /** URLs to listen on: shm:///path/to.sock, rdma://host:port. */
@@ -72,6 +79,8 @@ export interface KvServerOptions {
    */
   regionFile?: string;
   logger?: Logger;
+  /** Tests only: recovery of a region file first waits for this (a deterministic slow recovery). */
+  beforeRecovery?: () => Promise<void>;
 }
 
 export interface KvServerStats {
@@ -93,6 +102,10 @@ export interface KvServerStats {
   keepaliveFailures: number;
   fencedClients: number;
   lockRecoveries: number;
+  /** slots a restart on a region file could not trust: skipped and cleared (see recover()) */
+  recoveredSlotsSkipped: number;
+  /** locks whose owner was no live client, released by the orphan-lock scan (see releaseOrphanLocks()) */
+  orphanLocksReleased: number;
   controlMessages: number;
   rdmaErrors: Record<string, number>;
 }
@@ -130,6 +143,38 @@ interface Fabric {
   loopback?: { connection: Connection; cq: CompletionQueue; scratch: MemoryRegion };
 }
 
+/**
+ * Makes the directory of an shm:// socket path, one level at a time. Node's recursive mkdir
+ * loops forever where mkdir answers ENOENT under an existing parent (/proc), so it is not used;
+ * kernel pseudo file systems are refused by name. Every failure is a KvConfigError of one line.
+ */
+function makeSocketDirectory(url: string): void {
+  const dir = dirname(url.slice('shm://'.length));
+  const fail = (why: string) => new KvConfigError(`cannot listen on ${url}: ${why}`);
+  let at = parse(dir).root;
+  for (const part of dir.slice(at.length).split(sep).filter((p) => p !== '')) {
+    at = at.endsWith(sep) ? at + part : at + sep + part;
+    let stats;
+    try {
+      stats = statSync(at, { throwIfNoEntry: false });
+    } catch (error) {
+      throw fail(`${at}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+    }
+    if (stats) {
+      if (!stats.isDirectory()) throw fail(`${at} is not a directory`);
+      const real = realpathSync(at);
+      if (/^\/(proc|sys)(\/|$)/.test(real)) throw fail(`${real} is a kernel file system (/proc, /sys): choose a socket path elsewhere, e.g. /run/rdma-kv/kv.sock`);
+      continue;
+    }
+    try {
+      mkdirSync(at);
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      throw fail(`cannot create the directory ${at} (${code === 'EACCES' || code === 'EPERM' ? 'permission denied' : (code ?? (error as Error).message)})`);
+    }
+  }
+}
+
 export class KvServer extends EventEmitter {
   readonly urls: string[] = [];
   readonly layout: RegionLayout;
@@ -150,7 +195,7 @@ export class KvServer extends EventEmitter {
   private closed = false;
   private readonly counters = {
     items: 0, grants: 0, blocksGranted: 0, notifications: 0, blocksFreed: 0, blocksReclaimed: 0, rejectedConnections: 0,
-    keepaliveFailures: 0, fencedClients: 0, lockRecoveries: 0, controlMessages: 0,
+    keepaliveFailures: 0, fencedClients: 0, lockRecoveries: 0, recoveredSlotsSkipped: 0, orphanLocksReleased: 0, controlMessages: 0,
   };
   private readonly rdmaErrors = new Map<string, number>();
   private readonly seed: bigint;
@@ -163,9 +208,17 @@ export class KvServer extends EventEmitter {
   private reclaiming: Promise<void> = Promise.resolve();
   /** Heap offsets (units) of lock items, learned from creations, for releasing a dead holder's locks. */
   private readonly lockItems = new Set<number>();
+  /** true from construction on an existing region file until recover() has finished */
   private recovering = false;
   /** departed clients whose fence is not complete yet (see forget) */
   private readonly fencing = new Set<Promise<void>>();
+  /** ids of departed clients whose locks forget() has not released yet (fence pending included): not orphans */
+  private readonly departing = new Set<number>();
+  /** the next bucket the orphan-lock scan looks at (it covers the index in bounded windows) */
+  private orphanScanCursor = 0;
+  private orphanScanQueued = false;
+  /** connection requests that arrived while recovering, answered when it ends */
+  private readonly heldRequests: Array<{ entry: Fabric; privateData: Buffer; request: ConnectionRequest }> = [];
 
   private constructor(private readonly options: KvServerOptions) {
     super();
@@ -212,6 +265,7 @@ export class KvServer extends EventEmitter {
       for (const url of options.listen) server.listenOn(url);
       await server.openLoopbacks();
       if (server.recovering) await server.recover();
+      server.serveHeldRequests();
     } catch (error) {
       server.shutdownNow();
       throw error;
@@ -244,7 +298,7 @@ export class KvServer extends EventEmitter {
       cq.watch(() => this.drain(entry!));
       cq.arm();
     }
-    if (scheme === 'shm') mkdirSync(dirname(url.slice('shm://'.length)), { recursive: true });
+    if (scheme === 'shm') makeSocketDirectory(url);
     let listener: Listener;
     try {
       listener = entry.provider.listen(url);
@@ -276,16 +330,13 @@ export class KvServer extends EventEmitter {
     }
   }
 
-  private onConnectRequest(
-    entry: Fabric,
-    privateData: Buffer,
-    request: import('../native/index.js').ConnectionRequest,
-  ): void {
+  private onConnectRequest(entry: Fabric, privateData: Buffer, request: ConnectionRequest): void {
     const { version, digest, loopback } = parseConnectData(privateData);
     if (loopback && timingSafeEqual(loopback, this.loopbackSecret)) {
       this.loopbacks.add(request.accept({ cq: entry.cq }));
       return;
     }
+    if (this.recovering && !this.closed) return this.holdUntilRecovered(entry, privateData, request);
     const reject = (reason: number, why: string) => {
       this.counters.rejectedConnections++;
       this.log?.warn({ peer: request.peerAddress, why }, 'connection rejected');
@@ -351,6 +402,22 @@ export class KvServer extends EventEmitter {
       this.emit('clientConnected', id);
     });
     connection.once('disconnected', (reason) => this.forget(entry, client, reason));
+  }
+
+  /**
+   * A client that connects while a region file is being recovered waits: recovery releases
+   * every lock it finds held and rebuilds the heap, so serving it now could release its locks
+   * or grant it live blocks. Its request is answered, in arrival order, once recovery ends
+   * (serveHeldRequests); a client that gives up first sees its own connect timeout.
+   */
+  private holdUntilRecovered(entry: Fabric, privateData: Buffer, request: ConnectionRequest): void {
+    this.heldRequests.push({ entry, privateData, request });
+    if (this.heldRequests.length === 1) this.log?.info({ peer: request.peerAddress }, 'connection requests held until recovery finishes');
+  }
+
+  /** Answers the requests held during recovery (or rejects them if the server is closing). */
+  private serveHeldRequests(): void {
+    for (const { entry, privateData, request } of this.heldRequests.splice(0)) this.onConnectRequest(entry, privateData, request);
   }
 
   private recvRequest(entry: Fabric, index: number) {
@@ -519,6 +586,7 @@ export class KvServer extends EventEmitter {
     this.counters.fencedClients++;
     this.byQp.delete(`${entry.provider.scheme}:${client.connection.qpNum}`);
     this.log?.info({ clientId: client.id, reason }, 'client disconnected');
+    this.departing.add(client.id);
     // Its locks and blocks are touched only once the fence is complete; a client paused
     // inside a post keeps them (and only them) until that post ends or the process exits.
     const fenced = client.connection
@@ -545,6 +613,7 @@ export class KvServer extends EventEmitter {
       })
       .catch((error: Error) => this.log?.error({ clientId: client.id, err: error.message }, 'lock recovery failed'))
       .finally(() => {
+        this.departing.delete(client.id);
         this.freeRings.push(client.ring);
         this.emit('clientDisconnected', client.id);
       });
@@ -636,20 +705,14 @@ export class KvServer extends EventEmitter {
   }
 
   /**
-   * Restart on an existing region file: every lock word and lock item still
-   * owned (by clients of the previous run) is released through the loopback
-   * queue pair, and the heap's free lists are rebuilt from the live slots.
+   * Restart on an existing region file: the heap's free lists are rebuilt from the slots it can
+   * trust (see liveSlots), then every lock word and lock item still owned (by clients of the
+   * previous run) is released through the loopback queue pair.
    */
   private async recover(): Promise<void> {
+    await this.options.beforeRecovery?.();
     const region = this.memory.bytes;
-    const live = new Map<number, number>(); // block -> units
-    for (let b = 0; b < this.layout.bucketCount; b++) {
-      const bucket = this.layout.indexOffset + b * KvLayout.BUCKET_BYTES;
-      for (let i = 1; i <= KvLayout.SLOTS_PER_BUCKET; i++) {
-        const slot = region.readBigUInt64LE(bucket + 8 * i);
-        if (slot !== 0n) live.set(Number(slot & 0xffffffffn), Number((slot >> 32n) & 0xffffn)); // a moved entry may stand twice
-      }
-    }
+    const live = this.liveSlots();
     for (const block of live.keys()) {
       if (region.readUInt16LE(this.itemAt(block) + ItemHeader.TYPE) === ItemType.LOCK) this.lockItems.add(block);
     }
@@ -657,11 +720,115 @@ export class KvServer extends EventEmitter {
     this.counters.items = live.size;
     const fabric = [...this.providers.values()][0]!;
     const released = await this.releaseLocks(fabric, 'any');
-    this.log?.info({ items: live.size, locksReleased: released }, 'recovered the region file');
+    this.log?.info({ items: live.size, locksReleased: released, slotsSkipped: this.counters.recoveredSlotsSkipped }, 'recovered the region file');
     this.recovering = false;
   }
 
+  /**
+   * The live blocks (block -> units) of a region file's index. A slot is trusted only when its
+   * block lies inside the heap, its units are those of a possible item, its item's header fits
+   * the slot exactly (units = the item's length, as clients write them), and the item's key
+   * hashes to the slot's fingerprint and bucket. (The checksum's hash is not exported to
+   * TypeScript: a damaged value is left for clients' checksum, KV_CORRUPT.) Of two trusted slots
+   * whose blocks overlap, the lower block wins. Every other slot is skipped, counted, and
+   * cleared: slots are written by RDMA WRITE, never touched by atomics, and no client is
+   * served during recovery, so this CPU store races with nobody — and a slot left pointing
+   * past the heap would fail every client READ of its bucket's key with a remote access error.
+   */
+  private liveSlots(): Map<number, number> {
+    const region = this.memory.bytes;
+    const candidates: Array<{ slotAt: number; block: number; units: number }> = [];
+    const untrusted: number[] = []; // region offsets of slots
+    const reasons: Record<string, number> = {};
+    const skip = (slotAt: number, why: string) => {
+      untrusted.push(slotAt);
+      reasons[why] = (reasons[why] ?? 0) + 1;
+    };
+    for (let b = 0; b < this.layout.bucketCount; b++) {
+      const bucket = this.layout.indexOffset + b * KvLayout.BUCKET_BYTES;
+      for (let i = 1; i <= KvLayout.SLOTS_PER_BUCKET; i++) {
+        const slotAt = bucket + 8 * i;
+        const slot = region.readBigUInt64LE(slotAt);
+        if (slot === 0n) continue;
+        const why = this.untrustedSlot(slot, b);
+        if (why) skip(slotAt, why);
+        else candidates.push({ slotAt, block: Number(slot & 0xffffffffn), units: Number((slot >> 32n) & 0xffffn) });
+      }
+    }
+    const live = new Map<number, number>();
+    candidates.sort((x, y) => x.block - y.block);
+    let end = 0; // first unit after the last accepted block
+    let last = -1;
+    for (const { slotAt, block, units } of candidates) {
+      if (block === last) continue; // a moved entry may stand twice (same slot word: units follow from the item)
+      if (block < end) {
+        skip(slotAt, 'block overlaps another item');
+        continue;
+      }
+      live.set(block, units);
+      last = block;
+      end = block + this.layout.classes[this.heap.classOfUnits(units)]!;
+    }
+    for (const slotAt of untrusted) region.writeBigUInt64LE(0n, slotAt);
+    this.counters.recoveredSlotsSkipped += untrusted.length;
+    if (untrusted.length > 0) this.log?.warn({ slots: untrusted.length, reasons }, 'recovery skipped slots it cannot trust');
+    return live;
+  }
+
+  /** Why the slot `slot` of bucket `bucket` cannot be trusted; undefined if it can (see liveSlots). */
+  private untrustedSlot(slot: bigint, bucket: number): string | undefined {
+    const region = this.memory.bytes;
+    const units = Number((slot >> 32n) & 0xffffn);
+    const block = Number(slot & 0xffffffffn);
+    const largest = this.layout.classes[this.layout.classes.length - 1]!;
+    if (units === 0) return 'zero units';
+    if (units > largest) return 'more units than the largest item';
+    const blockUnits = this.layout.classes[this.heap.classOfUnits(units)]!;
+    if ((block + blockUnits) * KvLayout.UNIT_BYTES > this.layout.heapBytes) return 'block past the heap';
+    const at = this.itemAt(block);
+    const type = region.readUInt16LE(at + ItemHeader.TYPE);
+    const keyLength = region.readUInt16LE(at + ItemHeader.KEY_LEN);
+    const valueLength = region.readUInt32LE(at + ItemHeader.VALUE_LEN);
+    if (type !== ItemType.BYTES && type !== ItemType.COUNTER && type !== ItemType.LOCK) return 'no item type';
+    if (keyLength > KvLayout.MAX_KEY_BYTES || valueLength > this.layout.maxValueBytes) return 'item lengths out of range';
+    if (itemUnits(keyLength, valueLength) !== units) return 'item length does not match the slot';
+    const keyAt = at + KvLayout.ITEM_HEADER_BYTES;
+    const { b1, b2, fingerprint } = hashKey(region.subarray(keyAt, keyAt + keyLength), this.seed, this.layout.bucketCount);
+    if (fingerprint !== Number(slot >> 48n) || (bucket !== b1 && bucket !== b2)) return 'item key does not hash to the slot';
+    return undefined;
+  }
+
   /** Lock words whose owner is `owner` ('any': all held): read with the CPU (reads are safe), released with RDMA atomics. */
+  /**
+   * A DELETE of a counter or lock item seals the item's word, then unlinks it, under the key's
+   * bucket locks. A holder that died between the two left a sealed item linked, on which every
+   * atomic would start over until its timeout. While the dead holder's locks are still held
+   * (nobody else writes these buckets), finish its DELETE: clear the slot — a CPU store, safe
+   * because no RDMA atomic ever changes a slot — and retire the block as its notice would have.
+   */
+  private finishSealedDeletes(buckets: number[]): void {
+    const region = this.memory.bytes;
+    const words = new BigUint64Array(region.buffer, region.byteOffset + this.layout.indexOffset, this.layout.bucketCount * 8);
+    let finished = 0;
+    for (const bucket of buckets) {
+      for (let i = 1; i <= KvLayout.SLOTS_PER_BUCKET; i++) {
+        const slot = Atomics.load(words, bucket * 8 + i);
+        if (slot === 0n || !this.slotInHeap(slot)) continue;
+        const block = Number(slot & 0xffffffffn);
+        const type = region.readUInt16LE(this.itemAt(block) + ItemHeader.TYPE);
+        const word = region.readBigUInt64LE(this.itemAt(block) + ItemHeader.ATOMIC_WORD);
+        const seal = type === ItemType.COUNTER ? BigInt(KvLayout.COUNTER_SEAL) : type === ItemType.LOCK ? BigInt(KvLayout.LOCK_SEAL) : 0n;
+        if (seal === 0n || (word & seal) === 0n) continue;
+        Atomics.store(words, bucket * 8 + i, 0n);
+        this.retireSlot(slot);
+        this.lockItems.delete(block);
+        this.counters.items--;
+        finished++;
+      }
+    }
+    if (finished > 0) this.log?.warn({ items: finished }, 'finished the deletes of a departed client');
+  }
+
   private async releaseLocks(entry: Fabric, owner: number | 'any'): Promise<number> {
     const id = owner;
     const loop = entry.loopback;
@@ -676,6 +843,7 @@ export class KvServer extends EventEmitter {
       const holder = words[b * 16]!; // the low half of word 0: the owner
       if (holder !== 0 && (id === 'any' || holder === id)) held.push(b);
     }
+    this.finishSealedDeletes(held);
     for (let i = 0; i < held.length; i += 256) {
       const batch = held.slice(i, i + 256);
       const holders = batch.map((bucket) => words[bucket * 16]!);
@@ -701,7 +869,7 @@ export class KvServer extends EventEmitter {
       const at = this.itemAt(block) + ItemHeader.ATOMIC_WORD;
       const word = this.memory.bytes.readBigUInt64LE(at);
       const holder = Number(word & 0xffffffffn);
-      if (holder === 0 || (id !== 'any' && holder !== id)) continue;
+      if (holder === 0 || (id !== 'any' && holder !== id) || (word & BigInt(KvLayout.LOCK_SEAL)) !== 0n) continue; // sealed: deleted
       loop.connection.postSend([
         {
           wrId: 0, opcode: Opcode.CMP_AND_SWP, flags: SendFlag.SIGNALED, local: loop.scratch, length: 8,
@@ -719,7 +887,93 @@ export class KvServer extends EventEmitter {
     return held.length + items;
   }
 
-  /** Keepalive: a client silent for three intervals is taken for dead. */
+  /**
+   * Queues one orphan-lock scan on the recovery chain: it shares the loopback queue pair (and
+   * its scratch buffer) with departed clients' lock release, so the two never interleave.
+   */
+  private queueOrphanScan(): void {
+    if (this.orphanScanQueued || this.closed) return;
+    const fabric = [...this.providers.values()].find((f) => f.loopback);
+    if (!fabric) return;
+    this.orphanScanQueued = true;
+    this.recovery = this.recovery
+      .then(async () => void (await this.releaseOrphanLocks(fabric)))
+      .catch((error: Error) => {
+        if (!this.closed) this.log?.error({ err: error.message }, 'orphan lock release failed'); // closing: the loopback is gone
+      })
+      .finally(() => (this.orphanScanQueued = false));
+  }
+
+  /**
+   * Lock words and lock items owned by an id that is no live client — not connected or
+   * connecting (this.clients, where an id is entered when it is assigned) and not departing
+   * (forget()'s chain releases those) — are released: a leaked lock, or a word corrupted to a
+   * random owner, would otherwise fail its keys with KV_LOCK_CONTENDED forever. The words are
+   * read before the live ids are taken: an owner seen in a word held its id when the word was
+   * read, and ids are never reused, so a live holder is never mistaken for an orphan. Each is
+   * released with CMP_AND_SWP from the exact word read (bucket: version + 1, owner 0; lock item:
+   * token kept, owner 0), never FETCH_AND_ADD: a word that changed since (released, taken
+   * again) is left alone. One window of the index per scan, and at most 256 releases.
+   */
+  private async releaseOrphanLocks(entry: Fabric): Promise<number> {
+    const loop = entry.loopback;
+    if (this.closed || !loop) return 0;
+    const region = this.memory.bytes;
+    const indexWords = new BigUint64Array(region.buffer, region.byteOffset + this.layout.indexOffset, this.layout.bucketCount * 8);
+    const window = Math.min(this.layout.bucketCount, ORPHAN_SCAN_BUCKETS);
+    const held: Array<{ at: number; word: bigint; swap: bigint; bucket?: number }> = [];
+    const owners32 = new Uint32Array(indexWords.buffer, indexWords.byteOffset, indexWords.length * 2); // owner: the low half of word 0
+    for (let i = 0; i < window; i++) {
+      const bucket = (this.orphanScanCursor + i) % this.layout.bucketCount;
+      if (owners32[bucket * 16] === 0) continue; // the common case, without a BigInt
+      const word = Atomics.load(indexWords, bucket * 8);
+      if ((word & 0xffffffffn) === 0n) continue;
+      const version = (word >> 32n) & 0xffffffffn;
+      held.push({ at: this.layout.indexOffset + bucket * KvLayout.BUCKET_BYTES, word, swap: ((version + 1n) & 0xffffffffn) << 32n, bucket });
+    }
+    for (const block of this.lockItems) {
+      if (region.readUInt16LE(this.itemAt(block) + ItemHeader.TYPE) !== ItemType.LOCK) continue; // a counter's word is its value
+      const at = this.itemAt(block) + ItemHeader.ATOMIC_WORD;
+      const word = region.readBigUInt64LE(at);
+      // A sealed word (owner bit 31) is a deleted lock's: unsealing it would let a cached LOCK take a dead lock.
+      if ((word & 0xffffffffn) !== 0n && (word & BigInt(KvLayout.LOCK_SEAL)) === 0n) held.push({ at, word, swap: word & ~0xffffffffn });
+    }
+    // Now the live ids: see above for why after the words.
+    const live = new Set<number>(this.departing);
+    for (const client of this.clients.values()) live.add(client.id);
+    const orphans = held.filter(({ word }) => !live.has(Number(word & 0xffffffffn))).slice(0, ORPHAN_RELEASE_BURST);
+    // The next scan starts after this window, or after the last bucket released if the burst was cut short.
+    const lastBucket = orphans.length === ORPHAN_RELEASE_BURST ? [...orphans].reverse().find((o) => o.bucket !== undefined)?.bucket : undefined;
+    this.orphanScanCursor = lastBucket !== undefined ? (lastBucket + 1) % this.layout.bucketCount : (this.orphanScanCursor + window) % this.layout.bucketCount;
+    let buckets = 0;
+    let items = 0;
+    const owners = new Set<number>();
+    for (let i = 0; i < orphans.length; i += 256) {
+      const batch = orphans.slice(i, i + 256);
+      loop.connection.postSend(
+        batch.map(({ at, word, swap }, k) => ({
+          wrId: k, opcode: Opcode.CMP_AND_SWP, flags: k === batch.length - 1 ? SendFlag.SIGNALED : 0, local: loop.scratch, localOffset: k * 8,
+          length: 8, remoteAddr: entry.region.addr + BigInt(at), rkey: entry.region.rkey, compareAdd: word, swap,
+        })),
+      );
+      const [wc] = await loop.cq.take(1, { timeoutMs: 10_000 });
+      if (wc?.statusName !== 'SUCCESS') throw new Error(`releasing orphaned locks: ${wc?.statusName}`);
+      batch.forEach(({ at, word }, k) => {
+        if (loop.scratch.bytes.readBigUInt64LE(k * 8) !== word) return; // changed since the read: not ours to release
+        owners.add(Number(word & 0xffffffffn));
+        if (at < this.layout.heapOffset) buckets++;
+        else items++;
+      });
+    }
+    this.counters.orphanLocksReleased += buckets + items;
+    if (buckets + items > 0) {
+      this.log?.warn({ bucketLocks: buckets, lockItems: items, owners: [...owners] }, 'released locks held by no live client');
+    }
+    this.emit('orphanScan', { released: buckets + items });
+    return buckets + items;
+  }
+
+  /** Keepalive: a client silent for three intervals is taken for dead; then a scan for orphaned locks. */
   private sweep(): void {
     const now = performance.now();
     for (const [fabricKey, fabric] of this.providers) {
@@ -732,6 +986,7 @@ export class KvServer extends EventEmitter {
         }
       }
     }
+    this.queueOrphanScan();
   }
 
   /** Resolves when every departed client's locks have been released and its blocks taken back. */
@@ -765,6 +1020,8 @@ export class KvServer extends EventEmitter {
       keepaliveFailures: this.counters.keepaliveFailures,
       fencedClients: this.counters.fencedClients,
       lockRecoveries: this.counters.lockRecoveries,
+      recoveredSlotsSkipped: this.counters.recoveredSlotsSkipped,
+      orphanLocksReleased: this.counters.orphanLocksReleased,
       controlMessages: this.counters.controlMessages,
       rdmaErrors: Object.fromEntries(this.rdmaErrors),
     };
@@ -787,6 +1044,7 @@ export class KvServer extends EventEmitter {
     if (this.reclaimTimer) clearInterval(this.reclaimTimer);
     if (this.keepaliveTimer) clearInterval(this.keepaliveTimer);
     for (const listener of this.listening) listener.close();
+    this.serveHeldRequests(); // rejected: closed
     for (const client of this.clients.keys()) client.disconnect();
     for (const connection of this.loopbacks) connection.disconnect();
     for (const { loopback } of this.providers.values()) loopback?.connection.disconnect();

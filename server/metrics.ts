@@ -51,6 +51,8 @@ export const METRICS: readonly MetricDef[] = [
   { name: 'rdmakv_keepalive_failures_total', type: 'counter', help: 'Clients taken for dead after three silent keepalive intervals.', stats: ['keepaliveFailures'], value: (s) => s.keepaliveFailures },
   { name: 'rdmakv_fenced_clients_total', type: 'counter', help: 'Departed clients whose queue pair was moved to the error state.', stats: ['fencedClients'], value: (s) => s.fencedClients },
   { name: 'rdmakv_lock_recoveries_total', type: 'counter', help: 'Locks released on behalf of departed clients (bucket lock words and lock items).', stats: ['lockRecoveries'], value: (s) => s.lockRecoveries },
+  { name: 'rdmakv_orphan_locks_released_total', type: 'counter', help: 'Locks whose owner was no live client (a leak or a corrupted word), released by the periodic orphan-lock scan (bucket lock words and lock items).', stats: ['orphanLocksReleased'], value: (s) => s.orphanLocksReleased },
+  { name: 'rdmakv_recovery_skipped_slots_total', type: 'counter', help: 'Index slots a restart on a region file could not trust (block outside the heap, bad units, an item that does not match), skipped and cleared.', stats: ['recoveredSlotsSkipped'], value: (s) => s.recoveredSlotsSkipped },
   {
     name: 'rdmakv_rdma_error_completions_total',
     type: 'counter',

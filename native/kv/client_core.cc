@@ -765,7 +765,9 @@ void ClientCore::atomic_done(Op& op) {
 bool ClientCore::cache_lookup(Op& op) {
   if (op.key_len > 64) return false;
   const CacheEntry& e = cache_[hash_bytes(op.key, op.key_len, 1) % cache_.size()];
-  if (e.addr == 0 || e.key_len != op.key_len || std::memcmp(e.key, op.key, op.key_len) != 0) return false;
+  if (e.addr == 0 || e.type != type_for(op.type) || e.key_len != op.key_len || std::memcmp(e.key, op.key, op.key_len) != 0) {
+    return false;
+  }
   if (Clock::now() - e.at >= std::chrono::milliseconds(region_.grace_ms / 2)) return false;
   op.atomic_addr = e.addr;
   op.atomic_expect = lock_word(static_cast<uint32_t>(e.word >> 32), 0);
@@ -778,6 +780,7 @@ void ClientCore::cache_store(const Op& op) {
   e.addr = op.atomic_addr;
   e.word = op.type == KvOp::LOCK ? lock_word(static_cast<uint32_t>(op.result_value ? op.result_value : op.atomic_expect >> 32), 0) : 0;
   e.at = Clock::now();
+  e.type = type_for(op.type);
   e.key_len = static_cast<uint16_t>(op.key_len);
   std::memcpy(e.key, op.key, op.key_len);
 }

@@ -191,6 +191,7 @@ class ClientCore {
     uint64_t word = 0;  // last lock word seen (LOCK's first guess)
     Clock::time_point at;
     uint16_t key_len = 0;
+    ItemType type = ItemType::BYTES;  // a counter's address serves INCR only, a lock's LOCK and UNLOCK only
     uint8_t key[64];
   };
   std::vector<CacheEntry> cache_ = std::vector<CacheEntry>(1024);

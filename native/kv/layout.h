@@ -88,9 +88,9 @@ inline uint64_t release_addend(uint32_t owner) { return (1ull << 32) - owner; }
 // [token:32 | owner:32]: owner bit 31 is the seal (client ids stay below 2^31).
 inline uint64_t counter_word(uint64_t value) { return value << 1; }
 inline uint64_t counter_value(uint64_t word) { return (word >> 1) & ((1ull << 63) - 1); }
-constexpr uint64_t kCounterSeal = 1;
+constexpr uint64_t kCounterSeal = u32(KvLayout::COUNTER_SEAL);
 inline bool counter_sealed(uint64_t word) { return (word & kCounterSeal) != 0; }
-constexpr uint64_t kLockSeal = 1ull << 31;
+constexpr uint64_t kLockSeal = u32(KvLayout::LOCK_SEAL);
 inline bool lock_sealed(uint64_t word) { return (word & kLockSeal) != 0; }
 
 // Size classes: class c holds blocks of 64 << c bytes.

@@ -8,6 +8,7 @@
 //   puts   URL PREFIX COUNT BYTES   put PREFIX0..COUNT-1 (BYTES each), report, and wait to be killed
 //   lin    URL PROCESS COUNT FILE   random get/put/delete/cas on 3 keys, history in FILE
 //   put    URL KEY VALUE            one put; reports { acked } or its error, then exits
+//   del    URL KEY                  one delete; reports { deleted } or its error, then exits
 import { KvClient } from '../../client/index.js';
 import { selfValidating, validate } from './kv.js';
 import { testTimeoutMs } from './providers.js';
@@ -141,6 +142,8 @@ async function main(): Promise<void> {
     const [key, value] = [args[0]!, args[1]!];
     const outcome = await kv.put(key, value).then(() => ({ acked: true }), (error: Error) => ({ acked: false, failed: error.name }));
     send(outcome);
+  } else if (mode === 'del') {
+    send(await kv.delete(args[0]!).then((deleted) => ({ deleted }), (error: Error) => ({ failed: error.name })));
   } else if (mode === 'hold') {
     const lock = await kv.lock(args[0]!);
     send({ token: lock.token.toString() });

@@ -45,3 +45,20 @@ for (const scheme of providersUnderTest()) {
     await later.release();
   });
 }
+
+for (const scheme of providersUnderTest()) {
+  test(`${scheme}: a cached lock address does not serve incr, nor a cached counter address lock`, async (t) => {
+    const server = await startServer(scheme, { graceMs: 20_000 });
+    t.teardown(() => server.close());
+    const kv = await connect(server);
+    t.teardown(() => kv.close());
+    const lock = await kv.lock('L');
+    await lock.release(); // 'L' cached as a lock
+    t.is(((await t.throwsAsync(kv.incr('L'))) as { code?: string }).code, 'KV_TYPE_MISMATCH');
+    await kv.incr('c'); // 'c' cached as a counter
+    t.is(((await t.throwsAsync(kv.lock('c', { timeoutMs: 2000 }))) as { code?: string }).code, 'KV_TYPE_MISMATCH');
+    const again = await kv.lock('L', { timeoutMs: 2000 });
+    t.true(again.token > lock.token, 'the lock word was not touched by the incr');
+    await again.release();
+  });
+}

@@ -61,6 +61,25 @@ if (providersUnderTest().includes('shm')) {
   });
 }
 
+if (providersUnderTest().includes('shm')) {
+  test('shm: a client killed between sealing a counter and unlinking it: the server finishes its delete', async (t) => {
+    const server = await startServer('shm', { keepaliveMs: 100, graceMs: 20_000 });
+    t.teardown(() => server.close());
+    const kv = await connect(server, { timeoutMs: 2000 });
+    t.teardown(() => kv.close());
+    t.is(await kv.incr('sealed', 5), 5n);
+    // The delete's last doorbell: seal (FETCH_AND_ADD), then the slot WRITE — it stops before the WRITE.
+    const child = forkKvChild(t, ['del', server.urls[0]!, 'sealed'], { env: { RKV_SHM_TEST_STOP_BEFORE: 'WRITE:8' } });
+    const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
+    await eventually(() => stopped(child.pid!), 'the deleter stopped itself between seal and unlink');
+    child.kill('SIGKILL');
+    await exited;
+    await eventually(() => server.stats().fencedClients >= 1, 'the server fenced the dead deleter');
+    await server.settled();
+    t.is(await kv.incr('sealed'), 1n, 'the delete is finished: the counter starts again (not stuck on a sealed item)');
+  });
+}
+
 for (const scheme of providersUnderTest()) {
   test(`${scheme}: a connection is not fenced while connected; after disconnect() its fence completes`, async (t) => {
     const server = await startServer(scheme);

@@ -31,6 +31,8 @@ function fakeStats(overrides: Partial<KvServerStats> = {}): KvServerStats {
     keepaliveFailures: 0,
     fencedClients: 2,
     lockRecoveries: 0,
+    recoveredSlotsSkipped: 0,
+    orphanLocksReleased: 0,
     controlMessages: 40,
     rdmaErrors: { REM_ACCESS_ERR: 2 },
     ...overrides,

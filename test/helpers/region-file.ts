@@ -1,0 +1,73 @@
+// A region file read and damaged with plain file I/O while no server runs on it
+// (the restart and recovery suites): where a key's slot and item are, and writes to them.
+// slotOfKeyIn reads a live server's region the same way.
+import { closeSync, openSync, readFileSync, writeSync } from 'node:fs';
+
+import { ItemHeader, KvLayout } from '../../client/constants.js';
+import { hashKey } from '../../native/index.js';
+import { type SuperblockFields, readSuperblock } from '../../server/store/layout.js';
+
+export interface SlotOfKey {
+  /** File offset of the slot word. */
+  slotAt: number;
+  slot: bigint;
+  bucket: number;
+  /** File offset of the item the slot points to. */
+  itemAt: number;
+  units: number;
+  block: number;
+}
+
+export function superblockOf(file: string): SuperblockFields {
+  return readSuperblock(readFileSync(file));
+}
+
+/** The slot that holds `key` in the region file `file` (found as a GET would: fingerprint, then the item's key). */
+export function slotOfKey(file: string, key: string): SlotOfKey {
+  return slotOfKeyIn(readFileSync(file), key);
+}
+
+/** slotOfKey in a region's bytes (offsets are region offsets). */
+export function slotOfKeyIn(region: Buffer, key: string): SlotOfKey {
+  const sb = readSuperblock(region);
+  const { b1, b2, fingerprint } = hashKey(Buffer.from(key), sb.seed, sb.bucketCount);
+  for (const bucket of [b1, b2]) {
+    for (let i = 1; i <= KvLayout.SLOTS_PER_BUCKET; i++) {
+      const slotAt = sb.indexOffset + bucket * KvLayout.BUCKET_BYTES + 8 * i;
+      const slot = region.readBigUInt64LE(slotAt);
+      if (slot === 0n || Number(slot >> 48n) !== fingerprint) continue;
+      const block = Number(slot & 0xffffffffn);
+      const itemAt = sb.heapOffset + block * KvLayout.UNIT_BYTES;
+      const keyLength = region.readUInt16LE(itemAt + ItemHeader.KEY_LEN);
+      const keyAt = itemAt + KvLayout.ITEM_HEADER_BYTES;
+      if (region.subarray(keyAt, keyAt + keyLength).toString() !== key) continue;
+      return { slotAt, slot, bucket, itemAt, units: Number((slot >> 32n) & 0xffffn), block };
+    }
+  }
+  throw new Error(`no slot holds '${key}'`);
+}
+
+/** Overwrites bytes of the file at `at`. */
+export function writeAt(file: string, at: number, bytes: Buffer): void {
+  const fd = openSync(file, 'r+');
+  try {
+    writeSync(fd, bytes, 0, bytes.length, at);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+export function writeU64At(file: string, at: number, value: bigint): void {
+  const bytes = Buffer.alloc(8);
+  bytes.writeBigUInt64LE(value);
+  writeAt(file, at, bytes);
+}
+
+export function readAt(file: string, at: number, length: number): Buffer {
+  return readFileSync(file).subarray(at, at + length);
+}
+
+/** A slot word: [fingerprint:16 | units:16 | block:32]. */
+export function makeSlot(fingerprint: number, units: number, block: number): bigint {
+  return (BigInt(fingerprint) << 48n) | (BigInt(units & 0xffff) << 32n) | BigInt(block >>> 0);
+}
