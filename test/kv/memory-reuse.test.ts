@@ -1,0 +1,77 @@
+// Heap memory that does not calcify (issue 12, items 8 and 9): freed memory is usable by any
+// size class again, and grants are sized by bytes and taken back under memory pressure.
+import test from 'ava';
+
+import { type KvClient, type KvError } from '../../client/index.js';
+import type { KvServer } from '../../server/kv-server.js';
+import { connect, startServer } from '../helpers/kv.js';
+import { eventually, providersUnderTest } from '../helpers/providers.js';
+
+/** A small region: about 13.6 MB of heap. */
+const SMALL = { memoryBytes: 16 << 20, graceMs: 50 };
+
+/** A deterministic generator (the test is the same on every run). */
+function random(seed: number): () => number {
+  let x = seed >>> 0;
+  return () => {
+    x = (x * 1103515245 + 12345) >>> 0;
+    return x / 2 ** 32;
+  };
+}
+
+/**
+ * PUTs values from `size(i)` under `${prefix}${i}`, 64 at a time, until the server answers
+ * KV_OUT_OF_MEMORY; returns the keys stored. Any other error fails the test.
+ */
+async function fillUntilFull(kv: KvClient, prefix: string, size: (i: number) => number): Promise<string[]> {
+  const stored: string[] = [];
+  let full = false;
+  for (let i = 0; !full; i += 64) {
+    await Promise.all(
+      Array.from({ length: 64 }, async (_, k) => {
+        const key = `${prefix}${i + k}`;
+        try {
+          await kv.put(key, Buffer.alloc(size(i + k), 0x61 + ((i + k) % 26)));
+          stored.push(key);
+        } catch (error) {
+          if ((error as KvError).code !== 'KV_OUT_OF_MEMORY') throw error;
+          full = true;
+        }
+      }),
+    );
+  }
+  return stored;
+}
+
+async function countHundredByteValues(server: KvServer): Promise<number> {
+  const kv = await connect(server);
+  try {
+    return (await fillUntilFull(kv, 'small-', () => 100)).length;
+  } finally {
+    await kv.close();
+  }
+}
+
+for (const scheme of providersUnderTest()) {
+  test(`${scheme}: after a workload of random value sizes is deleted, 100-byte values fill the heap as on a fresh server`, async (t) => {
+    const fresh = await startServer(scheme, SMALL);
+    t.teardown(() => fresh.close());
+    const freshCount = await countHundredByteValues(fresh);
+    await fresh.close();
+
+    const server = await startServer(scheme, SMALL);
+    t.teardown(() => server.close());
+    const kv = await connect(server);
+    // sizes log-uniform from 16 B to 64 KiB: blocks of about 30 size classes
+    const next = random(12);
+    const keys = await fillUntilFull(kv, 'random-', () => Math.round(16 * 4096 ** next()));
+    t.true(keys.length > 0);
+    for (const key of keys) await kv.delete(key);
+    await kv.close(); // its unused blocks go back too
+    await eventually(() => server.stats().heapUsedBytes === 0, 'every deleted block passes its grace period');
+
+    const count = await countHundredByteValues(server);
+    t.log(`100-byte values: ${freshCount} on a fresh server, ${count} after ${keys.length} values of random sizes were deleted`);
+    t.true(count >= 0.8 * freshCount, `only ${count} of the ${freshCount} a fresh server stores`);
+  });
+}
