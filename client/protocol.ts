@@ -78,6 +78,21 @@ export function decode(bytes: Buffer): ControlMessage {
 
 /** Blocks per grant request; a reply lists them all in one receive buffer. */
 export const GRANT_BATCH = 64;
+/** Most bytes one grant hands out (also at most 1/64 of the heap): see grantBatch. */
+export const GRANT_BYTES = 1 << 20;
+
+/**
+ * Blocks of `blockBytes` one grant hands out: up to GRANT_BATCH, and no more than
+ * min(GRANT_BYTES, heapBytes / 64) in all, but at least one. A batch saves a round trip per
+ * PUT of small values; past 16 KiB blocks the value's own transfer outweighs that round
+ * trip, and a batch of large blocks would only reserve memory other clients need (a 1 MiB
+ * value's grant is that one block). With 1/64 of the heap, 64 clients' batches of one class
+ * fit in it.
+ */
+export function grantBatch(blockBytes: number, heapBytes: number): number {
+  const budget = Math.min(GRANT_BYTES, heapBytes / 64);
+  return Math.min(GRANT_BATCH, Math.max(1, Math.floor(budget / blockBytes)));
+}
 /** Most blocks one 'return' message carries. */
 export const RETURN_BATCH = 64;
 

@@ -29,7 +29,7 @@ import {
   KvInvalidArgumentError,
   errorForStatus,
 } from './errors.js';
-import { type Hello, GRANT_BATCH, RETURN_BATCH, RejectReason, classFor, connectData, decode, encode, itemUnits } from './protocol.js';
+import { type Hello, RETURN_BATCH, RejectReason, classFor, connectData, decode, encode, grantBatch, itemUnits } from './protocol.js';
 import { createRequire } from 'node:module';
 import { describe, text, toBuffer } from './keys.js';
 import type { HistoryEvent, KvClientOptions, KvStatusName, Value } from './types.js';
@@ -111,6 +111,8 @@ class Session {
   private sends = 0;
   /** Granted blocks by class. */
   readonly pools: number[][] = [];
+  /** Blocks one grant asks for, by class (sized by bytes: grantBatch). */
+  readonly batches: number[] = [];
   readonly granting = new Set<number>();
 
   constructor(scheme: 'shm' | 'rdma') {
@@ -184,7 +186,10 @@ class Session {
     this.resultWords = this.core.resultWords;
     this.arena = this.core.arena;
     this.scratch = this.core.scratch;
-    layout.classes.forEach(() => this.pools.push([]));
+    for (const units of layout.classes) {
+      this.pools.push([]);
+      this.batches.push(grantBatch(units * KvLayout.UNIT_BYTES, Number(layout.heapBytes)));
+    }
   }
 
   sendControl(message: Parameters<typeof encode>[0]): void {
@@ -412,7 +417,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       this.queue.shift();
       if (op.cls >= 0) {
         const pool = session.pools[op.cls]!;
-        if (pool.length < GRANT_BATCH / 4) this.requestBlocks(session, op.cls);
+        if (pool.length < session.batches[op.cls]! / 4) this.requestBlocks(session, op.cls); // a batch of one: when empty
         if (pool.length === 0) {
           waiting.push(op); // until the grant arrives
           continue;
@@ -487,7 +492,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   private requestBlocks(session: Session, cls: number): void {
     if (session.granting.has(cls)) return;
     session.granting.add(cls);
-    session.sendControl({ t: 'grant', c: cls, n: GRANT_BATCH });
+    session.sendControl({ t: 'grant', c: cls, n: session.batches[cls]! });
   }
 
   // ---- completions ---------------------------------------------------------------------

@@ -32,6 +32,7 @@ import {
   RejectReason,
   decode,
   encode,
+  grantBatch,
   loopbackData,
   parseConnectData,
   tokenDigest,
@@ -443,7 +444,8 @@ export class KvServer extends EventEmitter {
           this.rejectMessage(client, 'grant', `bad grant request ${JSON.stringify({ c, n })}`);
           return this.send(entry, client, { t: 'granted', c: Number.isInteger(c) ? c : -1, blocks: [], error: 'KV_OUT_OF_MEMORY' });
         }
-        const blocks = this.heap.grant(c, n);
+        // Sized by bytes (an older client asks for GRANT_BATCH of any class).
+        const blocks = this.heap.grant(c, Math.min(n, grantBatch(this.layout.classes[c]! * KvLayout.UNIT_BYTES, this.layout.heapBytes)));
         for (const block of blocks) client.held.set(block, c);
         this.counters.grants++;
         this.counters.blocksGranted += blocks.length;

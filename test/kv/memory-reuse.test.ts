@@ -74,4 +74,19 @@ for (const scheme of providersUnderTest()) {
     t.log(`100-byte values: ${freshCount} on a fresh server, ${count} after ${keys.length} values of random sizes were deleted`);
     t.true(count >= 0.8 * freshCount, `only ${count} of the ${freshCount} a fresh server stores`);
   });
+
+  test(`${scheme}: a client holding a 1 MiB value leaves room for another client's 1 MiB value`, async (t) => {
+    const server = await startServer(scheme, SMALL);
+    t.teardown(() => server.close());
+    const a = await connect(server);
+    t.teardown(() => a.close());
+    const b = await connect(server);
+    t.teardown(() => b.close());
+    const mebibyte = Buffer.alloc(1 << 20, 0x41);
+    await a.put('a', mebibyte);
+    await b.put('b', mebibyte); // a stays connected, with whatever it was granted
+    t.true((await b.get('a'))?.equals(mebibyte));
+    t.true((await a.get('b'))?.equals(mebibyte));
+  });
+
 }
