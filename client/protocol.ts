@@ -50,18 +50,27 @@ export interface Granted {
   blocks: number[];
   error?: 'KV_OUT_OF_MEMORY';
 }
-/** Blocks a client no longer needs (it is closing). */
+/** Blocks a client no longer needs (it is closing, or answering a reclaim). */
 export interface ReturnBlocks {
   t: 'return';
   c: number;
   blocks: number[];
+  /** The last return answering a reclaim (its blocks may be empty). */
+  end?: true;
+}
+/**
+ * The server is short of memory: give back the granted blocks you hold unused (answered with
+ * `return` messages, the last one marked `end`).
+ */
+export interface Reclaim {
+  t: 'reclaim';
 }
 export interface ServerError {
   t: 'error';
   code: string;
   message: string;
 }
-export type ControlMessage = Hello | Ping | Pong | GrantRequest | Granted | ReturnBlocks | ServerError;
+export type ControlMessage = Hello | Ping | Pong | GrantRequest | Granted | ReturnBlocks | Reclaim | ServerError;
 
 export function encode(message: ControlMessage): Buffer {
   return packr.pack(message);

@@ -87,7 +87,10 @@ interface PendingOp {
 
 const CONTROL_TAG = 2 ** KvLayout.CONTROL_TAG_SHIFT;
 const CONTROL_RECVS = 16;
-const CONTROL_SENDS = 8;
+/** Send buffers, used in turn: a burst of sends (a reclaim's answer) must not wrap onto one the NIC may still read. */
+const CONTROL_SENDS = 32;
+/** Most `return` messages answering one reclaim (the biggest pools first). */
+const RECLAIM_ANSWER_MESSAGES = 16;
 const ARENA_BYTES = 4 << 20;
 /** How long flush() polls before leaving the rest to the event loop (busy mode). */
 const SPIN_MS = 0.02;
@@ -199,6 +202,22 @@ class Session {
     this.connection.postSend([
       { wrId: CONTROL_TAG + index, opcode: Opcode.SEND, flags: SendFlag.SIGNALED, local: this.control, localOffset: index * KvLayout.CONTROL_RECV_BYTES, length: bytes.length },
     ]);
+  }
+
+  /**
+   * The server is short of memory: the blocks in the pools go back (the biggest pools first,
+   * in at most RECLAIM_ANSWER_MESSAGES returns, the last marked end). Ops waiting for a
+   * block ask for a grant again.
+   */
+  answerReclaim(): void {
+    const returns: Array<{ c: number; blocks: number[] }> = [];
+    const bySize = this.pools.map((blocks, c) => ({ c, bytes: blocks.length * this.hello.layout.classes[c]! })).sort((a, b) => b.bytes - a.bytes);
+    for (const { c } of bySize) {
+      const pool = this.pools[c]!;
+      while (pool.length > 0 && returns.length < RECLAIM_ANSWER_MESSAGES) returns.push({ c, blocks: pool.splice(-RETURN_BATCH) });
+    }
+    if (returns.length === 0) returns.push({ c: 0, blocks: [] });
+    returns.forEach(({ c, blocks }, i) => this.sendControl(i === returns.length - 1 ? { t: 'return', c, blocks, end: true } : { t: 'return', c, blocks }));
   }
 
   close(): void {
@@ -567,6 +586,14 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     session.connection.postRecv([session.recv(index)]);
     if (message.t === 'pong') {
       this.lastPong = performance.now();
+      return;
+    }
+    if (message.t === 'reclaim') {
+      try {
+        session.answerReclaim();
+      } catch {
+        // the connection is going away
+      }
       return;
     }
     if (message.t === 'granted') {
