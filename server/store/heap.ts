@@ -80,7 +80,8 @@ class FreeBin {
   /** The start of some free extent of this bin (live > 0); it stays counted until remove(). */
   take(): number {
     for (;;) {
-      const start = this.stack.pop()!;
+      const start = this.stack.pop();
+      if (start === undefined) throw new Error(`heap bin ${this.bin} counts ${this.live} free extents and holds none`);
       if (this.binOfFree(start) === this.bin) return start;
     }
   }
