@@ -525,8 +525,16 @@ export class KvServer extends EventEmitter {
     for (const wait of waiting) {
       if (!this.clients.has(wait.client.connection)) continue; // departed
       const blocks = this.heap.grant(wait.c, wait.n);
-      if (blocks.length > 0 || !outstanding || now >= wait.until) this.answerGrant(wait.entry, wait.client, wait.c, blocks);
-      else this.waitingGrants.push(wait);
+      if (blocks.length === 0 && outstanding && now < wait.until) {
+        this.waitingGrants.push(wait);
+        continue;
+      }
+      try {
+        this.answerGrant(wait.entry, wait.client, wait.c, blocks);
+      } catch (error) {
+        // Its connection broke while it waited (its departure takes the blocks back).
+        this.log?.warn({ clientId: wait.client.id, err: (error as Error).message }, 'cannot answer a grant');
+      }
     }
   }
 
