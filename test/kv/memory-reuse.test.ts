@@ -14,7 +14,7 @@ const SMALL = { memoryBytes: 16 << 20, graceMs: 50 };
 function random(seed: number): () => number {
   let x = seed >>> 0;
   return () => {
-    x = (x * 1103515245 + 12345) >>> 0;
+    x = (Math.imul(x, 1103515245) + 12345) >>> 0; // imul: a plain product loses its low bits past 2^53
     return x / 2 ** 32;
   };
 }

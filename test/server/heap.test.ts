@@ -17,7 +17,7 @@ function heapWithClock(units: number) {
 function random(seed: number): () => number {
   let x = seed >>> 0;
   return () => {
-    x = (x * 1103515245 + 12345) >>> 0;
+    x = (Math.imul(x, 1103515245) + 12345) >>> 0; // imul: a plain product loses its low bits past 2^53
     return x / 2 ** 32;
   };
 }
