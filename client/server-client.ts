@@ -205,16 +205,22 @@ class Session {
   }
 
   /**
-   * The server is short of memory: the blocks in the pools go back (the biggest pools first,
-   * in at most RECLAIM_ANSWER_MESSAGES returns, the last marked end). Ops waiting for a
-   * block ask for a grant again.
+   * The server is short of memory: the blocks in the pools go back, but for `needed[c]` of
+   * class c that queued ops are about to use (taking those would starve them: a grant that
+   * just arrived for them would go straight back). The biggest pools first, in at most
+   * RECLAIM_ANSWER_MESSAGES returns, the last marked end.
    */
-  answerReclaim(): void {
+  answerReclaim(needed: ReadonlyMap<number, number>): void {
     const returns: Array<{ c: number; blocks: number[] }> = [];
-    const bySize = this.pools.map((blocks, c) => ({ c, bytes: blocks.length * this.hello.layout.classes[c]! })).sort((a, b) => b.bytes - a.bytes);
-    for (const { c } of bySize) {
+    const spare = this.pools.map((pool, c) => ({ c, count: Math.max(0, pool.length - (needed.get(c) ?? 0)) }));
+    spare.sort((a, b) => b.count * this.hello.layout.classes[b.c]! - a.count * this.hello.layout.classes[a.c]!);
+    for (let { c, count } of spare) {
       const pool = this.pools[c]!;
-      while (pool.length > 0 && returns.length < RECLAIM_ANSWER_MESSAGES) returns.push({ c, blocks: pool.splice(-RETURN_BATCH) });
+      while (count > 0 && returns.length < RECLAIM_ANSWER_MESSAGES) {
+        const blocks = pool.splice(-Math.min(count, RETURN_BATCH));
+        count -= blocks.length;
+        returns.push({ c, blocks });
+      }
     }
     if (returns.length === 0) returns.push({ c: 0, blocks: [] });
     returns.forEach(({ c, blocks }, i) => this.sendControl(i === returns.length - 1 ? { t: 'return', c, blocks, end: true } : { t: 'return', c, blocks }));
@@ -589,8 +595,10 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       return;
     }
     if (message.t === 'reclaim') {
+      const needed = new Map<number, number>(); // blocks by class the queued ops wait for
+      for (const op of this.queue) if (op.cls >= 0) needed.set(op.cls, (needed.get(op.cls) ?? 0) + 1);
       try {
-        session.answerReclaim();
+        session.answerReclaim(needed);
       } catch {
         // the connection is going away
       }
