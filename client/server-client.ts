@@ -205,9 +205,9 @@ class Session {
   }
 
   /**
-   * The server is short of memory: the blocks in the pools go back, but for `needed[c]` of
-   * class c that queued ops are about to use (taking those would starve them: a grant that
-   * just arrived for them would go straight back). The biggest pools first, in at most
+   * The server is short of memory: the blocks in the pools go back, except, per class, as
+   * many as queued ops wait for (`needed`; taking those would starve them: a grant that just
+   * arrived for them would go straight back). The biggest pools first, in at most
    * RECLAIM_ANSWER_MESSAGES returns, the last marked end.
    */
   answerReclaim(needed: ReadonlyMap<number, number>): void {
