@@ -53,18 +53,27 @@ export interface Granted {
   blocks: number[];
   error?: 'KV_OUT_OF_MEMORY';
 }
-/** Blocks a client no longer needs (it is closing). */
+/** Blocks a client no longer needs (it is closing, or answering a reclaim). */
 export interface ReturnBlocks {
   t: 'return';
   c: number;
   blocks: number[];
+  /** The last return answering a reclaim (its blocks may be empty). */
+  end?: true;
+}
+/**
+ * The server is short of memory: give back the granted blocks you hold unused (answered with
+ * `return` messages, the last one marked `end`).
+ */
+export interface Reclaim {
+  t: 'reclaim';
 }
 export interface ServerError {
   t: 'error';
   code: string;
   message: string;
 }
-export type ControlMessage = Hello | Ping | Pong | GrantRequest | Granted | ReturnBlocks | ServerError;
+export type ControlMessage = Hello | Ping | Pong | GrantRequest | Granted | ReturnBlocks | Reclaim | ServerError;
 
 export function encode(message: ControlMessage): Buffer {
   return packr.pack(message);
@@ -81,6 +90,21 @@ export function decode(bytes: Buffer): ControlMessage {
 
 /** Blocks per grant request; a reply lists them all in one receive buffer. */
 export const GRANT_BATCH = 64;
+/** Most bytes one grant hands out (also at most 1/64 of the heap): see grantBatch. */
+export const GRANT_BYTES = 1 << 20;
+
+/**
+ * Blocks of `blockBytes` one grant hands out: up to GRANT_BATCH, and no more than
+ * min(GRANT_BYTES, heapBytes / 64) in all, but at least one. A batch saves a round trip per
+ * PUT of small values; past 16 KiB blocks the value's own transfer outweighs that round
+ * trip, and a batch of large blocks would only reserve memory other clients need (a 1 MiB
+ * value's grant is that one block). With 1/64 of the heap, 64 clients' batches of one class
+ * fit in it.
+ */
+export function grantBatch(blockBytes: number, heapBytes: number): number {
+  const budget = Math.min(GRANT_BYTES, heapBytes / 64);
+  return Math.min(GRANT_BATCH, Math.max(1, Math.floor(budget / blockBytes)));
+}
 /** Most blocks one 'return' message carries. */
 export const RETURN_BATCH = 64;
 

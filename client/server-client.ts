@@ -29,7 +29,7 @@ import {
   KvInvalidArgumentError,
   errorForStatus,
 } from './errors.js';
-import { type Hello, GRANT_BATCH, RETURN_BATCH, RejectReason, classFor, connectData, decode, encode, itemUnits } from './protocol.js';
+import { type Hello, RETURN_BATCH, RejectReason, classFor, connectData, decode, encode, grantBatch, itemUnits } from './protocol.js';
 import { createRequire } from 'node:module';
 import { describe, text, toBuffer } from './keys.js';
 import type { HistoryEvent, KvClientOptions, KvStatusName, Value } from './types.js';
@@ -89,7 +89,10 @@ interface PendingOp {
 
 const CONTROL_TAG = 2 ** KvLayout.CONTROL_TAG_SHIFT;
 const CONTROL_RECVS = 16;
-const CONTROL_SENDS = 8;
+/** Send buffers, used in turn: a burst of sends (a reclaim's answer) must not wrap onto one the NIC may still read. */
+const CONTROL_SENDS = 32;
+/** Most `return` messages answering one reclaim (the biggest pools first). */
+const RECLAIM_ANSWER_MESSAGES = 16;
 const ARENA_BYTES = 4 << 20;
 /** How long flush() polls before leaving the rest to the event loop (busy mode). */
 const SPIN_MS = 0.02;
@@ -113,6 +116,8 @@ class Session {
   private sends = 0;
   /** Granted blocks by class. */
   readonly pools: number[][] = [];
+  /** Blocks one grant asks for, by class (sized by bytes: grantBatch). */
+  readonly batches: number[] = [];
   readonly granting = new Set<number>();
 
   constructor(scheme: 'shm' | 'rdma') {
@@ -192,7 +197,10 @@ class Session {
     this.resultWords = this.core.resultWords;
     this.arena = this.core.arena;
     this.scratch = this.core.scratch;
-    layout.classes.forEach(() => this.pools.push([]));
+    for (const units of layout.classes) {
+      this.pools.push([]);
+      this.batches.push(grantBatch(units * KvLayout.UNIT_BYTES, Number(layout.heapBytes)));
+    }
   }
 
   sendControl(message: Parameters<typeof encode>[0]): void {
@@ -202,6 +210,28 @@ class Session {
     this.connection.postSend([
       { wrId: CONTROL_TAG + index, opcode: Opcode.SEND, flags: SendFlag.SIGNALED, local: this.control, localOffset: index * KvLayout.CONTROL_RECV_BYTES, length: bytes.length },
     ]);
+  }
+
+  /**
+   * The server is short of memory: the blocks in the pools go back, except, per class, as
+   * many as queued ops wait for (`needed`; taking those would starve them: a grant that just
+   * arrived for them would go straight back). The biggest pools first, in at most
+   * RECLAIM_ANSWER_MESSAGES returns, the last marked end.
+   */
+  answerReclaim(needed: ReadonlyMap<number, number>): void {
+    const returns: Array<{ c: number; blocks: number[] }> = [];
+    const spare = this.pools.map((pool, c) => ({ c, count: Math.max(0, pool.length - (needed.get(c) ?? 0)) }));
+    spare.sort((a, b) => b.count * this.hello.layout.classes[b.c]! - a.count * this.hello.layout.classes[a.c]!);
+    for (let { c, count } of spare) {
+      const pool = this.pools[c]!;
+      while (count > 0 && returns.length < RECLAIM_ANSWER_MESSAGES) {
+        const blocks = pool.splice(-Math.min(count, RETURN_BATCH));
+        count -= blocks.length;
+        returns.push({ c, blocks });
+      }
+    }
+    if (returns.length === 0) returns.push({ c: 0, blocks: [] });
+    returns.forEach(({ c, blocks }, i) => this.sendControl(i === returns.length - 1 ? { t: 'return', c, blocks, end: true } : { t: 'return', c, blocks }));
   }
 
   close(): void {
@@ -434,7 +464,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       this.queue.shift();
       if (op.cls >= 0) {
         const pool = session.pools[op.cls]!;
-        if (pool.length < GRANT_BATCH / 4) this.requestBlocks(session, op.cls);
+        if (pool.length < session.batches[op.cls]! / 4) this.requestBlocks(session, op.cls); // a batch of one: when empty
         if (pool.length === 0) {
           waiting.push(op); // until the grant arrives
           continue;
@@ -510,7 +540,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   private requestBlocks(session: Session, cls: number): void {
     if (session.granting.has(cls)) return;
     session.granting.add(cls);
-    session.sendControl({ t: 'grant', c: cls, n: GRANT_BATCH });
+    session.sendControl({ t: 'grant', c: cls, n: session.batches[cls]! });
   }
 
   // ---- completions ---------------------------------------------------------------------
@@ -585,6 +615,16 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     session.connection.postRecv([session.recv(index)]);
     if (message.t === 'pong') {
       this.lastPong = performance.now();
+      return;
+    }
+    if (message.t === 'reclaim') {
+      const needed = new Map<number, number>(); // blocks by class the queued ops wait for
+      for (const op of this.queue) if (op.cls >= 0) needed.set(op.cls, (needed.get(op.cls) ?? 0) + 1);
+      try {
+        session.answerReclaim(needed);
+      } catch {
+        // the connection is going away
+      }
       return;
     }
     if (message.t === 'granted') {

@@ -33,6 +33,7 @@ import {
   RejectReason,
   decode,
   encode,
+  grantBatch,
   itemUnits,
   loopbackData,
   parseConnectData,
@@ -219,6 +220,10 @@ export class KvServer extends EventEmitter {
   private orphanScanQueued = false;
   /** connection requests that arrived while recovering, answered when it ends */
   private readonly heldRequests: Array<{ entry: Fabric; privateData: Buffer; request: ConnectionRequest }> = [];
+  /** Grants the heap could not serve: waiting for clients to give back unused blocks (see grantBlocks). */
+  private readonly waitingGrants: Array<{ entry: Fabric; client: Client; c: number; n: number; until: number }> = [];
+  /** Clients sent a reclaim whose answer (a return marked end) has not come, and when. */
+  private readonly reclaimAsked = new Map<Client, number>();
 
   private constructor(private readonly options: KvServerOptions) {
     super();
@@ -538,14 +543,11 @@ export class KvServer extends EventEmitter {
           this.rejectMessage(client, 'grant', `bad grant request ${JSON.stringify({ c, n })}`);
           return this.send(entry, client, { t: 'granted', c: Number.isInteger(c) ? c : -1, blocks: [], error: 'KV_OUT_OF_MEMORY' });
         }
-        const blocks = this.heap.grant(c, n);
-        for (const block of blocks) client.held.set(block, c);
-        this.counters.grants++;
-        this.counters.blocksGranted += blocks.length;
-        return this.send(entry, client, blocks.length > 0 ? { t: 'granted', c, blocks } : { t: 'granted', c, blocks, error: 'KV_OUT_OF_MEMORY' });
+        // Sized by bytes (an older client asks for GRANT_BATCH of any class).
+        return this.grantBlocks(entry, client, c, Math.min(n, grantBatch(this.layout.classes[c]! * KvLayout.UNIT_BYTES, this.layout.heapBytes)));
       }
       case 'return': {
-        const { c, blocks } = message;
+        const { c, blocks, end } = message;
         if (!Number.isInteger(c) || c < 0 || c >= this.layout.classes.length || !Array.isArray(blocks)) {
           return this.rejectMessage(client, 'return', 'bad return message');
         }
@@ -556,11 +558,94 @@ export class KvServer extends EventEmitter {
           }
           client.held.delete(block);
         }
-        return;
+        if (end === true) this.reclaimAsked.delete(client);
+        return this.serveWaitingGrants();
       }
       default:
         return this.rejectMessage(client, 'unexpected', `unexpected message '${String((message as { t: unknown }).t)}'`);
     }
+  }
+
+  /**
+   * Answers a grant with what the heap has. With nothing that fits, the clients holding
+   * granted blocks are asked to give back those they do not use (the one asking too: it may
+   * hold other classes' blocks), and the grant waits for their answers — at most two
+   * keepalive intervals, within which every live client polls — before KV_OUT_OF_MEMORY.
+   */
+  private grantBlocks(entry: Fabric, client: Client, c: number, n: number): void {
+    const blocks = this.heap.grant(c, n);
+    if (blocks.length === 0 && this.askForUnusedBlocks()) {
+      this.waitingGrants.push({ entry, client, c, n, until: performance.now() + 2 * this.keepaliveMs });
+      return;
+    }
+    this.answerGrant(entry, client, c, blocks);
+  }
+
+  private answerGrant(entry: Fabric, client: Client, c: number, blocks: number[]): void {
+    for (const block of blocks) client.held.set(block, c);
+    this.counters.grants++;
+    this.counters.blocksGranted += blocks.length;
+    this.send(entry, client, blocks.length > 0 ? { t: 'granted', c, blocks } : { t: 'granted', c, blocks, error: 'KV_OUT_OF_MEMORY' });
+  }
+
+  /**
+   * Sends a reclaim to every client that holds granted blocks and has no ask outstanding;
+   * true while some answer is outstanding. An ask unanswered for two keepalive intervals
+   * (a client that ignores reclaims) no longer counts.
+   */
+  private askForUnusedBlocks(): boolean {
+    const now = performance.now();
+    this.dropStaleAsks(now);
+    for (const client of this.clients.values()) {
+      if (client.held.size === 0 || this.reclaimAsked.has(client)) continue;
+      const fabric = this.fabricOf(client);
+      if (!fabric) continue;
+      try {
+        this.send(fabric, client, { t: 'reclaim' });
+        this.reclaimAsked.set(client, now);
+      } catch (error) {
+        this.log?.warn({ clientId: client.id, err: (error as Error).message }, 'cannot send a reclaim');
+      }
+    }
+    return this.reclaimAsked.size > 0;
+  }
+
+  /** Waiting grants, first come first served: answered once the heap has blocks, every asked client answered, or their time is up. */
+  private serveWaitingGrants(): void {
+    if (this.waitingGrants.length === 0) return;
+    const now = performance.now();
+    this.dropStaleAsks(now);
+    const outstanding = this.reclaimAsked.size > 0;
+    const waiting = this.waitingGrants.splice(0);
+    for (const wait of waiting) {
+      if (!this.clients.has(wait.client.connection)) continue; // departed
+      const blocks = this.heap.grant(wait.c, wait.n);
+      if (blocks.length === 0 && outstanding && now < wait.until) {
+        this.waitingGrants.push(wait);
+        continue;
+      }
+      try {
+        this.answerGrant(wait.entry, wait.client, wait.c, blocks);
+      } catch (error) {
+        // Its connection broke while it waited (its departure takes the blocks back).
+        this.log?.warn({ clientId: wait.client.id, err: (error as Error).message }, 'cannot answer a grant');
+      }
+    }
+  }
+
+  /** Forgets the asks of departed clients and those unanswered for two keepalive intervals. */
+  private dropStaleAsks(now: number): void {
+    for (const [asked, at] of this.reclaimAsked) {
+      if (!this.clients.has(asked.connection) || now - at > 2 * this.keepaliveMs) this.reclaimAsked.delete(asked);
+    }
+  }
+
+  /** The fabric a client is connected through. */
+  private fabricOf(client: Client): Fabric | undefined {
+    for (const [scheme, fabric] of this.providers) {
+      if (this.byQp.get(`${scheme}:${client.connection.qpNum}`) === client) return fabric;
+    }
+    return undefined;
   }
 
   /** Logs a bad control message once per connection and kind; the connection keeps serving. */
@@ -998,6 +1083,7 @@ export class KvServer extends EventEmitter {
 
   private reclaim(): void {
     this.counters.blocksFreed += this.heap.reclaim();
+    this.serveWaitingGrants(); // memory past its grace period, or a waiting grant's time up
   }
 
   stats(): KvServerStats {

@@ -1,26 +1,122 @@
-// The item heap's allocator, owned by the server. Blocks are granted to
-// clients in batches by size class; a block superseded or deleted is freed
-// only after the grace period, so a one-sided reader that found it through an
-// old slot never sees it reused (readers retry when their GET took longer
-// than half the grace period).
+// The item heap's allocator, owned by the server. The heap is one run of
+// 64-byte units cut into chunks: blocks that are out (granted to a client, or
+// holding a live item), blocks waiting out their grace period, and free
+// extents. A grant of class c cuts a block of that class's size from the
+// front of the smallest free extent that fits; a freed block merges with the
+// free extents on either side, so memory freed by one size class is usable by
+// every other (no class keeps what it once had). A block superseded or deleted
+// is freed only after the grace period, so a one-sided reader that found it
+// through an old slot never sees it reused (readers retry when their GET took
+// longer than half the grace period).
+//
+// All of it lives in the server's JS memory; nothing here writes the region.
 export interface HeapStats {
   /** Bytes granted to clients and not freed, by class size in bytes. */
   usedBytesByClass: Map<number, number>;
   usedBytes: number;
-  /** Bytes never handed out yet (the bump region). */
+  /** Bytes never handed out yet (past the highest block ever granted). */
   untouchedBytes: number;
+  /** Free extents (a freed block merges with its free neighbours into one). */
   freeBlocks: number;
   waitingForGrace: number;
 }
 
+/** Keys are unit offsets (< 2^32); one Map holds at most 2^24 entries, so each shard covers 2^22 units (256 MiB). */
+const SHARD_SHIFT = 22;
+
+/** A Map from unit offset to number, past V8's per-Map size limit. */
+class UnitMap {
+  private readonly shards: Array<Map<number, number> | undefined> = [];
+  size = 0;
+
+  get(key: number): number | undefined {
+    return this.shards[key >>> SHARD_SHIFT]?.get(key);
+  }
+
+  set(key: number, value: number): void {
+    const shard = (this.shards[key >>> SHARD_SHIFT] ??= new Map());
+    const before = shard.size;
+    shard.set(key, value);
+    this.size += shard.size - before;
+  }
+
+  delete(key: number): void {
+    if (this.shards[key >>> SHARD_SHIFT]?.delete(key)) this.size--;
+  }
+
+  clear(): void {
+    this.shards.length = 0;
+    this.size = 0;
+  }
+}
+
+/**
+ * The starts of the free extents of one bin, as a stack. An extent merged away or taken
+ * whole is not searched for: its entry goes stale and is skipped when it comes up (the
+ * heap's maps say whether a start is still a free extent of this bin), and the stack is
+ * compacted when stale entries outnumber live ones.
+ */
+class FreeBin {
+  private stack: number[] = [];
+  /** Free extents in this bin. */
+  live = 0;
+
+  constructor(
+    private readonly bin: number,
+    private readonly binOfFree: (start: number) => number,
+  ) {}
+
+  add(start: number): void {
+    this.stack.push(start);
+    this.live++;
+    if (this.stack.length > 2 * this.live + 64) this.compact();
+  }
+
+  /** One extent of this bin left it (the caller removes it from the heap's maps). */
+  remove(): void {
+    this.live--;
+  }
+
+  /** The start of some free extent of this bin (live > 0); it stays counted until remove(). */
+  take(): number {
+    for (;;) {
+      const start = this.stack.pop();
+      if (start === undefined) throw new Error(`heap bin ${this.bin} counts ${this.live} free extents and holds none`);
+      if (this.binOfFree(start) === this.bin) return start;
+    }
+  }
+
+  clear(): void {
+    this.stack = [];
+    this.live = 0;
+  }
+
+  private compact(): void {
+    // Sorted, so that a start freed twice into this bin (two entries) keeps one.
+    const valid = this.stack.filter((start) => this.binOfFree(start) === this.bin).sort((a, b) => b - a);
+    this.stack = valid.filter((start, i) => i === 0 || start !== valid[i - 1]);
+  }
+}
+
 export class Heap {
-  private bump = 0; // in units
-  private readonly free: number[][];
+  /** Free extents: start -> length, and end -> start (to merge with the one before). */
+  private readonly freeLength = new UnitMap();
+  private readonly freeEndingAt = new UnitMap();
+  /**
+   * Free extents by length: bin i holds those at least classes[i] and shorter than
+   * classes[i + 1] (so any of them fits a class-i block); the last bin those longer than
+   * the largest class.
+   */
+  private readonly bins: FreeBin[];
+  /** One bit per unit: set where a chunk (out, waiting for grace, or free) starts. */
+  private readonly chunkStart: Uint32Array;
+  /** One bit per unit: set where a granted (or live) block starts. A block is freed only if its bit is set. */
+  private readonly granted: Uint32Array;
   private readonly usedUnits: number[];
   private readonly graceQueue: Array<{ at: number; cls: number; block: number }> = [];
   private graceHead = 0;
-  /** One bit per unit: set where a granted (or live) block starts. A block is freed only if its bit is set. */
-  private readonly granted: Uint8Array;
+  /** End of the highest block ever granted (untouchedBytes). */
+  private touched = 0;
 
   constructor(
     private readonly heapUnits: number,
@@ -28,43 +124,55 @@ export class Heap {
     private readonly graceMs: number,
     private readonly now: () => number = () => performance.now(),
   ) {
-    this.free = classes.map(() => []);
     this.usedUnits = classes.map(() => 0);
-    this.granted = new Uint8Array(Math.ceil(heapUnits / 8));
-  }
-
-  private mark(block: number, on: boolean): void {
-    if (on) this.granted[block >> 3]! |= 1 << (block & 7);
-    else this.granted[block >> 3]! &= ~(1 << (block & 7));
+    this.bins = Array.from({ length: classes.length + 1 }, (_, bin) => new FreeBin(bin, (start) => this.binOfFree(start)));
+    this.chunkStart = new Uint32Array(Math.ceil(heapUnits / 32));
+    this.granted = new Uint32Array(Math.ceil(heapUnits / 32));
+    this.rebuild([]);
   }
 
   /** Is `block` a granted block of class `cls` that may be retired? (Guards against forged or repeated notices.) */
   isGranted(cls: number, block: number): boolean {
-    return (
-      Number.isInteger(block) && block >= 0 && cls >= 0 && cls < this.classes.length &&
-      block + this.classes[cls]! <= this.heapUnits && (this.granted[block >> 3]! & (1 << (block & 7))) !== 0
-    );
+    if (!Number.isInteger(block) || block < 0 || !Number.isInteger(cls) || cls < 0 || cls >= this.classes.length) return false;
+    const end = block + this.classes[cls]!;
+    // Out, and exactly one chunk: the next chunk starts at its end, none inside it.
+    return end <= this.heapUnits && bit(this.granted, block) && (end === this.heapUnits || bit(this.chunkStart, end)) && !anyBit(this.chunkStart, block + 1, end);
   }
 
-  /** Up to `count` blocks of class `cls` (offsets in units); fewer when the heap is full. */
+  /** Up to `count` blocks of class `cls` (offsets in units); fewer when no free extent fits more. */
   grant(cls: number, count: number): number[] {
     const size = this.classes[cls]!;
     const out: number[] = [];
-    const free = this.free[cls]!;
-    while (out.length < count && free.length > 0) out.push(free.pop()!);
-    while (out.length < count && this.bump + size <= this.heapUnits) {
-      out.push(this.bump);
-      this.bump += size;
+    let bin = cls;
+    while (out.length < count) {
+      while (bin < this.bins.length && this.bins[bin]!.live === 0) bin++;
+      if (bin === this.bins.length) break;
+      const start = this.bins[bin]!.take();
+      const length = this.freeLength.get(start)!;
+      this.removeFree(start, length);
+      // as many blocks as wanted and fit, from its front
+      const cut = Math.min(count - out.length, Math.floor(length / size));
+      for (let block = start; block < start + cut * size; block += size) {
+        setBit(this.chunkStart, block, true);
+        setBit(this.granted, block, true);
+        out.push(block);
+      }
+      const rest = start + cut * size;
+      if (rest < start + length) {
+        setBit(this.chunkStart, rest, true);
+        this.addFree(rest, start + length - rest);
+      }
+      this.touched = Math.max(this.touched, rest);
+      bin = cls; // the rest may be in a smaller bin
     }
     this.usedUnits[cls]! += out.length * size;
-    for (const block of out) this.mark(block, true);
     return out;
   }
 
   /** A block that is no longer referenced, reusable after the grace period. */
   retire(cls: number, block: number): boolean {
     if (!this.isGranted(cls, block)) return false;
-    this.mark(block, false);
+    setBit(this.granted, block, false);
     this.graceQueue.push({ at: this.now() + this.graceMs, cls, block });
     return true;
   }
@@ -72,9 +180,8 @@ export class Heap {
   /** A block that was never published (returned unused): reusable at once. */
   giveBack(cls: number, block: number): boolean {
     if (!this.isGranted(cls, block)) return false;
-    this.mark(block, false);
-    this.free[cls]!.push(block);
-    this.usedUnits[cls]! -= this.classes[cls]!;
+    setBit(this.granted, block, false);
+    this.free(cls, block);
     return true;
   }
 
@@ -84,8 +191,7 @@ export class Heap {
     let n = 0;
     while (this.graceHead < this.graceQueue.length && this.graceQueue[this.graceHead]!.at <= now) {
       const { cls, block } = this.graceQueue[this.graceHead++]!;
-      this.free[cls]!.push(block);
-      this.usedUnits[cls]! -= this.classes[cls]!;
+      this.free(cls, block);
       n++;
     }
     if (this.graceHead > 4096 && this.graceHead * 2 > this.graceQueue.length) {
@@ -96,32 +202,32 @@ export class Heap {
   }
 
   /**
-   * After a restart: the blocks the live slots use are taken, everything else
-   * is free (gaps carved into the largest classes that fit).
+   * After a restart: the blocks the live slots use are taken, every gap between them is one
+   * free extent. Slots are read from the region: one whose block overlaps another or runs
+   * past the heap is left out (never reused either: it would be corruption).
    */
   rebuild(live: Array<{ block: number; units: number }>): void {
     live.sort((a, b) => a.block - b.block);
-    this.free.forEach((list) => (list.length = 0));
-    this.usedUnits.fill(0);
+    this.freeLength.clear();
+    this.freeEndingAt.clear();
+    this.bins.forEach((bin) => bin.clear());
+    this.chunkStart.fill(0);
     this.granted.fill(0);
+    this.usedUnits.fill(0);
+    this.graceQueue.length = 0;
+    this.graceHead = 0;
     let cursor = 0;
-    const carve = (from: number, to: number) => {
-      for (let at = from, c = this.classes.length - 1; c >= 0; c--) {
-        while (to - at >= this.classes[c]!) {
-          this.free[c]!.push(at);
-          at += this.classes[c]!;
-        }
-      }
-    };
     for (const { block, units } of live) {
-      if (block < cursor) continue; // overlapping would be corruption; never reuse it
       const cls = this.classOfUnits(units);
-      carve(cursor, block);
+      if (!Number.isInteger(block) || block < cursor || cls >= this.classes.length || block + this.classes[cls]! > this.heapUnits) continue;
+      if (block > cursor) this.addChunk(cursor, block - cursor);
+      setBit(this.chunkStart, block, true);
+      setBit(this.granted, block, true);
       this.usedUnits[cls]! += this.classes[cls]!;
-      this.mark(block, true);
       cursor = block + this.classes[cls]!;
     }
-    this.bump = cursor;
+    if (cursor < this.heapUnits) this.addChunk(cursor, this.heapUnits - cursor);
+    this.touched = cursor;
   }
 
   /** The class of a published item of `units` units (its block's class). */
@@ -147,9 +253,83 @@ export class Heap {
     return {
       usedBytesByClass,
       usedBytes,
-      untouchedBytes: (this.heapUnits - this.bump) * 64,
-      freeBlocks: this.free.reduce((n, list) => n + list.length, 0),
+      untouchedBytes: (this.heapUnits - this.touched) * 64,
+      freeBlocks: this.freeLength.size,
       waitingForGrace: this.graceQueue.length - this.graceHead,
     };
   }
+
+  /** A block (out, its granted bit already cleared) becomes free, merged with free neighbours. */
+  private free(cls: number, block: number): void {
+    const size = this.classes[cls]!;
+    this.usedUnits[cls]! -= size;
+    let start = block;
+    let end = block + size;
+    const after = this.freeLength.get(end);
+    if (after !== undefined) {
+      this.removeFree(end, after);
+      setBit(this.chunkStart, end, false);
+      end += after;
+    }
+    const before = this.freeEndingAt.get(start);
+    if (before !== undefined) {
+      this.removeFree(before, start - before);
+      setBit(this.chunkStart, start, false);
+      start = before;
+    }
+    this.addFree(start, end - start);
+  }
+
+  /** A new free chunk (rebuild): its start bit and its extent. */
+  private addChunk(start: number, length: number): void {
+    setBit(this.chunkStart, start, true);
+    this.addFree(start, length);
+  }
+
+  private addFree(start: number, length: number): void {
+    this.freeLength.set(start, length);
+    this.freeEndingAt.set(start + length, start);
+    this.bins[this.binOf(length)]!.add(start);
+  }
+
+  private removeFree(start: number, length: number): void {
+    this.freeLength.delete(start);
+    this.freeEndingAt.delete(start + length);
+    this.bins[this.binOf(length)]!.remove();
+  }
+
+  /** The bin a free extent starting at `start` is in now, or -1 if none starts there. */
+  private binOfFree(start: number): number {
+    const length = this.freeLength.get(start);
+    return length === undefined ? -1 : this.binOf(length);
+  }
+
+  /** The bin of a free extent of `length` units: the largest class it holds, or the last bin. */
+  private binOf(length: number): number {
+    if (length > this.classes[this.classes.length - 1]!) return this.classes.length;
+    const cls = this.classOfUnits(length);
+    return this.classes[cls] === length ? cls : cls - 1;
+  }
+}
+
+function bit(bits: Uint32Array, at: number): boolean {
+  return (bits[at >>> 5]! & (1 << (at & 31))) !== 0;
+}
+
+function setBit(bits: Uint32Array, at: number, on: boolean): void {
+  if (on) bits[at >>> 5]! |= 1 << (at & 31);
+  else bits[at >>> 5]! &= ~(1 << (at & 31));
+}
+
+/** Is any bit in [from, to) set? Word at a time. */
+function anyBit(bits: Uint32Array, from: number, to: number): boolean {
+  for (let at = from; at < to; ) {
+    const word = at >>> 5;
+    const first = at & 31;
+    const last = Math.min(32, first + (to - at)); // exclusive, within this word
+    const mask = last - first === 32 ? 0xffffffff : ((1 << (last - first)) - 1) << first;
+    if ((bits[word]! & mask) !== 0) return true;
+    at += last - first;
+  }
+  return false;
 }

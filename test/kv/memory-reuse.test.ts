@@ -1,0 +1,136 @@
+// Heap memory that does not calcify (issue 12, items 8 and 9): freed memory is usable by any
+// size class again, and grants are sized by bytes and taken back under memory pressure.
+import test from 'ava';
+
+import { type KvClient, type KvError } from '../../client/index.js';
+import type { KvServer } from '../../server/kv-server.js';
+import { connect, startServer } from '../helpers/kv.js';
+import { eventually, providersUnderTest } from '../helpers/providers.js';
+
+/** A small region: about 13.6 MB of heap. */
+const SMALL = { memoryBytes: 16 << 20, graceMs: 50 };
+
+/** A deterministic generator (the test is the same on every run). */
+function random(seed: number): () => number {
+  let x = seed >>> 0;
+  return () => {
+    x = (Math.imul(x, 1103515245) + 12345) >>> 0; // imul: a plain product loses its low bits past 2^53
+    return x / 2 ** 32;
+  };
+}
+
+/**
+ * PUTs values from `size(i)` under `${prefix}${i}`, 64 at a time, until the server answers
+ * KV_OUT_OF_MEMORY; returns the keys stored. Any other error fails the test.
+ */
+async function fillUntilFull(kv: KvClient, prefix: string, size: (i: number) => number): Promise<string[]> {
+  const stored: string[] = [];
+  let full = false;
+  for (let i = 0; !full; i += 64) {
+    await Promise.all(
+      Array.from({ length: 64 }, async (_, k) => {
+        const key = `${prefix}${i + k}`;
+        try {
+          await kv.put(key, Buffer.alloc(size(i + k), 0x61 + ((i + k) % 26)));
+          stored.push(key);
+        } catch (error) {
+          if ((error as KvError).code !== 'KV_OUT_OF_MEMORY') throw error;
+          full = true;
+        }
+      }),
+    );
+  }
+  return stored;
+}
+
+async function countHundredByteValues(server: KvServer): Promise<number> {
+  const kv = await connect(server);
+  try {
+    return (await fillUntilFull(kv, 'small-', () => 100)).length;
+  } finally {
+    await kv.close();
+  }
+}
+
+for (const scheme of providersUnderTest()) {
+  test(`${scheme}: after a workload of random value sizes is deleted, 100-byte values fill the heap as on a fresh server`, async (t) => {
+    const fresh = await startServer(scheme, SMALL);
+    t.teardown(() => fresh.close());
+    const freshCount = await countHundredByteValues(fresh);
+    await fresh.close();
+
+    const server = await startServer(scheme, SMALL);
+    t.teardown(() => server.close());
+    const kv = await connect(server);
+    // sizes log-uniform from 16 B to 64 KiB: blocks of about 30 size classes
+    const next = random(12);
+    const keys = await fillUntilFull(kv, 'random-', () => Math.round(16 * 4096 ** next()));
+    t.true(keys.length > 0);
+    for (const key of keys) await kv.delete(key);
+    await kv.close(); // its unused blocks go back too
+    await eventually(() => server.stats().heapUsedBytes === 0, 'every deleted block passes its grace period');
+
+    const count = await countHundredByteValues(server);
+    t.log(`100-byte values: ${freshCount} on a fresh server, ${count} after ${keys.length} values of random sizes were deleted`);
+    t.true(count >= 0.8 * freshCount, `only ${count} of the ${freshCount} a fresh server stores`);
+  });
+
+  test(`${scheme}: one client: random value sizes until full, all deleted, then 100-byte values until full, as many as on a fresh server`, async (t) => {
+    const fresh = await startServer(scheme, SMALL);
+    t.teardown(() => fresh.close());
+    const freshCount = await countHundredByteValues(fresh);
+    await fresh.close();
+
+    // The same client throughout: its pools of ~30 classes hold unused blocks the server must
+    // reclaim from it, while 64 PUTs of assorted classes wait for grants.
+    const server = await startServer(scheme, SMALL);
+    t.teardown(() => server.close());
+    const kv = await connect(server);
+    t.teardown(() => kv.close());
+    const next = random(3);
+    const keys = await fillUntilFull(kv, 'random-', () => Math.round(16 * 4096 ** next()));
+    const freedBefore = server.stats().blocksFreed;
+    for (const key of keys) await kv.delete(key);
+    await eventually(() => server.stats().blocksFreed >= freedBefore + keys.length, 'every deleted block passes its grace period');
+    const count = (await fillUntilFull(kv, 'small-', () => 100)).length;
+    t.log(`100-byte values: ${freshCount} on a fresh server, ${count} from the client that wrote ${keys.length} values of random sizes`);
+    t.true(count >= 0.8 * freshCount, `only ${count} of the ${freshCount} a fresh server stores`);
+  });
+
+  test(`${scheme}: a client holding a 1 MiB value leaves room for another client's 1 MiB value`, async (t) => {
+    const server = await startServer(scheme, SMALL);
+    t.teardown(() => server.close());
+    const a = await connect(server);
+    t.teardown(() => a.close());
+    const b = await connect(server);
+    t.teardown(() => b.close());
+    const mebibyte = Buffer.alloc(1 << 20, 0x41);
+    await a.put('a', mebibyte);
+    await b.put('b', mebibyte); // a stays connected, with whatever it was granted
+    t.true((await b.get('a'))?.equals(mebibyte));
+    t.true((await a.get('b'))?.equals(mebibyte));
+  });
+
+  test(`${scheme}: blocks a client was granted and does not use are taken back when another client needs the memory`, async (t) => {
+    const fresh = await startServer(scheme, SMALL);
+    t.teardown(() => fresh.close());
+    const freshCount = await countHundredByteValues(fresh);
+    await fresh.close();
+
+    const server = await startServer(scheme, SMALL);
+    t.teardown(() => server.close());
+    // One value in each of many size classes, then deleted: what the grants of those classes
+    // brought stays in the client's pools, unused, while it stays connected.
+    const holder = await connect(server);
+    t.teardown(() => holder.close());
+    const sizes: number[] = [];
+    for (let size = 100; size <= 100_000; size = Math.ceil(size * 1.25)) sizes.push(size);
+    for (const size of sizes) await holder.put(`held-${size}`, Buffer.alloc(size));
+    for (const size of sizes) await holder.delete(`held-${size}`);
+    await eventually(() => server.stats().blocksFreed === sizes.length, 'the deleted values pass their grace period');
+
+    const count = await countHundredByteValues(server);
+    t.log(`100-byte values: ${freshCount} on a fresh server, ${count} while another client holds unused grants`);
+    t.true(count >= 0.95 * freshCount, `only ${count} of the ${freshCount} a fresh server stores`);
+  });
+}
