@@ -75,7 +75,7 @@ export interface KvServerOptions {
   keepaliveMs?: number;
   /**
    * Keep the region in this file (a shared mapping): a server restarted on it
-   * after a crash or SIGKILL releases every lock, rebuilds its free lists from
+   * after a crash or SIGKILL releases every lock, rebuilds its heap from
    * the live slots and serves the same data.
    */
   regionFile?: string;
@@ -254,7 +254,7 @@ export class KvServer extends EventEmitter {
       if (mismatch) throw new KvConfigError(`${options.regionFile} was created with ${mismatch}: start with the options it was created with`);
       this.seed = found.seed;
       this.recovering = true;
-      this.nextSession = [readNextSession(this.memory.bytes), this.highestSessionInItems() + 1n, 1n].reduce((a, b) => (a > b ? a : b));
+      this.nextSession = readNextSession(this.memory.bytes) || 1n; // 0: a v1 region file, see recover()
     } else {
       this.seed = randomBytes(8).readBigUInt64LE();
     }
@@ -736,22 +736,17 @@ export class KvServer extends EventEmitter {
   }
 
   /**
-   * The highest session that wrote a live item: a region file from before sessions were
-   * persisted has none in its superblock. Slots that point outside the heap are skipped.
+   * A region file written before sessions were persisted (no next-session word) continues
+   * above the highest session among its trusted items' versions, so no version repeats.
    */
-  private highestSessionInItems(): bigint {
+  private continueSessions(live: Map<number, number>): void {
+    if (readNextSession(this.memory.bytes) !== 0n) return;
     const region = this.memory.bytes;
-    let highest = 0n;
-    for (let b = 0; b < this.layout.bucketCount; b++) {
-      const bucket = this.layout.indexOffset + b * KvLayout.BUCKET_BYTES;
-      for (let i = 1; i <= KvLayout.SLOTS_PER_BUCKET; i++) {
-        const slot = region.readBigUInt64LE(bucket + 8 * i);
-        if (slot === 0n || !this.slotInHeap(slot)) continue;
-        const session = region.readBigUInt64LE(this.itemAt(Number(slot & 0xffffffffn)) + ItemHeader.VERSION) >> BigInt(KvLayout.SESSION_VERSION_BITS);
-        if (session > highest && session < BigInt(KvLayout.MAX_SESSIONS)) highest = session;
-      }
+    for (const block of live.keys()) {
+      const session = region.readBigUInt64LE(this.itemAt(block) + ItemHeader.VERSION) >> BigInt(KvLayout.SESSION_VERSION_BITS);
+      if (session >= this.nextSession) this.nextSession = session + 1n;
     }
-    return highest;
+    writeNextSession(region, this.nextSession);
   }
 
   /** Does a slot in the buckets of the key stored at `block` point to it? (See reclaimHeld.) */
@@ -790,7 +785,7 @@ export class KvServer extends EventEmitter {
   }
 
   /**
-   * Restart on an existing region file: the heap's free lists are rebuilt from the slots it can
+   * Restart on an existing region file: the heap's free extents are rebuilt from the slots it can
    * trust (see liveSlots), then every lock word and lock item still owned (by clients of the
    * previous run) is released through the loopback queue pair.
    */
@@ -798,6 +793,7 @@ export class KvServer extends EventEmitter {
     await this.options.beforeRecovery?.();
     const region = this.memory.bytes;
     const live = this.liveSlots();
+    this.continueSessions(live);
     for (const block of live.keys()) {
       if (region.readUInt16LE(this.itemAt(block) + ItemHeader.TYPE) === ItemType.LOCK) this.lockItems.add(block);
     }

@@ -1,11 +1,11 @@
 // Heap memory that does not calcify (issue 12, items 8 and 9): freed memory is usable by any
 // size class again, and grants are sized by bytes and taken back under memory pressure.
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
 
 import { type KvClient, type KvError } from '../../client/index.js';
 import type { KvServer } from '../../server/kv-server.js';
 import { connect, startServer } from '../helpers/kv.js';
-import { eventually, providersUnderTest } from '../helpers/providers.js';
+import { type Scheme, eventually, providersUnderTest } from '../helpers/providers.js';
 
 /** A small region: about 13.6 MB of heap. */
 const SMALL = { memoryBytes: 16 << 20, graceMs: 50 };
@@ -43,6 +43,15 @@ async function fillUntilFull(kv: KvClient, prefix: string, size: (i: number) => 
   return stored;
 }
 
+/** What the scenario is measured against: 100-byte values a fresh server of the same size stores. */
+async function countOnFreshServer(t: ExecutionContext, scheme: Scheme): Promise<number> {
+  const fresh = await startServer(scheme, SMALL);
+  t.teardown(() => fresh.close());
+  const count = await countHundredByteValues(fresh);
+  await fresh.close();
+  return count;
+}
+
 async function countHundredByteValues(server: KvServer): Promise<number> {
   const kv = await connect(server);
   try {
@@ -54,10 +63,7 @@ async function countHundredByteValues(server: KvServer): Promise<number> {
 
 for (const scheme of providersUnderTest()) {
   test(`${scheme}: after a workload of random value sizes is deleted, 100-byte values fill the heap as on a fresh server`, async (t) => {
-    const fresh = await startServer(scheme, SMALL);
-    t.teardown(() => fresh.close());
-    const freshCount = await countHundredByteValues(fresh);
-    await fresh.close();
+    const freshCount = await countOnFreshServer(t, scheme);
 
     const server = await startServer(scheme, SMALL);
     t.teardown(() => server.close());
@@ -76,10 +82,7 @@ for (const scheme of providersUnderTest()) {
   });
 
   test(`${scheme}: one client: random value sizes until full, all deleted, then 100-byte values until full, as many as on a fresh server`, async (t) => {
-    const fresh = await startServer(scheme, SMALL);
-    t.teardown(() => fresh.close());
-    const freshCount = await countHundredByteValues(fresh);
-    await fresh.close();
+    const freshCount = await countOnFreshServer(t, scheme);
 
     // The same client throughout: its pools of ~30 classes hold unused blocks the server must
     // reclaim from it, while 64 PUTs of assorted classes wait for grants.
@@ -112,10 +115,7 @@ for (const scheme of providersUnderTest()) {
   });
 
   test(`${scheme}: blocks a client was granted and does not use are taken back when another client needs the memory`, async (t) => {
-    const fresh = await startServer(scheme, SMALL);
-    t.teardown(() => fresh.close());
-    const freshCount = await countHundredByteValues(fresh);
-    await fresh.close();
+    const freshCount = await countOnFreshServer(t, scheme);
 
     const server = await startServer(scheme, SMALL);
     t.teardown(() => server.close());

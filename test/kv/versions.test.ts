@@ -3,20 +3,22 @@
 // fails. And a client of another protocol version is refused with a message
 // that names both versions.
 import { mkdtempSync } from 'node:fs';
+import { open } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import test from 'ava';
 
 import { KvClient } from '../../client/index.js';
-import { KvLayout } from '../../client/constants.js';
+import { KvLayout, Superblock } from '../../client/constants.js';
 import { parseConnectData } from '../../client/protocol.js';
 import { Provider, TransportError } from '../../native/index.js';
 import { connect, startServer } from '../helpers/kv.js';
 import { listenUrl, providersUnderTest } from '../helpers/providers.js';
 
 for (const scheme of providersUnderTest()) {
-  test(`${scheme}: a version read before a restart does not match a value written after it (cas fails)`, async (t) => {
+  for (const fromV1 of [false, true]) {
+  test(`${scheme}: a version read before a restart does not match a value written after it (cas fails)${fromV1 ? ', on a region file without a session counter (v1)' : ''}`, async (t) => {
     const regionFile = join(mkdtempSync(join(tmpdir(), 'rkv-versions-')), 'region');
     const url = listenUrl(scheme);
     const first = await startServer(scheme, { listen: [url], regionFile });
@@ -26,6 +28,12 @@ for (const scheme of providersUnderTest()) {
     t.truthy(seen);
     await before.close();
     await first.close();
+    if (fromV1) {
+      // A v1 server left no next-session word: the restart must continue above its items' sessions.
+      const file = await open(regionFile, 'r+');
+      await file.write(Buffer.alloc(8), 0, 8, Superblock.NEXT_SESSION);
+      await file.close();
+    }
 
     // The same writes again, by the first client of the restarted server.
     const second = await startServer(scheme, { listen: [listenUrl(scheme)], regionFile });
@@ -38,6 +46,7 @@ for (const scheme of providersUnderTest()) {
     t.false(await after.cas('k', seen!.version, 'c'), 'a cas with the version read before the restart fails');
     t.is((await after.get('k'))?.toString(), 'b');
   });
+  }
 
   test(`${scheme}: versions of sessions of one server run never repeat either`, async (t) => {
     const server = await startServer(scheme);
