@@ -9,6 +9,7 @@
         "native/binding/addon.cc",
         "native/binding/transport_binding.cc",
         "native/binding/kv_binding.cc",
+        "native/binding/layout_binding.cc",
         "native/kv/client_core.cc",
         "native/transport/memory.cc",
         "native/transport/provider.cc",

@@ -2,5 +2,5 @@
 export { KvClient } from './kv-client.js';
 export type { MemberLayout } from './kv-client.js';
 export type { EtcdOptions, HistoryEvent, KvClientOptions, KvStatusName, Key, Value, VersionedValue } from './types.js';
-export { SLOT_COUNT, keySlot } from './cluster/slots.js';
-export * from './errors.js';
+export { SLOT_COUNT, keySlot } from '../protocol/hash-slots.js';
+export * from '../protocol/errors.js';

@@ -1,5 +1,5 @@
 // Keys and values as bytes, and how they are shown in errors and histories.
-import { KvInvalidArgumentError } from './errors.js';
+import { KvInvalidArgumentError } from '../protocol/errors.js';
 
 /** Key or value bytes; anything else is a KV_INVALID_ARGUMENT (thrown: callers turn it into a rejection). */
 export function toBuffer(value: unknown, what: string): Buffer {

@@ -8,8 +8,8 @@ import { EventEmitter } from 'node:events';
 import { appendFileSync } from 'node:fs';
 
 import { EtcdMembership, type Member, type MembershipSource, StaticMembership } from './cluster/membership.js';
-import { SLOT_COUNT, assignSlots, keySlot } from './cluster/slots.js';
-import { KvLayout, KvOp, KvStatus } from './constants.js';
+import { SLOT_COUNT, assignSlots, keySlot } from '../protocol/hash-slots.js';
+import { KvLayout, KvOp, KvStatus } from '../protocol/constants.js';
 import {
   KvAuthError,
   KvDisconnectedError,
@@ -17,7 +17,7 @@ import {
   KvInvalidArgumentError,
   KvLockContendedError,
   KvProtocolError,
-} from './errors.js';
+} from '../protocol/errors.js';
 import { describe, show, toBuffer } from './keys.js';
 import { ClientMetrics } from './metrics.js';
 import { type HistoryRecorder, type OpResult, ServerClient } from './server-client.js';

@@ -3,8 +3,8 @@
 // share its metrics too, which then count for all of them.
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 
-import { KvOp, KvStatus } from './constants.js';
-import type { KvError } from './errors.js';
+import { KvOp, KvStatus } from '../protocol/constants.js';
+import type { KvError } from '../protocol/errors.js';
 import type { OpResult } from './server-client.js';
 
 const OP_NAMES: Record<number, string> = {

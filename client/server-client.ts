@@ -16,7 +16,7 @@ import {
   SendFlag,
   TransportError,
 } from '../native/index.js';
-import { KvLayout, KvOp, KvStatus, OpLayout, ResultLayout } from './constants.js';
+import { KvLayout, KvOp, KvStatus, OpLayout, ResultLayout } from '../protocol/constants.js';
 import {
   KvAuthError,
   KvDisconnectedError,
@@ -28,8 +28,10 @@ import {
   KvValueTooLargeError,
   KvInvalidArgumentError,
   errorForStatus,
-} from './errors.js';
-import { type Hello, RETURN_BATCH, RejectReason, classFor, connectData, decode, encode, grantBatch, itemUnits } from './protocol.js';
+} from '../protocol/errors.js';
+import { type Hello, RETURN_BATCH, decode, encode, grantBatch } from '../protocol/control.js';
+import { RejectReason, connectData } from '../protocol/connect.js';
+import { classFor, itemUnits } from '../protocol/size-classes.js';
 import { createRequire } from 'node:module';
 import { describe, text, toBuffer } from './keys.js';
 import type { HistoryEvent, KvClientOptions, KvStatusName, Value } from './types.js';

@@ -100,10 +100,11 @@ interface NativeProvider {
 }
 interface Addon {
   constants: Record<string, Record<string, number>>;
-  providers: string[];
+  providers: ProviderInfo[];
   Provider: new (scheme: string, onEvents: () => void) => NativeProvider;
   Memory: new (length: number, path?: string) => NativeMemory;
   hashKey(key: Buffer, seed: bigint, bucketCount: number): [number, number, number];
+  indexWords(fp: number, units: number, block: number, version: number, owner: number, counter: bigint): [bigint, bigint, bigint, bigint, number, number, number];
 }
 
 const packageRoot = fileURLToPath(new URL('../..', import.meta.url));
@@ -121,8 +122,32 @@ export function hashKey(key: Buffer, seed: bigint, bucketCount: number): { b1: n
   return { b1, b2, fingerprint };
 }
 
+/** A transport provider this code knows (native/transport/provider.cc's table, the one list of URL schemes). */
+export interface ProviderInfo {
+  /** The URL scheme: "shm", "rdma". */
+  scheme: string;
+  /** A URL of that scheme, for messages: "shm:///path/to.sock". */
+  example: string;
+  /** Whether this build contains it. */
+  built: boolean;
+  /** Why not, and what to install, when it is not built. */
+  notBuilt?: string;
+}
+
+/** Every provider the code knows, built or not. */
+export const knownProviders: readonly ProviderInfo[] = Object.freeze(addon.providers.map((p) => Object.freeze({ ...p })));
+
+/**
+ * The index words native/kv/layout.h builds, for the test that holds protocol/index-format.ts to
+ * them: [slot, lock word, release addend, counter word, slot fingerprint, slot units, slot block].
+ * @internal
+ */
+export function nativeIndexWords(fp: number, units: number, block: number, version: number, owner: number, counter: bigint) {
+  return addon.indexWords(fp, units, block, version, owner, counter);
+}
+
 /** Providers this build contains: always "shm"; "rdma" when built against rdma-core. */
-export const builtProviders: readonly string[] = Object.freeze([...addon.providers]);
+export const builtProviders: readonly string[] = Object.freeze(knownProviders.filter((p) => p.built).map((p) => p.scheme));
 
 if (!builtProviders.includes('rdma') && process.env.RKV_QUIET !== '1') {
   process.emitWarning(
@@ -573,7 +598,7 @@ export class Provider extends EventEmitter<ProviderEvents> {
   private readonly live = new Set<Connection | Listener>();
   private isClosed = false;
 
-  constructor(readonly scheme: 'shm' | 'rdma') {
+  constructor(readonly scheme: string) {
     super();
     try {
       this.native = new addon.Provider(scheme, () => this.dispatch());
@@ -586,9 +611,10 @@ export class Provider extends EventEmitter<ProviderEvents> {
 
   /** The provider for a URL's scheme. */
   static forUrl(url: string): Provider {
-    const scheme = url.slice(0, url.indexOf('://'));
-    if (scheme !== 'shm' && scheme !== 'rdma') {
-      throw new TransportError('ERR_RKV_URL', `unknown URL scheme in '${url}': expected shm:// or rdma://`);
+    const scheme = url.slice(0, Math.max(0, url.indexOf('://')));
+    if (!knownProviders.some((p) => p.scheme === scheme)) {
+      const expected = knownProviders.map((p) => `${p.scheme}://`).join(' or ');
+      throw new TransportError('ERR_RKV_URL', `unknown URL scheme in '${url}': expected ${expected}`);
     }
     return new Provider(scheme);
   }

@@ -8,18 +8,8 @@ import { hostname } from 'node:os';
 
 import yargs from 'yargs';
 
-import {
-  DEFAULTS,
-  LOG_LEVELS,
-  type RawServerArgs,
-  type ServerConfig,
-  StartupError,
-  UsageError,
-  formatBytes,
-  packageVersion,
-  resolveConfig,
-  unroutable,
-} from './config.js';
+import { DEFAULTS, LOG_LEVELS, type RawServerArgs, type ServerConfig, resolveConfig, unroutable } from './config.js';
+import { StartupError, UsageError, formatBytes, packageVersion } from '../protocol/operator-input.js';
 import { KvConfigError, KvServer } from './kv-server.js';
 import { EtcdRegistration } from './membership.js';
 import { createLogging } from './logging.js';

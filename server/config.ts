@@ -2,29 +2,14 @@
 // operator typed (sizes like 1GiB or 64M, durations like 250ms or 2s, listen
 // URLs) into numbers KvServer takes. Every failure is one sentence that names
 // the option and what it expected; cli.ts prints it as `kv-server: <reason>`.
-import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
-import { basename, isAbsolute } from 'node:path';
+import { basename } from 'node:path';
 
-import { DEFAULT_ETCD_PREFIX, checkMemberName } from '../client/cluster/membership.js';
+import { StartupError, UsageError, parseCount, parseDuration, parseSize, readTokenFile } from '../protocol/operator-input.js';
+import { checkListenUrl } from '../protocol/providers.js';
+import { DEFAULT_ETCD_PREFIX, checkMemberName } from '../protocol/registry.js';
 
 import { LayoutError, type RegionLayout, planLayout } from './store/layout.js';
-
-/** This package's version, for --version ('unknown' if package.json cannot be read). */
-export function packageVersion(): string {
-  try {
-    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version?: string };
-    return pkg.version ?? 'unknown';
-  } catch {
-    return 'unknown';
-  }
-}
-
-/** The command line cannot work on any machine (exit code 2). */
-export class UsageError extends Error {}
-
-/** The command line is fine, but this machine or its files do not allow it (exit code 1). */
-export class StartupError extends Error {}
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 export type LogLevel = (typeof LOG_LEVELS)[number];
@@ -71,102 +56,6 @@ export interface EtcdConfig {
   /** The URL clients dial; undefined: the first URL the server listens on. */
   advertise: string | undefined;
   ttlSeconds: number;
-}
-
-const SIZE_UNITS: Record<string, number> = {
-  '': 1,
-  b: 1,
-  k: 2 ** 10, kb: 2 ** 10, kib: 2 ** 10,
-  m: 2 ** 20, mb: 2 ** 20, mib: 2 ** 20,
-  g: 2 ** 30, gb: 2 ** 30, gib: 2 ** 30,
-  t: 2 ** 40, tb: 2 ** 40, tib: 2 ** 40,
-};
-
-/**
- * A size in bytes. Units are binary and case-insensitive: K, KB and KiB all
- * mean 1024 (memory is sized in powers of two; no unit means bytes).
- * Fractions are allowed when the result is a whole number of bytes (1.5GiB).
- */
-export function parseSize(text: string, option: string): number {
-  const match = /^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$/i.exec(text);
-  const unit = match ? SIZE_UNITS[match[2]!.toLowerCase()] : undefined;
-  if (!match || unit === undefined) {
-    throw new UsageError(`${option}: '${text}' is not a size (examples: 1GiB, 512MiB, 64M, 4096)`);
-  }
-  const bytes = Number(match[1]) * unit;
-  if (!Number.isInteger(bytes)) throw new UsageError(`${option}: '${text}' is not a whole number of bytes`);
-  if (!Number.isSafeInteger(bytes)) throw new UsageError(`${option}: '${text}' is too large`);
-  return bytes;
-}
-
-const DURATION_UNITS: Record<string, number> = { '': 1, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
-
-/** A duration in milliseconds: 1000, 250ms, 1.5s, 2m, 1h (no unit: milliseconds). */
-export function parseDuration(text: string, option: string): number {
-  const match = /^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$/i.exec(text);
-  const unit = match ? DURATION_UNITS[match[2]!.toLowerCase()] : undefined;
-  if (!match || unit === undefined) throw new UsageError(`${option}: '${text}' is not a duration (examples: 1000, 250ms, 2s)`);
-  const ms = Number(match[1]) * unit;
-  if (!Number.isInteger(ms)) throw new UsageError(`${option}: '${text}' is not a whole number of milliseconds`);
-  if (!Number.isSafeInteger(ms)) throw new UsageError(`${option}: '${text}' is too long`);
-  return ms;
-}
-
-/** A whole number within [min, max]. */
-export function parseCount(text: string, option: string, min: number, max: number): number {
-  if (!/^\s*\d+\s*$/.test(text)) throw new UsageError(`${option}: '${text}' is not a whole number`);
-  const n = Number(text);
-  if (n < min || n > max) throw new UsageError(`${option}: ${n} is out of range (${min} to ${max})`);
-  return n;
-}
-
-/** Unix socket paths are limited by sockaddr_un.sun_path (108 bytes with the NUL). */
-const MAX_SOCKET_PATH = 107;
-
-/**
- * Checks a listen URL and returns it normalized. Only the syntax is checked
- * here; whether this machine can serve it (an RDMA device, a free socket path)
- * is KvServer.start's business.
- */
-export function checkListenUrl(url: string): string {
-  const at = url.indexOf('://');
-  const scheme = at > 0 ? url.slice(0, at).toLowerCase() : '';
-  if (scheme === 'shm') {
-    const path = url.slice(at + 3);
-    if (!isAbsolute(path)) throw new UsageError(`--listen ${url}: an shm URL names an absolute socket path, e.g. shm:///run/rdma-kv/kv.sock`);
-    if (Buffer.byteLength(path) > MAX_SOCKET_PATH) {
-      throw new UsageError(`--listen ${url}: the socket path is ${Buffer.byteLength(path)} bytes; Unix sockets allow at most ${MAX_SOCKET_PATH}`);
-    }
-    if (path.endsWith('/')) throw new UsageError(`--listen ${url}: the socket path names a directory`);
-    return `shm://${path}`;
-  }
-  if (scheme === 'rdma') {
-    const match = /^([^/?#@\s]+?)(?::(\d*))?\/?$/.exec(url.slice(at + 3));
-    const host = match?.[1];
-    if (!match || !host || (!host.startsWith('[') && host.includes(':')) || (host.startsWith('[') && !host.endsWith(']'))) {
-      throw new UsageError(`--listen ${url}: expected rdma://host:port, e.g. rdma://0.0.0.0:7471`);
-    }
-    if (!match[2]) throw new UsageError(`--listen ${url}: name a port, e.g. rdma://${host}:7471`);
-    const port = Number(match[2]);
-    if (port > 65535) throw new UsageError(`--listen ${url}: port ${port} is out of range (0 to 65535)`);
-    return `rdma://${host}:${port}`;
-  }
-  throw new UsageError(`--listen ${url}: no provider for this URL; use shm:///path/to.sock or rdma://host:port`);
-}
-
-/** The token in a file, without surrounding whitespace (a trailing newline is the usual case). */
-export function readTokenFile(path: string): string {
-  let text: string;
-  try {
-    text = readFileSync(path, 'utf8');
-  } catch (error) {
-    const e = error as NodeJS.ErrnoException;
-    const why = e.code === 'ENOENT' ? 'no such file' : e.code === 'EACCES' ? 'permission denied' : e.code === 'EISDIR' ? 'it is a directory' : e.message;
-    throw new StartupError(`cannot read --token-file ${path}: ${why}`);
-  }
-  const token = text.trim();
-  if (token === '') throw new StartupError(`--token-file ${path} is empty`);
-  return token;
 }
 
 /** What yargs hands over (every option as the string the operator wrote). */
@@ -282,17 +171,4 @@ export function planRegion(config: Pick<ServerConfig, 'memoryBytes' | 'buckets' 
     if (error instanceof LayoutError) throw new UsageError(error.message);
     throw error;
   }
-}
-
-/** 1073741824 → "1 GiB", 1572864 → "1.5 MiB", 1000 → "1000 B". */
-export function formatBytes(bytes: number): string {
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let value = bytes;
-  let i = 0;
-  while (value >= 1024 && i < units.length - 1) {
-    value /= 1024;
-    i++;
-  }
-  const text = i === 0 || Number.isInteger(value) ? String(value) : value.toFixed(1).replace(/\.0$/, '');
-  return `${text} ${units[i]}`;
 }

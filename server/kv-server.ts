@@ -26,19 +26,10 @@ import {
   hashKey,
   readCompletion,
 } from '../native/index.js';
-import { ItemHeader, ItemType, KvLayout, Record as RecordField, RecordKind } from '../client/constants.js';
-import {
-  type ControlMessage,
-  GRANT_BATCH,
-  RejectReason,
-  decode,
-  encode,
-  grantBatch,
-  itemUnits,
-  loopbackData,
-  parseConnectData,
-  tokenDigest,
-} from '../client/protocol.js';
+import { ItemHeader, ItemType, KvLayout, Record as RecordField, RecordKind } from '../protocol/constants.js';
+import { type ControlMessage, GRANT_BATCH, decode, encode, grantBatch } from '../protocol/control.js';
+import { RejectReason, loopbackData, parseConnectData, tokenDigest } from '../protocol/connect.js';
+import { itemUnits } from '../protocol/size-classes.js';
 import { Heap } from './store/heap.js';
 import {
   type RegionLayout,

@@ -10,8 +10,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Etcd3 } from 'etcd3';
 import yargs from 'yargs';
 
-import { type AliveRecord, DEFAULT_ETCD_PREFIX, checkMemberName, etcdKeys, openEtcd } from '../client/cluster/membership.js';
-import { assignSlots } from '../client/cluster/slots.js';
+import { type AliveRecord, DEFAULT_ETCD_PREFIX, checkMemberName, etcdKeys, openEtcd } from '../protocol/registry.js';
+import { assignSlots } from '../protocol/hash-slots.js';
 import {
   KvClient,
   type KvClientOptions,
@@ -22,7 +22,8 @@ import {
   SLOT_COUNT,
   keySlot,
 } from '../client/index.js';
-import { StartupError, UsageError, checkListenUrl, formatBytes, packageVersion, parseCount, parseDuration, readTokenFile } from './config.js';
+import { StartupError, UsageError, formatBytes, packageVersion, parseCount, parseDuration, readTokenFile } from '../protocol/operator-input.js';
+import { checkListenUrl } from '../protocol/providers.js';
 
 export const KVCTL_DEFAULTS = {
   url: 'shm:///run/rdma-kv/kv.sock',

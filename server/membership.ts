@@ -11,8 +11,8 @@ import { hostname } from 'node:os';
 import type { Etcd3, Lease } from 'etcd3';
 import type { Logger } from 'pino';
 
-import { type AliveRecord, type MemberRecord, etcdKeys, openEtcd } from '../client/cluster/membership.js';
-import { StartupError } from './config.js';
+import { type AliveRecord, type MemberRecord, etcdKeys, openEtcd } from '../protocol/registry.js';
+import { StartupError } from '../protocol/operator-input.js';
 
 export interface RegistrationOptions {
   hosts: string[];

@@ -1,72 +1,21 @@
 // Who is in a cluster and where each member listens. Two sources:
 //  - static: the servers a client was given; each URL is its own name, and
 //    every one is always worth dialing.
-//  - etcd: members register under a prefix (kv-server --etcd). Membership and
-//    liveness are separate keys on purpose:
-//      <prefix>/members/<name>  no lease: the member owns its slots until an
-//                               operator removes it (kvctl forget)
-//      <prefix>/alive/<name>    under the server's lease: its URL while it runs
-//    A member whose lease expired keeps its slots (its keys are in its region
-//    file, nowhere else), so they fail fast with KV_DISCONNECTED instead of
-//    silently moving to a server that does not hold them.
+//  - etcd: members register under a prefix (kv-server --etcd); the keys and
+//    records are protocol/registry.ts's.
 import { EventEmitter } from 'node:events';
 
-import { Etcd3, type IKeyValue, type Watcher } from 'etcd3';
+import type { Etcd3, IKeyValue, Watcher } from 'etcd3';
 
-import { KvDisconnectedError, KvInvalidArgumentError, KvProtocolError } from '../errors.js';
+import { KvDisconnectedError, KvInvalidArgumentError, KvProtocolError } from '../../protocol/errors.js';
+import { isServerUrl } from '../../protocol/providers.js';
+import { type AliveRecord, DEFAULT_ETCD_PREFIX, etcdKeys, openEtcd } from '../../protocol/registry.js';
 import type { EtcdOptions } from '../types.js';
-
-export const DEFAULT_ETCD_PREFIX = '/rdma-kv';
 
 /** A member of the cluster; url is where it listens now, if it is alive. */
 export interface Member {
   name: string;
   url?: string;
-}
-
-/** What kv-server writes under <prefix>/alive/<name>. */
-export interface AliveRecord {
-  url: string;
-  pid: number;
-  host: string;
-  started: string;
-  /** Its metrics HTTP base URL (kv-server --metrics-port), for kvctl. */
-  metrics?: string;
-}
-
-/** What kv-server writes under <prefix>/members/<name>. */
-export interface MemberRecord {
-  name: string;
-  joined: string;
-}
-
-export const etcdKeys = (prefix: string) => {
-  const root = prefix.replace(/\/+$/, '');
-  return {
-    /** Everything of this cluster: read and watch this. */
-    root: `${root}/`,
-    members: `${root}/members/`,
-    alive: `${root}/alive/`,
-    member: (name: string) => `${root}/members/${name}`,
-    aliveKey: (name: string) => `${root}/alive/${name}`,
-  };
-};
-
-/** A member name becomes part of etcd keys: keep it to a safe alphabet. */
-export function checkMemberName(name: string): string {
-  if (!/^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$/.test(name)) {
-    throw new KvInvalidArgumentError(`member name '${name}': use 1-128 of A-Z a-z 0-9 . _ : @ -, starting with a letter or digit`);
-  }
-  return name;
-}
-
-/** An etcd client whose every unary call has a deadline (etcd3 alone retries a dead endpoint for long). */
-export function openEtcd(hosts: string[], timeoutMs: number): Etcd3 {
-  return new Etcd3({
-    hosts,
-    dialTimeout: timeoutMs,
-    defaultCallOptions: (context) => (context.isStream ? {} : { deadline: Date.now() + timeoutMs }),
-  });
 }
 
 type SourceEvents = { change: [members: Member[]]; error: [error: Error] };
@@ -160,7 +109,7 @@ export class EtcdMembership extends EventEmitter<SourceEvents> implements Member
       } catch {
         url = undefined;
       }
-      if (typeof url !== 'string' || !/^(shm|rdma):\/\//.test(url)) {
+      if (typeof url !== 'string' || !isServerUrl(url)) {
         this.warn(new KvProtocolError(`etcd: ${key} holds no usable URL; ignoring it`));
         return false;
       }

@@ -1,4 +1,4 @@
-// Module entry: exports the shared constants, the built providers and the
+// Module entry: exports the shared constants, the known providers and the
 // transport classes.
 #include "addon.h"
 
@@ -30,10 +30,18 @@ Napi::Object init(Napi::Env env, Napi::Object exports) {
   exports.Set("constants", export_constants(env));
   Napi::Array providers = Napi::Array::New(env);
   uint32_t i = 0;
-  for (const auto& name : transport::built_providers()) providers.Set(i++, Napi::String::New(env, name));
+  for (const transport::ProviderInfo& info : transport::known_providers()) {
+    Napi::Object entry = Napi::Object::New(env);
+    entry.Set("scheme", info.scheme);
+    entry.Set("example", info.example);
+    entry.Set("built", info.built);
+    if (!info.built) entry.Set("notBuilt", info.not_built);
+    providers.Set(i++, entry);
+  }
   exports.Set("providers", providers);
   init_transport(env, exports, data);
   init_kv(env, exports, data);
+  init_layout(env, exports);
   return exports;
 }
 

@@ -171,34 +171,10 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
 
 }  // namespace
 
-// hashKey(key, seed, bucketCount) -> [b1, b2, fingerprint]: layout.h's hash_key
-// for the server, which must find a departed client's items in the index
-// exactly where clients put them (one implementation of the hash, here).
-Napi::Value hash_key(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (info.Length() < 3 || !info[0].IsBuffer() || !info[1].IsBigInt() || !info[2].IsNumber()) {
-    throw_error(env, "ERR_INVALID_ARG_TYPE", "hashKey(key: Buffer, seed: bigint, bucketCount: number)");
-  }
-  auto key = info[0].As<Napi::Buffer<uint8_t>>();
-  bool lossless = true;
-  uint64_t seed = info[1].As<Napi::BigInt>().Uint64Value(&lossless);
-  uint32_t count = info[2].As<Napi::Number>().Uint32Value();
-  if (count < 2 || (count & (count - 1)) != 0) {
-    throw_error(env, "ERR_OUT_OF_RANGE", "bucketCount must be a power of two >= 2");
-  }
-  kv::KeyHash k = kv::hash_key(key.Data(), key.Length(), seed, count);
-  Napi::Array out = Napi::Array::New(env, 3);
-  out.Set(uint32_t{0}, Napi::Number::New(env, k.b1));
-  out.Set(uint32_t{1}, Napi::Number::New(env, k.b2));
-  out.Set(uint32_t{2}, Napi::Number::New(env, k.fp));
-  return out;
-}
-
 void init_kv(Napi::Env env, Napi::Object exports, AddonData* data) {
   Napi::Function fn = ClientCoreWrap::define(env);
   data->client_core = Napi::Persistent(fn);
   exports.Set("ClientCore", fn);
-  exports.Set("hashKey", Napi::Function::New(env, hash_key, "hashKey"));
 }
 
 }  // namespace rkv::binding

@@ -1,4 +1,4 @@
-// Protocol v1: the region's layout and the pure functions both ends agree on
+// The region's layout (protocol v2, region format 1) and the pure functions both ends agree on
 // (hashing, slot and lock-word packing, item headers, checksums). The byte
 // offsets themselves live in constants.def; docs/protocol.md explains them.
 #pragma once
@@ -65,19 +65,24 @@ inline KeyHash hash_key(const uint8_t* key, size_t len, uint64_t seed, uint32_t 
 }
 
 // Slot: [fingerprint:16 | item length in units:16 | heap offset in units:32]; 0 is empty.
+// (The bit positions are constants.def's IndexWord; protocol/index-format.ts is the TS twin.)
+constexpr uint32_t kSlotFpShift = u32(IndexWord::SLOT_FINGERPRINT_SHIFT);
+constexpr uint32_t kSlotUnitsShift = u32(IndexWord::SLOT_UNITS_SHIFT);
+constexpr uint64_t kSlotUnitsMask = u32(IndexWord::SLOT_UNITS_MASK);
+constexpr uint32_t kLockVersionShift = u32(IndexWord::LOCK_VERSION_SHIFT);
 inline uint64_t make_slot(uint16_t fp, uint32_t units, uint32_t offset_units) {
-  return static_cast<uint64_t>(fp) << 48 | static_cast<uint64_t>(units & 0xffff) << 32 | offset_units;
+  return static_cast<uint64_t>(fp) << kSlotFpShift | (units & kSlotUnitsMask) << kSlotUnitsShift | offset_units;
 }
-inline uint16_t slot_fp(uint64_t s) { return static_cast<uint16_t>(s >> 48); }
-inline uint32_t slot_units(uint64_t s) { return static_cast<uint32_t>(s >> 32) & 0xffff; }
+inline uint16_t slot_fp(uint64_t s) { return static_cast<uint16_t>(s >> kSlotFpShift); }
+inline uint32_t slot_units(uint64_t s) { return static_cast<uint32_t>((s >> kSlotUnitsShift) & kSlotUnitsMask); }
 inline uint32_t slot_offset(uint64_t s) { return static_cast<uint32_t>(s); }
 
 // Lock word: [version:32 | owner:32], owner 0 = free. Acquire: CAS (v, 0) ->
 // (v, me). Release: FETCH_AND_ADD 2^32 - me, which clears the owner and bumps
 // the version in one atomic.
-inline uint64_t lock_word(uint32_t version, uint32_t owner) { return static_cast<uint64_t>(version) << 32 | owner; }
+inline uint64_t lock_word(uint32_t version, uint32_t owner) { return static_cast<uint64_t>(version) << kLockVersionShift | owner; }
 inline uint32_t lock_owner(uint64_t w) { return static_cast<uint32_t>(w); }
-inline uint64_t release_addend(uint32_t owner) { return (1ull << 32) - owner; }
+inline uint64_t release_addend(uint32_t owner) { return (1ull << kLockVersionShift) - owner; }
 
 // Seals on the atomic word of counter and lock items. A DELETE of such an item
 // adds its seal with one FETCH_AND_ADD before it unlinks the item, so a client

@@ -9,13 +9,30 @@
 
 namespace rkv::transport {
 
-std::vector<std::string> built_providers() {
+// Every provider this code knows, built or not: the one list of URL schemes
+// (TypeScript reads it from the addon, protocol/providers.ts).
+const std::vector<ProviderInfo>& known_providers() {
+  static const std::vector<ProviderInfo> providers = {
+      {"shm", "shm:///path/to.sock", true, ""},
 #ifdef RKV_WITH_VERBS
-  return {"shm", "rdma"};
+      {"rdma", "rdma://host:port", true, ""},
 #else
-  return {"shm"};
+      {"rdma", "rdma://host:port", false,
+       "this build of rdma-kv has no verbs provider (rdma://): rdma-core was not found at build time; "
+       "install libibverbs-dev and librdmacm-dev and rebuild"},
 #endif
+  };
+  return providers;
 }
+
+namespace {
+const ProviderInfo* find_provider(const std::string& scheme) {
+  for (const ProviderInfo& info : known_providers()) {
+    if (info.scheme == scheme) return &info;
+  }
+  return nullptr;
+}
+}  // namespace
 
 bool split_url(const std::string& url, std::string* scheme, std::string* rest, std::string* error) {
   auto pos = url.find("://");
@@ -25,7 +42,7 @@ bool split_url(const std::string& url, std::string* scheme, std::string* rest, s
   }
   *scheme = url.substr(0, pos);
   *rest = url.substr(pos + 3);
-  if (*scheme != "shm" && *scheme != "rdma") {
+  if (find_provider(*scheme) == nullptr) {
     *error = "unknown URL scheme '" + *scheme + "' in '" + url + "': expected shm:// or rdma://";
     return false;
   }
@@ -34,16 +51,11 @@ bool split_url(const std::string& url, std::string* scheme, std::string* rest, s
 
 std::unique_ptr<Provider> create_provider(const std::string& scheme, EventSink sink, std::string* error) {
   if (scheme == "shm") return create_shm_provider(std::move(sink), error);
-  if (scheme == "rdma") {
 #ifdef RKV_WITH_VERBS
-    return create_verbs_provider(std::move(sink), error);
-#else
-    *error = "this build of rdma-kv has no verbs provider (rdma://): rdma-core was not found at build time; "
-             "install libibverbs-dev and librdmacm-dev and rebuild";
-    return nullptr;
+  if (scheme == "rdma") return create_verbs_provider(std::move(sink), error);
 #endif
-  }
-  *error = "unknown provider '" + scheme + "'";
+  const ProviderInfo* info = find_provider(scheme);
+  *error = info != nullptr ? info->not_built : "unknown provider '" + scheme + "'";
   return nullptr;
 }
 

@@ -208,8 +208,16 @@ class Provider {
 // (unknown scheme, provider not built, no device).
 std::unique_ptr<Provider> create_provider(const std::string& scheme, EventSink sink, std::string* error);
 
-// Which providers this build contains ("shm", and "rdma" when built with rdma-core).
-std::vector<std::string> built_providers();
+// A provider this code knows: its URL scheme, an example URL, whether this
+// build contains it, and if not, why (what to install).
+struct ProviderInfo {
+  std::string scheme;
+  std::string example;
+  bool built;
+  std::string not_built;
+};
+const std::vector<ProviderInfo>& known_providers();
+
 
 // Splits "scheme://rest" and checks the scheme is one we serve.
 bool split_url(const std::string& url, std::string* scheme, std::string* rest, std::string* error);

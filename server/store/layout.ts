@@ -1,7 +1,7 @@
 // Where everything lives in the region (protocol v1):
 //   [ superblock 4 KiB | rings: maxClients × (64 B header + 256 × 32 B records) | index: buckets × 64 B | heap ]
-import { KvLayout, Superblock } from '../../client/constants.js';
-import { sizeClasses } from '../../client/protocol.js';
+import { KvLayout, Superblock } from '../../protocol/constants.js';
+import { sizeClasses } from '../../protocol/size-classes.js';
 
 export interface RegionLayout {
   regionBytes: number;

@@ -2,7 +2,7 @@
 // client computes alike and that moves as few slots as possible.
 import test from 'ava';
 
-import { SLOT_COUNT, assignSlots, keySlot, slotRanges } from '../../client/cluster/slots.js';
+import { SLOT_COUNT, assignSlots, keySlot, slotRanges } from '../../protocol/hash-slots.js';
 
 test('keys hash to the slots Redis Cluster gives them (CRC16-XMODEM mod 16384)', (t) => {
   // CRC16-XMODEM("123456789") is 0x31C3, the algorithm's check value.

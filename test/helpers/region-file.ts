@@ -3,7 +3,7 @@
 // slotOfKeyIn reads a live server's region the same way.
 import { closeSync, openSync, readFileSync, writeSync } from 'node:fs';
 
-import { ItemHeader, KvLayout } from '../../client/constants.js';
+import { ItemHeader, KvLayout } from '../../protocol/constants.js';
 import { hashKey } from '../../native/index.js';
 import { type SuperblockFields, readSuperblock } from '../../server/store/layout.js';
 

@@ -5,7 +5,7 @@
 // everything in flight failed with KV_DISCONNECTED.)
 import test from 'ava';
 
-import { KvLayout } from '../../client/constants.js';
+import { KvLayout } from '../../protocol/constants.js';
 import type { KvError } from '../../client/index.js';
 import { hashKey } from '../../native/index.js';
 import { readSuperblock } from '../../server/store/layout.js';

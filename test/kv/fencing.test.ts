@@ -11,7 +11,7 @@ import { readFileSync } from 'node:fs';
 import test from 'ava';
 
 import { KvError } from '../../client/index.js';
-import { connectData } from '../../client/protocol.js';
+import { connectData } from '../../protocol/connect.js';
 import { Access, Provider } from '../../native/index.js';
 import { connect, forkKvChild, startServer } from '../helpers/kv.js';
 import { eventually, providersUnderTest } from '../helpers/providers.js';

@@ -6,8 +6,9 @@ import { Writable } from 'node:stream';
 import test from 'ava';
 import { pino } from 'pino';
 
-import { KvLayout } from '../../client/constants.js';
-import { connectData, decode, encode } from '../../client/protocol.js';
+import { KvLayout } from '../../protocol/constants.js';
+import { connectData } from '../../protocol/connect.js';
+import { decode, encode } from '../../protocol/control.js';
 import { Access, Opcode, Provider, SendFlag, type WorkRequest } from '../../native/index.js';
 import { connect, startServer } from '../helpers/kv.js';
 import { providersUnderTest, testScale } from '../helpers/providers.js';

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import test from 'ava';
 
 import type { HistoryEvent } from '../../client/index.js';
-import { KvLayout } from '../../client/constants.js';
+import { KvLayout } from '../../protocol/constants.js';
 import { connect, startServer } from '../helpers/kv.js';
 import { providersUnderTest } from '../helpers/providers.js';
 

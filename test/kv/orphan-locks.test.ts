@@ -4,8 +4,9 @@
 // (rdmakv_orphan_locks_released_total); the keys behind them work again.
 import test from 'ava';
 
-import { ItemHeader, KvLayout } from '../../client/constants.js';
-import { connectData, decode } from '../../client/protocol.js';
+import { ItemHeader, KvLayout } from '../../protocol/constants.js';
+import { connectData } from '../../protocol/connect.js';
+import { decode } from '../../protocol/control.js';
 import { Access, Opcode, Provider, SendFlag, hashKey } from '../../native/index.js';
 import { createRegistry } from '../../server/metrics.js';
 import { readSuperblock } from '../../server/store/layout.js';

@@ -10,8 +10,8 @@ import { join } from 'node:path';
 import test from 'ava';
 
 import { KvClient } from '../../client/index.js';
-import { KvLayout, Superblock } from '../../client/constants.js';
-import { parseConnectData } from '../../client/protocol.js';
+import { KvLayout, Superblock } from '../../protocol/constants.js';
+import { parseConnectData } from '../../protocol/connect.js';
 import { Provider, TransportError } from '../../native/index.js';
 import { connect, startServer } from '../helpers/kv.js';
 import { listenUrl, providersUnderTest } from '../helpers/providers.js';

@@ -4,19 +4,9 @@ import { writeFileSync } from 'node:fs';
 
 import test from 'ava';
 
-import {
-  DEFAULTS,
-  type RawServerArgs,
-  StartupError,
-  UsageError,
-  checkListenUrl,
-  formatBytes,
-  parseCount,
-  parseDuration,
-  parseSize,
-  readTokenFile,
-  resolveConfig,
-} from '../../server/config.js';
+import { DEFAULTS, type RawServerArgs, resolveConfig } from '../../server/config.js';
+import { StartupError, UsageError, formatBytes, parseCount, parseDuration, parseSize, readTokenFile } from '../../protocol/operator-input.js';
+import { checkListenUrl } from '../../protocol/providers.js';
 import { HeldBackStream } from '../../server/logging.js';
 import { socketPath, socketUrl } from './helpers.js';
 

@@ -2,7 +2,7 @@
 // memory merges back into one extent, and forged or repeated retires are refused.
 import test from 'ava';
 
-import { sizeClasses } from '../../client/protocol.js';
+import { sizeClasses } from '../../protocol/size-classes.js';
 import { Heap } from '../../server/store/heap.js';
 
 const classes = sizeClasses(16401); // the default --max-value's classes

@@ -1,6 +1,8 @@
-// Which server holds a key. A key hashes to one of 16,384 slots exactly as in
-// Redis Cluster (CRC16 of the key, or of its {hash tag}: keys sharing a tag
-// share a slot, and so a server). Slots map to members by rendezvous hashing
+// Which server holds a key. A key hashes to one of 16,384 hash slots exactly as
+// in Redis Cluster (CRC16 of the key, or of its {hash tag}: keys sharing a tag
+// share a hash slot, and so a server). "Hash slot" is this cluster partition;
+// a "slot" alone is an 8-byte entry of an index bucket (index-format.ts).
+// Hash slots map to members by rendezvous hashing
 // of the member's name: every client with the same member set computes the
 // same map, whatever order it learned them in, and adding or removing one
 // member moves only the slots that member gains or loses (rdma-kv does not

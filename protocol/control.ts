@@ -1,10 +1,6 @@
-// Control messages of protocol v2 (msgpack over SEND/RECV) and the connect
-// private data. Shared by KvClient and kv-server. docs/protocol.md lists them.
-import { createHash } from 'node:crypto';
-
+// Control messages (msgpack over SEND/RECV) between a client and kv-server,
+// and how many blocks one grant hands out. docs/protocol.md lists them.
 import { Packr } from 'msgpackr';
-
-import { KvLayout } from './constants.js';
 
 const packr = new Packr({ useRecords: false, int64AsType: 'bigint' });
 
@@ -42,7 +38,7 @@ export interface Pong {
 }
 export interface GrantRequest {
   t: 'grant';
-  /** class index */
+  /** size class index (size-classes.ts) */
   c: number;
   n: number;
 }
@@ -107,70 +103,3 @@ export function grantBatch(blockBytes: number, heapBytes: number): number {
 }
 /** Most blocks one 'return' message carries. */
 export const RETURN_BATCH = 64;
-
-// ---- connect private data: [version u8][flags u8][sha256(token) or loopback secret, 32 bytes] ----
-
-const TOKEN_FLAG = 1;
-const LOOPBACK_FLAG = 2;
-
-export function connectData(token: string | undefined): Buffer {
-  const data = Buffer.alloc(34);
-  data[0] = KvLayout.PROTOCOL_VERSION;
-  if (token !== undefined) {
-    data[1] = TOKEN_FLAG;
-    tokenDigest(token).copy(data, 2);
-  }
-  return data;
-}
-
-/** The server's connection to itself, for atomics it must not do with its CPU. */
-export function loopbackData(secret: Buffer): Buffer {
-  const data = Buffer.alloc(34);
-  data[0] = KvLayout.PROTOCOL_VERSION;
-  data[1] = LOOPBACK_FLAG;
-  secret.copy(data, 2, 0, 32);
-  return data;
-}
-
-export function tokenDigest(token: string): Buffer {
-  return createHash('sha256').update(token, 'utf8').digest();
-}
-
-export function parseConnectData(data: Buffer): { version: number; digest?: Buffer; loopback?: Buffer } {
-  if (data.length < 2) return { version: -1 };
-  const out: { version: number; digest?: Buffer; loopback?: Buffer } = { version: data[0]! };
-  if (data.length >= 34 && (data[1]! & TOKEN_FLAG) !== 0) out.digest = data.subarray(2, 34);
-  if (data.length >= 34 && (data[1]! & LOOPBACK_FLAG) !== 0) out.loopback = data.subarray(2, 34);
-  return out;
-}
-
-/** Why the server rejected a connection: the first byte of the reject private data. */
-export const RejectReason = { AUTH: 1, VERSION: 2, FULL: 3 } as const;
-
-/** The smallest class whose blocks hold `units`, or -1. */
-export function classFor(classes: readonly number[], units: number): number {
-  let lo = 0;
-  let hi = classes.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (classes[mid]! >= units) hi = mid;
-    else lo = mid + 1;
-  }
-  return lo < classes.length ? lo : -1;
-}
-
-/** Block sizes in units: 1, 2, 3, … growing by 1.25× (memcached's slab factor) up to maxUnits. */
-export function sizeClasses(maxUnits: number): number[] {
-  const classes: number[] = [];
-  for (let size = 1; ; size = Math.max(size + 1, Math.ceil(size * 1.25))) {
-    if (size >= maxUnits) {
-      classes.push(maxUnits);
-      return classes;
-    }
-    classes.push(size);
-  }
-}
-
-export function itemUnits(keyLen: number, valueLen: number): number {
-  return Math.ceil((KvLayout.ITEM_HEADER_BYTES + keyLen + valueLen) / KvLayout.UNIT_BYTES);
-}

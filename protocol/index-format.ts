@@ -1,0 +1,144 @@
+// The region's index and item words as TypeScript reads and writes them: one
+// codec, the twin of native/kv/layout.h (bit positions from constants.def's
+// IndexWord; test/protocol/index-format.test.ts holds the two together).
+//
+// Vocabulary: a *bucket* is one 64-byte line of the index: word 0 its lock
+// word, words 1-7 its *slots*. A slot is [fingerprint:16 | units:16 | block:32]
+// (0 = empty): the item's length and its heap offset, both in 64-byte units.
+// Who may write which word is docs/protocol.md's "atomics rule": lock words
+// and items' atomic words change only by RDMA atomics, slots only by the
+// holder of their bucket's lock (or by the server while no client is served).
+import { IndexWord, ItemHeader, ItemType, KvLayout } from './constants.js';
+
+const FP_SHIFT = BigInt(IndexWord.SLOT_FINGERPRINT_SHIFT);
+const UNITS_SHIFT = BigInt(IndexWord.SLOT_UNITS_SHIFT);
+const UNITS_MASK = BigInt(IndexWord.SLOT_UNITS_MASK);
+const VERSION_SHIFT = BigInt(IndexWord.LOCK_VERSION_SHIFT);
+const LOW32 = (1n << VERSION_SHIFT) - 1n;
+const SESSION_SHIFT = BigInt(KvLayout.SESSION_VERSION_BITS);
+
+// ---- slots ----
+
+export const EMPTY_SLOT = 0n;
+
+export function packSlot(fingerprint: number, units: number, block: number): bigint {
+  return (BigInt(fingerprint) << FP_SHIFT) | ((BigInt(units) & UNITS_MASK) << UNITS_SHIFT) | BigInt(block >>> 0);
+}
+export const slotFingerprint = (slot: bigint): number => Number(slot >> FP_SHIFT);
+export const slotUnits = (slot: bigint): number => Number((slot >> UNITS_SHIFT) & UNITS_MASK);
+/** The item's heap block: its offset from the heap's start, in units. */
+export const slotBlock = (slot: bigint): number => Number(slot & LOW32);
+
+// ---- lock words (buckets: [version | owner]; lock items: [token | owner]) ----
+
+export function lockWord(version: number, owner: number): bigint {
+  return (BigInt(version >>> 0) << VERSION_SHIFT) | BigInt(owner >>> 0);
+}
+export const lockOwner = (word: bigint): number => Number(word & LOW32);
+export const lockVersion = (word: bigint): number => Number(word >> VERSION_SHIFT);
+/** The FETCH_AND_ADD operand that clears `owner` and bumps the version in one atomic. */
+export const releaseAddend = (owner: number): bigint => (1n << VERSION_SHIFT) - BigInt(owner >>> 0);
+/** The word a CMP_AND_SWP releasing a bucket's `word` writes: version + 1, owner 0. */
+export const releasedBucketWord = (word: bigint): bigint => ((BigInt(lockVersion(word)) + 1n) & LOW32) << VERSION_SHIFT;
+/** The word a CMP_AND_SWP releasing a lock item's `word` writes: its token kept, owner 0. */
+export const releasedLockItemWord = (word: bigint): bigint => word & ~LOW32;
+/** A DELETE sealed this lock item's word (owner bit 31) before unlinking it. */
+export const lockSealed = (word: bigint): boolean => (word & BigInt(KvLayout.LOCK_SEAL)) !== 0n;
+
+// ---- counters and versions ----
+
+/** A counter item's word holds value << 1; bit 0 is a DELETE's seal. Counters count modulo 2^63. */
+export const counterValue = (word: bigint): bigint => (word >> 1n) & ((1n << 63n) - 1n);
+export const counterSealed = (word: bigint): boolean => (word & BigInt(KvLayout.COUNTER_SEAL)) !== 0n;
+/** The seal a DELETE adds to an item of this type's atomic word (0n: bytes, nothing to seal). */
+export function sealOf(type: number): bigint {
+  return type === ItemType.COUNTER ? BigInt(KvLayout.COUNTER_SEAL) : type === ItemType.LOCK ? BigInt(KvLayout.LOCK_SEAL) : 0n;
+}
+/** The session that wrote an item (a version is session << SESSION_VERSION_BITS | sequence). */
+export const versionSession = (version: bigint): bigint => version >> SESSION_SHIFT;
+export const sessionVersionBase = (session: bigint): bigint => session << SESSION_SHIFT;
+
+// ---- the index in a region ----
+
+/**
+ * The index of a region in this process's memory: bucket and slot words read whole
+ * (Atomics.load on 64-bit words, so the compiler never reuses or tears a read), the owner half
+ * of a lock word through a 32-bit view (a scan of idle buckets makes no BigInt).
+ */
+export class IndexView {
+  readonly words: BigUint64Array;
+  private readonly halves: Uint32Array;
+
+  constructor(
+    region: Buffer,
+    /** Region offset of bucket 0. */
+    readonly indexOffset: number,
+    readonly bucketCount: number,
+  ) {
+    this.words = new BigUint64Array(region.buffer, region.byteOffset + indexOffset, bucketCount * IndexWord.BUCKET_WORDS);
+    this.halves = new Uint32Array(region.buffer, region.byteOffset + indexOffset, bucketCount * IndexWord.BUCKET_WORDS * 2);
+  }
+
+  /** Region offset of a bucket, which is also that of its lock word. */
+  bucketOffset(bucket: number): number {
+    return this.indexOffset + bucket * KvLayout.BUCKET_BYTES;
+  }
+  lockWord(bucket: number): bigint {
+    return Atomics.load(this.words, bucket * IndexWord.BUCKET_WORDS);
+  }
+  /** The owner of a bucket's lock (0: free), without a BigInt. Little-endian: the low half comes first. */
+  lockHolder(bucket: number): number {
+    return this.halves[bucket * IndexWord.BUCKET_WORDS * 2]!;
+  }
+  /** Slot `i` (0 to SLOTS_PER_BUCKET - 1) of a bucket. */
+  slot(bucket: number, i: number): bigint {
+    return Atomics.load(this.words, bucket * IndexWord.BUCKET_WORDS + 1 + i);
+  }
+  slotOffset(bucket: number, i: number): number {
+    return this.bucketOffset(bucket) + 8 * (1 + i);
+  }
+  /**
+   * Empties a slot with a CPU store. Only for slots (no RDMA atomic ever changes one), and only
+   * where no client can be writing the bucket: it is unserved, or its lock is held by a fenced client.
+   */
+  clearSlot(bucket: number, i: number): void {
+    Atomics.store(this.words, bucket * IndexWord.BUCKET_WORDS + 1 + i, EMPTY_SLOT);
+  }
+  /** Does a slot of `bucket` hold heap block `block`? */
+  pointsTo(bucket: number, block: number): boolean {
+    for (let i = 0; i < KvLayout.SLOTS_PER_BUCKET; i++) {
+      const slot = this.slot(bucket, i);
+      if (slot !== EMPTY_SLOT && slotBlock(slot) === block) return true;
+    }
+    return false;
+  }
+}
+
+// ---- item headers ----
+
+export interface ItemHeaderFields {
+  type: number;
+  keyLength: number;
+  valueLength: number;
+  version: bigint;
+}
+
+/** The header of the item at region offset `at` (the caller checks `at` lies in the heap). */
+export function readItemHeader(region: Buffer, at: number): ItemHeaderFields {
+  return {
+    type: region.readUInt16LE(at + ItemHeader.TYPE),
+    keyLength: region.readUInt16LE(at + ItemHeader.KEY_LEN),
+    valueLength: region.readUInt32LE(at + ItemHeader.VALUE_LEN),
+    version: region.readBigUInt64LE(at + ItemHeader.VERSION),
+  };
+}
+export const itemType = (region: Buffer, at: number): number => region.readUInt16LE(at + ItemHeader.TYPE);
+/** An item's atomic word (counter value, lock [token | owner]): read by the CPU, changed only by RDMA atomics. */
+export const itemAtomicWord = (region: Buffer, at: number): bigint => region.readBigUInt64LE(at + ItemHeader.ATOMIC_WORD);
+/** Region offset of an item's atomic word. */
+export const atomicWordOffset = (at: number): number => at + ItemHeader.ATOMIC_WORD;
+/** The item's key, as a view of the region. */
+export function itemKey(region: Buffer, at: number, keyLength: number): Buffer {
+  const keyAt = at + KvLayout.ITEM_HEADER_BYTES;
+  return region.subarray(keyAt, keyAt + keyLength);
+}

@@ -1,0 +1,76 @@
+// protocol/index-format.ts against native/kv/layout.h: the TypeScript codec of
+// the index words must build and read exactly the words the C++ client core does.
+import test from 'ava';
+import fc from 'fast-check';
+
+import { nativeIndexWords } from '../../native/index.js';
+import { KvLayout } from '../../protocol/constants.js';
+import {
+  IndexView,
+  counterValue,
+  lockOwner,
+  lockVersion,
+  lockWord,
+  packSlot,
+  releaseAddend,
+  releasedBucketWord,
+  slotBlock,
+  slotFingerprint,
+  slotUnits,
+} from '../../protocol/index-format.js';
+
+const u32 = fc.integer({ min: 0, max: 0xffffffff });
+
+test('slots, lock words, release addends and counter words are the native ones', (t) => {
+  fc.assert(
+    fc.property(
+      fc.integer({ min: 1, max: 0xffff }),
+      fc.integer({ min: 0, max: 0xffff }),
+      u32,
+      u32,
+      u32,
+      fc.bigInt({ min: 0n, max: (1n << 63n) - 1n }),
+      (fp, units, block, version, owner, counter) => {
+        const [slot, word, addend, counterWord, nativeFp, nativeUnits, nativeBlock] = nativeIndexWords(fp, units, block, version, owner, counter);
+        t.is(packSlot(fp, units, block), slot);
+        t.deepEqual([slotFingerprint(slot), slotUnits(slot), slotBlock(slot)], [nativeFp, nativeUnits, nativeBlock]);
+        t.deepEqual([slotFingerprint(slot), slotUnits(slot), slotBlock(slot)], [fp, units, block]);
+        t.is(lockWord(version, owner), word);
+        t.deepEqual([lockVersion(word), lockOwner(word)], [version, owner]);
+        t.is(releaseAddend(owner), addend);
+        t.is(counterValue(counterWord), counter);
+      },
+    ),
+    { numRuns: 2000 },
+  );
+});
+
+test('a release addend clears the owner and bumps the version, as the CAS release does', (t) => {
+  fc.assert(
+    fc.property(u32, fc.integer({ min: 1, max: 0xffffffff }), (version, owner) => {
+      const word = lockWord(version, owner);
+      const released = (word + releaseAddend(owner)) & ((1n << 64n) - 1n);
+      t.is(released, releasedBucketWord(word));
+      t.is(lockOwner(released), 0);
+      t.is(lockVersion(released), (version + 1) >>> 0);
+    }),
+  );
+});
+
+test('IndexView reads buckets where the layout puts them', (t) => {
+  const indexOffset = 4096;
+  const buckets = 4;
+  const region = Buffer.alloc(indexOffset + buckets * KvLayout.BUCKET_BYTES);
+  const view = new IndexView(region, indexOffset, buckets);
+  region.writeBigUInt64LE(lockWord(7, 42), indexOffset + 2 * KvLayout.BUCKET_BYTES);
+  region.writeBigUInt64LE(packSlot(9, 3, 1234), indexOffset + 2 * KvLayout.BUCKET_BYTES + 8 * 3);
+  t.is(view.lockHolder(2), 42);
+  t.is(view.lockWord(2), lockWord(7, 42));
+  t.is(view.lockHolder(1), 0);
+  t.is(view.slot(2, 2), packSlot(9, 3, 1234));
+  t.is(view.slotOffset(2, 2), indexOffset + 2 * KvLayout.BUCKET_BYTES + 8 * 3);
+  t.true(view.pointsTo(2, 1234));
+  t.false(view.pointsTo(3, 1234));
+  view.clearSlot(2, 2);
+  t.false(view.pointsTo(2, 1234));
+});
