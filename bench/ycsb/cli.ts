@@ -6,7 +6,7 @@
 import { writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import yargs from 'yargs';
-import { UsageError } from './errors.js';
+import { UsageError } from '../../protocol/operator-input.js';
 import { Properties } from './properties.js';
 import { bindingNames, checkBindingName } from './db/registry.js';
 import { exportPhase, resolvePhaseSettings, runPhase, type Phase, type PhaseResult } from './client/client.js';

@@ -5,7 +5,7 @@
  * the operation's intended start time. It runs inside a worker_thread, or in the main thread
  * for in-process runs.
  */
-import { UsageError } from '../errors.js';
+import { UsageError } from '../../../protocol/operator-input.js';
 import { Properties } from '../properties.js';
 import { Random } from '../random.js';
 import { createBinding } from '../db/registry.js';

@@ -4,7 +4,7 @@
  * in the main thread (so bad input fails before any thread starts); each client thread builds
  * its own generators over the shared counters.
  */
-import { UsageError } from '../errors.js';
+import { UsageError } from '../../../protocol/operator-input.js';
 import type { Properties } from '../properties.js';
 import { Random } from '../random.js';
 import type { NumberGenerator } from '../generators/number-generator.js';
