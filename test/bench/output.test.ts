@@ -262,6 +262,30 @@ test('CLI: bad input is one line on stderr and exit code 2', async (t) => {
   }
 });
 
+test('CLI: a misspelled flag is one line naming the flag meant, exit code 2; -p takes any property, as in YCSB', async (t) => {
+  const cases: [string[], string][] = [
+    [['run', '-thread', '4'], 'kv-bench: unknown option -thread: did you mean -threads?\n'],
+    [['load', '--tagret', '100'], 'kv-bench: unknown option --tagret: did you mean --target?\n'],
+    [['run', '-seeed', '1'], 'kv-bench: unknown option -seeed: did you mean -seed?\n'],
+    [['compare', '-dbs', 'basic,redis'], 'kv-bench: unknown option -dbs: did you mean -db?\n'],
+    [['run', '-bogus'], 'kv-bench: Unknown argument: bogus (see kv-bench --help)\n'],
+  ];
+  for (const [argv, line] of cases) {
+    let err = '';
+    let out = '';
+    const code = await main(argv, { stderr: (s) => (err += s), stdout: (s) => (out += s) });
+    t.is(code, 2, argv.join(' '));
+    t.is(err, line, argv.join(' '));
+    t.is(out, '');
+  }
+  // YCSB passes properties it does not know to the workload and the binding: so does kv-bench.
+  const code = await main(
+    ['run', '-db', 'basic', '-p', 'basicdb.verbose=false', '-p', 'operationcount=10', '-p', 'kvbench.report=false', '-p', 'nosuchproperty=1', '-p', 'threadcnt=4'],
+    { stdout: () => {}, stderr: () => {} },
+  );
+  t.is(code, 0);
+});
+
 test('CLI: run prints YCSB text and writes JSON + HTML results', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'kvb-cli-'));
   let out = '';

@@ -86,6 +86,12 @@ function resolveMetrics(value: unknown, target: Target): string[] | undefined {
   return urls;
 }
 
+/** A line for what yargs refused; a misspelled option's line names the one meant, so it needs no pointer to --help. */
+function refusal(message: string | null | undefined, error: Error | undefined): string {
+  if (error instanceof UsageError) return error.message;
+  return `${oneLine(message ?? error?.message ?? 'invalid arguments')} (see kvctl --help)`;
+}
+
 /** The command line as CtlArgs, or the exit code when there is nothing to run (--help, or a usage error already printed). */
 export async function parseArgs(argv: string[], io: Io): Promise<CtlArgs | number> {
   let failure: string | undefined;
@@ -93,14 +99,14 @@ export async function parseArgs(argv: string[], io: Io): Promise<CtlArgs | numbe
   try {
     args = (await parser(protect(argv))
       .fail((message, error) => {
-        failure = message ?? error?.message ?? 'invalid arguments';
+        failure = refusal(message, error);
       })
       .parseAsync()) as Record<string, unknown>;
   } catch (error) {
-    failure ??= (error as Error).message;
+    failure ??= refusal(undefined, error as Error);
   }
   if (failure !== undefined) {
-    io.stderr(`kvctl: ${oneLine(failure)} (see kvctl --help)\n`);
+    io.stderr(`kvctl: ${failure}\n`);
     return 2;
   }
   if (args.help === true || args.version === true) return 0;

@@ -5,6 +5,7 @@ import yargs from 'yargs';
 
 import { DEFAULT_ETCD_PREFIX } from '../../protocol/registry.js';
 import { packageVersion } from '../../protocol/operator-input.js';
+import { rejectMisspelledOptions } from '../misspelled-options.js';
 
 export const KVCTL_DEFAULTS = {
   url: 'shm:///run/rdma-kv/kv.sock',
@@ -51,13 +52,14 @@ export function parser(argv: string[]) {
       y.positional('name', { type: 'string' }).option('force', { type: 'boolean', default: false, describe: 'forget it even while it is alive' }),
     )
     .demandCommand(1, 'name a command: get, put, del, incr, stats, layout, watch or forget')
+    .middleware(rejectMisspelledOptions(argv), true) // before .strict() says only "Unknown argument"
     .strict()
     .epilog(
       [
         'Targets: --url (one server, the default), --servers (a static list) or --etcd (members registered in etcd); give one.',
         'Keys and values given as arguments are UTF-8 text; words after -- are taken as they are (put -- -k -v).',
         'With --json, values that are not valid UTF-8 are shown in base64. docs/kvctl.md describes every command.',
-        'Exit codes: 0 done, 1 failed or key not found, 2 bad command line.',
+        'Exit codes: 0 done, 1 failed or key not found, 2 bad command line (a misspelled option: the line names the one meant).',
         '',
         'Examples:',
         '  kvctl put greeting hello && kvctl get greeting',
