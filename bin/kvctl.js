@@ -2,10 +2,10 @@
 // kvctl launcher: the CLI is compiled TypeScript in dist/ (npm run build:ts).
 let cli;
 try {
-  cli = await import('../dist/server/kvctl.js');
+  cli = await import('../dist/tools/kvctl/main.js');
 } catch (err) {
-  if (err && err.code === 'ERR_MODULE_NOT_FOUND' && String(err.message).includes('dist/server/kvctl.js')) {
-    process.stderr.write('kvctl: dist/server/kvctl.js is missing; build it first with: npm run build\n');
+  if (err && err.code === 'ERR_MODULE_NOT_FOUND' && String(err.message).includes('dist/tools/kvctl/main.js')) {
+    process.stderr.write('kvctl: dist/tools/kvctl/main.js is missing; build it first with: npm run build\n');
     process.exit(2);
   }
   throw err;

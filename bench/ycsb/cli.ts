@@ -6,7 +6,8 @@
 import { writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import yargs from 'yargs';
-import { UsageError } from './errors.js';
+import { UsageError } from '../../protocol/operator-input.js';
+import { rejectMisspelledOptions } from '../../tools/misspelled-options.js';
 import { Properties } from './properties.js';
 import { bindingNames, checkBindingName } from './db/registry.js';
 import { exportPhase, resolvePhaseSettings, runPhase, type Phase, type PhaseResult } from './client/client.js';
@@ -74,6 +75,7 @@ function parser(argv: string[]) {
     .command('run', 'run (transaction) phase: operationcount operations')
     .command('compare', 'load + run on each --db (comma-separated), starting redis, memcached or kv-server on loopback; one table')
     .demandCommand(1, 'name a command: load, run or compare')
+    .middleware(rejectMisspelledOptions(argv), true) // before .strictOptions() says only "Unknown argument"
     .strictCommands()
     .strictOptions()
     .epilog(PROPERTY_HELP)
@@ -158,6 +160,12 @@ async function compareCommand(args: CommonArgs, io: CliIO): Promise<void> {
   }
 }
 
+/** A line for what yargs refused; a misspelled option's line names the one meant, so it needs no pointer to --help. */
+function refusal(message: string | null | undefined, error: Error | undefined): string {
+  if (error instanceof UsageError) return error.message;
+  return `${(message ?? error?.message ?? 'invalid arguments').split('\n')[0]} (see kv-bench --help)`;
+}
+
 export interface CliIO {
   argv: string[];
   stdout: (text: string) => void;
@@ -176,15 +184,15 @@ export async function main(argv: string[], io?: Partial<CliIO>): Promise<number>
   try {
     args = (await parser(argv)
       .fail((msg, err) => {
-        usageFailure = msg ?? err?.message ?? 'invalid arguments';
+        usageFailure = refusal(msg, err);
       })
       .parseAsync()) as typeof args;
   } catch (err) {
-    usageFailure ??= (err as Error).message;
+    usageFailure ??= refusal(undefined, err as Error);
     args = { _: [] };
   }
   if (usageFailure !== undefined) {
-    out.stderr(`kv-bench: ${usageFailure.split('\n')[0]} (see kv-bench --help)\n`);
+    out.stderr(`kv-bench: ${usageFailure}\n`);
     return 2;
   }
   if (argv.includes('--help') || argv.includes('-h') || argv.includes('-help')) return 0;

@@ -5,7 +5,7 @@
  * of Java's NumberFormatException.
  */
 import { readFileSync } from 'node:fs';
-import { UsageError } from './errors.js';
+import { UsageError } from '../../protocol/operator-input.js';
 
 /** Parses java.util.Properties text: comments (# !), separators (= : whitespace), continuations, escapes. */
 export function parsePropertiesText(text: string): Map<string, string> {

@@ -3,9 +3,9 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Properties, parsePropertiesText } from '../../bench/ycsb/properties.js';
-import { UsageError } from '../../bench/ycsb/errors.js';
+import { UsageError } from '../../protocol/operator-input.js';
 import { splitOperationCount } from '../../bench/ycsb/client/split.js';
-import { parseCoreWorkloadConfig } from '../../bench/ycsb/workload/core-workload.js';
+import { parseCoreWorkloadConfig } from '../../bench/ycsb/workload/core-config.js';
 
 test('java.util.Properties syntax: comments, separators, whitespace, continuations, escapes', (t) => {
   const p = parsePropertiesText(

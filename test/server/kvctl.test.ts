@@ -113,6 +113,32 @@ test('errors: one line, exit 1 for failures and 2 for a bad command line', async
   }
 });
 
+test('a misspelled option exits 2 with one line naming the option meant, before connecting', async (t) => {
+  const cases: Array<[string[], string]> = [
+    [['--jsn', 'get', 'k'], 'kvctl: unknown option --jsn: did you mean --json?\n'],
+    [['get', 'k', '--tokn', 'secret'], 'kvctl: unknown option --tokn: did you mean --token?\n'],
+    [['--tokenfile', '/dev/null', 'get', 'k'], 'kvctl: unknown option --tokenfile: did you mean --token-file?\n'],
+    [['--timeout-m=100', 'get', 'k'], 'kvctl: unknown option --timeout-m: did you mean --timeout-ms?\n'],
+    [['--no-jsn', 'get', 'k'], 'kvctl: unknown option --no-jsn: did you mean --no-json?\n'],
+    [['watch', '--intreval', '2s'], 'kvctl: unknown option --intreval: did you mean --interval?\n'],
+    [['forget', 'kv-1', '--froce'], 'kvctl: unknown option --froce: did you mean --force?\n'],
+    // Options of another command are not suggested; nothing close is yargs' own line.
+    [['layout', '--intreval', '2s'], 'kvctl: Unknown argument: intreval (see kvctl --help)\n'],
+    [['get', 'k', '--bogus'], 'kvctl: Unknown argument: bogus (see kvctl --help)\n'],
+  ];
+  for (const [args, line] of cases) {
+    // The socket does not exist: the usage error must come first.
+    const result = await kvctl(['--url', `${url}.absent`, ...args]);
+    t.is(result.code, 2, `kvctl ${args.join(' ')}: ${result.stderr}`);
+    t.is(result.stderr, line);
+    t.is(result.stdout, '');
+  }
+  // After --, words that look like options are keys and values.
+  const put = await ctl(['put', '--', '--jsn', 'v']);
+  t.is(put.code, 0, put.stderr);
+  t.is((await ctl(['get', '--', '--jsn'])).stdout, 'v');
+});
+
 test('--help lists the commands and every option with its default', async (t) => {
   const { code, stdout } = await kvctl(['--help']);
   t.is(code, 0);

@@ -5,11 +5,12 @@
  * the operation's intended start time. It runs inside a worker_thread, or in the main thread
  * for in-process runs.
  */
-import { UsageError } from '../errors.js';
+import { UsageError } from '../../../protocol/operator-input.js';
 import { Properties } from '../properties.js';
 import { Random } from '../random.js';
 import { createBinding } from '../db/registry.js';
-import { CoreWorkload, parseCoreWorkloadConfig } from '../workload/core-workload.js';
+import { CoreWorkload } from '../workload/core-workload.js';
+import { parseCoreWorkloadConfig } from '../workload/core-config.js';
 import { ThreadMeasurements, parseMeasurementInterval } from '../measurements/thread-measurements.js';
 import { DBWrapper, type Lane } from './db-wrapper.js';
 import { GcStats } from './gc-stats.js';

@@ -7,10 +7,10 @@
 import { Worker } from 'node:worker_threads';
 import { randomInt } from 'node:crypto';
 import cliProgress from 'cli-progress';
-import { UsageError } from '../errors.js';
+import { UsageError } from '../../../protocol/operator-input.js';
 import type { Properties } from '../properties.js';
 import { checkBindingName } from '../db/registry.js';
-import { newWorkloadSharedState, parseCoreWorkloadConfig } from '../workload/core-workload.js';
+import { newWorkloadSharedState, parseCoreWorkloadConfig } from '../workload/core-config.js';
 import { AggregatedMeasurements, summarize } from '../measurements/aggregate.js';
 import { parseMeasurementInterval } from '../measurements/thread-measurements.js';
 import { type MeasurementsExporter, exportMeasurements, parsePercentiles } from '../measurements/exporters.js';

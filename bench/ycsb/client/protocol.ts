@@ -1,5 +1,5 @@
 /** Messages and shared memory between the main thread and the client threads. */
-import type { WorkloadSharedState } from '../workload/core-workload.js';
+import type { WorkloadSharedState } from '../workload/core-config.js';
 import type { MeasurementSnapshot } from '../measurements/thread-measurements.js';
 
 /** Slots of the control Int32Array. */

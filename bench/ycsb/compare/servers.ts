@@ -16,7 +16,7 @@ import { createConnection, createServer } from 'node:net';
 import { delimiter, join } from 'node:path';
 import { tmpdir, userInfo } from 'node:os';
 import { fileURLToPath } from 'node:url';
-import { UsageError } from '../errors.js';
+import { UsageError } from '../../../protocol/operator-input.js';
 import type { Properties } from '../properties.js';
 
 export interface PeerServer {

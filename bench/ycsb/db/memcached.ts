@@ -6,7 +6,7 @@
  * memcached.checkOperationStatus (default true), memcached.opTimeoutMillis.
  */
 import memjs from 'memjs';
-import { UsageError } from '../errors.js';
+import { UsageError } from '../../../protocol/operator-input.js';
 import type { Properties } from '../properties.js';
 import { Status, fieldValuesToObject, type DB, type FieldValues, type Record } from './db.js';
 

@@ -26,7 +26,7 @@
  * Each client thread (worker_thread) has its own binding instance and so its own KvClient.
  */
 import { KvClient, KvDisconnectedError, type KvClientOptions } from '../../../client/index.js';
-import { UsageError } from '../errors.js';
+import { UsageError } from '../../../protocol/operator-input.js';
 import type { Properties } from '../properties.js';
 import { Status, type DB, type FieldValues, type Record } from './db.js';
 

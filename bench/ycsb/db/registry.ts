@@ -7,7 +7,7 @@
  */
 import { pathToFileURL } from 'node:url';
 import { resolve } from 'node:path';
-import { UsageError } from '../errors.js';
+import { UsageError } from '../../../protocol/operator-input.js';
 import type { DB } from './db.js';
 
 type BindingModule = { default: new () => DB };

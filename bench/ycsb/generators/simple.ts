@@ -1,6 +1,6 @@
 /** The stateless YCSB generators: uniform, hotspot, exponential, constant, discrete, histogram. */
 import { readFileSync } from 'node:fs';
-import { UsageError } from '../errors.js';
+import { UsageError } from '../../../protocol/operator-input.js';
 import type { Random } from '../random.js';
 import type { NumberGenerator } from './number-generator.js';
 

@@ -4,7 +4,7 @@
  * JSONArrayMeasurementsExporter (the same objects in an array). Numbers print as Java prints a
  * long or a double.
  */
-import { UsageError } from '../errors.js';
+import { UsageError } from '../../../protocol/operator-input.js';
 import { javaDoubleToString, javaLongToString } from '../java-format.js';
 import { summarize, type AggregatedMeasurements, type Histogram } from './aggregate.js';
 

@@ -1,0 +1,39 @@
+// Connecting KvClient to the target of the command line. One-shot commands
+// (get, put, layout, ...) connect without reconnecting and close when done;
+// watch keeps its client and lets it reconnect (commands/watch.ts).
+import { KvClient, type KvClientOptions } from '../../client/index.js';
+import { UsageError, readTokenFile } from '../../protocol/operator-input.js';
+import type { CtlArgs } from './args.js';
+import { oneLine } from './format.js';
+import type { Io } from './io.js';
+
+/** The target and credentials of the command line, plus how this command connects. */
+export function clientOptions(args: CtlArgs, connecting: Pick<KvClientOptions, 'reconnect' | 'requireReady'>): KvClientOptions {
+  if (args.token !== undefined && args.tokenFile !== undefined) throw new UsageError('--token and --token-file exclude each other');
+  const token = args.tokenFile !== undefined ? readTokenFile(args.tokenFile) : args.token;
+  const { target } = args;
+  const where: KvClientOptions =
+    target.kind === 'url' ? { url: target.url }
+    : target.kind === 'servers' ? { servers: target.urls }
+    : { etcd: { hosts: target.hosts, prefix: target.prefix } };
+  return { ...where, token, timeoutMs: args.timeoutMs, ...connecting };
+}
+
+/** Client warnings (a bad etcd record, say) go to stderr as they come. */
+export function warnOnErrors(kv: KvClient, io: Io): void {
+  kv.on('error', (error) => io.stderr(`kvctl: warning: ${oneLine(error.message)}\n`));
+}
+
+/**
+ * One-shot commands: connect, run, close.
+ * requireReady: false for commands that make sense with every member down (layout).
+ */
+export async function withClient<T>(args: CtlArgs, io: Io, run: (kv: KvClient) => Promise<T>, requireReady = true): Promise<T> {
+  const kv = await KvClient.connect(clientOptions(args, { reconnect: false, requireReady }));
+  warnOnErrors(kv, io);
+  try {
+    return await run(kv);
+  } finally {
+    await kv.close();
+  }
+}

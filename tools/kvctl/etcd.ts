@@ -1,0 +1,46 @@
+// What kvctl reads from etcd directly, beside KvClient: the member and alive
+// records under the cluster's prefix (forget needs them, and stats and watch
+// take each member's metrics address from its alive record). The records'
+// format is protocol/registry.ts; kv-server writes them.
+import type { Etcd3 } from 'etcd3';
+
+import { type AliveRecord, etcdKeys } from '../../protocol/registry.js';
+import type { EtcdTarget } from './args.js';
+
+export interface EtcdCluster {
+  /** Member names, sorted. */
+  members: string[];
+  /** Alive records by member name (fields may be missing in a malformed record). */
+  alive: Map<string, Partial<AliveRecord>>;
+}
+
+/** The members and alive records under the prefix, in one read. */
+export async function readCluster(etcd: Etcd3, target: EtcdTarget): Promise<EtcdCluster> {
+  const keys = etcdKeys(target.prefix);
+  let entries: Record<string, string>;
+  try {
+    entries = await etcd.getAll().prefix(keys.root).strings();
+  } catch (error) {
+    throw new Error(`cannot read the cluster from etcd at ${target.hosts.join(',')} (prefix ${target.prefix}): ${(error as Error).message}`);
+  }
+  const members: string[] = [];
+  const alive = new Map<string, Partial<AliveRecord>>();
+  for (const [key, value] of Object.entries(entries)) {
+    if (key.startsWith(keys.members)) members.push(key.slice(keys.members.length));
+    if (key.startsWith(keys.alive)) {
+      let record: Partial<AliveRecord> = {};
+      try {
+        record = JSON.parse(value) as Partial<AliveRecord>;
+      } catch {
+        // kept as alive with nothing known: the key's existence is what makes it alive
+      }
+      alive.set(key.slice(keys.alive.length), record);
+    }
+  }
+  return { members: members.sort(), alive };
+}
+
+/** Each member's metrics base URL as registered (undefined: not alive, or no --metrics-port). */
+export function etcdMetrics(cluster: EtcdCluster): Map<string, string | undefined> {
+  return new Map(cluster.members.map((name) => [name, cluster.alive.get(name)?.metrics]));
+}
