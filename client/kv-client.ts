@@ -20,7 +20,9 @@ import {
 } from '../protocol/errors.js';
 import { describe, show, toBuffer } from './keys.js';
 import { ClientMetrics } from './metrics.js';
-import { type HistoryRecorder, type OpResult, ServerClient } from './server-client.js';
+import type { HistoryRecorder } from './history.js';
+import type { OpResult } from './op-queue.js';
+import { ServerClient } from './server-client.js';
 import type { HistoryEvent, Key, KvClientOptions, KvStatusName, Value, VersionedValue } from './types.js';
 
 export type { HistoryEvent, Key, KvClientOptions, KvStatusName, Value, VersionedValue } from './types.js';
