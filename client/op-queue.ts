@@ -28,20 +28,21 @@ export interface OpResult {
 export interface OpRequest {
   type: KvOp;
   key: Buffer;
-  value?: Buffer;
+  /** PUT, CAS: the value */
+  value: Buffer | undefined;
   /** CAS: expected version; INCR: delta; LOCK: timeout ms; UNLOCK: token */
   arg: bigint;
   /** PUT, CAS, INCR, LOCK: the size class of the block it may need; -1: none */
   cls: number;
   /** CAS and UNLOCK: a version mismatch is an answer, not an error. */
-  mismatchResolves?: boolean;
+  mismatchResolves: boolean;
 }
 
 /** A submitted operation: its result, and whether it reached the native core. */
 export interface Submission {
   readonly result: Promise<OpResult>;
   /** Handed to the core: from then on it may take effect (history: a failure is not "never sent"). */
-  readonly sent?: boolean;
+  readonly sent: boolean;
 }
 
 interface PendingOp extends OpRequest {
@@ -49,8 +50,9 @@ interface PendingOp extends OpRequest {
   deadline: number;
   resolve: (result: OpResult) => void;
   reject: (error: Error) => void;
-  block?: number;
-  sent?: boolean;
+  /** The heap block taken for it (PUT, CAS, INCR, LOCK), until it is given back or written. */
+  block: number | undefined;
+  sent: boolean;
 }
 
 /** How long flush() polls before leaving the rest to the event loop (busy mode). */
@@ -101,7 +103,9 @@ export class OpQueue {
       resolve = res;
       reject = rej;
     });
-    const op: PendingOp = { ...request, result, deadline: performance.now() + this.timeoutMs, resolve, reject };
+    // One shape for every op (no spread, no optional fields): flush() and onResults() stay monomorphic.
+    const { type, key, value, arg, cls, mismatchResolves } = request;
+    const op: PendingOp = { type, key, value, arg, cls, mismatchResolves, result, deadline: performance.now() + this.timeoutMs, resolve, reject, block: undefined, sent: false };
     this.queue.push(op);
     this.scheduleFlush();
     return op;
@@ -239,7 +243,7 @@ export class OpQueue {
       this.inflight.delete(words[i * OpLayout.WORDS + OpLayout.ID]!);
       if (op.block !== undefined) {
         pools.giveBack(op.cls, op.block);
-        delete op.block;
+        op.block = undefined;
       }
       this.queue.unshift(op);
     }

@@ -109,21 +109,20 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       return Promise.reject(new KvKeyTooLargeError(`key of ${key.length} bytes: the limit is ${KvLayout.MAX_KEY_BYTES}`));
     }
     const { classes, maxValueBytes } = session.hello.layout;
-    const request: OpRequest = { type, key, arg, cls: -1 };
+    let bytes: Buffer | undefined;
+    let cls = -1; // the size class of the block it may need
     if (type === KvOp.PUT || type === KvOp.CAS) {
-      let bytes: Buffer;
       try {
         bytes = toBuffer(value, 'value');
       } catch (error) {
         return Promise.reject(error);
       }
       if (bytes.length > maxValueBytes) return Promise.reject(new KvValueTooLargeError(`value of ${bytes.length} bytes: the limit is ${maxValueBytes}`));
-      request.value = bytes;
-      request.cls = classFor(classes, itemUnits(key.length, bytes.length));
+      cls = classFor(classes, itemUnits(key.length, bytes.length));
     } else if (type === KvOp.INCR || type === KvOp.LOCK) {
-      request.cls = classFor(classes, itemUnits(key.length, 0)); // in case it must be created
+      cls = classFor(classes, itemUnits(key.length, 0)); // in case it must be created
     }
-    if (mismatchResolves) request.mismatchResolves = true;
+    const request: OpRequest = { type, key, value: bytes, arg, cls, mismatchResolves };
     const { recorder } = this.options;
     return recorder ? recorded(recorder, request, (op) => this.queue.add(op)) : this.queue.add(request).result;
   }
