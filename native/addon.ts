@@ -92,22 +92,15 @@ export interface ProviderInfo {
 
 /** The region a client core works on: the server's hello (protocol/control.ts) in the binding's field names. */
 export interface CoreRegion {
-  addr: bigint;
-  rkey: number;
-  length: bigint;
-  bucketCount: number;
-  indexOffset: bigint;
-  heapOffset: bigint;
-  heapBytes: bigint;
-  seed: bigint;
-  ringOffset: bigint;
-  clientId: number;
-  versionBase: bigint;
-  maxValueBytes: number;
-  graceMs: number;
+  // The server's region: address, rkey, length (the hello's region).
+  addr: bigint; rkey: number; length: bigint;
+  // Where the index, heap and notification rings lie in it (the hello's layout).
+  bucketCount: number; indexOffset: bigint; heapOffset: bigint; heapBytes: bigint; seed: bigint; ringOffset: bigint; maxValueBytes: number;
+  // This client: its owner id in lock words, its write versions' base, and the grace period of freed blocks.
+  clientId: number; versionBase: bigint; graceMs: number;
 }
 export interface CoreOptions {
-  /** Local item buffers (the buffer pool), registered once. */
+  /** The core's scratch memory (bucket images, atomics results, the buffer pool), registered once. */
   scratchBytes: number;
   /** How long one operation may take before it fails with TIMEOUT. */
   opTimeoutMs: number;
