@@ -5,12 +5,8 @@ import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 
 import { KvOp, KvStatus } from '../protocol/constants.js';
 import type { KvError } from '../protocol/errors.js';
-import type { OpResult } from './server-client.js';
-
-const OP_NAMES: Record<number, string> = {
-  [KvOp.GET]: 'get', [KvOp.PUT]: 'put', [KvOp.DELETE]: 'delete', [KvOp.CAS]: 'cas',
-  [KvOp.INCR]: 'incr', [KvOp.LOCK]: 'lock', [KvOp.UNLOCK]: 'unlock',
-};
+import { opName } from './op-names.js';
+import type { OpResult } from './op-queue.js';
 
 /** Microseconds to a second: RDMA round trips are a few µs, a lost server seconds. */
 const LATENCY_BUCKETS = [5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1, 0.25, 1];
@@ -62,7 +58,7 @@ export class ClientMetrics {
   }
 
   observe(type: KvOp, pending: Promise<OpResult>): Promise<OpResult> {
-    const op = OP_NAMES[type] ?? 'op';
+    const op = opName(type);
     const start = performance.now();
     return pending.then(
       (r) => {

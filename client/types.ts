@@ -4,17 +4,25 @@ import type { Registry } from 'prom-client';
 export type Key = Buffer | Uint8Array | string;
 export type Value = Buffer | Uint8Array | string;
 
+/**
+ * KvClient.connect's options. A name not listed here is rejected with
+ * KV_INVALID_ARGUMENT naming the option it most likely meant: a misspelled
+ * option is a mistake, never a silent default.
+ */
 export interface KvClientOptions {
-  /** One server: shm:///path/to.sock or rdma://host:port. Give exactly one of url, servers, etcd. */
+  /**
+   * One server: shm:///path/to.sock or rdma://host:port (protocol/providers.ts
+   * lists the schemes). Give exactly one of url, servers, etcd. @default undefined
+   */
   url?: string;
   /**
    * A static cluster: the servers' URLs. Every client given the same set
-   * builds the same slot map, whatever the order (docs/cluster.md).
+   * builds the same slot map, whatever the order (docs/cluster.md). @default undefined
    */
   servers?: string[];
-  /** A cluster whose members register in etcd (kv-server --etcd); the map follows them. */
+  /** A cluster whose members register in etcd (kv-server --etcd); the map follows them. @default undefined */
   etcd?: EtcdOptions;
-  /** The servers' token, if they have one. */
+  /** The servers' token (kv-server --token); undefined for servers without one. @default undefined */
   token?: string;
   /**
    * busy: poll the completion queue from a setImmediate loop while operations
@@ -35,23 +43,29 @@ export interface KvClientOptions {
    * protocol fails either way. @default true
    */
   requireReady?: boolean;
-  /** Scratch memory for item buffers, per server (registered once). @default 16 MiB */
+  /**
+   * The client core's scratch memory, per server, registered once: bucket
+   * images, atomics results and its buffer pool (item buffers); at most 2^32.
+   * @default 16777216 (16 MiB)
+   */
   scratchBytes?: number;
   /**
    * Records every operation's invocation and completion (for checking
    * linearizability): a JSONL file path, or a function given each event.
+   * @default undefined (nothing is recorded)
    */
   history?: string | ((event: HistoryEvent) => void);
   /**
    * A prom-client Registry to count this client's operations in (by type and
    * result), time them (histograms), and count retries and lock contention.
    * Off by default: timing every operation costs two clock reads.
+   * @default undefined (no metrics)
    */
   metrics?: Registry;
 }
 
 export interface EtcdOptions {
-  /** etcd endpoints, e.g. 'http://127.0.0.1:2379'. */
+  /** etcd endpoints, e.g. 'http://127.0.0.1:2379' (a string may list several, comma-separated). Required. */
   hosts: string | string[];
   /** The cluster's key prefix (kv-server --etcd-prefix). @default '/rdma-kv' */
   prefix?: string;

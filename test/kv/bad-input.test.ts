@@ -199,3 +199,32 @@ test('connect options of the wrong type reject with KV_INVALID_ARGUMENT', async 
     t.true(error instanceof KvInvalidArgumentError, `${JSON.stringify(options)}: ${error?.name}: ${error?.message}`);
   }
 });
+
+test('misspelled or unknown connect options reject with KV_INVALID_ARGUMENT naming the option meant, nested ones too', async (t) => {
+  // No server at this URL: had the options been accepted, connect would fail with KV_DISCONNECTED instead.
+  const url = 'shm:///nonexistent/rkv.sock';
+  const hosts = 'http://127.0.0.1:1';
+  const cases: Array<[options: object, message: string]> = [
+    [{ url, timeoutMS: 1000 }, "unknown option 'timeoutMS': did you mean 'timeoutMs'?"],
+    [{ url, timeoutMS: undefined }, "unknown option 'timeoutMS': did you mean 'timeoutMs'?"],
+    [{ URL: url }, "unknown option 'URL': did you mean 'url'?"],
+    [{ url, pollmode: 'event' }, "unknown option 'pollmode': did you mean 'pollMode'?"],
+    [{ url, reconect: false }, "unknown option 'reconect': did you mean 'reconnect'?"],
+    [{ url, scratchBytess: 4096 }, "unknown option 'scratchBytess': did you mean 'scratchBytes'?"],
+    [{ servers: [url], requireReddy: true }, "unknown option 'requireReddy': did you mean 'requireReady'?"],
+    [{ url, tokne: 's3cret' }, "unknown option 'tokne': did you mean 'token'?"],
+    [{ etcd: { hosts, prefx: '/x' } }, "unknown option 'etcd.prefx': did you mean 'etcd.prefix'?"],
+    [{ etcd: { host: hosts } }, "unknown option 'etcd.host': did you mean 'etcd.hosts'?"],
+    [{ url, colour: 'blue' }, "unknown option 'colour' (the options are url, servers, etcd, token, pollMode, timeoutMs, reconnect, requireReady, scratchBytes, history, metrics)"],
+    [{ etcd: { hosts, lease: 5 } }, "unknown option 'etcd.lease' (the options are etcd.hosts, etcd.prefix)"],
+  ];
+  for (const [options, message] of cases) {
+    let pending: Promise<unknown> | undefined;
+    t.notThrows(() => {
+      pending = KvClient.connect(options as never);
+    });
+    const error = await t.throwsAsync(pending!);
+    t.true(error instanceof KvInvalidArgumentError, `${JSON.stringify(options)}: ${error?.name}: ${error?.message}`);
+    t.is(error?.message, message);
+  }
+});

@@ -1,0 +1,52 @@
+// Recording a history (KvClientOptions.history) for checking linearizability:
+// a wrapper around submission. It writes an operation's invocation before the
+// operation is submitted, and its completion when the result comes back. The
+// recorder (one per KvClient, shared by its servers) numbers the operations.
+import { KvOp, KvStatus } from '../protocol/constants.js';
+import type { KvError } from '../protocol/errors.js';
+import { text } from './keys.js';
+import { opName } from './op-names.js';
+import type { OpRequest, OpResult, Submission } from './op-queue.js';
+import type { HistoryEvent } from './types.js';
+
+export interface HistoryRecorder {
+  record(event: HistoryEvent): void;
+  nextId(): number;
+}
+
+const now = () => process.hrtime.bigint().toString();
+
+/** submit(op), with the invocation and the completion written to the history. */
+export function recorded(recorder: HistoryRecorder, op: OpRequest, submit: (op: OpRequest) => Submission): Promise<OpResult> {
+  const { type, key, value, arg } = op;
+  const base = { id: recorder.nextId(), f: opName(type), key: text(key) };
+  const invoke: HistoryEvent = { ...base, type: 'invoke', time: now() };
+  if (value) invoke.value = text(value);
+  if (type === KvOp.CAS) invoke.expected = arg.toString();
+  if (type === KvOp.INCR) invoke.delta = arg.toString();
+  recorder.record(invoke);
+  const submitted = submit(op);
+  return submitted.result.then(
+    (r) => {
+      const done: HistoryEvent = { ...base, type: 'ok', time: now() };
+      if (type === KvOp.GET) {
+        done.value = r.value ? text(r.value) : null;
+        if (r.value) done.version = r.version.toString();
+      } else if (type === KvOp.DELETE || type === KvOp.CAS) {
+        done.value = r.status === KvStatus.OK;
+      } else if (type === KvOp.INCR) {
+        done.value = r.version.toString();
+      }
+      // The version written, or the fencing token: a checker need not infer them.
+      if ((type === KvOp.PUT || type === KvOp.CAS || type === KvOp.LOCK) && r.status === KvStatus.OK) done.version = r.version.toString();
+      recorder.record(done);
+      return r;
+    },
+    (error: Error) => {
+      const failed: HistoryEvent = { ...base, type: 'fail', error: (error as KvError).code ?? error.message, time: now() };
+      if (!submitted.sent) failed.sent = false; // failed in the queue: it cannot have happened
+      recorder.record(failed);
+      throw error;
+    },
+  );
+}

@@ -1,0 +1,248 @@
+// One connection to one server: the transport objects, the server's hello,
+// the native client core, the heap blocks granted over this connection, the
+// control channel (msgpack over SEND/RECV on the same queue pair: grants,
+// returns, reclaim, keepalive) and its keepalive. A ServerClient opens one
+// session per connection; losing the connection ends the session, and a
+// reconnect opens a new one.
+import {
+  Access,
+  ClientCore,
+  type CompletionQueue,
+  type Connection,
+  type MemoryRegion,
+  Opcode,
+  Provider,
+  type RecvRequest,
+  SendFlag,
+  TransportError,
+} from '../native/index.js';
+import { RejectReason, connectData } from '../protocol/connect.js';
+import { type ControlMessage, type Hello, decode, encode } from '../protocol/control.js';
+import { KvLayout } from '../protocol/constants.js';
+import { KvAuthError, KvDisconnectedError, KvError, KvInvalidArgumentError, KvProtocolError } from '../protocol/errors.js';
+import { schemeOf, urlExamples } from '../protocol/providers.js';
+import { BlockPools } from './block-pools.js';
+
+/** What a session needs to connect. */
+export interface SessionOptions {
+  url: string;
+  token?: string;
+  /** @default 16 MiB */
+  scratchBytes?: number;
+}
+
+/** A control-channel completion, as the core hands it back among op results. */
+export interface ControlCompletion {
+  /** The control buffer's index. */
+  index: number;
+  byteLen: number;
+  /** The work completion status (0: success). */
+  status: number;
+  opcode: Opcode;
+}
+
+/** Control wr_ids carry this bit; the core hands their completions back as control results. */
+const CONTROL_TAG = 2 ** KvLayout.CONTROL_TAG_SHIFT;
+const CONTROL_RECVS = 16;
+/** Send buffers, used in turn: a burst of sends (a reclaim's answer) must not wrap onto one the NIC may still read. */
+const CONTROL_SENDS = 32;
+const ARENA_BYTES = 4 << 20;
+
+export class Session {
+  readonly core: ClientCore;
+  /** The blocks granted over this connection. */
+  readonly pools: BlockPools;
+  private sends = 0;
+  private lastPong = 0;
+  private keepaliveTimer: NodeJS.Timeout | undefined;
+  private ended = false;
+
+  private constructor(
+    readonly provider: Provider,
+    readonly cq: CompletionQueue,
+    readonly connection: Connection,
+    private readonly control: MemoryRegion,
+    readonly hello: Hello,
+    options: SessionOptions,
+    timeoutMs: number,
+  ) {
+    const { region, layout } = hello;
+    const { bucketCount, indexOffset, heapOffset, heapBytes, seed, ringOffset, maxValueBytes } = layout;
+    this.core = new ClientCore(
+      provider,
+      connection,
+      cq,
+      { ...region, bucketCount, indexOffset, heapOffset, heapBytes, seed, ringOffset, maxValueBytes, clientId: hello.clientId, versionBase: hello.versionBase, graceMs: hello.graceMs },
+      { scratchBytes: options.scratchBytes ?? 16 << 20, opTimeoutMs: timeoutMs, arenaBytes: ARENA_BYTES + maxValueBytes + KvLayout.MAX_KEY_BYTES },
+    );
+    this.pools = new BlockPools(layout.classes, Number(heapBytes), (message) => this.sendControl(message));
+  }
+
+  /**
+   * Connects, waits for the server's hello and sets up the core. Rejects with a
+   * KvError: KV_AUTH, KV_PROTOCOL, KV_INVALID_ARGUMENT (no such provider, or not
+   * usable here), KV_DISCONNECTED (anything else).
+   */
+  static async open(options: SessionOptions, timeoutMs: number): Promise<Session> {
+    const { url } = options;
+    const scheme = schemeOf(url);
+    if (!scheme) throw new KvInvalidArgumentError(`unknown URL '${url}': expected ${urlExamples()}`);
+    let provider: Provider;
+    try {
+      provider = new Provider(scheme);
+    } catch (error) {
+      throw providerError(url, error);
+    }
+    try {
+      const cq = provider.createCq(1024);
+      const control = provider.allocate((CONTROL_RECVS + CONTROL_SENDS) * KvLayout.CONTROL_RECV_BYTES, Access.LOCAL_WRITE);
+      const connection = await connect(provider, cq, control, options, timeoutMs);
+      // The hello is the server's first message.
+      const [wc] = await cq.take(1, { timeoutMs });
+      if (!wc || wc.statusName !== 'SUCCESS' || wc.opcode !== Opcode.RECV) {
+        throw new KvDisconnectedError(`${url}: no hello from the server (${wc?.statusName ?? 'nothing'})`);
+      }
+      const index = wc.wrId - CONTROL_TAG;
+      const hello = decode(controlBytes(control, index, wc.byteLen));
+      if (hello.t !== 'hello' || hello.v !== KvLayout.PROTOCOL_VERSION) throw new KvProtocolError(`${url}: unexpected first message`);
+      connection.postRecv([recv(control, index)]);
+      return new Session(provider, cq, connection, control, hello, options, timeoutMs);
+    } catch (error) {
+      provider.close();
+      throw providerError(url, error);
+    }
+  }
+
+  /**
+   * The message of a control completion, its receive buffer posted again; undefined for
+   * our own SENDs completing and for flushes (the connection is going away). A malformed
+   * message throws a KvProtocolError.
+   */
+  received(completion: ControlCompletion): ControlMessage | undefined {
+    const { index, byteLen, status, opcode } = completion;
+    if (opcode !== Opcode.RECV || status !== 0) return undefined;
+    try {
+      return decode(controlBytes(this.control, index, byteLen));
+    } catch (error) {
+      throw new KvProtocolError(`malformed control message from the server: ${(error as Error).message}`);
+    } finally {
+      this.connection.postRecv([recv(this.control, index)]);
+    }
+  }
+
+  sendControl(message: ControlMessage): void {
+    const bytes = encode(message);
+    const index = CONTROL_RECVS + (this.sends++ % CONTROL_SENDS);
+    const localOffset = index * KvLayout.CONTROL_RECV_BYTES;
+    bytes.copy(this.control.bytes, localOffset);
+    this.connection.postSend([{ wrId: CONTROL_TAG + index, opcode: Opcode.SEND, flags: SendFlag.SIGNALED, local: this.control, localOffset, length: bytes.length }]);
+  }
+
+  /**
+   * RDMA has no keepalive of its own: every interval the server gave, `poll`
+   * runs (an idle busy-mode client polls nowhere else: pongs and SEND
+   * completions land there) and a ping goes out; three intervals without a
+   * pong, and `lost` is called.
+   */
+  startKeepalive(poll: () => void, lost: (reason: string) => void): void {
+    const interval = this.hello.keepaliveMs;
+    this.lastPong = performance.now();
+    this.keepaliveTimer = setInterval(() => {
+      if (this.ended) return;
+      poll();
+      if (this.ended) return;
+      if (performance.now() - this.lastPong > 3 * interval) return lost(`no keepalive answer for ${3 * interval} ms`);
+      try {
+        this.sendControl({ t: 'ping' });
+      } catch (error) {
+        lost((error as Error).message);
+      }
+    }, interval);
+    this.keepaliveTimer.unref();
+  }
+
+  stopKeepalive(): void {
+    clearInterval(this.keepaliveTimer);
+  }
+
+  /** The server answered a ping. */
+  pong(): void {
+    this.lastPong = performance.now();
+  }
+
+  /** The connection is lost: stop using it and release the transport. */
+  abandon(): void {
+    this.end();
+    this.provider.close();
+  }
+
+  /** Gives unused blocks back, disconnects and releases the transport. */
+  close(): void {
+    this.end();
+    try {
+      // Blocks we were granted and never used go back before we leave.
+      this.pools.returnAll();
+    } catch {
+      // the connection is already gone
+    }
+    this.connection.disconnect();
+    this.provider.close();
+  }
+
+  private end(): void {
+    this.ended = true;
+    this.stopKeepalive();
+    this.cq.unwatch();
+  }
+}
+
+async function connect(provider: Provider, cq: CompletionQueue, control: MemoryRegion, options: SessionOptions, timeoutMs: number): Promise<Connection> {
+  const { url } = options;
+  try {
+    return await provider.connect(url, {
+      cq,
+      initialRecvs: Array.from({ length: CONTROL_RECVS }, (_, i) => recv(control, i)),
+      privateData: connectData(options.token),
+      timeoutMs,
+      sendDepth: 1024,
+      recvDepth: CONTROL_RECVS + 4,
+    });
+  } catch (error) {
+    if (error instanceof TransportError && error.code === 'REJECTED') {
+      const reason = error.privateData?.[0];
+      if (reason === RejectReason.AUTH) throw new KvAuthError(`${url}: the server rejected the token`);
+      if (reason === RejectReason.VERSION) {
+        const theirs = error.privateData?.[1]; // servers since v2 say which version they speak
+        throw new KvProtocolError(
+          `${url}: the server speaks protocol version ${theirs ?? 'other than ' + KvLayout.PROTOCOL_VERSION}, this client ${KvLayout.PROTOCOL_VERSION}: upgrade the older side`,
+        );
+      }
+      throw new KvDisconnectedError(`${url}: the server refused the connection (${reason === RejectReason.FULL ? 'no free client slot' : 'rejected'})`);
+    }
+    const why = (error as Error).message;
+    throw new KvDisconnectedError(why.includes(url) ? why : `cannot connect to ${url}: ${why}`);
+  }
+}
+
+/** Control buffer `index` as a receive request. */
+function recv(control: MemoryRegion, index: number): RecvRequest {
+  return { wrId: CONTROL_TAG + index, local: control, localOffset: index * KvLayout.CONTROL_RECV_BYTES, length: KvLayout.CONTROL_RECV_BYTES };
+}
+
+function controlBytes(control: MemoryRegion, index: number, length: number): Buffer {
+  const offset = index * KvLayout.CONTROL_RECV_BYTES;
+  return control.bytes.subarray(offset, offset + length);
+}
+
+/**
+ * A failed connection attempt as a KvError. A provider that cannot be had
+ * (rdma:// on a build without verbs, or on a host without an RDMA device) is
+ * configuration, not a lost server; anything else not already a KvError
+ * (a native allocation that failed, say) counts as a failed connect.
+ */
+function providerError(url: string, error: unknown): Error {
+  if (error instanceof KvError) return error;
+  const message = error instanceof Error ? error.message : String(error);
+  if (error instanceof TransportError && error.code === 'ERR_RKV_PROVIDER') return new KvInvalidArgumentError(`${url}: ${message}`);
+  return new KvDisconnectedError(`cannot connect to ${url}: ${message}`);
+}

@@ -1,0 +1,136 @@
+// The addon as it is compiled (native/binding/*.cc), and the one place that
+// loads it. Only the modules of native/ import this file: they wrap these raw
+// objects in the typed face that native/index.ts exports, and nothing above
+// native/ (client, server, protocol, tests, benchmarks) sees them.
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+
+import type { ConnEvent, ConnState } from './constants.generated.js';
+
+export interface NativeMemory {
+  readonly length: number;
+  readonly fileBacked: boolean;
+  readonly existed: boolean;
+  buffer(): ArrayBuffer;
+}
+export interface NativeMemoryRegion {
+  readonly lkey: number;
+  readonly rkey: number;
+  readonly addr: bigint;
+  readonly length: number;
+  readonly access: number;
+  deregister(): void;
+}
+export interface NativeCq {
+  poll(max: number): number;
+  arm(): void;
+  ackEvent(): void;
+  watch(callback: () => void): void;
+  unwatch(): void;
+  readonly completions: Uint32Array;
+  readonly eventFd: number;
+  readonly depth: number;
+}
+export interface NativeQpOptions {
+  sendCq: NativeCq;
+  recvCq: NativeCq;
+  sendDepth?: number;
+  recvDepth?: number;
+  initialRecvs?: number;
+}
+export interface NativeConnection {
+  postSend(count: number): void;
+  postRecv(count: number): void;
+  accept(options: NativeQpOptions, privateData?: Buffer): void;
+  reject(privateData?: Buffer): void;
+  disconnect(): void;
+  fenceComplete(): boolean;
+  readonly state: ConnState;
+  readonly qpNum: number;
+  readonly maxInline: number;
+  readonly peerPrivateData: Buffer;
+  readonly peerAddress: string;
+  readonly firstError: string;
+}
+export interface NativeListener {
+  readonly url: string;
+  close(): void;
+}
+export interface DeviceInfo {
+  name: string;
+  maxQpRdAtom: number;
+  maxQpInitRdAtom: number;
+  atomicCap: 'NONE' | 'HCA' | 'GLOB';
+  maxInline: number;
+}
+export interface NativeProvider {
+  register(memory: NativeMemory, offset: number, length: number, access: number): NativeMemoryRegion;
+  createCq(depth: number): NativeCq;
+  listen(url: string): NativeListener;
+  connect(url: string, options: NativeQpOptions, privateData: Buffer | undefined, timeoutMs: number): NativeConnection;
+  drainEvents(): Array<[ConnEvent, NativeConnection, Buffer, string]>;
+  ref(): void;
+  unref(): void;
+  close(): void;
+  readonly deviceInfo: DeviceInfo;
+  readonly scheme: string;
+  readonly sendBuffer: Uint32Array;
+  readonly recvBuffer: Uint32Array;
+}
+
+/** A transport provider this code knows (native/transport/provider.cc's table, the one list of URL schemes). */
+export interface ProviderInfo {
+  /** The URL scheme: "shm", "rdma". */
+  scheme: string;
+  /** A URL of that scheme, for messages: "shm:///path/to.sock". */
+  example: string;
+  /** Whether this build contains it. */
+  built: boolean;
+  /** Why not, and what to install, when it is not built. */
+  notBuilt?: string;
+}
+
+/** The region a client core works on: the server's hello (protocol/control.ts) in the binding's field names. */
+export interface CoreRegion {
+  // The server's region: address, rkey, length (the hello's region).
+  addr: bigint; rkey: number; length: bigint;
+  // Where the index, heap and notification rings lie in it (the hello's layout).
+  bucketCount: number; indexOffset: bigint; heapOffset: bigint; heapBytes: bigint; seed: bigint; ringOffset: bigint; maxValueBytes: number;
+  // This client: its owner id in lock words, its write versions' base, and the grace period of freed blocks.
+  clientId: number; versionBase: bigint; graceMs: number;
+}
+export interface CoreOptions {
+  /** The core's scratch memory (bucket images, atomics results, the buffer pool), registered once. */
+  scratchBytes: number;
+  /** How long one operation may take before it fails with TIMEOUT. */
+  opTimeoutMs: number;
+  /** Keys and values of one submitted batch. */
+  arenaBytes: number;
+}
+/** native/binding/kv_binding.cc: the client data-path core over one connection. */
+export interface NativeClientCore {
+  submit(count: number): number;
+  poll(): number;
+  failAll(status: number): void;
+  readonly inflight: number;
+  readonly doorbells: number;
+  // Each read of these makes a new external ArrayBuffer: read them once.
+  readonly opWords: Uint32Array;
+  readonly resultWords: Uint32Array;
+  readonly arena: Buffer;
+  /** Does NOT keep the core alive (the binding gives it no finalizer): see client-core.ts. */
+  readonly scratch: Buffer;
+}
+
+export interface Addon {
+  constants: Record<string, Record<string, number>>;
+  providers: ProviderInfo[];
+  Provider: new (scheme: string, onEvents: () => void) => NativeProvider;
+  Memory: new (length: number, path?: string) => NativeMemory;
+  ClientCore: new (provider: NativeProvider, connection: NativeConnection, cq: NativeCq, region: CoreRegion, options: CoreOptions) => NativeClientCore;
+  hashKey(key: Buffer, seed: bigint, bucketCount: number): [number, number, number];
+  indexWords(fp: number, units: number, block: number, version: number, owner: number, counter: bigint): [bigint, bigint, bigint, bigint, number, number, number];
+}
+
+const packageRoot = fileURLToPath(new URL('../..', import.meta.url));
+export const addon = (createRequire(import.meta.url)('node-gyp-build') as (dir: string) => Addon)(packageRoot);

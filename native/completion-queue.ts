@@ -1,0 +1,91 @@
+// A completion queue: polled in batches (pollRaw, the hot path), or as
+// objects (poll, next, take: tests and control paths); busy or event mode.
+import type { NativeCq } from './addon.js';
+import { Limit } from './constants.generated.js';
+import { TransportError } from './errors.js';
+import { type Completion, readCompletion } from './work-requests.js';
+
+export type PollMode = 'busy' | 'event';
+
+export class CompletionQueue {
+  /** The completions of the last pollRaw(), WcLayout words; read with readCompletion(). */
+  readonly completions: Uint32Array;
+  constructor(/** @internal */ readonly native: NativeCq) {
+    this.completions = native.completions;
+  }
+  get depth(): number {
+    return this.native.depth;
+  }
+  /** Polls up to max (≤ Limit.MAX_POLL_BATCH) completions into `completions`; returns the count. */
+  pollRaw(max: number = Limit.MAX_POLL_BATCH): number {
+    return this.native.poll(max);
+  }
+  poll(max: number = Limit.MAX_POLL_BATCH): Completion[] {
+    const n = this.native.poll(max);
+    const out: Completion[] = [];
+    for (let i = 0; i < n; i++) out.push(readCompletion(this.completions, i));
+    return out;
+  }
+  /** Requests a wake-up for the next completion. Poll again after arming. */
+  arm(): void {
+    this.native.arm();
+  }
+  /**
+   * Event mode: a native thread waits on the CQ's event fd and calls `onReady`
+   * once per wake-up. The callback should drain with poll(), arm(), and poll
+   * once more (completions that raced with arm() bring no event).
+   */
+  watch(onReady: () => void): void {
+    this.native.watch(onReady);
+  }
+  unwatch(): void {
+    this.native.unwatch();
+  }
+  /**
+   * Resolves with the first completions that arrive, polling on setImmediate
+   * (busy) or waiting for the CQ's event (event). For tests and control paths.
+   */
+  async next(options: { timeoutMs?: number; mode?: PollMode } = {}): Promise<Completion[]> {
+    const deadline = Date.now() + (options.timeoutMs ?? 5000);
+    if (options.mode === 'event') {
+      const ready = this.poll();
+      if (ready.length > 0) return ready;
+      return new Promise<Completion[]>((resolve, reject) => {
+        const timer = setTimeout(() => {
+          this.unwatch();
+          reject(new TransportError('ETIMEDOUT', 'no completion in time'));
+        }, Math.max(0, deadline - Date.now()));
+        const check = (): void => {
+          const got = this.poll();
+          if (got.length === 0) {
+            this.arm();
+            const raced = this.poll();
+            if (raced.length === 0) return;
+            got.push(...raced);
+          }
+          clearTimeout(timer);
+          this.unwatch();
+          resolve(got);
+        };
+        this.watch(check);
+        this.arm();
+        check();
+      });
+    }
+    for (;;) {
+      const got = this.poll();
+      if (got.length > 0) return got;
+      if (Date.now() > deadline) throw new TransportError('ETIMEDOUT', 'no completion in time');
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+  }
+  /** Collects completions until `count` have arrived. */
+  async take(count: number, options: { timeoutMs?: number; mode?: PollMode } = {}): Promise<Completion[]> {
+    const out: Completion[] = [];
+    const deadline = Date.now() + (options.timeoutMs ?? 5000);
+    while (out.length < count) {
+      out.push(...(await this.next({ ...options, timeoutMs: Math.max(1, deadline - Date.now()) })));
+    }
+    return out;
+  }
+}

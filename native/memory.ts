@@ -1,0 +1,71 @@
+// Memory and its registrations: what a work request's local buffer is, and
+// what a peer needs to reach a region (its RemoteRegion).
+import { type NativeMemory, type NativeMemoryRegion, addon } from './addon.js';
+import { Access } from './constants.generated.js';
+import { rethrow } from './errors.js';
+
+/** Shareable memory (a sealed memfd, or a file that survives restarts). */
+export class Memory {
+  /** @internal */ readonly native: NativeMemory;
+  /** A Buffer over the whole mapping; it keeps the mapping alive while referenced. */
+  readonly bytes: Buffer;
+  constructor(length: number, path?: string) {
+    try {
+      this.native = path === undefined ? new addon.Memory(length) : new addon.Memory(length, path);
+    } catch (error) {
+      rethrow(error);
+    }
+    this.bytes = Buffer.from(this.native.buffer());
+  }
+  get length(): number {
+    return this.native.length;
+  }
+  /** A file-backed memory whose file already held data when it was opened. */
+  get existed(): boolean {
+    return this.native.existed;
+  }
+}
+
+export class MemoryRegion {
+  constructor(
+    /** @internal */ readonly native: NativeMemoryRegion,
+    readonly memory: Memory,
+    readonly offset: number,
+  ) {}
+  get lkey(): number {
+    return this.native.lkey;
+  }
+  get rkey(): number {
+    return this.native.rkey;
+  }
+  /** The address peers use for this region's first byte. */
+  get addr(): bigint {
+    return this.native.addr;
+  }
+  get length(): number {
+    return this.native.length;
+  }
+  /** The region's bytes, as a view of the memory. */
+  get bytes(): Buffer {
+    return this.memory.bytes.subarray(this.offset, this.offset + this.native.length);
+  }
+  /** What a peer needs to reach this region: plain, serializable. */
+  remote(): RemoteRegion {
+    return { addr: this.native.addr, rkey: this.native.rkey, length: this.native.length };
+  }
+  deregister(): void {
+    this.native.deregister();
+  }
+}
+
+/** A peer's region: address, rkey and length (jonhoo/rust-ibverbs' RemoteMemorySlice). */
+export interface RemoteRegion {
+  addr: bigint;
+  rkey: number;
+  length: number;
+}
+
+export const access = {
+  /** Everything a server region offers its clients. */
+  REMOTE_ALL: Access.LOCAL_WRITE | Access.REMOTE_READ | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC,
+} as const;
