@@ -4,7 +4,7 @@
 // says what was expected.
 import { KvInvalidArgumentError } from '../protocol/errors.js';
 import { isServerUrl, urlExamples } from '../protocol/providers.js';
-import { closestMatch } from './closest-match.js';
+import { closestMatch } from '../protocol/operator-input.js';
 import { show } from './keys.js';
 import type { EtcdOptions, KvClientOptions } from './types.js';
 
