@@ -109,7 +109,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
       d.value_len = static_cast<uint32_t>(vl);
       d.block = w[u32(OpLayout::BLOCK)];
       d.block_units = w[u32(OpLayout::BLOCK_UNITS)];
-      d.arg = static_cast<uint64_t>(w[u32(OpLayout::ARG_HI)]) << 32 | w[u32(OpLayout::ARG_LO)];
+      set_argument(d, static_cast<uint64_t>(w[u32(OpLayout::ARG_HI)]) << 32 | w[u32(OpLayout::ARG_LO)]);
     }
     return Napi::Number::New(env, static_cast<double>(core_->submit(descs_.data(), count)));
   }
@@ -129,6 +129,17 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
       w[u32(ResultLayout::BLOCK_UNUSED)] = r.block_unused ? 1 : 0;
     }
     return Napi::Number::New(info.Env(), static_cast<double>(n));
+  }
+
+  // The OpLayout ARG words, as the named argument of the op's type.
+  static void set_argument(OpDesc& d, uint64_t arg) {
+    switch (d.type) {
+      case KvOp::CAS: d.expected_version = arg; break;
+      case KvOp::INCR: d.delta = arg; break;
+      case KvOp::LOCK: d.lock_timeout_ms = arg; break;
+      case KvOp::UNLOCK: d.token = static_cast<uint32_t>(arg); break;
+      default: d.expected_version = 0; break;
+    }
   }
 
   Napi::Value fail_all(const Napi::CallbackInfo& info) {
