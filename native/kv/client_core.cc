@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <thread>
 
 #include "op.h"
 
@@ -19,9 +20,9 @@ constexpr size_t kOpSlots = u32(KvLayout::MAX_INFLIGHT);
 // The most requests one phase adds (W_ALT: one READ per displacement
 // bucket). An op adds at most one phase per pass and adds none while its
 // phase is unposted, so the send list never holds more than every slot's
-// largest phase.
+// largest phase, plus close()'s drain marker.
 constexpr size_t kMaxPhaseRequests = 2 * kSlots;
-constexpr size_t kMaxUnposted = kOpSlots * kMaxPhaseRequests;
+constexpr size_t kMaxUnposted = kOpSlots * kMaxPhaseRequests + 1;
 // Results waiting for JS: a poll adds at most one per op and one per control
 // completion; submit one per op it takes. Reserved once.
 constexpr size_t kReadyReserve = 2 * u32(Limit::MAX_POLL_BATCH) + 2 * kOpSlots;
@@ -69,7 +70,55 @@ std::unique_ptr<ClientCore> ClientCore::create(std::shared_ptr<transport::Provid
   return core;
 }
 
-ClientCore::~ClientCore() = default;
+ClientCore::~ClientCore() {
+  if (ops_) close();
+  if (!quiescent_) {
+    // A request may still land in scratch: leave it mapped and registered
+    // (leaked) rather than free memory a device could write.
+    (void)mr_.release();
+    (void)scratch_.release();
+  }
+}
+
+bool ClientCore::close(uint32_t wait_ms) {
+  if (closed_) return quiescent_;
+  closed_ = true;
+  fail_all(KvStatus::DISCONNECTED, 0);
+  broken_ = true;  // later submits fail at once
+  // A phase cut short by a full send queue (and dropped just now) left
+  // requests no signaled completion will vouch for: a signaled zero-length
+  // READ behind them does.
+  if (sends_.unsignaled_tail()) {
+    sends_.read(wr_tag::make(wr_tag::kNoSlot, 0), 0, 0, region_.addr);
+    sends_.signal_last();
+  }
+  const auto start = Clock::now();
+  const auto wait = std::chrono::milliseconds(wait_ms);
+  bool disconnected = false;
+  quiescent_ = false;
+  for (;;) {
+    if (!sends_.empty()) {
+      const int rc = sends_.flush(*connection_);
+      if (rc != 0 && rc != ENOMEM) break;  // refused: nothing can vouch for the tail
+    }
+    drain_completions(static_cast<int>(completions_.size()));
+    if (sends_.empty() && sends_.outstanding() == 0) {
+      quiescent_ = true;
+      break;
+    }
+    const auto waited = Clock::now() - start;
+    if (waited >= wait) break;
+    if (!disconnected && waited >= wait / 2) {
+      // A healthy peer answers in microseconds: this one is silent, and
+      // only the queue pair's error state (a flush) ends its requests now.
+      connection_->disconnect();
+      disconnected = true;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  sends_.drop();
+  return quiescent_;
+}
 
 uint64_t ClientCore::bucket_addr(uint32_t bucket) const {
   return region_.addr + region_.index_offset + static_cast<uint64_t>(bucket) * kBucketBytes;
@@ -130,6 +179,7 @@ void ClientCore::drain_completions(int budget) {
       r.result.detail = u32(c.opcode);
       continue;
     }
+    sends_.completed(c.wr_id);
     if (c.status != WcStatus::SUCCESS) {
       if (!broken_) {
         broken_ = true;
@@ -139,7 +189,7 @@ void ClientCore::drain_completions(int budget) {
       continue;
     }
     const uint32_t index = wr_tag::slot(c.wr_id);
-    if (index >= kOpSlots) continue;
+    if (index >= kOpSlots) continue;  // close()'s drain marker
     Op& op = ops_[index];
     if (!op.busy || op.seq != wr_tag::seq(c.wr_id)) continue;  // a finished op's late completion
     phase_done(op);

@@ -16,6 +16,8 @@
 // next poll(), so JS must copy it out before calling poll() again. The
 // connection and its CQ are shared with JS, which posts control SENDs and
 // receives control messages on them (wr_id bit 52 marks control requests).
+// Scratch is freed only once the NIC or provider can no longer write it:
+// close() waits for that, and the destructor closes.
 #pragma once
 
 #include <chrono>
@@ -85,10 +87,13 @@ constexpr uint32_t kControlResultId = 0xffffffffu;
 
 class ClientCore {
  public:
+  static constexpr uint32_t kCloseWaitMs = 2000;
+
   static std::unique_ptr<ClientCore> create(std::shared_ptr<transport::Provider> provider,
                                             std::shared_ptr<transport::Connection> connection,
                                             std::shared_ptr<transport::CompletionQueue> cq, const RegionInfo& region,
                                             size_t scratch_bytes, uint32_t op_timeout_ms, std::string* error);
+  // Closes (if not yet closed), then frees scratch unless the NIC might still write it.
   ~ClientCore();
 
   // Accepts ops while slots and scratch last; returns how many were taken
@@ -100,6 +105,13 @@ class ClientCore {
   // Finishes every op with `status` (a lost connection) and drops their
   // requests not yet posted.
   void fail_all(KvStatus status, uint32_t detail);
+  // Fails every op in flight with DISCONNECTED and waits (up to wait_ms)
+  // until every request the core posted has completed or been flushed, so
+  // scratch can be freed. After half the wait it disconnects the connection,
+  // which flushes whatever a silent peer still holds. Later submits fail with
+  // DISCONNECTED; poll() still hands out the results. Idempotent. Returns
+  // whether the requests are all done.
+  bool close(uint32_t wait_ms = kCloseWaitMs);
 
   size_t inflight() const { return busy_; }
   uint64_t doorbells() const { return sends_.doorbells(); }
@@ -198,6 +210,8 @@ class ClientCore {
   uint64_t version_seq_ = 0;
   RingCredits ring_;
   bool broken_ = false;
+  bool closed_ = false;
+  bool quiescent_ = true;  // after close(): every posted request completed or flushed
   uint32_t broken_detail_ = 0;
   std::minstd_rand rng_;
   AddressCache cache_;

@@ -55,6 +55,7 @@ void SendList::faa(uint64_t wr_id, uint64_t result, uint64_t remote, uint64_t ad
 void SendList::signal_last() {
   WorkRequest& wr = wrs_.back();
   wr.send_flags |= u32(SendFlag::SIGNALED);
+  wr.wr_id |= wr_tag::kSignaled;
 }
 
 int SendList::flush(transport::Connection& connection) {
@@ -62,6 +63,9 @@ int SendList::flush(transport::Connection& connection) {
   size_t bad = 0;
   const int rc = connection.post_send(wrs_.data(), wrs_.size(), &bad);
   doorbells_++;
+  const size_t posted = rc == 0 ? wrs_.size() : bad;
+  for (size_t i = 0; i < posted; i++) outstanding_ += (wrs_[i].wr_id & wr_tag::kSignaled) != 0;
+  if (posted > 0) unsignaled_tail_ = (wrs_[posted - 1].wr_id & wr_tag::kSignaled) == 0;
   if (rc == ENOMEM) {
     wrs_.erase(wrs_.begin(), wrs_.begin() + static_cast<long>(bad));  // the rest go next pass
   } else {

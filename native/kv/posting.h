@@ -5,7 +5,9 @@
 // lkey) and the server's region by address (the list adds its rkey). A
 // phase's requests are added together and only the last is signaled: on one
 // RC connection its completion implies every earlier one (eRPC's selective
-// signaling).
+// signaling). The list counts the signaled requests posted and not yet
+// completed, so close() knows when the provider and the NIC are done with
+// scratch.
 //
 // Ownership: the list's storage is reserved once for the most requests the
 // core can have unposted (every slot's largest phase), so adding never
@@ -19,9 +21,11 @@
 
 namespace rkv::kv {
 
-// wr_id of the core's requests: [op slot:8 | phase seq:8]. JS's control
-// requests carry kControlTag (client_core.h) instead.
+// wr_id of the core's requests: [signaled:1 | op slot:8 | phase seq:8]. JS's
+// control requests carry kControlTag (client_core.h) instead.
 namespace wr_tag {
+constexpr uint64_t kSignaled = 1ull << 16;
+constexpr uint32_t kNoSlot = 0xff;  // the drain marker close() posts: no op's
 inline uint64_t make(uint32_t slot, uint8_t seq) { return static_cast<uint64_t>(slot) << 8 | seq; }
 inline uint32_t slot(uint64_t wr_id) { return static_cast<uint32_t>(wr_id >> 8) & 0xff; }
 inline uint8_t seq(uint64_t wr_id) { return static_cast<uint8_t>(wr_id); }
@@ -39,7 +43,7 @@ class SendList {
   void faa(uint64_t wr_id, uint64_t result, uint64_t remote, uint64_t add);
   // The last request added waits for earlier READs and atomics (FENCE).
   void fence_last() { wrs_.back().send_flags |= u32(SendFlag::FENCE); }
-  // Ends a phase: its last request is signaled.
+  // Ends a phase: its last request is signaled and tagged so.
   void signal_last();
 
   size_t size() const { return wrs_.size(); }
@@ -51,7 +55,17 @@ class SendList {
   int flush(transport::Connection& connection);
   // Forgets requests never posted (their ops were failed).
   void drop() { wrs_.clear(); }
+  // A completion of one of the list's requests (signaled, or an error).
+  void completed(uint64_t wr_id) {
+    if ((wr_id & wr_tag::kSignaled) != 0) outstanding_--;
+  }
 
+  // Signaled requests posted whose completion has not been polled.
+  uint64_t outstanding() const { return outstanding_; }
+  // The last request posted was not signaled: a flush cut a phase short
+  // (ENOMEM) and its end was never posted, so no completion will say when
+  // the requests before it are done.
+  bool unsignaled_tail() const { return unsignaled_tail_; }
   // post_send calls so far: one per pass, whatever the batch's size.
   uint64_t doorbells() const { return doorbells_; }
 
@@ -61,6 +75,8 @@ class SendList {
   std::vector<transport::WorkRequest> wrs_;
   uint8_t* scratch_ = nullptr;
   uint32_t lkey_ = 0, rkey_ = 0, max_inline_ = 0;
+  uint64_t outstanding_ = 0;
+  bool unsignaled_tail_ = false;
   uint64_t doorbells_ = 0;
 };
 
