@@ -1,4 +1,4 @@
-// The client core's slots and passes: create and close; poll (drain the CQ,
+// The client core's ops and passes: create and close; poll (drain the CQ,
 // advance ops, retry due backoffs, one doorbell, hand out results); and how
 // every op ends. Ops come in through submit.cc; their round trips are in
 // get.cc, write.cc and atomics.cc; docs/protocol.md says why each is safe.
@@ -16,16 +16,16 @@ using transport::Completion;
 
 namespace {
 
-constexpr size_t kOpSlots = u32(KvLayout::MAX_INFLIGHT);
+constexpr size_t kMaxOps = u32(KvLayout::MAX_INFLIGHT);
 // The most requests one phase adds (W_ALT: one READ per displacement
 // bucket). An op adds at most one phase per pass and adds none while its
-// phase is unposted, so the send list never holds more than every slot's
+// phase is unposted, so the send list never holds more than every op's
 // largest phase, plus close()'s drain marker.
 constexpr size_t kMaxPhaseRequests = 2 * kSlots;
-constexpr size_t kMaxUnposted = kOpSlots * kMaxPhaseRequests + 1;
+constexpr size_t kMaxUnposted = kMaxOps * kMaxPhaseRequests + 1;
 // Results waiting for JS: a poll adds at most one per op and one per control
 // completion; submit one per op it takes. Reserved once.
-constexpr size_t kReadyReserve = 2 * u32(Limit::MAX_POLL_BATCH) + 2 * kOpSlots;
+constexpr size_t kReadyReserve = 2 * u32(Limit::MAX_POLL_BATCH) + 2 * kMaxOps;
 
 }  // namespace
 
@@ -46,19 +46,19 @@ std::unique_ptr<ClientCore> ClientCore::create(std::shared_ptr<transport::Provid
   core->cq_ = std::move(cq);
   core->region_ = region;
   core->op_timeout_ms_ = op_timeout_ms;
-  const size_t items_begin = kOpSlots * area::kBytes;
+  const size_t items_begin = kMaxOps * area::kBytes;
   scratch_bytes = std::max<size_t>(scratch_bytes, items_begin + 2 * core->largest_item());
   core->scratch_ = transport::Memory::allocate(scratch_bytes, "", error);
   if (!core->scratch_) return nullptr;
   core->mr_ = core->provider_->register_memory(*core->scratch_, 0, core->scratch_->length(),
                                                u32(Access::LOCAL_WRITE), error);
   if (!core->mr_) return nullptr;
-  core->ops_ = std::make_unique<Op[]>(kOpSlots);
-  core->free_ops_.reserve(kOpSlots);
-  for (uint32_t i = 0; i < kOpSlots; i++) {
+  core->ops_ = std::make_unique<Op[]>(kMaxOps);
+  core->free_ops_.reserve(kMaxOps);
+  for (uint32_t i = 0; i < kMaxOps; i++) {
     core->ops_[i].index = i;
     core->ops_[i].area_base = i * area::kBytes;
-    core->free_ops_.push_back(static_cast<uint32_t>(kOpSlots - 1 - i));
+    core->free_ops_.push_back(static_cast<uint32_t>(kMaxOps - 1 - i));
   }
   core->buffers_.init(items_begin, core->scratch_->length());
   core->sends_.attach(core->scratch_->data(), core->mr_->lkey(), region.rkey, core->connection_->max_inline(),
@@ -89,7 +89,7 @@ bool ClientCore::close(uint32_t wait_ms) {
   // requests no signaled completion will vouch for: a signaled zero-length
   // READ behind them does.
   if (sends_.unsignaled_tail()) {
-    sends_.read(wr_tag::make(wr_tag::kNoSlot, 0), 0, 0, region_.addr);
+    sends_.read(wr_tag::make(wr_tag::kNoOp, 0), 0, 0, region_.addr);
     sends_.signal_last();
   }
   const auto start = Clock::now();
@@ -188,8 +188,8 @@ void ClientCore::drain_completions(int budget) {
       }
       continue;
     }
-    const uint32_t index = wr_tag::slot(c.wr_id);
-    if (index >= kOpSlots) continue;  // close()'s drain marker
+    const uint32_t index = wr_tag::op(c.wr_id);
+    if (index >= kMaxOps) continue;  // close()'s drain marker
     Op& op = ops_[index];
     if (!op.busy || op.seq != wr_tag::seq(c.wr_id)) continue;  // a finished op's late completion
     phase_done(op);
@@ -198,7 +198,7 @@ void ClientCore::drain_completions(int budget) {
 
 void ClientCore::run_due_backoffs() {
   const auto now = Clock::now();
-  for (size_t i = 0; i < kOpSlots && backoffs_ > 0; i++) {
+  for (size_t i = 0; i < kMaxOps && backoffs_ > 0; i++) {
     Op& op = ops_[i];
     if (op.phase != Phase::BACKOFF || now < op.backoff_until) continue;
     backoffs_--;
@@ -302,7 +302,7 @@ void ClientCore::release_op(Op& op) {
 
 void ClientCore::fail_all(KvStatus status, uint32_t detail) {
   sends_.drop();  // requests of the ops failed here must never be posted
-  for (size_t i = 0; i < kOpSlots; i++) {
+  for (size_t i = 0; i < kMaxOps; i++) {
     if (ops_[i].busy) finish(ops_[i], status, detail);
   }
 }

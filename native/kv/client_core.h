@@ -4,7 +4,7 @@
 // every RDMA round trip in between is posted and completed here, one
 // doorbell per pass.
 //
-// The files: client_core.cc (slots, poll, backoff, close), submit.cc (ops
+// The files: client_core.cc (the ops, poll, backoff, close), submit.cc (ops
 // in from JS), get.cc (GET's round trips, and the lookup atomics start with),
 // write.cc (PUT, DELETE, CAS and creation under the bucket locks),
 // atomics.{h,cc} (INCR, LOCK, UNLOCK on an item's word; the address cache),
@@ -12,7 +12,7 @@
 // (per-operation state).
 //
 // Ownership: the core owns its scratch memory (bucket images, item buffers,
-// atomics results) and the op slots. A GET's value stays in scratch until the
+// atomics results) and its ops (64, made once). A GET's value stays in scratch until the
 // next poll(), so JS must copy it out before calling poll() again. The
 // connection and its CQ are shared with JS, which posts control SENDs and
 // receives control messages on them (wr_id bit 52 marks control requests).
@@ -96,7 +96,7 @@ class ClientCore {
   // Closes (if not yet closed), then frees scratch unless the NIC might still write it.
   ~ClientCore();
 
-  // Accepts ops while slots and scratch last; returns how many were taken
+  // Accepts ops while free ops and scratch last; returns how many were taken
   // (the rest stay with the caller). Posts the first round trip of each.
   size_t submit(const OpDesc* ops, size_t count);
   // Polls completions, advances state machines, posts the next round trips
@@ -199,7 +199,7 @@ class ClientCore {
   uint32_t op_timeout_ms_ = 5000;
 
   std::unique_ptr<Op[]> ops_;
-  std::vector<uint32_t> free_ops_;  // reserved for every slot
+  std::vector<uint32_t> free_ops_;  // reserved for every op
   size_t busy_ = 0;
   uint32_t backoffs_ = 0;  // ops in BACKOFF
   BufferPool buffers_;

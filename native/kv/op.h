@@ -1,9 +1,9 @@
-// One operation in the client core: a header every operation has (its slot,
-// phase, deadline, key, item buffer, granted block) and the state of its
-// type, so a GET carries no CAS fields. Internal to native/kv.
+// One operation in the client core: a header every operation has (which op
+// it is, its phase, deadline, key, item buffer, granted block) and the state
+// of its type, so a GET carries no CAS fields. Internal to native/kv.
 //
-// Ownership: the core owns every Op (one per in-flight slot, made once);
-// JS never sees them, only the OpDesc it submits and the OpResult it polls.
+// Ownership: the core owns every Op (64, made once); JS never sees them, only
+// the OpDesc it submits and the OpResult it polls.
 #pragma once
 
 #include <variant>
@@ -154,9 +154,9 @@ struct AtomicState {
 };
 
 struct ClientCore::Op {
-  // The slot: which one, whether taken, and the tag of its current phase.
+  // Which of the core's ops this is, whether in use, and the tag of its phase.
   uint32_t index = 0;
-  uint64_t area_base = 0;  // scratch offset of this slot's area
+  uint64_t area_base = 0;  // scratch offset of this op's area
   bool busy = false;
   Phase phase = Phase::IDLE;
   Phase resume = Phase::IDLE;  // what BACKOFF returns to

@@ -10,7 +10,7 @@
 // scratch.
 //
 // Ownership: the list's storage is reserved once for the most requests the
-// core can have unposted (every slot's largest phase), so adding never
+// core can have unposted (every op's largest phase), so adding never
 // allocates. The core owns the list; the requests own nothing.
 #pragma once
 
@@ -21,13 +21,13 @@
 
 namespace rkv::kv {
 
-// wr_id of the core's requests: [signaled:1 | op slot:8 | phase seq:8]. JS's
+// wr_id of the core's requests: [signaled:1 | op:8 | phase seq:8]. JS's
 // control requests carry kControlTag (client_core.h) instead.
 namespace wr_tag {
 constexpr uint64_t kSignaled = 1ull << 16;
-constexpr uint32_t kNoSlot = 0xff;  // the drain marker close() posts: no op's
-inline uint64_t make(uint32_t slot, uint8_t seq) { return static_cast<uint64_t>(slot) << 8 | seq; }
-inline uint32_t slot(uint64_t wr_id) { return static_cast<uint32_t>(wr_id >> 8) & 0xff; }
+constexpr uint32_t kNoOp = 0xff;  // the drain marker close() posts: no op's
+inline uint64_t make(uint32_t op, uint8_t seq) { return static_cast<uint64_t>(op) << 8 | seq; }
+inline uint32_t op(uint64_t wr_id) { return static_cast<uint32_t>(wr_id >> 8) & 0xff; }
 inline uint8_t seq(uint64_t wr_id) { return static_cast<uint8_t>(wr_id); }
 }  // namespace wr_tag
 

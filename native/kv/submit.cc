@@ -1,4 +1,4 @@
-// Submit's steps: JS's descriptors become ops. Each takes a free slot (and,
+// Submit's steps: JS's descriptors become ops. Each takes a free op (and,
 // for a PUT or CAS, an item buffer: without one the op stays with the
 // caller), gets its header and the state of its type, is refused at once if
 // its input is bad or the connection is gone, and posts its first round trip.
@@ -14,7 +14,7 @@ size_t ClientCore::submit(const OpDesc* descs, size_t count) {
   for (; taken < count; taken++) {
     const OpDesc& d = descs[taken];
     Op* op = claim(d);
-    if (op == nullptr) break;  // no slot, or no item buffer now: the caller keeps the rest
+    if (op == nullptr) break;  // no free op, or no item buffer now: the caller keeps the rest
     adopt(*op, d, now);
     if (const KvStatus refused = refusal(*op, d); refused != KvStatus::OK) {
       finish(*op, refused, refused == KvStatus::DISCONNECTED ? broken_detail_ : 0);
@@ -26,7 +26,7 @@ size_t ClientCore::submit(const OpDesc* descs, size_t count) {
   return taken;
 }
 
-// A free slot, with the item buffer a PUT or CAS builds its item in.
+// A free op, with the item buffer a PUT or CAS builds its item in.
 ClientCore::Op* ClientCore::claim(const OpDesc& d) {
   if (free_ops_.empty()) return nullptr;
   Op& op = ops_[free_ops_.back()];
