@@ -3,7 +3,13 @@
 // One crossing per batch each way: JS writes op descriptors (OpLayout words)
 // into opWords and keys/values into arena, then submit(n); poll() leaves
 // results (ResultLayout words) in resultWords, with GET values in scratch
-// (valid until the next poll or submit).
+// (valid until the next poll). close() ends the data path: every op in
+// flight fails with DISCONNECTED (poll() hands those results out) and it
+// returns once the NIC or provider can no longer write scratch.
+//
+// Ownership: the wrapper and every scratch view JS holds share the core, so
+// its scratch is freed only when the last of them goes; the wrapper closes
+// the core when it is collected, if JS did not.
 #include <cstring>
 
 #include "../kv/client_core.h"
@@ -37,6 +43,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
                        {InstanceMethod<&ClientCoreWrap::submit>("submit"),
                         InstanceMethod<&ClientCoreWrap::poll>("poll"),
                         InstanceMethod<&ClientCoreWrap::fail_all>("failAll"),
+                        InstanceMethod<&ClientCoreWrap::close>("close"),
                         InstanceAccessor<&ClientCoreWrap::inflight>("inflight"),
                         InstanceAccessor<&ClientCoreWrap::doorbells>("doorbells"),
                         InstanceAccessor<&ClientCoreWrap::op_words>("opWords"),
@@ -78,7 +85,9 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
     arena_ = std::make_shared<std::vector<uint8_t>>(arena_bytes_);
     descs_.resize(kMaxBatch);
     results_.resize(kMaxBatch);
-    scratch_holder_ = std::shared_ptr<ClientCore>(core_.get(), [](ClientCore*) {});
+  }
+  ~ClientCoreWrap() override {
+    if (core_) core_->close();
   }
 
  private:
@@ -109,7 +118,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
       d.value_len = static_cast<uint32_t>(vl);
       d.block = w[u32(OpLayout::BLOCK)];
       d.block_units = w[u32(OpLayout::BLOCK_UNITS)];
-      d.arg = static_cast<uint64_t>(w[u32(OpLayout::ARG_HI)]) << 32 | w[u32(OpLayout::ARG_LO)];
+      set_argument(d, static_cast<uint64_t>(w[u32(OpLayout::ARG_HI)]) << 32 | w[u32(OpLayout::ARG_LO)]);
     }
     return Napi::Number::New(env, static_cast<double>(core_->submit(descs_.data(), count)));
   }
@@ -131,9 +140,26 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
     return Napi::Number::New(info.Env(), static_cast<double>(n));
   }
 
+  // The OpLayout ARG words, as the named argument of the op's type.
+  static void set_argument(OpDesc& d, uint64_t arg) {
+    switch (d.type) {
+      case KvOp::CAS: d.expected_version = arg; break;
+      case KvOp::INCR: d.delta = arg; break;
+      case KvOp::LOCK: d.lock_timeout_ms = arg; break;
+      case KvOp::UNLOCK: d.token = static_cast<uint32_t>(arg); break;
+      default: d.expected_version = 0; break;
+    }
+  }
+
   Napi::Value fail_all(const Napi::CallbackInfo& info) {
     core_->fail_all(static_cast<KvStatus>(info[0].As<Napi::Number>().Uint32Value()), 0);
     return info.Env().Undefined();
+  }
+  // close([waitMs]) -> whether every request the core posted has completed or
+  // been flushed (false: its scratch stays mapped for good).
+  Napi::Value close(const Napi::CallbackInfo& info) {
+    const uint32_t wait = info[0].IsNumber() ? info[0].As<Napi::Number>().Uint32Value() : ClientCore::kCloseWaitMs;
+    return Napi::Boolean::New(info.Env(), core_->close(wait));
   }
   Napi::Value doorbells(const Napi::CallbackInfo& info) {
     return Napi::Number::New(info.Env(), static_cast<double>(core_->doorbells()));
@@ -154,14 +180,14 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
                                       [](Napi::Env, uint8_t*, std::shared_ptr<std::vector<uint8_t>>* p) { delete p; },
                                       new std::shared_ptr<std::vector<uint8_t>>(arena_));
   }
-  // The core's scratch memory; lives as long as this wrapper (JS keeps the
-  // wrapper referenced while it holds the view).
+  // The core's scratch memory: the view shares the core, so it never outlives it.
   Napi::Value scratch(const Napi::CallbackInfo& info) {
-    return Napi::Buffer<uint8_t>::New(info.Env(), core_->scratch(), core_->scratch_length());
+    return Napi::Buffer<uint8_t>::New(info.Env(), core_->scratch(), core_->scratch_length(),
+                                      [](Napi::Env, uint8_t*, std::shared_ptr<ClientCore>* p) { delete p; },
+                                      new std::shared_ptr<ClientCore>(core_));
   }
 
-  std::unique_ptr<ClientCore> core_;
-  std::shared_ptr<ClientCore> scratch_holder_;
+  std::shared_ptr<ClientCore> core_;
   std::shared_ptr<std::vector<uint32_t>> op_words_, result_words_;
   std::shared_ptr<std::vector<uint8_t>> arena_;
   size_t arena_bytes_ = 0;

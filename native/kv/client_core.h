@@ -1,13 +1,23 @@
-// The client's data path: GET, PUT and DELETE as state machines driven
-// entirely in native code. JS submits a batch of operations and, per poll,
-// receives one result per finished operation; every RDMA round trip in
-// between is posted and completed here, one doorbell per pass.
+// The client's data path: GET, PUT, DELETE, CAS, INCR, LOCK and UNLOCK as
+// state machines driven entirely in native code. JS submits a batch of
+// operations and, per poll, receives one result per finished operation;
+// every RDMA round trip in between is posted and completed here, one
+// doorbell per pass.
+//
+// The files: client_core.cc (the ops, poll, backoff, close), submit.cc (ops
+// in from JS), get.cc (GET's round trips, and the lookup atomics start with),
+// write.cc (PUT, DELETE, CAS and creation under the bucket locks),
+// atomics.{h,cc} (INCR, LOCK, UNLOCK on an item's word; the address cache),
+// buffer_pool.{h,cc} (item buffers), posting.{h,cc} (the send list), op.h
+// (per-operation state).
 //
 // Ownership: the core owns its scratch memory (bucket images, item buffers,
-// atomics results) and the op slots. A GET's value stays in scratch until the
-// next poll() or submit(), so JS must copy it out before calling either again.
-// The connection and its CQ are shared with JS, which posts control SENDs and
-// receives control messages on them (wr_id bit 63 marks control requests).
+// atomics results) and its ops (64, made once). A GET's value stays in scratch until the
+// next poll(), so JS must copy it out before calling poll() again. The
+// connection and its CQ are shared with JS, which posts control SENDs and
+// receives control messages on them (wr_id bit 52 marks control requests).
+// Scratch is freed only once the NIC or provider can no longer write it:
+// close() waits for that, and the destructor closes.
 #pragma once
 
 #include <chrono>
@@ -17,11 +27,12 @@
 #include <vector>
 
 #include "../transport/transport.h"
+#include "atomics.h"
+#include "buffer_pool.h"
 #include "layout.h"
+#include "posting.h"
 
 namespace rkv::kv {
-
-using Clock = std::chrono::steady_clock;
 
 // What the hello told the client about the server's region.
 struct RegionInfo {
@@ -40,6 +51,8 @@ struct RegionInfo {
   uint32_t grace_ms = 1000;
 };
 
+// One operation as JS submits it. Key and value point into the caller's
+// arena and are copied during submit().
 struct OpDesc {
   KvOp type;
   uint32_t id;
@@ -49,7 +62,13 @@ struct OpDesc {
   uint32_t value_len;
   uint32_t block;        // PUT, CAS, INCR, LOCK: granted heap block, in units from the heap's start
   uint32_t block_units;  // its size, in units
-  uint64_t arg;          // CAS: expected version (0: only if absent); INCR: delta; LOCK: timeout ms; UNLOCK: token
+  // The one argument of the op's type (OpLayout ARG_LO/ARG_HI in JS).
+  union {
+    uint64_t expected_version = 0;  // CAS: the version to replace (0: only if absent)
+    uint64_t delta;                 // INCR: added to the counter
+    uint64_t lock_timeout_ms;       // LOCK: how long to wait for the lock (0: the op timeout)
+    uint32_t token;                 // UNLOCK: the fencing token LOCK returned
+  };
 };
 
 struct OpResult {
@@ -68,89 +87,108 @@ constexpr uint32_t kControlResultId = 0xffffffffu;
 
 class ClientCore {
  public:
+  static constexpr uint32_t kCloseWaitMs = 2000;
+
   static std::unique_ptr<ClientCore> create(std::shared_ptr<transport::Provider> provider,
                                             std::shared_ptr<transport::Connection> connection,
                                             std::shared_ptr<transport::CompletionQueue> cq, const RegionInfo& region,
                                             size_t scratch_bytes, uint32_t op_timeout_ms, std::string* error);
+  // Closes (if not yet closed), then frees scratch unless the NIC might still write it.
   ~ClientCore();
 
-  // Accepts ops while slots and scratch last; returns how many were taken
+  // Accepts ops while free ops and scratch last; returns how many were taken
   // (the rest stay with the caller). Posts the first round trip of each.
   size_t submit(const OpDesc* ops, size_t count);
   // Polls completions, advances state machines, posts the next round trips
   // with one doorbell, and returns finished ops (and control completions).
   size_t poll(OpResult* out, size_t max);
-  // Finishes every op with `status` (close, or a broken connection).
+  // Finishes every op with `status` (a lost connection) and drops their
+  // requests not yet posted.
   void fail_all(KvStatus status, uint32_t detail);
+  // Fails every op in flight with DISCONNECTED and waits (up to wait_ms)
+  // until every request the core posted has completed or been flushed, so
+  // scratch can be freed. After half the wait it disconnects the connection,
+  // which flushes whatever a silent peer still holds. Later submits fail with
+  // DISCONNECTED; poll() still hands out the results. Idempotent. Returns
+  // whether the requests are all done.
+  bool close(uint32_t wait_ms = kCloseWaitMs);
 
   size_t inflight() const { return busy_; }
-  // post_send calls so far: one per batch phase, whatever the batch's size.
-  uint64_t doorbells() const { return doorbells_; }
+  uint64_t doorbells() const { return sends_.doorbells(); }
   uint8_t* scratch() const { return scratch_->data(); }
   size_t scratch_length() const { return scratch_->length(); }
 
  private:
-  enum class Phase : uint8_t {
-    IDLE, G_BUCKETS, G_CONFIRM, G_ITEM,  // GET
-    W_READ, W_LOCK, W_VERIFY, W_ALT, W_ALT_LOCK, W_CREDIT, W_COMMIT, W_RELEASE,  // PUT, DELETE, CAS, creation
-    A_ATOMIC,  // INCR, LOCK, UNLOCK: one atomic on the item's word
-    BACKOFF,
-  };
-  struct Candidate {
-    uint64_t slot;
-    uint8_t bucket;  // 0 = b1, 1 = b2
-    uint8_t index;   // slot index 0..6 within the bucket
-  };
   struct Op;
+  enum class Phase : uint8_t;
+  // A finished op's result, and the item buffer its value is in (a GET's), lent to JS.
+  struct Ready {
+    OpResult result;
+    BufferPool::Buffer lent;
+  };
+  // Our notification ring: records written, promised to ops in flight, and
+  // taken by the server (as last read).
+  struct RingCredits {
+    uint64_t written = 0;
+    uint64_t reserved = 0;
+    uint64_t consumed = 0;
+  };
 
   ClientCore() = default;
-  uint8_t* area(const Op& op, size_t offset) const;
-  uint64_t area_offset(const Op& op, size_t offset) const;
+  uint8_t* mem(uint64_t scratch_offset) const { return scratch_->data() + scratch_offset; }
   uint64_t bucket_addr(uint32_t bucket) const;
   uint64_t heap_addr(uint32_t units) const;
   bool slot_in_heap(uint64_t slot) const;  // its item lies inside the heap
+  uint64_t largest_item() const;           // the largest buffer an item can need
 
-  // Posting helpers: append to the pending list; flush() posts it once.
-  void add_read(Op& op, uint64_t local_offset, uint32_t length, uint64_t remote, bool fence = false);
-  void add_write(Op& op, uint64_t local_offset, uint32_t length, uint64_t remote);
-  void add_cas(Op& op, uint64_t result_offset, uint64_t remote, uint64_t expect, uint64_t swap);
-  void add_faa(Op& op, uint64_t result_offset, uint64_t remote, uint64_t add);
-  void add_write_imm(Op& op, uint64_t local_offset, uint32_t length, uint64_t remote, uint32_t imm);
-  void close_phase(Op& op, Phase next);  // signals the phase's last request
-  void flush();
+  // Submit's steps (submit.cc).
+  Op* claim(const OpDesc& d);
+  void adopt(Op& op, const OpDesc& d, Clock::time_point now);
+  KvStatus refusal(const Op& op, const OpDesc& d) const;
+  void start(Op& op, const OpDesc& d);
+  // Poll's steps.
+  void drain_completions(int budget);
+  void run_due_backoffs();
+  size_t hand_out(OpResult* out, size_t max);
+  void post_sends();
+  // Every op's end.
+  void phase_done(Op& op);
+  void retry_later(Op& op, Phase resume);
+  void resume(Op& op);
+  void finish(Op& op, KvStatus status, uint32_t detail = 0);
+  void release_op(Op& op);
+  uint64_t next_version();
+  bool take_item(Op& op, uint64_t bytes);
+  void free_item(Op& op);
 
-  // State machines.
-  void start(Op& op);
+  // GET (get.cc).
   void get_read_buckets(Op& op, Phase phase);
   void get_buckets_done(Op& op);
   void get_item_next(Op& op);
   void get_item_done(Op& op);
+  // PUT, DELETE, CAS, creation (write.cc).
   void write_read_buckets(Op& op);
+  void credit_done(Op& op);
   void write_lock(Op& op);
+  void add_candidate_read(Op& op, uint64_t slot);
   void write_locked(Op& op);
   void write_decide(Op& op);
+  void write_displace(Op& op);
   void write_alt_done(Op& op);
   void write_alt_locked(Op& op);
   void write_commit(Op& op);
-  void add_candidate_read(Op& op, uint64_t slot);
-  void write_displace(Op& op);
-  void credit_done(Op& op);
+  void add_releases(Op& op);
   void release_and_retry(Op& op);
+  void release_and_finish(Op& op, KvStatus status);
   void released(Op& op);
-  void finish(Op& op, KvStatus status, uint32_t detail = 0);
-  void release_op(Op& op);
-  void retry_later(Op& op);
-  void resume(Op& op);
-  void phase_done(Op& op);
+  // INCR, LOCK, UNLOCK (atomics.cc).
   void begin_create(Op& op);
   void atomic_step(Op& op);
   void atomic_done(Op& op);
+  void created(Op& op);
   bool cache_lookup(Op& op);
-  void cache_store(const Op& op);
+  void cache_store(Op& op);
   void cache_forget(const Op& op);
-  uint64_t next_version();
-  bool alloc_item(Op& op, uint64_t bytes);
-  void free_item(Op& op);
 
   std::shared_ptr<transport::Provider> provider_;  // destroyed last
   std::shared_ptr<transport::Connection> connection_;
@@ -159,42 +197,24 @@ class ClientCore {
   std::unique_ptr<transport::MemoryRegion> mr_;
   RegionInfo region_;
   uint32_t op_timeout_ms_ = 5000;
-  uint32_t max_inline_ = 0;
 
-  std::vector<Op> ops_;
-  std::vector<uint32_t> free_ops_;
+  std::unique_ptr<Op[]> ops_;
+  std::vector<uint32_t> free_ops_;  // reserved for every op
   size_t busy_ = 0;
-  uint64_t doorbells_ = 0;
-  size_t item_base_ = 0;  // scratch offset where item buffers start
-  // Item buffers by size class: free lists and a bump pointer.
-  std::vector<std::vector<uint64_t>> free_items_;
-  uint64_t item_bump_ = 0;
-  std::vector<std::pair<uint32_t, uint64_t>> deferred_frees_;  // (class, offset) of returned GET values
-
-  std::vector<transport::WorkRequest> pending_;
+  uint32_t backoffs_ = 0;  // ops in BACKOFF
+  BufferPool buffers_;
+  SendList sends_;
   std::vector<transport::Completion> completions_;
-  std::vector<OpResult> ready_;  // finished, waiting for poll() to hand them out
-  std::vector<uint32_t> backoff_;
+  std::vector<Ready> ready_;                  // finished, waiting for poll() to hand them out
+  std::vector<BufferPool::Buffer> lent_;      // values handed out by the last poll()
   uint64_t version_seq_ = 0;
-  uint64_t notify_seq_ = 0;       // records written to our ring
-  uint64_t reserved_credits_ = 0; // ring records promised to ops in flight
-  uint64_t server_consumed_ = 0;  // records the server has taken (last seen)
+  RingCredits ring_;
   bool broken_ = false;
+  bool closed_ = false;
+  bool quiescent_ = true;  // after close(): every posted request completed or flushed
   uint32_t broken_detail_ = 0;
   std::minstd_rand rng_;
-
-  // Addresses of counter and lock items, so INCR and LOCK take one atomic.
-  // Trusted for half the grace period only: a block is not reused within the
-  // grace period of its retirement. Short keys only; direct-mapped.
-  struct CacheEntry {
-    uint64_t addr = 0;
-    uint64_t word = 0;  // last lock word seen (LOCK's first guess)
-    Clock::time_point at;
-    uint16_t key_len = 0;
-    ItemType type = ItemType::BYTES;  // a counter's address serves INCR only, a lock's LOCK and UNLOCK only
-    uint8_t key[64];
-  };
-  std::vector<CacheEntry> cache_ = std::vector<CacheEntry>(1024);
+  AddressCache cache_;
 };
 
 }  // namespace rkv::kv

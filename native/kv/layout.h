@@ -15,7 +15,6 @@ constexpr uint32_t kBucketBytes = u32(KvLayout::BUCKET_BYTES);
 constexpr uint32_t kSlots = u32(KvLayout::SLOTS_PER_BUCKET);
 constexpr uint32_t kHeader = u32(KvLayout::ITEM_HEADER_BYTES);
 constexpr uint32_t kMaxKey = u32(KvLayout::MAX_KEY_BYTES);
-constexpr uint32_t kMinClassShift = u32(KvLayout::MIN_CLASS_SHIFT);
 
 // splitmix64's finalizer: a full-avalanche 64-bit mix.
 inline uint64_t mix64(uint64_t x) {
@@ -97,14 +96,6 @@ constexpr uint64_t kCounterSeal = u32(KvLayout::COUNTER_SEAL);
 inline bool counter_sealed(uint64_t word) { return (word & kCounterSeal) != 0; }
 constexpr uint64_t kLockSeal = u32(KvLayout::LOCK_SEAL);
 inline bool lock_sealed(uint64_t word) { return (word & kLockSeal) != 0; }
-
-// Size classes: class c holds blocks of 64 << c bytes.
-inline uint32_t class_for(uint64_t bytes) {
-  uint32_t c = 0;
-  while ((static_cast<uint64_t>(kUnit) << c) < bytes) c++;
-  return c;
-}
-inline uint64_t class_bytes(uint32_t c) { return static_cast<uint64_t>(kUnit) << c; }
 
 inline uint64_t item_bytes(uint32_t key_len, uint32_t value_len) {
   return kHeader + static_cast<uint64_t>(key_len) + value_len;

@@ -1,0 +1,147 @@
+// INCR, LOCK and UNLOCK: one RDMA atomic on an item's word (docs/protocol.md,
+// "INCR"), found through the address cache or a lookup (get.cc), or created
+// like a PUT (write.cc) with its first result already in the word. A DELETE
+// seals the word first, so an atomic that lands on a deleted item sees the
+// seal in its own result and starts over.
+#include "atomics.h"
+
+#include "client_core.h"
+#include "op.h"
+
+namespace rkv::kv {
+
+// A missing counter or lock is created like a PUT, its word already holding
+// the first result: the delta, or token 1 held by us.
+void ClientCore::begin_create(Op& op) {
+  const uint64_t bytes = item_bytes(op.key_len, 0);
+  if (item_units(bytes) > op.block.units) return finish(op, KvStatus::PROTOCOL);
+  // The buffer of the lookup's last candidate (another key's item) may be too small for ours.
+  if (op.item.held && BufferPool::order_bytes(op.item.order) < bytes) free_item(op);
+  if (!op.item.held && !take_item(op, bytes)) return retry_later(op, Phase::G_BUCKETS);
+  op.version = next_version();
+  if (op.version == 0) return finish(op, KvStatus::DISCONNECTED);
+  AtomicState& a = op.atomic();
+  uint8_t* item = mem(op.item.offset);
+  build_item(item, type_for(op.type), op.key, op.key_len, nullptr, 0, op.version);
+  store_le<uint64_t>(item + kAtomicWord, op.type == KvOp::INCR ? counter_word(a.delta) : lock_word(1, region_.client_id));
+  op.start_write().item_units = item_units(bytes);
+  write_read_buckets(op);
+}
+
+// Created: the counter holds the delta, the lock token 1, held by us.
+void ClientCore::created(Op& op) {
+  AtomicState& a = op.atomic();
+  a.addr = heap_addr(op.block.offset) + kAtomicWord;
+  a.result = op.type == KvOp::INCR ? counter_value(counter_word(a.delta)) : 1;
+  cache_store(op);
+  finish(op, KvStatus::OK);
+}
+
+void ClientCore::atomic_step(Op& op) {
+  AtomicState& a = op.atomic();
+  op.begin(Phase::A_ATOMIC);
+  const uint64_t result = op.area(area::ATOM);
+  switch (op.type) {
+    case KvOp::INCR:
+      sends_.faa(op.tag(), result, a.addr, counter_word(a.delta));
+      break;
+    case KvOp::LOCK: {
+      // Free (token t, owner 0) -> (t + 1, me): the fencing token grows with every acquisition.
+      const uint32_t token = static_cast<uint32_t>(a.expect >> kLockVersionShift);
+      sends_.cas(op.tag(), result, a.addr, a.expect, lock_word(token + 1, region_.client_id));
+      break;
+    }
+    default:  // UNLOCK: (t, me) -> (t, 0)
+      a.expect = lock_word(a.token, region_.client_id);
+      sends_.cas(op.tag(), result, a.addr, a.expect, lock_word(a.token, 0));
+      break;
+  }
+  sends_.signal_last();
+}
+
+void ClientCore::atomic_done(Op& op) {
+  AtomicState& a = op.atomic();
+  const uint64_t original = load_le<uint64_t>(mem(op.area(area::ATOM)));
+  if (op.type == KvOp::INCR ? counter_sealed(original) : lock_sealed(original)) {
+    // A deleted item (reached through a cached address, or read just before its
+    // DELETE): the atomic had no effect anyone can observe. Find the key again.
+    cache_forget(op);
+    if (op.type == KvOp::UNLOCK) return finish(op, KvStatus::VERSION_MISMATCH);  // the lock is gone
+    return retry_later(op, Phase::G_BUCKETS);
+  }
+  if (op.type == KvOp::INCR) {
+    a.result = counter_value(original + counter_word(a.delta));
+    return finish(op, KvStatus::OK);
+  }
+  if (op.type == KvOp::UNLOCK) return finish(op, original == a.expect ? KvStatus::OK : KvStatus::VERSION_MISMATCH);
+  if (original == a.expect) {
+    a.result = (a.expect >> kLockVersionShift) + 1;
+    cache_store(op);
+    return finish(op, KvStatus::OK);
+  }
+  if (lock_owner(original) == 0) {
+    a.expect = original;  // free, our guess of the token was stale: try again now
+    if (++op.retries < 8) return atomic_step(op);
+  } else {
+    a.expect = as_free(original);  // free as its holder will leave it
+  }
+  retry_later(op, Phase::A_ATOMIC);
+}
+
+// ---- the address cache --------------------------------------------------------------
+
+bool ClientCore::cache_lookup(Op& op) {
+  AddressCache::Hit hit;
+  const auto ttl = std::chrono::milliseconds(region_.grace_ms / 2);
+  if (!cache_.lookup(op.key, op.key_len, type_for(op.type), Clock::now(), ttl, &hit)) return false;
+  AtomicState& a = op.atomic();
+  a.addr = hit.addr;
+  a.expect = lock_word(static_cast<uint32_t>(hit.word >> kLockVersionShift), 0);
+  return true;
+}
+
+void ClientCore::cache_store(Op& op) {
+  const AtomicState& a = op.atomic();
+  if (a.addr == 0) return;
+  // LOCK's next first guess: the token as we leave it (or as we found it).
+  const uint64_t word = op.type == KvOp::LOCK
+                            ? lock_word(static_cast<uint32_t>(a.result ? a.result : a.expect >> kLockVersionShift), 0)
+                            : 0;
+  cache_.store(op.key, op.key_len, type_for(op.type), a.addr, word, Clock::now());
+}
+
+void ClientCore::cache_forget(const Op& op) { cache_.forget(op.key, op.key_len); }
+
+size_t AddressCache::position(const uint8_t* key, uint32_t key_len) const {
+  return hash_bytes(key, key_len, 1) % entries_.size();
+}
+
+bool AddressCache::lookup(const uint8_t* key, uint32_t key_len, ItemType type, Clock::time_point now,
+                          std::chrono::milliseconds ttl, Hit* hit) const {
+  if (key_len > kMaxKey) return false;
+  const Entry& e = entries_[position(key, key_len)];
+  if (e.addr == 0 || e.type != type || e.key_len != key_len || std::memcmp(e.key, key, key_len) != 0) return false;
+  if (now - e.at >= ttl) return false;
+  *hit = {e.addr, e.word};
+  return true;
+}
+
+void AddressCache::store(const uint8_t* key, uint32_t key_len, ItemType type, uint64_t addr, uint64_t word,
+                         Clock::time_point now) {
+  if (key_len > kMaxKey) return;
+  Entry& e = entries_[position(key, key_len)];
+  e.addr = addr;
+  e.word = word;
+  e.at = now;
+  e.type = type;
+  e.key_len = static_cast<uint16_t>(key_len);
+  std::memcpy(e.key, key, key_len);
+}
+
+void AddressCache::forget(const uint8_t* key, uint32_t key_len) {
+  if (key_len > kMaxKey) return;
+  Entry& e = entries_[position(key, key_len)];
+  if (e.key_len == key_len && std::memcmp(e.key, key, key_len) == 0) e.addr = 0;
+}
+
+}  // namespace rkv::kv

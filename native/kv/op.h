@@ -1,0 +1,203 @@
+// One operation in the client core: a header every operation has (which op
+// it is, its phase, deadline, key, item buffer, granted block) and the state
+// of its type, so a GET carries no CAS fields. Internal to native/kv.
+//
+// Ownership: the core owns every Op (64, made once); JS never sees them, only
+// the OpDesc it submits and the OpResult it polls.
+#pragma once
+
+#include <variant>
+
+#include "buffer_pool.h"
+#include "client_core.h"
+
+namespace rkv::kv {
+
+// Each op owns a fixed area of scratch for bucket images, atomics results and
+// small records; item buffers come from the buffer pool after the areas.
+namespace area {
+constexpr size_t kBytes = 8192;
+constexpr size_t B1 = 0, B2 = 64;            // bucket images read before locking
+constexpr size_t F1 = 128, F2 = 192;         // images read under the locks (fenced)
+constexpr size_t FALT = 256;                 // the displacement bucket, under its lock
+constexpr size_t CAS = 320;                  // CAS results: b1, b2, alt
+constexpr size_t FAA = 344;                  // FAA results: b1, b2, alt
+constexpr size_t RECORD = 368;               // notification record (32 B)
+constexpr size_t SLOT_NEW = 400, SLOT_MOVE = 408, CREDIT = 416, ATOM = 424;
+constexpr size_t ALT = 512;                  // up to 14 candidate displacement buckets
+constexpr size_t CAND = 1536;                // candidate headers: 32 + key bytes each
+constexpr size_t kCandStride = kHeader + kMaxKey;  // 1056
+static_assert(ALT + 2 * kSlots * kBucketBytes <= CAND);
+static_assert(CAND + u32(KvLayout::MAX_CANDIDATES) * kCandStride <= kBytes);
+}  // namespace area
+
+constexpr uint32_t kMaxCandidates = u32(KvLayout::MAX_CANDIDATES);
+constexpr uint32_t kAtomicWord = u32(ItemHeader::ATOMIC_WORD);
+
+// Reading bucket images: [lock word | 7 slots].
+inline uint64_t lock_of(const uint8_t* bucket) { return load_le<uint64_t>(bucket); }
+inline uint64_t slot_at(const uint8_t* bucket, uint32_t i) { return load_le<uint64_t>(bucket + 8 + 8 * i); }
+inline uint32_t occupancy(const uint8_t* bucket) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < kSlots; i++) n += slot_at(bucket, i) != 0;
+  return n;
+}
+inline int empty_index(const uint8_t* bucket) {
+  for (uint32_t i = 0; i < kSlots; i++) {
+    if (slot_at(bucket, i) == 0) return static_cast<int>(i);
+  }
+  return -1;
+}
+// A lock word as its holder will leave it: the CAS a LOCK or a write expects.
+inline uint64_t as_free(uint64_t word) {
+  return lock_owner(word) == 0 ? word : lock_word(static_cast<uint32_t>(word >> kLockVersionShift), 0);
+}
+
+// The item type an op works on (DELETE takes any).
+inline ItemType type_for(KvOp op) {
+  switch (op) {
+    case KvOp::INCR: return ItemType::COUNTER;
+    case KvOp::LOCK:
+    case KvOp::UNLOCK: return ItemType::LOCK;
+    default: return ItemType::BYTES;
+  }
+}
+
+// Where an op is. G_*: finding the key's item (GET, and the first step of
+// INCR, LOCK, UNLOCK); W_*: changing a slot under the bucket locks (PUT,
+// DELETE, CAS, creating a counter or lock); A_ATOMIC: one atomic on an item's
+// word; BACKOFF: waiting to retry (resume says where).
+enum class ClientCore::Phase : uint8_t {
+  IDLE, G_BUCKETS, G_CONFIRM, G_ITEM,
+  W_CREDIT, W_READ, W_LOCK, W_VERIFY, W_ALT, W_ALT_LOCK, W_COMMIT, W_RELEASE,
+  A_ATOMIC,
+  BACKOFF,
+};
+
+// A slot seen in a bucket image, and where: bucket 0 = b1, 1 = b2; index 0..6.
+struct SlotRef {
+  uint64_t slot = 0;
+  uint8_t bucket = 0;
+  uint8_t index = 0;
+};
+
+// The heap block the server granted for the new item (PUT, CAS, INCR, LOCK).
+struct GrantedBlock {
+  uint32_t offset = 0;  // in units from the heap's start
+  uint32_t units = 0;
+  bool held = false;       // the op came with one
+  bool published = false;  // a slot will name it once the commit lands
+};
+
+// Finding a key's item: GET, and the first step of INCR, LOCK and UNLOCK.
+struct LookupState {
+  Clock::time_point started;  // the first bucket read: an item read after grace/2 may be reused memory
+  SlotRef candidates[2 * kSlots];  // same-fingerprint slots of the bucket images
+  uint32_t ncandidates = 0, next = 0;
+  uint64_t ruled_out[2 * kSlots];  // same fingerprint, another key
+  uint32_t nruled_out = 0;
+  uint64_t seen_locks[2] = {0, 0};  // a miss is final when a second read agrees, unlocked
+  bool confirming = false;
+};
+
+// A bucket lock a write takes: CAS (version, 0) -> (version, us).
+struct BucketLock {
+  uint32_t bucket = 0;
+  uint64_t expect = 0;  // the free lock word the CAS expects
+  bool held = false;
+};
+
+// Changing a key's slot under both bucket locks: PUT, DELETE, CAS, and
+// creating a counter or lock (docs/protocol.md, "PUT").
+struct WriteState {
+  BucketLock locks[3];          // b1, b2, and the displacement target
+  uint64_t expected_version = 0;  // CAS: the version to replace (0: only if absent)
+  uint32_t item_units = 0;      // the new item's length (PUT, CAS, creation)
+  bool item_written = false;    // the new item is in its block (once, in the first W_READ)
+  // Same-fingerprint items whose header and key were read (area::CAND).
+  uint64_t candidates[kMaxCandidates];
+  uint32_t ncandidates = 0;
+  bool damaged_slot = false;  // a same-fingerprint slot pointing outside the heap
+  // The slot to change, and what it held.
+  int target_bucket = -1, target_index = -1;
+  uint64_t old_slot = 0;
+  uint64_t seal_add = 0;  // DELETE of a counter or lock item: its seal (layout.h)
+  // Displacement: a resident entry moved to its other bucket.
+  bool moving = false;
+  SlotRef move;
+  int alt_index = -1;
+  uint32_t alt_buckets[2 * kSlots];
+  uint32_t nalt = 0;
+  // After W_RELEASE: finish with this instead of retrying (OK: retry).
+  KvStatus final_status = KvStatus::OK;
+  bool then_atomic = false;  // creation found the key already there: do the atomic on it
+
+  // The key's two buckets are the first two to lock.
+  WriteState& aim(const KeyHash& kh) {
+    locks[0].bucket = kh.b1;
+    locks[1].bucket = kh.b2;
+    return *this;
+  }
+};
+
+// INCR, LOCK, UNLOCK: the item's atomic word, kept across the steps (find
+// the item, or create it) that reach it.
+struct AtomicState {
+  union {
+    uint64_t delta = 0;  // INCR
+    uint32_t token;      // UNLOCK: the fencing token LOCK returned
+  };
+  uint64_t addr = 0;    // the word's address in the server's region (0: not known)
+  uint64_t expect = 0;  // LOCK, UNLOCK: the word the CAS expects
+  uint64_t result = 0;  // INCR: the new value; LOCK: the token
+  std::variant<LookupState, WriteState> step;
+};
+
+struct ClientCore::Op {
+  // Which of the core's ops this is, whether in use, and the tag of its phase.
+  uint32_t index = 0;
+  uint64_t area_base = 0;  // scratch offset of this op's area
+  bool busy = false;
+  Phase phase = Phase::IDLE;
+  Phase resume = Phase::IDLE;  // what BACKOFF returns to
+  uint8_t seq = 0;             // tags completions of the current phase
+  // The operation.
+  KvOp type = KvOp::GET;
+  uint32_t id = 0;
+  Clock::time_point deadline, backoff_until;
+  uint32_t retries = 0;
+  uint8_t key[kMaxKey];
+  uint32_t key_len = 0;
+  KeyHash kh;
+  BufferPool::Buffer item;  // the item read (GET) or built (PUT, CAS, creation)
+  uint64_t version = 0;     // the item's version: read (GET) or written
+  GrantedBlock block;
+  bool ring_credit = false;  // a record of our notification ring is promised to this op (writes)
+  std::variant<LookupState, WriteState, AtomicState> state;
+
+  uint64_t area(size_t offset) const { return area_base + offset; }
+  uint64_t tag() const { return wr_tag::make(index, seq); }
+  void begin(Phase p) {
+    phase = p;
+    seq++;
+  }
+  bool is_atomic() const { return std::holds_alternative<AtomicState>(state); }
+  AtomicState& atomic() { return std::get<AtomicState>(state); }
+  // The state of the step the op is in (an atomic op's own step).
+  LookupState& lookup() { return is_atomic() ? std::get<LookupState>(atomic().step) : std::get<LookupState>(state); }
+  WriteState& write() { return is_atomic() ? std::get<WriteState>(atomic().step) : std::get<WriteState>(state); }
+  // A fresh lookup (a GET or an atomic op starting over) or write (an atomic
+  // op creating its item); PUT, DELETE and CAS start theirs in submit.
+  void start_lookup() {
+    if (is_atomic()) {
+      atomic().step.emplace<LookupState>();
+    } else {
+      state.emplace<LookupState>();
+    }
+  }
+  WriteState& start_write() {
+    return (is_atomic() ? atomic().step.emplace<WriteState>() : state.emplace<WriteState>()).aim(kh);
+  }
+};
+
+}  // namespace rkv::kv

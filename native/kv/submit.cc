@@ -1,0 +1,124 @@
+// Submit's steps: JS's descriptors become ops. Each takes a free op (and,
+// for a PUT or CAS, an item buffer: without one the op stays with the
+// caller), gets its header and the state of its type, is refused at once if
+// its input is bad or the connection is gone, and posts its first round trip.
+// All of a batch's first round trips go out with one doorbell.
+#include "client_core.h"
+#include "op.h"
+
+namespace rkv::kv {
+
+size_t ClientCore::submit(const OpDesc* descs, size_t count) {
+  const auto now = Clock::now();
+  size_t taken = 0;
+  for (; taken < count; taken++) {
+    const OpDesc& d = descs[taken];
+    Op* op = claim(d);
+    if (op == nullptr) break;  // no free op, or no item buffer now: the caller keeps the rest
+    adopt(*op, d, now);
+    if (const KvStatus refused = refusal(*op, d); refused != KvStatus::OK) {
+      finish(*op, refused, refused == KvStatus::DISCONNECTED ? broken_detail_ : 0);
+      continue;
+    }
+    start(*op, d);
+  }
+  post_sends();
+  return taken;
+}
+
+// A free op, with the item buffer a PUT or CAS builds its item in.
+ClientCore::Op* ClientCore::claim(const OpDesc& d) {
+  if (free_ops_.empty()) return nullptr;
+  Op& op = ops_[free_ops_.back()];
+  const bool builds_item = (d.type == KvOp::PUT || d.type == KvOp::CAS) && d.key_len <= kMaxKey &&
+                           d.value_len <= region_.max_value;
+  if (builds_item && !take_item(op, item_bytes(d.key_len, d.value_len))) return nullptr;
+  free_ops_.pop_back();
+  busy_++;
+  op.busy = true;
+  return &op;
+}
+
+// The op's header and the state of its type, from the descriptor.
+void ClientCore::adopt(Op& op, const OpDesc& d, Clock::time_point now) {
+  op.type = d.type;
+  op.id = d.id;
+  op.retries = 0;
+  op.deadline = now + std::chrono::milliseconds(op_timeout_ms_);
+  if (d.type == KvOp::LOCK && d.lock_timeout_ms > 0) op.deadline = now + std::chrono::milliseconds(d.lock_timeout_ms);
+  const bool granted = d.type == KvOp::PUT || d.type == KvOp::CAS || d.type == KvOp::INCR || d.type == KvOp::LOCK;
+  op.block = {d.block, d.block_units, granted, false};
+  op.key_len = d.key_len;
+  if (d.key_len <= kMaxKey) {
+    std::memcpy(op.key, d.key, d.key_len);
+    op.kh = hash_key(op.key, op.key_len, region_.seed, region_.bucket_count);
+  }
+  switch (d.type) {
+    case KvOp::PUT:
+    case KvOp::DELETE:
+      op.state.emplace<WriteState>().aim(op.kh);
+      break;
+    case KvOp::CAS:
+      op.state.emplace<WriteState>().aim(op.kh).expected_version = d.expected_version;
+      break;
+    case KvOp::INCR:
+      op.state.emplace<AtomicState>().delta = d.delta;
+      break;
+    case KvOp::LOCK:
+      op.state.emplace<AtomicState>();
+      break;
+    case KvOp::UNLOCK:
+      op.state.emplace<AtomicState>().token = d.token;
+      break;
+    default:  // GET, and what refusal() turns away
+      op.state.emplace<LookupState>();
+      break;
+  }
+}
+
+// Why the op cannot start (OK: it can).
+KvStatus ClientCore::refusal(const Op& op, const OpDesc& d) const {
+  if (d.key_len > kMaxKey) return KvStatus::KEY_TOO_LARGE;
+  if (d.value_len > region_.max_value) return KvStatus::VALUE_TOO_LARGE;
+  if (broken_) return KvStatus::DISCONNECTED;
+  if (op.block.held && (static_cast<uint64_t>(d.block) + d.block_units) * kUnit > region_.heap_bytes) {
+    return KvStatus::PROTOCOL;  // a block outside the heap
+  }
+  switch (d.type) {
+    case KvOp::GET:
+    case KvOp::DELETE:
+    case KvOp::INCR:
+    case KvOp::LOCK:
+    case KvOp::UNLOCK:
+      return KvStatus::OK;
+    case KvOp::PUT:
+    case KvOp::CAS:  // the caller's block must hold the item
+      return item_units(item_bytes(d.key_len, d.value_len)) > d.block_units ? KvStatus::PROTOCOL : KvStatus::OK;
+    default:
+      return KvStatus::PROTOCOL;  // not an operation
+  }
+}
+
+// The first round trip: both buckets (GET, and atomics the address cache
+// does not know), the atomic itself, or a write's first read.
+void ClientCore::start(Op& op, const OpDesc& d) {
+  switch (d.type) {
+    case KvOp::GET:
+      return get_read_buckets(op, Phase::G_BUCKETS);
+    case KvOp::INCR:
+    case KvOp::LOCK:
+    case KvOp::UNLOCK:
+      return cache_lookup(op) ? atomic_step(op) : get_read_buckets(op, Phase::G_BUCKETS);
+    case KvOp::DELETE:
+      return write_read_buckets(op);
+    default: {  // PUT, CAS: the new item, built in its buffer now
+      op.write().item_units = item_units(item_bytes(d.key_len, d.value_len));
+      op.version = next_version();
+      if (op.version == 0) return finish(op, KvStatus::DISCONNECTED);
+      build_item(mem(op.item.offset), ItemType::BYTES, op.key, op.key_len, d.value, d.value_len, op.version);
+      return write_read_buckets(op);
+    }
+  }
+}
+
+}  // namespace rkv::kv

@@ -1,0 +1,311 @@
+// PUT, DELETE and CAS, and the creation of a counter or lock: a key's slot
+// changes only under both of its buckets' locks (docs/protocol.md, "PUT").
+//
+//   W_CREDIT    our notification ring looks full: read how far the server got
+//   W_READ      the new item into its granted block (once), both buckets
+//   W_LOCK      CAS both bucket locks (lower bucket first), reread both behind
+//               a fence, read the header and key of same-fingerprint items
+//   W_VERIFY    items whose slots appeared between the reads
+//   W_ALT(_LOCK) both buckets full: lock the emptiest bucket an entry can move to
+//   W_COMMIT    the slot(s), the lock releases, the notification record
+//   W_RELEASE   give the locks back, then retry or finish
+#include <algorithm>
+
+#include "client_core.h"
+#include "op.h"
+
+namespace rkv::kv {
+
+namespace {
+constexpr uint32_t kRingRecords = u32(KvLayout::RING_RECORDS);
+}  // namespace
+
+// RTT1: the new item into its granted block (PUT, once), and both buckets.
+void ClientCore::write_read_buckets(Op& op) {
+  WriteState& w = op.write();
+  if (!op.ring_credit) {
+    if (ring_.written + ring_.reserved >= ring_.consumed + kRingRecords) {
+      // Our ring is full as far as we know: read how far the server got.
+      op.begin(Phase::W_CREDIT);
+      sends_.read(op.tag(), op.area(area::CREDIT), 8, region_.addr + region_.ring_offset);
+      return sends_.signal_last();
+    }
+    op.ring_credit = true;
+    ring_.reserved++;
+  }
+  op.begin(Phase::W_READ);
+  if (op.item.held && !w.item_written) {
+    const uint8_t* item = mem(op.item.offset);
+    const uint32_t bytes = static_cast<uint32_t>(item_bytes(load_le<uint16_t>(item + u32(ItemHeader::KEY_LEN)),
+                                                            load_le<uint32_t>(item + u32(ItemHeader::VALUE_LEN))));
+    sends_.write(op.tag(), op.item.offset, bytes, heap_addr(op.block.offset));
+    w.item_written = true;
+  }
+  sends_.read(op.tag(), op.area(area::B1), kBucketBytes, bucket_addr(w.locks[0].bucket));
+  sends_.read(op.tag(), op.area(area::B2), kBucketBytes, bucket_addr(w.locks[1].bucket));
+  sends_.signal_last();
+}
+
+void ClientCore::credit_done(Op& op) {
+  ring_.consumed = std::max(ring_.consumed, load_le<uint64_t>(mem(op.area(area::CREDIT))));
+  if (ring_.written + ring_.reserved >= ring_.consumed + kRingRecords) return retry_later(op, Phase::W_READ);
+  write_read_buckets(op);
+}
+
+// RTT2: lock both buckets (lower index first), then read them again behind a
+// fence, plus the header and key of every item whose fingerprint matches.
+void ClientCore::write_lock(Op& op) {
+  WriteState& w = op.write();
+  const uint8_t* images[2] = {mem(op.area(area::B1)), mem(op.area(area::B2))};
+  const uint64_t w1 = lock_of(images[0]), w2 = lock_of(images[1]);
+  if (lock_owner(w1) != 0 || lock_owner(w2) != 0) return retry_later(op, Phase::W_READ);
+  w.locks[0].expect = w1;
+  w.locks[1].expect = w2;
+  op.begin(Phase::W_LOCK);
+  const int first = w.locks[0].bucket < w.locks[1].bucket ? 0 : 1;
+  for (int k : {first, 1 - first}) {
+    const BucketLock& lock = w.locks[k];
+    sends_.cas(op.tag(), op.area(area::CAS + 8 * k), bucket_addr(lock.bucket), lock.expect,
+               lock_word(static_cast<uint32_t>(lock.expect >> kLockVersionShift), region_.client_id));
+  }
+  sends_.read(op.tag(), op.area(area::F1), kBucketBytes, bucket_addr(w.locks[0].bucket), true);
+  sends_.read(op.tag(), op.area(area::F2), kBucketBytes, bucket_addr(w.locks[1].bucket), true);
+  w.ncandidates = 0;
+  w.damaged_slot = false;
+  for (const uint8_t* image : images) {
+    for (uint32_t i = 0; i < kSlots; i++) add_candidate_read(op, slot_at(image, i));
+  }
+  sends_.signal_last();
+}
+
+// Reads the header and key of a same-fingerprint item, to tell whether it is
+// our key. Items shorter than our header + key cannot be.
+void ClientCore::add_candidate_read(Op& op, uint64_t slot) {
+  WriteState& w = op.write();
+  if (slot == 0 || slot_fp(slot) != op.kh.fp || w.ncandidates >= kMaxCandidates) return;
+  if (std::find(w.candidates, w.candidates + w.ncandidates, slot) != w.candidates + w.ncandidates) return;
+  const uint32_t want = kHeader + op.key_len;
+  if (static_cast<uint64_t>(slot_units(slot)) * kUnit < want) return;
+  if (!slot_in_heap(slot)) {
+    w.damaged_slot = true;  // maybe our key's: the write fails with KV_CORRUPT (write_decide)
+    return;
+  }
+  sends_.read(op.tag(), op.area(area::CAND + w.ncandidates * area::kCandStride), want, heap_addr(slot_offset(slot)));
+  w.candidates[w.ncandidates++] = slot;
+}
+
+void ClientCore::write_locked(Op& op) {
+  WriteState& w = op.write();
+  w.locks[0].held = load_le<uint64_t>(mem(op.area(area::CAS))) == w.locks[0].expect;
+  w.locks[1].held = load_le<uint64_t>(mem(op.area(area::CAS + 8))) == w.locks[1].expect;
+  if (!w.locks[0].held || !w.locks[1].held) return release_and_retry(op);
+  // Under the locks, the fenced images are the truth. Any same-fingerprint
+  // slot whose item we have not read yet is read now (rare: it appeared
+  // between the first read and the lock).
+  const size_t before = sends_.size();
+  op.begin(Phase::W_VERIFY);
+  for (const uint8_t* image : {mem(op.area(area::F1)), mem(op.area(area::F2))}) {
+    for (uint32_t i = 0; i < kSlots; i++) add_candidate_read(op, slot_at(image, i));
+  }
+  if (sends_.size() > before) return sends_.signal_last();
+  write_decide(op);
+}
+
+// Under both locks: which slot changes, or why the write ends here.
+void ClientCore::write_decide(Op& op) {
+  WriteState& w = op.write();
+  const uint8_t* images[2] = {mem(op.area(area::F1)), mem(op.area(area::F2))};
+  w.target_bucket = w.target_index = -1;
+  w.old_slot = 0;
+  w.seal_add = 0;
+  if (w.damaged_slot) return release_and_finish(op, KvStatus::CORRUPT);
+  for (uint32_t b = 0; b < 2 && w.target_bucket < 0; b++) {
+    for (uint32_t i = 0; i < kSlots; i++) {
+      const uint64_t slot = slot_at(images[b], i);
+      if (slot == 0 || slot_fp(slot) != op.kh.fp) continue;
+      const uint64_t* found = std::find(w.candidates, w.candidates + w.ncandidates, slot);
+      if (found == w.candidates + w.ncandidates) continue;  // too short to be ours
+      const uint8_t* header = mem(op.area(area::CAND + static_cast<size_t>(found - w.candidates) * area::kCandStride));
+      if (load_le<uint16_t>(header + u32(ItemHeader::KEY_LEN)) != op.key_len ||
+          std::memcmp(header + kHeader, op.key, op.key_len) != 0) {
+        continue;
+      }
+      const uint16_t type = load_le<uint16_t>(header + u32(ItemHeader::TYPE));
+      if (op.type != KvOp::DELETE && type != u32(type_for(op.type))) {
+        return release_and_finish(op, KvStatus::TYPE_MISMATCH);
+      }
+      if (op.is_atomic()) {
+        // Created by someone else meanwhile: use theirs.
+        AtomicState& a = op.atomic();
+        a.addr = heap_addr(slot_offset(slot)) + kAtomicWord;
+        a.expect = as_free(load_le<uint64_t>(header + kAtomicWord));
+        w.then_atomic = true;
+        return release_and_retry(op);
+      }
+      if (op.type == KvOp::CAS && load_le<uint64_t>(header + u32(ItemHeader::VERSION)) != w.expected_version) {
+        return release_and_finish(op, KvStatus::VERSION_MISMATCH);
+      }
+      w.target_bucket = static_cast<int>(b);
+      w.target_index = static_cast<int>(i);
+      w.old_slot = slot;
+      w.seal_add = type == u32(ItemType::COUNTER) ? kCounterSeal : type == u32(ItemType::LOCK) ? kLockSeal : 0;
+      break;
+    }
+  }
+  if (op.type == KvOp::DELETE) {
+    if (w.target_bucket < 0) return release_and_finish(op, KvStatus::NOT_FOUND);
+    store_le<uint64_t>(mem(op.area(area::SLOT_NEW)), 0);
+    return write_commit(op);
+  }
+  if (op.type == KvOp::CAS && w.target_bucket < 0 && w.expected_version != 0) {
+    return release_and_finish(op, KvStatus::VERSION_MISMATCH);  // expected a version; the key is absent
+  }
+  store_le<uint64_t>(mem(op.area(area::SLOT_NEW)), make_slot(op.kh.fp, w.item_units, op.block.offset));
+  op.block.published = true;  // once committed
+  if (w.target_bucket < 0) {
+    // A new key: the emptier of its two buckets.
+    const int b = occupancy(images[0]) <= occupancy(images[1]) ? 0 : 1;
+    const int index = empty_index(images[b]);
+    if (index < 0) return write_displace(op);
+    w.target_bucket = b;
+    w.target_index = index;
+  }
+  write_commit(op);
+}
+
+// Both buckets full: move one resident entry to its other bucket. The other
+// bucket of an entry follows from its slot (partial-key cuckoo hashing), so
+// one doorbell reads every possible destination.
+void ClientCore::write_displace(Op& op) {
+  WriteState& w = op.write();
+  const uint8_t* images[2] = {mem(op.area(area::F1)), mem(op.area(area::F2))};
+  w.nalt = 0;
+  op.begin(Phase::W_ALT);
+  for (uint32_t b = 0; b < 2; b++) {
+    for (uint32_t i = 0; i < kSlots; i++) {
+      const uint32_t alt = alternate_bucket(w.locks[b].bucket, slot_fp(slot_at(images[b], i)), region_.bucket_count);
+      if (alt == w.locks[0].bucket || alt == w.locks[1].bucket) continue;
+      if (std::find(w.alt_buckets, w.alt_buckets + w.nalt, alt) != w.alt_buckets + w.nalt) continue;
+      sends_.read(op.tag(), op.area(area::ALT + w.nalt * kBucketBytes), kBucketBytes, bucket_addr(alt));
+      w.alt_buckets[w.nalt++] = alt;
+    }
+  }
+  if (w.nalt == 0) return release_and_finish(op, KvStatus::TABLE_FULL);
+  sends_.signal_last();
+}
+
+void ClientCore::write_alt_done(Op& op) {
+  WriteState& w = op.write();
+  const uint8_t* images[2] = {mem(op.area(area::F1)), mem(op.area(area::F2))};
+  int best = -1;
+  uint32_t best_fill = kSlots;
+  for (uint32_t b = 0; b < 2; b++) {
+    for (uint32_t i = 0; i < kSlots; i++) {
+      const uint64_t slot = slot_at(images[b], i);
+      const uint32_t alt = alternate_bucket(w.locks[b].bucket, slot_fp(slot), region_.bucket_count);
+      const uint32_t* at = std::find(w.alt_buckets, w.alt_buckets + w.nalt, alt);
+      if (at == w.alt_buckets + w.nalt) continue;
+      const uint8_t* image = mem(op.area(area::ALT + static_cast<size_t>(at - w.alt_buckets) * kBucketBytes));
+      const uint32_t fill = occupancy(image);
+      if (fill < best_fill && lock_owner(lock_of(image)) == 0) {
+        best_fill = fill;
+        best = static_cast<int>(at - w.alt_buckets);
+        w.move = {slot, static_cast<uint8_t>(b), static_cast<uint8_t>(i)};
+        w.locks[2].expect = lock_of(image);
+      }
+    }
+  }
+  if (best < 0) return release_and_finish(op, KvStatus::TABLE_FULL);
+  BucketLock& lock = w.locks[2];
+  lock.bucket = w.alt_buckets[best];
+  op.begin(Phase::W_ALT_LOCK);
+  sends_.cas(op.tag(), op.area(area::CAS + 16), bucket_addr(lock.bucket), lock.expect,
+             lock_word(static_cast<uint32_t>(lock.expect >> kLockVersionShift), region_.client_id));
+  sends_.read(op.tag(), op.area(area::FALT), kBucketBytes, bucket_addr(lock.bucket), true);
+  sends_.signal_last();
+}
+
+void ClientCore::write_alt_locked(Op& op) {
+  WriteState& w = op.write();
+  w.locks[2].held = load_le<uint64_t>(mem(op.area(area::CAS + 16))) == w.locks[2].expect;
+  w.alt_index = w.locks[2].held ? empty_index(mem(op.area(area::FALT))) : -1;
+  if (w.alt_index < 0) return release_and_retry(op);
+  w.moving = true;
+  w.target_bucket = w.move.bucket;
+  w.target_index = w.move.index;
+  store_le<uint64_t>(mem(op.area(area::SLOT_MOVE)), w.move.slot);
+  write_commit(op);
+}
+
+// RTT3: the slot(s), the releases (which clear the owner and bump the
+// version), and the notification record with its immediate.
+void ClientCore::write_commit(Op& op) {
+  WriteState& w = op.write();
+  op.begin(Phase::W_COMMIT);
+  const bool seal = op.type == KvOp::DELETE && w.seal_add != 0;
+  if (seal) {
+    // Sealed before it is unlinked (the slot WRITE below waits for the atomic: FENCE).
+    sends_.faa(op.tag(), op.area(area::ATOM), heap_addr(slot_offset(w.old_slot)) + kAtomicWord, w.seal_add);
+  }
+  if (w.moving) {
+    // The moved entry is written to its new home before its old slot is reused.
+    sends_.write(op.tag(), op.area(area::SLOT_MOVE), 8, bucket_addr(w.locks[2].bucket) + 8 + 8 * w.alt_index);
+  }
+  sends_.write(op.tag(), op.area(area::SLOT_NEW), 8,
+               bucket_addr(w.locks[w.target_bucket].bucket) + 8 + 8 * static_cast<uint32_t>(w.target_index));
+  if (seal) sends_.fence_last();
+  add_releases(op);
+  uint8_t* record = mem(op.area(area::RECORD));
+  std::memset(record, 0, u32(KvLayout::RECORD_BYTES));
+  store_le<uint64_t>(record + u32(Record::KIND), u32(op.type == KvOp::DELETE ? RecordKind::DELETE : RecordKind::PUT));
+  store_le<uint64_t>(record + u32(Record::NEW_SLOT), load_le<uint64_t>(mem(op.area(area::SLOT_NEW))));
+  store_le<uint64_t>(record + u32(Record::OLD_SLOT), w.old_slot);
+  const uint64_t seq = ring_.written++;
+  ring_.reserved--;
+  op.ring_credit = false;
+  const uint64_t record_addr = region_.addr + region_.ring_offset + u32(KvLayout::RING_HEADER_BYTES) +
+                               (seq % kRingRecords) * u32(KvLayout::RECORD_BYTES);
+  sends_.write_imm(op.tag(), op.area(area::RECORD), u32(KvLayout::RECORD_BYTES), record_addr,
+                   static_cast<uint32_t>(seq));
+  sends_.signal_last();
+}
+
+// One FETCH_AND_ADD per lock held: clears the owner and bumps the version.
+void ClientCore::add_releases(Op& op) {
+  WriteState& w = op.write();
+  for (size_t k = 0; k < 3; k++) {
+    if (!w.locks[k].held) continue;
+    sends_.faa(op.tag(), op.area(area::FAA + 8 * k), bucket_addr(w.locks[k].bucket), release_addend(region_.client_id));
+    w.locks[k].held = false;
+  }
+}
+
+// Gives back every lock taken, then retries after a backoff (or, with a
+// final status set, finishes with it).
+void ClientCore::release_and_retry(Op& op) {
+  const size_t before = sends_.size();
+  op.begin(Phase::W_RELEASE);
+  add_releases(op);
+  if (sends_.size() > before) return sends_.signal_last();
+  released(op);
+}
+
+void ClientCore::release_and_finish(Op& op, KvStatus status) {
+  op.write().final_status = status;
+  release_and_retry(op);
+}
+
+void ClientCore::released(Op& op) {
+  WriteState& w = op.write();
+  op.block.published = false;
+  if (w.then_atomic) {
+    w.then_atomic = false;
+    free_item(op);
+    cache_store(op);
+    return atomic_step(op);
+  }
+  if (w.final_status != KvStatus::OK) return finish(op, w.final_status);
+  retry_later(op, Phase::W_READ);
+}
+
+}  // namespace rkv::kv
