@@ -6,7 +6,8 @@
 // no hook failed: then the passed tests are counted from their own lines
 // ("✔ title", or "√ title" where the terminal is TERM=linux, as in the QEMU
 // guest). A test file that crashed (uncaught exception, unhandled rejection,
-// process.exit) has one "✘ file exited ..." line and no count of its own.
+// process.exit) has one "✘ file exited ..." line and no count of its own, and
+// so has one that timed out after its tests ("Failed to exit when running file").
 // Fixtures: test/scripts/ava-output/, from real ava runs.
 
 // Colours, when FORCE_COLOR makes ava print them through a pipe.
@@ -21,7 +22,7 @@ function total(text, pattern) {
  * @param {string} output what ava (and the test files, on stderr) printed
  * @returns {{ passed: number, failed: number, skipped: number, todo: number, knownFailures: number, skipReasons: string[] }}
  *   failed: failed tests and hooks, tests a timeout left pending, and test
- *   files that crashed or declared no test. skipReasons: the distinct
+ *   files that crashed, did not exit, or declared no test. skipReasons: the distinct
  *   "skipped: WHY" lines test files print (test/helpers/tools.ts), in order.
  */
 export function avaCounts(output) {
@@ -33,7 +34,7 @@ export function avaCounts(output) {
     total(text, /^\s*(\d+) tests? failed/gm) +
     total(text, /^\s*(\d+) hooks? failed/gm) +
     total(text, /^\s*(\d+) tests? remained pending/gm) +
-    (text.match(/^\s*[✘×] (?:.+ exited (?:due to|with a non-zero exit code)|No tests found in )/gm) ?? []).length;
+    (text.match(/^\s*(?:[✘×] .+ exited (?:due to|with a non-zero exit code)|[✘×] No tests found in |Failed to exit when running )/gm) ?? []).length;
   return {
     passed,
     failed,

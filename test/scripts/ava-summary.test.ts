@@ -43,8 +43,9 @@ test('uncaught exceptions and unhandled rejections: one failure per test file th
   t.deepEqual(avaCounts(sample('crash')), { ...none, passed: 2, failed: 1 }, 'process.exit() in a test');
 });
 
-test('a timeout: the tests it left pending are failures', (t) => {
+test('a timeout: the tests it left pending are failures, and so is a test file that did not exit', (t) => {
   t.deepEqual(avaCounts(sample('timeout')), { ...none, passed: 1, failed: 1 });
+  t.deepEqual(avaCounts(sample('no-exit')), { ...none, passed: 2, failed: 1 });
 });
 
 test('output with no ava summary at all counts nothing', (t) => {
