@@ -48,9 +48,9 @@ if [ ! -d dist ] || [ ! -f build/Release/rdma_kv.node ]; then
   echo "rxe tier: dist/ or build/Release/rdma_kv.node is missing: run npm run build first" >&2
   exit 1
 fi
-# The addon lists the providers it was built with; "rdma" needs rdma-core's
-# development files at build time.
-if ! providers=$(node -e 'console.log(require(process.argv[1]).providers.join(","))' \
+# The addon lists the providers it knows, and whether it was built with each;
+# "rdma" needs rdma-core's development files at build time.
+if ! providers=$(node -e 'console.log(require(process.argv[1]).providers.filter((p) => p.built).map((p) => p.scheme).join(","))' \
   "$PROJECT/build/Release/rdma_kv.node" 2>&1); then
   echo "rxe tier: cannot load build/Release/rdma_kv.node: $providers" >&2
   exit 1

@@ -34,7 +34,7 @@ fi
 todo=$(missing | tr '\n' ' ')
 if [ "${1:-}" = --check ]; then
   [ -z "$todo" ] && exit 0
-  echo "missing Debian packages: ${todo% } (deploy/softroce-vm/setup-host.sh installs them)"
+  echo "missing Debian packages: ${todo% } (install them, or run scripts/setup-test-host.sh)"
   exit 1
 fi
 

@@ -1,6 +1,6 @@
 /**
  * End to end against real redis-server and memcached started on loopback. When a binary is
- * missing the case is skipped (its title says what to install); CI installs both.
+ * missing its cases are skipped, or fail under CI=true (../helpers/tools.ts).
  */
 import test from 'ava';
 import { join } from 'node:path';
@@ -9,15 +9,14 @@ import { createConnection } from 'node:net';
 import { Redis } from 'ioredis';
 import { Properties } from '../../bench/ycsb/properties.js';
 import { runPhase } from '../../bench/ycsb/client/client.js';
-import { findBinary, missingBinaryMessage, startMemcached, startRedis } from '../../bench/ycsb/compare/servers.js';
+import { startMemcached, startRedis } from '../../bench/ycsb/compare/servers.js';
 import { runCompare } from '../../bench/ycsb/compare/compare.js';
 import { javaStringHashCode } from '../../bench/ycsb/hash.js';
 import { buildKeyName } from '../../bench/ycsb/workload/keys.js';
+import { needing } from '../helpers/tools.js';
 
 const WORKLOADS = fileURLToPath(new URL('../../../bench/workloads/', import.meta.url));
 const quiet = { stderr: () => {}, stdout: () => {} };
-const hasRedis = findBinary('redis-server') !== undefined;
-const hasMemcached = findBinary('memcached') !== undefined;
 
 function statusCount(result: Awaited<ReturnType<typeof runPhase>>, op: string, status: string): number {
   const m = result.measurements.get(op);
@@ -32,12 +31,11 @@ function portIsClosed(port: number): Promise<boolean> {
   });
 }
 
-const redisTest = hasRedis ? test.serial : test.skip;
-const memcachedTest = hasMemcached ? test.serial : test.skip;
-const bothTest = hasRedis && hasMemcached ? test.serial : test.skip;
-const why = (bin: string, ok: boolean): string => (ok ? '' : ` (skipped: ${missingBinaryMessage(bin)})`);
+const redisTest = needing(test, 'redis-server').serial;
+const memcachedTest = needing(test, 'memcached').serial;
+const bothTest = needing(test, 'redis-server', 'memcached').serial;
 
-redisTest(`redis: load writes one hash per record plus the _indices zset; runs a, e succeed${why('redis-server', hasRedis)}`, async (t) => {
+redisTest('redis: load writes one hash per record plus the _indices zset; runs a, e succeed', async (t) => {
   const server = await startRedis();
   try {
     const props = Properties.fromSources([join(WORKLOADS, 'workloade')], ['recordcount=200', 'operationcount=400']).with(server.properties);
@@ -67,7 +65,7 @@ redisTest(`redis: load writes one hash per record plus the _indices zset; runs a
   t.true(await portIsClosed(server.port));
 });
 
-memcachedTest(`memcached: load and run succeed, SCAN is NOT_IMPLEMENTED as in YCSB${why('memcached', hasMemcached)}`, async (t) => {
+memcachedTest('memcached: load and run succeed, SCAN is NOT_IMPLEMENTED as in YCSB', async (t) => {
   const server = await startMemcached();
   try {
     const props = Properties.fromSources([join(WORKLOADS, 'workloadb')], ['recordcount=200', 'operationcount=500']).with(server.properties);
@@ -85,7 +83,7 @@ memcachedTest(`memcached: load and run succeed, SCAN is NOT_IMPLEMENTED as in YC
   t.true(await portIsClosed(server.port));
 });
 
-bothTest(`compare: redis, memcached and basic side by side; peers stopped afterwards${why('redis-server', hasRedis)}${why('memcached', hasMemcached)}`, async (t) => {
+bothTest('compare: redis, memcached and basic side by side; peers stopped afterwards', async (t) => {
   const props = Properties.fromSources([join(WORKLOADS, 'workloadb')], ['recordcount=100', 'operationcount=300']);
   const result = await runCompare({ props, dbs: ['redis', 'memcached', 'basic'], seed: 7, stderr: () => {} });
   t.deepEqual(result.rows.map((r) => r.db), ['redis', 'memcached', 'basic']);

@@ -4,12 +4,15 @@
 // comes back.
 import { join } from 'node:path';
 
-import test from 'ava';
+import ava from 'ava';
 
 import { KvClient, type KvError, isRetryable } from '../../client/index.js';
 import { type EtcdProcess, startEtcd } from '../helpers/etcd.js';
+import { needing } from '../helpers/tools.js';
 import { freePort, kvServer } from '../server/helpers.js';
 import { type Member, clusterDir, eventually, nextStatus, startMember, stats, stopAll } from './helpers.js';
+
+const test = needing(ava, 'etcd');
 
 const KEYS = 100_000;
 const key = (i: number) => `user:${i}`;

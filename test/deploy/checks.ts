@@ -14,16 +14,13 @@ import jsonpatch, { type Operation } from 'fast-json-patch';
 import ts from 'typescript';
 import { parseAllDocuments } from 'yaml';
 
+import { toolPath } from '../helpers/tools.js';
+
 /** The checkout, seen from dist/test/deploy. */
 export const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 export const DEPLOY = join(ROOT, 'deploy');
 
 // ---------------------------------------------------------------- tools
-
-/** Whether a command is on PATH. */
-export function onPath(command: string): boolean {
-  return spawnSync('sh', ['-c', `command -v ${command}`], { stdio: 'ignore' }).status === 0;
-}
 
 function run(command: string, args: string[]): { code: number | null; output: string } {
   const result = spawnSync(command, args, { encoding: 'utf8' });
@@ -119,7 +116,7 @@ export function verifyUnit(text: string, name = 'kv-server.service'): string[] {
   return inTempDir((dir) => {
     const path = join(dir, name);
     writeFileSync(path, text);
-    const { code, output } = run('systemd-analyze', ['verify', '--man=no', path]);
+    const { code, output } = run(toolPath('systemd-analyze'), ['verify', '--man=no', path]);
     const lines = output.split('\n').filter((line) => line.includes(name));
     if (code !== 0 && lines.length === 0) lines.push(`systemd-analyze verify exited ${code}: ${output.trim()}`);
     return lines;
@@ -132,7 +129,7 @@ export function applySysusers(text: string): { problems: string[]; passwd: strin
     const path = join(root, 'rdma-kv.conf');
     writeFileSync(path, text);
     mkdirSync(join(root, 'etc'));
-    const { code, output } = run('systemd-sysusers', [`--root=${root}`, path]);
+    const { code, output } = run(toolPath('systemd-sysusers'), [`--root=${root}`, path]);
     const passwd = existsSync(join(root, 'etc/passwd')) ? readFileSync(join(root, 'etc/passwd'), 'utf8') : '';
     return { problems: code === 0 ? [] : [`systemd-sysusers exited ${code}: ${output.trim()}`], passwd };
   });
@@ -194,7 +191,7 @@ export function shellScripts(dir: string): string[] {
 }
 
 export function shellcheck(path: string): string[] {
-  const { code, output } = run('shellcheck', ['--format=gcc', path]);
+  const { code, output } = run(toolPath('shellcheck'), ['--format=gcc', path]);
   if (code === 0) return [];
   return output.trim() ? output.trim().split('\n') : [`shellcheck exited ${code}`];
 }

@@ -4,8 +4,8 @@
 // The checks themselves are in ./checks.ts.
 //
 // Tools from Debian: systemd (systemd-analyze, systemd-sysusers) and
-// shellcheck; .ci/run installs them. A missing tool fails its test with the
-// command that installs it; RKV_DEPLOY_TOOLS_OPTIONAL=1 skips those tests instead.
+// shellcheck; scripts/setup-test-host.sh installs them. A missing tool skips
+// the tests that need it, or fails them under CI=true (../helpers/tools.ts).
 import { spawnSync } from 'node:child_process';
 import { cpSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -15,6 +15,7 @@ import { Histogram, Registry } from 'prom-client';
 
 import { ClientMetrics } from '../../client/metrics.js';
 import { METRICS, createRegistry } from '../../server/metrics.js';
+import { type Tool, needing } from '../helpers/tools.js';
 import { freePort, kvServer, startServerProcess } from '../server/helpers.js';
 import {
   DEPLOY,
@@ -26,7 +27,6 @@ import {
   imagePolicy,
   k8sProblems,
   lintDockerfile,
-  onPath,
   shellScripts,
   shellcheck,
   tempDir,
@@ -35,19 +35,8 @@ import {
   verifyUnit,
 } from './checks.js';
 
-const TOOLS_OPTIONAL = process.env.RKV_DEPLOY_TOOLS_OPTIONAL === '1';
-
-/** `test`, or `test.skip` when the tool is missing and RKV_DEPLOY_TOOLS_OPTIONAL=1 allows that. */
-function needs(tool: string) {
-  return onPath(tool) || !TOOLS_OPTIONAL ? test : test.skip;
-}
-
-/** Fails the test, saying how to install the tool, when it is missing. */
-function requireTool(t: { fail(message: string): void }, tool: string, install: string): boolean {
-  if (onPath(tool)) return true;
-  t.fail(`${tool} is not installed: ${install} (CI installs it; RKV_DEPLOY_TOOLS_OPTIONAL=1 skips this test instead)`);
-  return false;
-}
+/** `test` where the tool is installed; else skipped, or failed under CI=true. */
+const needs = (tool: Tool) => needing(test, tool);
 
 const read = (path: string) => readFileSync(join(DEPLOY, path), 'utf8');
 
@@ -85,12 +74,10 @@ const INSTALLED_PATH = '/usr/local/bin/kv-server';
 const unitWithProgram = (program: string) => replace(UNIT, `ExecStart=${INSTALLED_PATH} `, `ExecStart=${program} `);
 
 needs('systemd-analyze')('systemd: systemd-analyze verify passes the unit and prints nothing about it', (t) => {
-  if (!requireTool(t, 'systemd-analyze', 'apt-get install systemd')) return;
   t.deepEqual(verifyUnit(unitWithProgram(join(ROOT, 'bin/kv-server.js'))), []);
 });
 
 needs('systemd-analyze')('systemd: verify catches an unknown key, a bad value and a missing program', (t) => {
-  if (!requireTool(t, 'systemd-analyze', 'apt-get install systemd')) return;
   const good = unitWithProgram(join(ROOT, 'bin/kv-server.js'));
   const typo = verifyUnit(replace(good, 'LimitMEMLOCK=infinity', 'LimitMEMLOK=infinity'));
   t.true(typo.some((line) => line.includes("Unknown key 'LimitMEMLOK'")), typo.join('\n'));
@@ -101,7 +88,6 @@ needs('systemd-analyze')('systemd: verify catches an unknown key, a bad value an
 });
 
 needs('systemd-sysusers')('systemd: the sysusers file creates the User= and Group= of the unit', (t) => {
-  if (!requireTool(t, 'systemd-sysusers', 'apt-get install systemd')) return;
   const { problems, passwd } = applySysusers(read('systemd/rdma-kv.sysusers'));
   t.deepEqual(problems, []);
   const settings = new Map(unitSettings(UNIT));
@@ -186,7 +172,6 @@ test('k8s: a wrong type, an unknown field, a bad CRD value, a dangling reference
 const SCRIPTS = shellScripts(DEPLOY);
 
 needs('shellcheck')('shell: shellcheck passes every shell script in deploy/', (t) => {
-  if (!requireTool(t, 'shellcheck', 'apt-get install shellcheck')) return;
   t.true(SCRIPTS.includes('softroce/setup-rxe.sh') && SCRIPTS.includes('softroce-vm/init'), SCRIPTS.join(' '));
   for (const script of SCRIPTS) t.deepEqual(shellcheck(join(DEPLOY, script)), [], script);
   const broken = join(scratch(t), 'setup-rxe.sh');

@@ -1,6 +1,7 @@
 // A throwaway etcd on loopback for membership tests: Debian's etcd-server
 // binary, a temp data dir, free ports; stop() kills it and removes the dir.
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+// Suites that use it declare their tests with needing(test, 'etcd') (./tools.ts).
+import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -8,6 +9,7 @@ import { join } from 'node:path';
 import { Etcd3 } from 'etcd3';
 
 import { freePort } from '../server/helpers.js';
+import { toolPath } from './tools.js';
 
 export interface EtcdProcess {
   url: string;
@@ -16,14 +18,12 @@ export interface EtcdProcess {
 }
 
 export async function startEtcd(): Promise<EtcdProcess> {
-  if (spawnSync('etcd', ['--version']).error) {
-    throw new Error('etcd is not installed: apt-get install etcd-server (the membership tests start it on loopback)');
-  }
+  const etcd = toolPath('etcd');
   const dir = mkdtempSync(join(tmpdir(), 'rkv-etcd-'));
   const [clientPort, peerPort] = [await freePort(), await freePort()];
   const url = `http://127.0.0.1:${clientPort}`;
   const child: ChildProcess = spawn(
-    'etcd',
+    etcd,
     ['--data-dir', join(dir, 'data'), '--listen-client-urls', url, '--advertise-client-urls', url,
       '--listen-peer-urls', `http://127.0.0.1:${peerPort}`, '--initial-advertise-peer-urls', `http://127.0.0.1:${peerPort}`,
       '--initial-cluster', `default=http://127.0.0.1:${peerPort}`, '--log-level', 'error'],

@@ -10,7 +10,11 @@ import test, { type ExecutionContext } from 'ava';
 
 import { KvClient } from '../../client/index.js';
 import { type EtcdProcess, startEtcd } from '../helpers/etcd.js';
+import { needing } from '../helpers/tools.js';
 import { type ServerProcess, freePort, kvctl, socketUrl, startKvctl, startServerProcess } from './helpers.js';
+
+/** The --etcd tests: skipped (or under CI failed) where etcd is missing. */
+const etcdTest = needing(test, 'etcd');
 
 interface Server {
   url: string;
@@ -262,7 +266,7 @@ test.after.always(async () => {
 
 const registered = (url: string, prefix: string) => (name: string) => ['--etcd', url, '--etcd-prefix', prefix, '--etcd-ttl', '2s', '--name', name];
 
-test('--etcd: layout and stats find members in etcd; forget refuses a live member and forgets a stopped one', async (t) => {
+etcdTest('--etcd: layout and stats find members in etcd; forget refuses a live member and forgets a stopped one', async (t) => {
   const { url: etcdUrl, client } = await etcd();
   const prefix = '/kvctl-forget';
   const servers = await startServers(t, 3, (i) => registered(etcdUrl, prefix)(`kv-${i}`));
@@ -306,7 +310,7 @@ test('--etcd: layout and stats find members in etcd; forget refuses a live membe
   t.is(await client.get(`${prefix}/members/kv-2`).string(), null);
 });
 
-test('--etcd: watch prints member and layout changes as they happen, and Ctrl-C ends it with exit 0', async (t) => {
+etcdTest('--etcd: watch prints member and layout changes as they happen, and Ctrl-C ends it with exit 0', async (t) => {
   const { url: etcdUrl } = await etcd();
   const prefix = '/kvctl-watch';
   const register = registered(etcdUrl, prefix);

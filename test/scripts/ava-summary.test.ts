@@ -1,0 +1,53 @@
+// npm test's summary counts (scripts/ava-summary.mjs) on what ava really
+// printed: ava-output/ holds the output of small ava runs, one per case (made
+// with this checkout's ava; "-term-linux" under TERM=linux, as in the QEMU
+// guest; "-colour" under FORCE_COLOR=1).
+import { readFileSync } from 'node:fs';
+
+import test from 'ava';
+
+interface AvaCounts {
+  passed: number;
+  failed: number;
+  skipped: number;
+  todo: number;
+  knownFailures: number;
+  skipReasons: string[];
+}
+
+// scripts/ is plain JavaScript outside the TypeScript build: loaded from the checkout.
+const ROOT = new URL('../../../', import.meta.url);
+const { avaCounts } = (await import(new URL('scripts/ava-summary.mjs', ROOT).href)) as { avaCounts(output: string): AvaCounts };
+const sample = (name: string) => readFileSync(new URL(`test/scripts/ava-output/${name}.txt`, ROOT), 'utf8');
+
+const none = { passed: 0, failed: 0, skipped: 0, todo: 0, knownFailures: 0, skipReasons: [] };
+const ETCD = 'etcd not found (install etcd-server, or run scripts/setup-test-host.sh)';
+const SHELLCHECK = 'shellcheck not found (install shellcheck, or run scripts/setup-test-host.sh)';
+
+test('all passed: the count from "3 tests passed"', (t) => {
+  t.deepEqual(avaCounts(sample('all-pass')), { ...none, passed: 3 });
+});
+
+test('some failed: ava prints no passed count, so the passed tests are counted from their lines; a failed hook counts', (t) => {
+  t.deepEqual(avaCounts(sample('some-fail')), { ...none, passed: 3, failed: 2 });
+  t.deepEqual(avaCounts(sample('some-fail-term-linux')), { ...none, passed: 3, failed: 2 }, 'TERM=linux: √ and ×');
+  t.deepEqual(avaCounts(sample('some-fail-colour')), { ...none, passed: 3, failed: 2 }, 'FORCE_COLOR=1');
+});
+
+test('skips, todo and a known failure are counted apart; each skip reason once', (t) => {
+  t.deepEqual(avaCounts(sample('skips')), { passed: 2, failed: 0, skipped: 3, todo: 1, knownFailures: 1, skipReasons: [ETCD, SHELLCHECK] });
+});
+
+test('uncaught exceptions and unhandled rejections: one failure per test file that crashed', (t) => {
+  t.deepEqual(avaCounts(sample('uncaught')), { ...none, passed: 3, failed: 3 });
+  t.deepEqual(avaCounts(sample('crash')), { ...none, passed: 2, failed: 1 }, 'process.exit() in a test');
+});
+
+test('a timeout: the tests it left pending are failures, and so is a test file that did not exit', (t) => {
+  t.deepEqual(avaCounts(sample('timeout')), { ...none, passed: 1, failed: 1 });
+  t.deepEqual(avaCounts(sample('no-exit')), { ...none, passed: 2, failed: 1 });
+});
+
+test('output with no ava summary at all counts nothing', (t) => {
+  t.deepEqual(avaCounts('rxe tier skipped: missing Debian packages: qemu-system-x86\n'), none);
+});
