@@ -195,7 +195,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
 
   // ---- control messages --------------------------------------------------------------------
 
-  /** A control-channel completion the core handed back among the op results. */
+  /** A completion of one of the session's control requests, as the core handed it back. */
   private onControl(session: Session, completion: ControlCompletion): void {
     let message: ControlMessage | undefined;
     try {

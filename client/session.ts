@@ -15,6 +15,7 @@ import {
   type RecvRequest,
   SendFlag,
   TransportError,
+  WcStatus,
 } from '../native/index.js';
 import { RejectReason, connectData } from '../protocol/connect.js';
 import { type ControlMessage, type Hello, decode, encode } from '../protocol/control.js';
@@ -31,17 +32,17 @@ export interface SessionOptions {
   scratchBytes?: number;
 }
 
-/** A control-channel completion, as the core hands it back among op results. */
+/** A completion of one of our control requests, as the core hands it back (ControlLayout). */
 export interface ControlCompletion {
-  /** The control buffer's index. */
-  index: number;
-  byteLen: number;
-  /** The work completion status (0: success). */
-  status: number;
+  /** As posted: CONTROL_TAG + the control buffer's index. */
+  wrId: number;
+  status: WcStatus;
+  /** SEND (ours) or RECV (a message from the server). */
   opcode: Opcode;
+  byteLen: number;
 }
 
-/** Control wr_ids carry this bit; the core hands their completions back as control results. */
+/** Control wr_ids carry this bit; the core hands their completions back apart from op results. */
 const CONTROL_TAG = 2 ** KvLayout.CONTROL_TAG_SHIFT;
 const CONTROL_RECVS = 16;
 /** Send buffers, used in turn: a burst of sends (a reclaim's answer) must not wrap onto one the NIC may still read. */
@@ -119,8 +120,9 @@ export class Session {
    * message throws a KvProtocolError.
    */
   received(completion: ControlCompletion): ControlMessage | undefined {
-    const { index, byteLen, status, opcode } = completion;
-    if (opcode !== Opcode.RECV || status !== 0) return undefined;
+    const { wrId, byteLen, status, opcode } = completion;
+    if (opcode !== Opcode.RECV || status !== WcStatus.SUCCESS) return undefined;
+    const index = wrId - CONTROL_TAG;
     try {
       return decode(controlBytes(this.control, index, byteLen));
     } catch (error) {

@@ -117,6 +117,7 @@ export interface NativeClientCore {
   // Each read of these makes a new external ArrayBuffer: read them once.
   readonly opWords: Uint32Array;
   readonly resultWords: Uint32Array;
+  readonly controlWords: Uint32Array;
   readonly arena: Buffer;
   /** Does NOT keep the core alive (the binding gives it no finalizer): see client-core.ts. */
   readonly scratch: Buffer;

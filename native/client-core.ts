@@ -2,32 +2,25 @@
 // One crossing per batch each way: the caller writes op descriptors
 // (OpLayout words) into opWords and their keys and values into arena, then
 // submit(n); poll() leaves results (ResultLayout words) in resultWords, with
-// GET values in scratch, valid until the next poll() or submit().
+// GET values in scratch, valid until the next poll() or submit(), and the
+// completions of the caller's control requests (SENDs and RECVs whose wr_id
+// has the KvLayout.CONTROL_TAG_SHIFT bit) in controlWords (ControlWords,
+// ControlLayout words).
 //
 // Ownership: the core holds the provider, connection and CQ it was made with.
 // The four buffers are viewed once here (each read of the addon's accessor
 // makes a new external ArrayBuffer: per operation, garbage for V8 to collect).
-// opWords, resultWords and arena own their memory; scratch is the core's own
+// opWords, resultWords, controlWords and arena own their memory; scratch is the core's own
 // memory, so its ArrayBuffer holds the core: a view of it, a subarray
 // included, keeps the core alive.
 import { type CoreOptions, type CoreRegion, type NativeClientCore, addon } from './addon.js';
 import type { CompletionQueue } from './completion-queue.js';
 import type { Connection } from './connection.js';
-import type { KvStatus } from './constants.generated.js';
+import { ControlWords, type KvStatus } from './constants.generated.js';
 import { rethrow } from './errors.js';
 import type { Provider } from './provider.js';
 
 export type { CoreOptions, CoreRegion };
-
-/**
- * The result id of a control-channel completion (a SEND or RECV whose wr_id
- * has the KvLayout.CONTROL_TAG_SHIFT bit), which the core hands back among op
- * results: native/kv/client_core.h's kControlResultId. Such a result has the
- * control buffer's index in VALUE_OFFSET, the byte count in VALUE_LEN, the
- * work completion status in STATUS and the verbs opcode in DETAIL. Op ids are
- * never this value.
- */
-export const CONTROL_RESULT_ID = 0xffffffff;
 
 /** Holds the core from its scratch memory's ArrayBuffer. */
 const coreOfScratch = Symbol('rdma-kv: the client core owning this scratch memory');
@@ -37,6 +30,8 @@ export class ClientCore {
   readonly opWords: Uint32Array;
   /** Results of the last poll(), ResultLayout words. */
   readonly resultWords: Uint32Array;
+  /** Control completions of the last poll(): their count at ControlWords.COUNT, then ControlLayout words from ControlWords.ENTRIES. */
+  readonly controlWords: Uint32Array;
   /** Keys and values of the ops being submitted (OpLayout's offsets point here). */
   readonly arena: Buffer;
   /** The core's memory: GET values at the offsets poll() reports. Copy them out before the next poll() or submit(). */
@@ -51,6 +46,7 @@ export class ClientCore {
     }
     this.opWords = this.#native.opWords;
     this.resultWords = this.#native.resultWords;
+    this.controlWords = this.#native.controlWords;
     this.arena = this.#native.arena;
     this.scratch = this.#native.scratch;
     Object.defineProperty(this.scratch.buffer, coreOfScratch, { value: this.#native });
@@ -60,9 +56,13 @@ export class ClientCore {
   submit(count: number): number {
     return this.#native.submit(count);
   }
-  /** Leaves finished ops' results in resultWords; returns how many. */
+  /** Leaves finished ops' results in resultWords and returns how many; the control completions it took are in controlWords (controlCount). */
   poll(): number {
     return this.#native.poll();
+  }
+  /** Control completions the last poll() left in controlWords. */
+  get controlCount(): number {
+    return this.controlWords[ControlWords.COUNT]!;
   }
   /** Finishes every op it holds with `status` (their results come with the next poll()). */
   failAll(status: KvStatus): void {

@@ -1,7 +1,8 @@
-// The native client core's boundary: close() with operations in flight, and a
-// core collected while JS still holds a view of its scratch memory. The core
-// runs against a bare connected pair (an empty index in the server's region),
-// so nothing but the core itself is under test.
+// The native client core's boundary: close() with operations in flight, a
+// core collected while JS still holds a view of its scratch memory, and the
+// completions of control requests, which come back apart from op results.
+// The core runs against a bare connected pair (an empty index in the server's
+// region), so nothing but the core itself is under test.
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { setFlagsFromString } from 'node:v8';
@@ -9,7 +10,7 @@ import { runInNewContext } from 'node:vm';
 
 import test from 'ava';
 
-import { KvOp, KvStatus, OpLayout, ResultLayout } from '../../native/constants.generated.js';
+import { ControlLayout, ControlWords, KvLayout, KvOp, KvStatus, OpLayout, Opcode, ResultLayout, SendFlag, WcStatus } from '../../native/constants.generated.js';
 import { type Pair, connectPair } from '../helpers/pair.js';
 import { providersUnderTest } from '../helpers/providers.js';
 
@@ -20,6 +21,7 @@ type NativeCore = {
   readonly inflight: number;
   readonly opWords: Uint32Array;
   readonly resultWords: Uint32Array;
+  readonly controlWords: Uint32Array;
   readonly arena: Buffer;
   readonly scratch: Buffer;
 };
@@ -59,6 +61,19 @@ function results(core: NativeCore, n: number): Array<{ id: number; status: numbe
     id: core.resultWords[i * ResultLayout.WORDS + ResultLayout.ID]!,
     status: core.resultWords[i * ResultLayout.WORDS + ResultLayout.STATUS]!,
   }));
+}
+
+function controls(core: NativeCore): Array<{ wrId: number; status: number; opcode: number; byteLen: number }> {
+  const w = core.controlWords;
+  return Array.from({ length: w[ControlWords.COUNT]! }, (_, i) => {
+    const o = ControlWords.ENTRIES + i * ControlLayout.WORDS;
+    return {
+      wrId: w[o + ControlLayout.WR_ID_LO]! + w[o + ControlLayout.WR_ID_HI]! * 2 ** 32,
+      status: w[o + ControlLayout.STATUS]!,
+      opcode: w[o + ControlLayout.OPCODE]!,
+      byteLen: w[o + ControlLayout.BYTE_LEN]!,
+    };
+  });
 }
 
 for (const scheme of providersUnderTest()) {
@@ -110,5 +125,37 @@ for (const scheme of providersUnderTest()) {
     t.true(collected, 'the wrapper was collected');
     scratch.fill(0xa5);
     t.is(scratch[scratch.length - 1], 0xa5);
+  });
+
+  test(`${scheme}: the completions of control requests come back in controlWords, as posted, apart from op results`, async (t) => {
+    const p = await connectPair(scheme, { serverRecvs: 1 });
+    t.teardown(() => p.close());
+    const core = newCore(p);
+    t.teardown(() => core.close());
+    const tag = 2 ** KvLayout.CONTROL_TAG_SHIFT;
+    // A control RECV and a control SEND of the client, with the server's answer to the RECV, and one GET.
+    p.clientConn.postRecv([{ wrId: tag + 3, local: p.scratch, localOffset: 0, length: 64 }]);
+    p.region.bytes.write('hello', 0);
+    p.serverConn.postSend([{ wrId: 1, opcode: Opcode.SEND, flags: SendFlag.SIGNALED, local: p.region, length: 5 }]);
+    p.clientConn.postSend([{ wrId: tag + 9, opcode: Opcode.SEND, flags: SendFlag.SIGNALED, local: p.scratch, localOffset: 64, length: 4 }]);
+    t.is(submitGets(core, 1, 42), 1);
+    const done: Array<{ id: number; status: number }> = [];
+    const seen: ReturnType<typeof controls> = [];
+    const deadline = performance.now() + 5000;
+    while ((done.length < 1 || seen.length < 2) && performance.now() < deadline) {
+      done.push(...results(core, core.poll()));
+      seen.push(...controls(core));
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    t.deepEqual(done, [{ id: 42, status: KvStatus.NOT_FOUND }]);
+    seen.sort((a, b) => a.wrId - b.wrId);
+    t.deepEqual(seen.map(({ wrId, status, opcode }) => ({ wrId, status, opcode })), [
+      { wrId: tag + 3, status: WcStatus.SUCCESS, opcode: Opcode.RECV },
+      { wrId: tag + 9, status: WcStatus.SUCCESS, opcode: Opcode.SEND },
+    ]);
+    t.is(seen[0]!.byteLen, 5);
+    // A poll with nothing new says so.
+    t.is(core.poll(), 0);
+    t.deepEqual(controls(core), []);
   });
 }
