@@ -17,7 +17,6 @@ import { type CoreOptions, type CoreRegion, type NativeClientCore, addon } from 
 import type { CompletionQueue } from './completion-queue.js';
 import type { Connection } from './connection.js';
 import { ControlWords, type KvStatus } from './constants.generated.js';
-import { rethrow } from './errors.js';
 import type { Provider } from './provider.js';
 
 export type { CoreOptions, CoreRegion };
@@ -39,11 +38,7 @@ export class ClientCore {
   readonly #native: NativeClientCore;
 
   constructor(provider: Provider, connection: Connection, cq: CompletionQueue, region: CoreRegion, options: CoreOptions) {
-    try {
-      this.#native = new addon.ClientCore(provider.native, connection.native, cq.native, region, options);
-    } catch (error) {
-      rethrow(error);
-    }
+    this.#native = new addon.ClientCore(provider.native, connection.native, cq.native, region, options);
     this.opWords = this.#native.opWords;
     this.resultWords = this.#native.resultWords;
     this.controlWords = this.#native.controlWords;

@@ -487,9 +487,8 @@ class ConnectionWrap : public Napi::ObjectWrap<ConnectionWrap> {
     return info.Env().Undefined();
   }
   [[noreturn]] void post_failed(Napi::Env env, int rc, size_t bad, const char* verb) {
-    Napi::Error error = Napi::Error::New(env, std::string(verb) + ": " + std::strerror(rc) + " at request " +
-                                                  std::to_string(bad) + " (the ones before it were posted)");
-    error.Set("code", Napi::String::New(env, errno_code(rc)));
+    Napi::Error error = make_error(env, errno_code(rc), std::string(verb) + ": " + std::strerror(rc) + " at request " +
+                                                            std::to_string(bad) + " (the ones before it were posted)");
     error.Set("posted", Napi::Number::New(env, static_cast<double>(bad)));
     throw error;
   }
