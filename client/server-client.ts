@@ -143,6 +143,11 @@ export class ServerClient extends EventEmitter<ClientEvents> {
 
   private async establish(): Promise<void> {
     const session = await Session.open(this.options, this.timeoutMs);
+    if (this._status === 'closed') {
+      // close() came while we connected: nothing will ever use or close this session.
+      session.close();
+      throw new KvDisconnectedError('the client was closed');
+    }
     this.session = session;
     this.hello = session.hello;
     session.connection.once('disconnected', (reason) => this.lost(session, reason));
@@ -156,7 +161,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
 
   private lost(session: Session, reason: string): void {
     if (this.session !== session) return;
-    this.queue.lose(session, reason);
+    this.queue.lose(session, reason); // fails what is in flight, then the core can close
     session.abandon();
     this.session = undefined;
     if (this._status === 'closed') return;
@@ -190,7 +195,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     // In-flight ops may hold bucket locks: let them finish rather than abandon them.
     await this.queue.drain(wasReady ? performance.now() + this.timeoutMs : 0, new KvDisconnectedError('the client was closed'));
     this.session = undefined;
-    session.close();
+    session.close(); // nothing in flight is the queue's any more: the core closes too
   }
 
   // ---- control messages --------------------------------------------------------------------

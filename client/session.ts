@@ -172,14 +172,16 @@ export class Session {
     this.lastPong = performance.now();
   }
 
-  /** The connection is lost: stop using it and release the transport. */
+  /** The connection is lost: stop using it, close the core and release the transport. Call it once the ops in flight have failed. */
   abandon(): void {
+    if (this.ended) return;
     this.end();
-    this.provider.close();
+    this.release();
   }
 
-  /** Gives unused blocks back, disconnects and releases the transport. */
+  /** Gives unused blocks back, disconnects, closes the core and releases the transport. Call it once the ops in flight are done or failed. */
   close(): void {
+    if (this.ended) return; // abandoned already: nothing to give back over a lost connection
     this.end();
     try {
       // Blocks we were granted and never used go back before we leave.
@@ -187,14 +189,24 @@ export class Session {
     } catch {
       // the connection is already gone
     }
-    this.connection.disconnect();
-    this.provider.close();
+    this.release();
   }
 
   private end(): void {
     this.ended = true;
     this.stopKeepalive();
     this.cq.unwatch();
+  }
+
+  /**
+   * Disconnects first, so that whatever the core still has posted is flushed
+   * at once and its close() never waits on a silent server; then the core
+   * (scratch is safe to free once it returns), then the transport.
+   */
+  private release(): void {
+    this.connection.disconnect();
+    this.core.close();
+    this.provider.close();
   }
 }
 

@@ -117,6 +117,7 @@ export interface NativeClientCore {
   submit(count: number): number;
   poll(): number;
   failAll(status: number): void;
+  close(waitMs?: number): boolean;
   readonly inflight: number;
   readonly doorbells: number;
   // Each read of these makes a new external ArrayBuffer: read them once.
@@ -124,7 +125,7 @@ export interface NativeClientCore {
   readonly resultWords: Uint32Array;
   readonly controlWords: Uint32Array;
   readonly arena: Buffer;
-  /** Does NOT keep the core alive (the binding gives it no finalizer): see client-core.ts. */
+  /** Shares the core: the core's memory goes only with the last view of it. */
   readonly scratch: Buffer;
 }
 

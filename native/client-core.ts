@@ -7,12 +7,13 @@
 // has the KvLayout.CONTROL_TAG_SHIFT bit) in controlWords (ControlWords,
 // ControlLayout words).
 //
-// Ownership: the core holds the provider, connection and CQ it was made with.
-// The four buffers are viewed once here (each read of the addon's accessor
+// Ownership: the core holds the provider, connection and CQ it was made with;
+// whoever made it calls close() when done with it (the GC would too, but
+// late). The buffers are viewed once here (each read of the addon's accessor
 // makes a new external ArrayBuffer: per operation, garbage for V8 to collect).
-// opWords, resultWords, controlWords and arena own their memory; scratch is the core's own
-// memory, so its ArrayBuffer holds the core: a view of it, a subarray
-// included, keeps the core alive.
+// opWords, resultWords, controlWords and arena own their memory; scratch is
+// the core's, and the addon makes every view of it share the core, so a view
+// (a subarray included) never outlives the memory it shows.
 import { type CoreOptions, type CoreRegion, type NativeClientCore, addon } from './addon.js';
 import type { CompletionQueue } from './completion-queue.js';
 import type { Connection } from './connection.js';
@@ -20,9 +21,6 @@ import { ControlWords, type KvStatus } from './constants.generated.js';
 import type { Provider } from './provider.js';
 
 export type { CoreOptions, CoreRegion };
-
-/** Holds the core from its scratch memory's ArrayBuffer. */
-const coreOfScratch = Symbol('rdma-kv: the client core owning this scratch memory');
 
 export class ClientCore {
   /** Op descriptors for submit(), OpLayout words, Limit.MAX_POST_BATCH ops. */
@@ -44,7 +42,6 @@ export class ClientCore {
     this.controlWords = this.#native.controlWords;
     this.arena = this.#native.arena;
     this.scratch = this.#native.scratch;
-    Object.defineProperty(this.scratch.buffer, coreOfScratch, { value: this.#native });
   }
 
   /** Takes the first `count` ops of opWords (while slots and scratch last); returns how many it took. One doorbell. */
@@ -62,6 +59,17 @@ export class ClientCore {
   /** Finishes every op it holds with `status` (their results come with the next poll()). */
   failAll(status: KvStatus): void {
     this.#native.failAll(status);
+  }
+  /**
+   * Ends the data path: fails the ops in flight with DISCONNECTED (the next
+   * poll() hands their results out; later submits fail at once) and waits,
+   * up to `waitMs` (default 2 s, blocking), until the NIC or provider can no
+   * longer write scratch; after half of it, it disconnects the connection.
+   * Returns whether that point was reached (false: scratch stays mapped for
+   * good). Idempotent.
+   */
+  close(waitMs?: number): boolean {
+    return waitMs === undefined ? this.#native.close() : this.#native.close(waitMs);
   }
   /** Ops submitted and not yet handed back by poll(). */
   get inflight(): number {
