@@ -10,12 +10,12 @@
 // Ownership: an op is the queue's from add() until its promise settles; its
 // heap block is its own once taken from the session's pools, and goes back to
 // them when the core did not take the op or did not use the block.
-import { ControlLayout, ControlWords, type Opcode, type PollMode, type WcStatus } from '../native/index.js';
+import { type Completion, ControlWords, type PollMode, readCompletion } from '../native/index.js';
 import { KvLayout, KvOp, KvStatus, OpLayout, ResultLayout } from '../protocol/constants.js';
 import { KvDisconnectedError, KvTimeoutError, errorForStatus } from '../protocol/errors.js';
 import { describe } from './keys.js';
 import { opName } from './op-names.js';
-import type { ControlCompletion, Session } from './session.js';
+import type { Session } from './session.js';
 
 /** One operation's outcome, as the native core reports it. */
 export interface OpResult {
@@ -80,7 +80,7 @@ export class OpQueue {
   constructor(
     private readonly timeoutMs: number,
     private readonly pollMode: PollMode,
-    private readonly onControl: (session: Session, completion: ControlCompletion) => void,
+    private readonly onControl: (session: Session, completion: Completion) => void,
   ) {}
 
   /** Ops go to `session` from now on (until lose() or close()). */
@@ -298,12 +298,8 @@ export class OpQueue {
   private onControls(session: Session, count: number): void {
     const words = session.core.controlWords;
     for (let i = 0; i < count; i++) {
-      const o = ControlWords.ENTRIES + i * ControlLayout.WORDS;
-      const wrId = words[o + ControlLayout.WR_ID_LO]! + words[o + ControlLayout.WR_ID_HI]! * 2 ** 32;
-      const status = words[o + ControlLayout.STATUS]! as WcStatus;
-      const opcode = words[o + ControlLayout.OPCODE]! as Opcode;
       // Not flush() from here (onControl schedules one): flush polls, which would overwrite these words.
-      this.onControl(session, { wrId, status, opcode, byteLen: words[o + ControlLayout.BYTE_LEN]! });
+      this.onControl(session, readCompletion(words, i, ControlWords.ENTRIES));
     }
   }
 

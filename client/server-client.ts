@@ -5,6 +5,7 @@
 // operations themselves run in an OpQueue. KvClient routes keys to these.
 import { EventEmitter } from 'node:events';
 
+import type { Completion } from '../native/index.js';
 import { KvLayout, KvOp } from '../protocol/constants.js';
 import type { ControlMessage, Hello } from '../protocol/control.js';
 import {
@@ -18,7 +19,7 @@ import { classFor, itemUnits } from '../protocol/size-classes.js';
 import { type HistoryRecorder, recorded } from './history.js';
 import { toBuffer } from './keys.js';
 import { type OpRequest, type OpResult, OpQueue } from './op-queue.js';
-import { type ControlCompletion, Session, type SessionOptions } from './session.js';
+import { Session, type SessionOptions } from './session.js';
 import type { KvClientOptions, KvStatusName, Value } from './types.js';
 
 export type { HistoryRecorder } from './history.js';
@@ -201,7 +202,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   // ---- control messages --------------------------------------------------------------------
 
   /** A completion of one of the session's control requests, as the core handed it back. */
-  private onControl(session: Session, completion: ControlCompletion): void {
+  private onControl(session: Session, completion: Completion): void {
     let message: ControlMessage | undefined;
     try {
       message = session.received(completion);

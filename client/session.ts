@@ -7,6 +7,7 @@
 import {
   Access,
   ClientCore,
+  type Completion,
   type CompletionQueue,
   type Connection,
   type MemoryRegion,
@@ -30,16 +31,6 @@ export interface SessionOptions {
   token?: string;
   /** @default 16 MiB */
   scratchBytes?: number;
-}
-
-/** A completion of one of our control requests, as the core hands it back (ControlLayout). */
-export interface ControlCompletion {
-  /** As posted: CONTROL_TAG + the control buffer's index. */
-  wrId: number;
-  status: WcStatus;
-  /** SEND (ours) or RECV (a message from the server). */
-  opcode: Opcode;
-  byteLen: number;
 }
 
 /** Control wr_ids carry this bit; the core hands their completions back apart from op results. */
@@ -115,11 +106,11 @@ export class Session {
   }
 
   /**
-   * The message of a control completion, its receive buffer posted again; undefined for
-   * our own SENDs completing and for flushes (the connection is going away). A malformed
-   * message throws a KvProtocolError.
+   * The message of a control completion (of a request posted with CONTROL_TAG + a control
+   * buffer's index), its receive buffer posted again; undefined for our own SENDs completing
+   * and for flushes (the connection is going away). A malformed message throws a KvProtocolError.
    */
-  received(completion: ControlCompletion): ControlMessage | undefined {
+  received(completion: Completion): ControlMessage | undefined {
     const { wrId, byteLen, status, opcode } = completion;
     if (opcode !== Opcode.RECV || status !== WcStatus.SUCCESS) return undefined;
     const index = wrId - CONTROL_TAG;

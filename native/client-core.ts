@@ -4,8 +4,8 @@
 // submit(n); poll() leaves results (ResultLayout words) in resultWords, with
 // GET values in scratch, valid until the next poll() or submit(), and the
 // completions of the caller's control requests (SENDs and RECVs whose wr_id
-// has the KvLayout.CONTROL_TAG_SHIFT bit) in controlWords (ControlWords,
-// ControlLayout words).
+// has the KvLayout.CONTROL_TAG_SHIFT bit) in controlWords (ControlWords: a
+// count, then WcLayout words, as readCompletion() reads them).
 //
 // Ownership: the core holds the provider, connection and CQ it was made with;
 // whoever made it calls close() when done with it (the GC would too, but
@@ -27,7 +27,7 @@ export class ClientCore {
   readonly opWords: Uint32Array;
   /** Results of the last poll(), ResultLayout words. */
   readonly resultWords: Uint32Array;
-  /** Control completions of the last poll(): their count at ControlWords.COUNT, then ControlLayout words from ControlWords.ENTRIES. */
+  /** Control completions of the last poll(): their count at ControlWords.COUNT, then WcLayout words from ControlWords.ENTRIES. */
   readonly controlWords: Uint32Array;
   /** Keys and values of the ops being submitted (OpLayout's offsets point here). */
   readonly arena: Buffer;

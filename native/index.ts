@@ -17,8 +17,8 @@ export { Access, ConnEvent, ConnState, Limit, Opcode, SendFlag, WcStatus, WcFlag
 
 export type { DeviceInfo, ProviderInfo } from './addon.js';
 export { ClientCore, type CoreOptions, type CoreRegion } from './client-core.js';
-// The words of the client core's control completions (its controlWords).
-export { ControlLayout, ControlWords } from './constants.generated.js';
+// Where the client core's controlWords hold their completions.
+export { ControlWords } from './constants.generated.js';
 export { CompletionQueue, type PollMode } from './completion-queue.js';
 export { type ConnectOptions, Connection, ConnectionRequest, Listener, type QueuePairOptions } from './connection.js';
 export { TransportError, opcodeName, statusName } from './errors.js';

@@ -33,6 +33,9 @@ std::shared_ptr<transport::Provider> provider_of(const Napi::Value& value);
 std::shared_ptr<transport::Connection> connection_of(const Napi::Value& value);
 std::shared_ptr<transport::CompletionQueue> cq_of(const Napi::Value& value);
 
+// One completion as WcLayout words (the CQ's poll buffer, the client core's control completions).
+void write_completion(uint32_t* words, const transport::Completion& c);
+
 // An instance of the registered error class with a string code (ERR_*, E*);
 // before a class is registered (the bare addon), an Error with that code.
 Napi::Error make_error(Napi::Env env, const char* code, const std::string& message);

@@ -4,9 +4,10 @@
 // into opWords and keys/values into arena, then submit(n); poll() leaves
 // results (ResultLayout words) in resultWords, with GET values in scratch
 // (valid until the next poll), and the completions of JS's control requests
-// in controlWords (ControlWords, ControlLayout). close() ends the data path:
-// every op in flight fails with DISCONNECTED (poll() hands those results out)
-// and it returns once the NIC or provider can no longer write scratch.
+// in controlWords (ControlWords: a count, then WcLayout words). close() ends
+// the data path: every op in flight fails with DISCONNECTED (poll() hands
+// those results out) and it returns once the NIC or provider can no longer
+// write scratch.
 //
 // Ownership: the wrapper and every scratch view JS holds share the core, so
 // its scratch is freed only when the last of them goes; the wrapper closes
@@ -21,7 +22,6 @@ namespace rkv::binding {
 namespace {
 
 using kv::ClientCore;
-using kv::ControlCompletion;
 using kv::OpDesc;
 using kv::OpResult;
 using kv::RegionInfo;
@@ -89,7 +89,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
     op_words_ = std::make_shared<std::vector<uint32_t>>(kMaxBatch * u32(OpLayout::WORDS));
     result_words_ = std::make_shared<std::vector<uint32_t>>(kMaxBatch * u32(ResultLayout::WORDS));
     control_words_ = std::make_shared<std::vector<uint32_t>>(u32(ControlWords::ENTRIES) +
-                                                             kMaxControls * u32(ControlLayout::WORDS));
+                                                             kMaxControls * u32(WcLayout::WORDS));
     arena_ = std::make_shared<std::vector<uint8_t>>(arena_bytes_);
     descs_.resize(kMaxBatch);
     results_.resize(kMaxBatch);
@@ -151,14 +151,8 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
     uint32_t* c = control_words_->data();
     const size_t controls = core_->take_controls(controls_.data(), kMaxControls);
     c[u32(ControlWords::COUNT)] = static_cast<uint32_t>(controls);
-    c += u32(ControlWords::ENTRIES);
-    for (size_t i = 0; i < controls; i++, c += u32(ControlLayout::WORDS)) {
-      const ControlCompletion& cc = controls_[i];
-      c[u32(ControlLayout::WR_ID_LO)] = static_cast<uint32_t>(cc.wr_id);
-      c[u32(ControlLayout::WR_ID_HI)] = static_cast<uint32_t>(cc.wr_id >> 32);
-      c[u32(ControlLayout::STATUS)] = u32(cc.status);
-      c[u32(ControlLayout::OPCODE)] = u32(cc.opcode);
-      c[u32(ControlLayout::BYTE_LEN)] = cc.byte_len;
+    for (size_t i = 0; i < controls; i++) {
+      write_completion(c + u32(ControlWords::ENTRIES) + i * u32(WcLayout::WORDS), controls_[i]);
     }
     return Napi::Number::New(info.Env(), static_cast<double>(n));
   }
@@ -216,7 +210,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
   size_t arena_bytes_ = 0;
   std::vector<OpDesc> descs_;
   std::vector<OpResult> results_;
-  std::vector<ControlCompletion> controls_;
+  std::vector<transport::Completion> controls_;
 };
 
 }  // namespace

@@ -244,18 +244,7 @@ class CqWrap : public Napi::ObjectWrap<CqWrap> {
   Napi::Value poll(const Napi::CallbackInfo& info) {
     uint32_t max = std::min(u32_arg(info, 0, "max"), u32(Limit::MAX_POLL_BATCH));
     int n = cq_->poll(batch_.data(), static_cast<int>(max));
-    uint32_t* w = words_->data();
-    for (int i = 0; i < n; i++, w += u32(WcLayout::WORDS)) {
-      const Completion& c = batch_[i];
-      w[u32(WcLayout::WR_ID_LO)] = static_cast<uint32_t>(c.wr_id);
-      w[u32(WcLayout::WR_ID_HI)] = static_cast<uint32_t>(c.wr_id >> 32);
-      w[u32(WcLayout::STATUS)] = u32(c.status);
-      w[u32(WcLayout::OPCODE)] = u32(c.opcode);
-      w[u32(WcLayout::BYTE_LEN)] = c.byte_len;
-      w[u32(WcLayout::IMM)] = c.imm;
-      w[u32(WcLayout::FLAGS)] = c.wc_flags;
-      w[u32(WcLayout::QP_NUM)] = c.qp_num;
-    }
+    for (int i = 0; i < n; i++) write_completion(words_->data() + i * u32(WcLayout::WORDS), batch_[i]);
     return Napi::Number::New(info.Env(), n);
   }
   Napi::Value arm(const Napi::CallbackInfo& info) {
@@ -732,6 +721,17 @@ std::shared_ptr<Connection> connection_of(const Napi::Value& value) {
 }
 std::shared_ptr<CompletionQueue> cq_of(const Napi::Value& value) {
   return unwrap_checked<CqWrap>(value, addon(value.Env())->cq, "Cq")->cq();
+}
+
+void write_completion(uint32_t* w, const Completion& c) {
+  w[u32(WcLayout::WR_ID_LO)] = static_cast<uint32_t>(c.wr_id);
+  w[u32(WcLayout::WR_ID_HI)] = static_cast<uint32_t>(c.wr_id >> 32);
+  w[u32(WcLayout::STATUS)] = u32(c.status);
+  w[u32(WcLayout::OPCODE)] = u32(c.opcode);
+  w[u32(WcLayout::BYTE_LEN)] = c.byte_len;
+  w[u32(WcLayout::IMM)] = c.imm;
+  w[u32(WcLayout::FLAGS)] = c.wc_flags;
+  w[u32(WcLayout::QP_NUM)] = c.qp_num;
 }
 
 void init_transport(Napi::Env env, Napi::Object exports, AddonData* data) {

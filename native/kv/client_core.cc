@@ -175,7 +175,7 @@ void ClientCore::drain_completions(int budget) {
   for (int i = 0; i < n; i++) {
     const Completion& c = completions_[i];
     if (c.wr_id & kControlTag) {
-      controls_.push_back({c.wr_id, c.status, c.opcode, c.byte_len});
+      controls_.push_back(c);
       continue;
     }
     sends_.completed(c.wr_id);
@@ -213,7 +213,7 @@ void ClientCore::post_sends() {
   }
 }
 
-size_t ClientCore::take_controls(ControlCompletion* out, size_t max) {
+size_t ClientCore::take_controls(Completion* out, size_t max) {
   const size_t count = std::min(max, controls_.size());
   std::copy_n(controls_.begin(), count, out);
   controls_.erase(controls_.begin(), controls_.begin() + static_cast<long>(count));

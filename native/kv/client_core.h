@@ -82,16 +82,8 @@ struct OpResult {
   bool block_unused = false;  // a PUT that did not publish its block
 };
 
-// A completion of one of JS's control requests (a SEND or RECV of a control
-// message: its wr_id has kControlTag), handed back as it came (ControlLayout).
-struct ControlCompletion {
-  uint64_t wr_id = 0;  // as JS posted it, tag included
-  WcStatus status = WcStatus::SUCCESS;
-  Opcode opcode = Opcode::RECV;
-  uint32_t byte_len = 0;
-};
-
-// The wr_id bit of JS's control requests; the core's own requests never have it.
+// The wr_id bit of JS's control requests (the SENDs and RECVs of control
+// messages); the core's own requests never have it.
 constexpr uint64_t kControlTag = 1ull << u32(KvLayout::CONTROL_TAG_SHIFT);
 
 class ClientCore {
@@ -112,9 +104,9 @@ class ClientCore {
   // with one doorbell, and returns finished ops. Control completions it
   // drained wait for take_controls().
   size_t poll(OpResult* out, size_t max);
-  // The control completions drained since the last call (up to max; the
-  // rest wait for the next), in the order the CQ gave them.
-  size_t take_controls(ControlCompletion* out, size_t max);
+  // The completions of JS's control requests drained since the last call, as
+  // the CQ gave them (up to max; the rest wait for the next call).
+  size_t take_controls(transport::Completion* out, size_t max);
   // Finishes every op with `status` (a lost connection) and drops their
   // requests not yet posted.
   void fail_all(KvStatus status, uint32_t detail);
@@ -219,7 +211,7 @@ class ClientCore {
   SendList sends_;
   std::vector<transport::Completion> completions_;
   std::vector<Ready> ready_;                  // finished, waiting for poll() to hand them out
-  std::vector<ControlCompletion> controls_;   // JS's, waiting for take_controls()
+  std::vector<transport::Completion> controls_;  // JS's, waiting for take_controls()
   std::vector<BufferPool::Buffer> lent_;      // values handed out by the last poll()
   uint64_t version_seq_ = 0;
   RingCredits ring_;

@@ -12,7 +12,8 @@ import { runInNewContext } from 'node:vm';
 
 import test from 'ava';
 
-import { ControlLayout, ControlWords, KvLayout, KvOp, KvStatus, OpLayout, Opcode, ResultLayout, SendFlag, WcStatus } from '../../native/constants.generated.js';
+import { ControlWords, KvLayout, KvOp, KvStatus, OpLayout, Opcode, ResultLayout, SendFlag, WcStatus } from '../../native/constants.generated.js';
+import { type Completion, readCompletion } from '../../native/index.js';
 import { type Pair, connectPair } from '../helpers/pair.js';
 import { providersUnderTest } from '../helpers/providers.js';
 
@@ -65,17 +66,8 @@ function results(core: NativeCore, n: number): Array<{ id: number; status: numbe
   }));
 }
 
-function controls(core: NativeCore): Array<{ wrId: number; status: number; opcode: number; byteLen: number }> {
-  const w = core.controlWords;
-  return Array.from({ length: w[ControlWords.COUNT]! }, (_, i) => {
-    const o = ControlWords.ENTRIES + i * ControlLayout.WORDS;
-    return {
-      wrId: w[o + ControlLayout.WR_ID_LO]! + w[o + ControlLayout.WR_ID_HI]! * 2 ** 32,
-      status: w[o + ControlLayout.STATUS]!,
-      opcode: w[o + ControlLayout.OPCODE]!,
-      byteLen: w[o + ControlLayout.BYTE_LEN]!,
-    };
-  });
+function controls(core: NativeCore): Completion[] {
+  return Array.from({ length: core.controlWords[ControlWords.COUNT]! }, (_, i) => readCompletion(core.controlWords, i, ControlWords.ENTRIES));
 }
 
 for (const scheme of providersUnderTest()) {
