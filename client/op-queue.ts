@@ -61,8 +61,6 @@ interface PendingOp extends OpRequest {
 const SPIN_MS = 0.02;
 /** Flushes per event-loop turn that may spin (see spin()). */
 const SPINS_PER_TURN = 256;
-/** Op ids run from 1 to this (the largest u32: OpLayout.ID is one word) and wrap. */
-const LAST_OP_ID = 2 ** 32 - 1;
 
 export class OpQueue {
   private session: Session | undefined;
@@ -212,7 +210,7 @@ export class OpQueue {
         op.block = block;
       }
       const id = this.nextId;
-      this.nextId = id >= LAST_OP_ID ? 1 : id + 1;
+      this.nextId = (id + 1) >>> 0; // OpLayout.ID is one word: any u32 is an op id, and they wrap
       const o = count * OpLayout.WORDS;
       words[o + OpLayout.TYPE] = op.type;
       words[o + OpLayout.ID] = id;
