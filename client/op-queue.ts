@@ -3,17 +3,19 @@
 // submitted with one crossing (one doorbell); the core drives every RDMA round
 // trip and hands back one result per operation. The queue polls for results
 // in busy mode (a short spin after each submit, then a setImmediate loop while
-// anything is pending) or in event mode (the CQ's event wakes it).
+// anything is pending) or in event mode (the CQ's event wakes it). Each poll
+// also hands back the completions of the session's control requests, which
+// go to the owner's onControl.
 //
 // Ownership: an op is the queue's from add() until its promise settles; its
 // heap block is its own once taken from the session's pools, and goes back to
 // them when the core did not take the op or did not use the block.
-import { CONTROL_RESULT_ID, type PollMode } from '../native/index.js';
+import { type Completion, ControlWords, type PollMode, readCompletion } from '../native/index.js';
 import { KvLayout, KvOp, KvStatus, OpLayout, ResultLayout } from '../protocol/constants.js';
 import { KvDisconnectedError, KvTimeoutError, errorForStatus } from '../protocol/errors.js';
 import { describe } from './keys.js';
 import { opName } from './op-names.js';
-import type { ControlCompletion, Session } from './session.js';
+import type { Session } from './session.js';
 
 /** One operation's outcome, as the native core reports it. */
 export interface OpResult {
@@ -59,8 +61,6 @@ interface PendingOp extends OpRequest {
 const SPIN_MS = 0.02;
 /** Flushes per event-loop turn that may spin (see spin()). */
 const SPINS_PER_TURN = 256;
-/** Op ids run from 1 to this and wrap; CONTROL_RESULT_ID is never one. */
-const LAST_OP_ID = CONTROL_RESULT_ID - 1;
 
 export class OpQueue {
   private session: Session | undefined;
@@ -74,11 +74,11 @@ export class OpQueue {
   /** core.submit calls: one doorbell each (for tests and metrics). */
   submits = 0;
 
-  /** `onControl` hears every control-channel completion the core hands back. */
+  /** `onControl` hears every control-channel completion the core hands back (after the op results of the same poll). */
   constructor(
     private readonly timeoutMs: number,
     private readonly pollMode: PollMode,
-    private readonly onControl: (session: Session, completion: ControlCompletion) => void,
+    private readonly onControl: (session: Session, completion: Completion) => void,
   ) {}
 
   /** Ops go to `session` from now on (until lose() or close()). */
@@ -145,8 +145,9 @@ export class OpQueue {
     for (let round = 0; round < (fromEvent ? 2 : 1); round++) {
       for (;;) {
         const n = session.core.poll();
-        if (n === 0) break;
-        this.onResults(session, n);
+        const controls = session.core.controlCount;
+        if (n === 0 && controls === 0) break;
+        this.onPolled(session, n, controls);
       }
       if (fromEvent && round === 0) session.cq.arm();
     }
@@ -156,7 +157,7 @@ export class OpQueue {
   /** The session's connection is lost: finish everything the core holds, then the rest of the queue. */
   lose(session: Session, reason: string): void {
     session.core.failAll(KvStatus.DISCONNECTED);
-    this.onResults(session, session.core.poll());
+    this.onPolled(session, session.core.poll(), session.core.controlCount);
     this.failInflight(new KvDisconnectedError(`lost the server: ${reason}`));
     for (const op of this.queue.splice(0)) op.reject(new KvDisconnectedError(`lost the server: ${reason}`));
     this.session = undefined;
@@ -209,7 +210,7 @@ export class OpQueue {
         op.block = block;
       }
       const id = this.nextId;
-      this.nextId = id >= LAST_OP_ID ? 1 : id + 1;
+      this.nextId = (id + 1) >>> 0; // OpLayout.ID is one word: any u32 is an op id, and they wrap
       const o = count * OpLayout.WORDS;
       words[o + OpLayout.TYPE] = op.type;
       words[o + OpLayout.ID] = id;
@@ -225,8 +226,7 @@ export class OpQueue {
       }
       words[o + OpLayout.BLOCK] = op.block ?? 0;
       words[o + OpLayout.BLOCK_UNITS] = op.cls >= 0 ? pools.unitsOf(op.cls) : 0;
-      words[o + OpLayout.ARG_LO] = Number(op.arg & 0xffffffffn);
-      words[o + OpLayout.ARG_HI] = Number(op.arg >> 32n);
+      writeArgument(words, o, op);
       this.inflight.set(id, op);
       batch.push(op);
       count++;
@@ -270,7 +270,8 @@ export class OpQueue {
     const end = performance.now() + SPIN_MS;
     do {
       const n = session.core.poll();
-      if (n > 0) this.onResults(session, n);
+      const controls = session.core.controlCount;
+      if (n > 0 || controls > 0) this.onPolled(session, n, controls);
     } while (this.session === session && this.inflight.size > 0 && performance.now() < end);
   }
 
@@ -286,6 +287,20 @@ export class OpQueue {
     setImmediate(loop);
   }
 
+  /** One poll's output: `n` op results, then `controls` control completions. */
+  private onPolled(session: Session, n: number, controls: number): void {
+    if (n > 0) this.onResults(session, n);
+    if (controls > 0) this.onControls(session, controls);
+  }
+
+  private onControls(session: Session, count: number): void {
+    const words = session.core.controlWords;
+    for (let i = 0; i < count; i++) {
+      // Not flush() from here (onControl schedules one): flush polls, which would overwrite these words.
+      this.onControl(session, readCompletion(words, i, ControlWords.ENTRIES));
+    }
+  }
+
   private onResults(session: Session, n: number): void {
     const words = session.core.resultWords;
     const scratch = session.core.scratch;
@@ -293,11 +308,6 @@ export class OpQueue {
       const o = i * ResultLayout.WORDS;
       const id = words[o + ResultLayout.ID]!;
       const status = words[o + ResultLayout.STATUS]!;
-      if (id === CONTROL_RESULT_ID) {
-        // Not flush() from here (onControl schedules one): flush polls, which would overwrite these words.
-        this.onControl(session, { index: words[o + ResultLayout.VALUE_OFFSET]!, byteLen: words[o + ResultLayout.VALUE_LEN]!, status, opcode: words[o + ResultLayout.DETAIL]! as ControlCompletion['opcode'] });
-        continue;
-      }
       const op = this.inflight.get(id);
       if (!op) continue;
       this.inflight.delete(id);
@@ -333,5 +343,25 @@ export class OpQueue {
       this.armTimer();
     }, 100);
     this.timer.unref();
+  }
+}
+
+/** The argument of the op's type, in OpLayout's words of its name (the other types have none). */
+function writeArgument(words: Uint32Array, o: number, op: OpRequest): void {
+  switch (op.type) {
+    case KvOp.CAS:
+      words[o + OpLayout.EXPECTED_VERSION_LO] = Number(op.arg & 0xffffffffn);
+      words[o + OpLayout.EXPECTED_VERSION_HI] = Number(op.arg >> 32n);
+      break;
+    case KvOp.INCR:
+      words[o + OpLayout.DELTA_LO] = Number(op.arg & 0xffffffffn);
+      words[o + OpLayout.DELTA_HI] = Number(op.arg >> 32n);
+      break;
+    case KvOp.LOCK:
+      words[o + OpLayout.LOCK_TIMEOUT_MS] = Number(op.arg);
+      break;
+    case KvOp.UNLOCK:
+      words[o + OpLayout.TOKEN] = Number(op.arg & 0xffffffffn);
+      break;
   }
 }

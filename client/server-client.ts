@@ -5,6 +5,7 @@
 // operations themselves run in an OpQueue. KvClient routes keys to these.
 import { EventEmitter } from 'node:events';
 
+import type { Completion } from '../native/index.js';
 import { KvLayout, KvOp } from '../protocol/constants.js';
 import type { ControlMessage, Hello } from '../protocol/control.js';
 import {
@@ -18,7 +19,7 @@ import { classFor, itemUnits } from '../protocol/size-classes.js';
 import { type HistoryRecorder, recorded } from './history.js';
 import { toBuffer } from './keys.js';
 import { type OpRequest, type OpResult, OpQueue } from './op-queue.js';
-import { type ControlCompletion, Session, type SessionOptions } from './session.js';
+import { Session, type SessionOptions } from './session.js';
 import type { KvClientOptions, KvStatusName, Value } from './types.js';
 
 export type { HistoryRecorder } from './history.js';
@@ -143,6 +144,11 @@ export class ServerClient extends EventEmitter<ClientEvents> {
 
   private async establish(): Promise<void> {
     const session = await Session.open(this.options, this.timeoutMs);
+    if (this._status === 'closed') {
+      // close() came while we connected: nothing will ever use or close this session.
+      session.close();
+      throw new KvDisconnectedError('the client was closed');
+    }
     this.session = session;
     this.hello = session.hello;
     session.connection.once('disconnected', (reason) => this.lost(session, reason));
@@ -156,7 +162,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
 
   private lost(session: Session, reason: string): void {
     if (this.session !== session) return;
-    this.queue.lose(session, reason);
+    this.queue.lose(session, reason); // fails what is in flight, then the core can close
     session.abandon();
     this.session = undefined;
     if (this._status === 'closed') return;
@@ -190,13 +196,13 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     // In-flight ops may hold bucket locks: let them finish rather than abandon them.
     await this.queue.drain(wasReady ? performance.now() + this.timeoutMs : 0, new KvDisconnectedError('the client was closed'));
     this.session = undefined;
-    session.close();
+    session.close(); // nothing in flight is the queue's any more: the core closes too
   }
 
   // ---- control messages --------------------------------------------------------------------
 
-  /** A control-channel completion the core handed back among the op results. */
-  private onControl(session: Session, completion: ControlCompletion): void {
+  /** A completion of one of the session's control requests, as the core handed it back. */
+  private onControl(session: Session, completion: Completion): void {
     let message: ControlMessage | undefined;
     try {
       message = session.received(completion);

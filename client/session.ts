@@ -7,6 +7,7 @@
 import {
   Access,
   ClientCore,
+  type Completion,
   type CompletionQueue,
   type Connection,
   type MemoryRegion,
@@ -15,6 +16,7 @@ import {
   type RecvRequest,
   SendFlag,
   TransportError,
+  WcStatus,
 } from '../native/index.js';
 import { RejectReason, connectData } from '../protocol/connect.js';
 import { type ControlMessage, type Hello, decode, encode } from '../protocol/control.js';
@@ -31,17 +33,7 @@ export interface SessionOptions {
   scratchBytes?: number;
 }
 
-/** A control-channel completion, as the core hands it back among op results. */
-export interface ControlCompletion {
-  /** The control buffer's index. */
-  index: number;
-  byteLen: number;
-  /** The work completion status (0: success). */
-  status: number;
-  opcode: Opcode;
-}
-
-/** Control wr_ids carry this bit; the core hands their completions back as control results. */
+/** Control wr_ids carry this bit; the core hands their completions back apart from op results. */
 const CONTROL_TAG = 2 ** KvLayout.CONTROL_TAG_SHIFT;
 const CONTROL_RECVS = 16;
 /** Send buffers, used in turn: a burst of sends (a reclaim's answer) must not wrap onto one the NIC may still read. */
@@ -114,13 +106,14 @@ export class Session {
   }
 
   /**
-   * The message of a control completion, its receive buffer posted again; undefined for
-   * our own SENDs completing and for flushes (the connection is going away). A malformed
-   * message throws a KvProtocolError.
+   * The message of a control completion (of a request posted with CONTROL_TAG + a control
+   * buffer's index), its receive buffer posted again; undefined for our own SENDs completing
+   * and for flushes (the connection is going away). A malformed message throws a KvProtocolError.
    */
-  received(completion: ControlCompletion): ControlMessage | undefined {
-    const { index, byteLen, status, opcode } = completion;
-    if (opcode !== Opcode.RECV || status !== 0) return undefined;
+  received(completion: Completion): ControlMessage | undefined {
+    const { wrId, byteLen, status, opcode } = completion;
+    if (opcode !== Opcode.RECV || status !== WcStatus.SUCCESS) return undefined;
+    const index = wrId - CONTROL_TAG;
     try {
       return decode(controlBytes(this.control, index, byteLen));
     } catch (error) {
@@ -170,14 +163,16 @@ export class Session {
     this.lastPong = performance.now();
   }
 
-  /** The connection is lost: stop using it and release the transport. */
+  /** The connection is lost: stop using it, close the core and release the transport. Call it once the ops in flight have failed. */
   abandon(): void {
+    if (this.ended) return;
     this.end();
-    this.provider.close();
+    this.release();
   }
 
-  /** Gives unused blocks back, disconnects and releases the transport. */
+  /** Gives unused blocks back, disconnects, closes the core and releases the transport. Call it once the ops in flight are done or failed. */
   close(): void {
+    if (this.ended) return; // abandoned already: nothing to give back over a lost connection
     this.end();
     try {
       // Blocks we were granted and never used go back before we leave.
@@ -185,14 +180,24 @@ export class Session {
     } catch {
       // the connection is already gone
     }
-    this.connection.disconnect();
-    this.provider.close();
+    this.release();
   }
 
   private end(): void {
     this.ended = true;
     this.stopKeepalive();
     this.cq.unwatch();
+  }
+
+  /**
+   * Disconnects first, so that whatever the core still has posted is flushed
+   * at once and its close() never waits on a silent server; then the core
+   * (scratch is safe to free once it returns), then the transport.
+   */
+  private release(): void {
+    this.connection.disconnect();
+    this.core.close();
+    this.provider.close();
   }
 }
 

@@ -2,10 +2,15 @@
 // loads it. Only the modules of native/ import this file: they wrap these raw
 // objects in the typed face that native/index.ts exports, and nothing above
 // native/ (client, server, protocol, tests, benchmarks) sees them.
+//
+// Loading it hands the addon the class its native code throws (TransportError,
+// with a string code), once per environment (better-sqlite3's pattern): what
+// the addon throws needs no wrapping on its way up.
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 
 import type { ConnEvent, ConnState } from './constants.generated.js';
+import { TransportError } from './errors.js';
 
 export interface NativeMemory {
   readonly length: number;
@@ -112,18 +117,22 @@ export interface NativeClientCore {
   submit(count: number): number;
   poll(): number;
   failAll(status: number): void;
+  close(waitMs?: number): boolean;
   readonly inflight: number;
   readonly doorbells: number;
   // Each read of these makes a new external ArrayBuffer: read them once.
   readonly opWords: Uint32Array;
   readonly resultWords: Uint32Array;
+  readonly controlWords: Uint32Array;
   readonly arena: Buffer;
-  /** Does NOT keep the core alive (the binding gives it no finalizer): see client-core.ts. */
+  /** Shares the core: the core's memory goes only with the last view of it. */
   readonly scratch: Buffer;
 }
 
 export interface Addon {
   constants: Record<string, Record<string, number>>;
+  /** Native code throws `new cls(code, message)` from now on (this environment). */
+  setErrorClass(cls: new (code: string, message: string) => Error): void;
   providers: ProviderInfo[];
   Provider: new (scheme: string, onEvents: () => void) => NativeProvider;
   Memory: new (length: number, path?: string) => NativeMemory;
@@ -134,3 +143,4 @@ export interface Addon {
 
 const packageRoot = fileURLToPath(new URL('../..', import.meta.url));
 export const addon = (createRequire(import.meta.url)('node-gyp-build') as (dir: string) => Addon)(packageRoot);
+addon.setErrorClass(TransportError);

@@ -2,41 +2,33 @@
 // One crossing per batch each way: the caller writes op descriptors
 // (OpLayout words) into opWords and their keys and values into arena, then
 // submit(n); poll() leaves results (ResultLayout words) in resultWords, with
-// GET values in scratch, valid until the next poll() or submit().
+// GET values in scratch, valid until the next poll() or submit(), and the
+// completions of the caller's control requests (SENDs and RECVs whose wr_id
+// has the KvLayout.CONTROL_TAG_SHIFT bit) in controlWords (ControlWords: a
+// count, then WcLayout words, as readCompletion() reads them).
 //
-// Ownership: the core holds the provider, connection and CQ it was made with.
-// The four buffers are viewed once here (each read of the addon's accessor
+// Ownership: the core holds the provider, connection and CQ it was made with;
+// whoever made it calls close() when done with it (the GC would too, but
+// late). The buffers are viewed once here (each read of the addon's accessor
 // makes a new external ArrayBuffer: per operation, garbage for V8 to collect).
-// opWords, resultWords and arena own their memory; scratch is the core's own
-// memory, so its ArrayBuffer holds the core: a view of it, a subarray
-// included, keeps the core alive.
+// opWords, resultWords, controlWords and arena own their memory; scratch is
+// the core's, and the addon makes every view of it share the core, so a view
+// (a subarray included) never outlives the memory it shows.
 import { type CoreOptions, type CoreRegion, type NativeClientCore, addon } from './addon.js';
 import type { CompletionQueue } from './completion-queue.js';
 import type { Connection } from './connection.js';
-import type { KvStatus } from './constants.generated.js';
-import { rethrow } from './errors.js';
+import { ControlWords, type KvStatus } from './constants.generated.js';
 import type { Provider } from './provider.js';
 
 export type { CoreOptions, CoreRegion };
-
-/**
- * The result id of a control-channel completion (a SEND or RECV whose wr_id
- * has the KvLayout.CONTROL_TAG_SHIFT bit), which the core hands back among op
- * results: native/kv/client_core.h's kControlResultId. Such a result has the
- * control buffer's index in VALUE_OFFSET, the byte count in VALUE_LEN, the
- * work completion status in STATUS and the verbs opcode in DETAIL. Op ids are
- * never this value.
- */
-export const CONTROL_RESULT_ID = 0xffffffff;
-
-/** Holds the core from its scratch memory's ArrayBuffer. */
-const coreOfScratch = Symbol('rdma-kv: the client core owning this scratch memory');
 
 export class ClientCore {
   /** Op descriptors for submit(), OpLayout words, Limit.MAX_POST_BATCH ops. */
   readonly opWords: Uint32Array;
   /** Results of the last poll(), ResultLayout words. */
   readonly resultWords: Uint32Array;
+  /** Control completions of the last poll(): their count at ControlWords.COUNT, then WcLayout words from ControlWords.ENTRIES. */
+  readonly controlWords: Uint32Array;
   /** Keys and values of the ops being submitted (OpLayout's offsets point here). */
   readonly arena: Buffer;
   /** The core's memory: GET values at the offsets poll() reports. Copy them out before the next poll() or submit(). */
@@ -44,29 +36,40 @@ export class ClientCore {
   readonly #native: NativeClientCore;
 
   constructor(provider: Provider, connection: Connection, cq: CompletionQueue, region: CoreRegion, options: CoreOptions) {
-    try {
-      this.#native = new addon.ClientCore(provider.native, connection.native, cq.native, region, options);
-    } catch (error) {
-      rethrow(error);
-    }
+    this.#native = new addon.ClientCore(provider.native, connection.native, cq.native, region, options);
     this.opWords = this.#native.opWords;
     this.resultWords = this.#native.resultWords;
+    this.controlWords = this.#native.controlWords;
     this.arena = this.#native.arena;
     this.scratch = this.#native.scratch;
-    Object.defineProperty(this.scratch.buffer, coreOfScratch, { value: this.#native });
   }
 
   /** Takes the first `count` ops of opWords (while slots and scratch last); returns how many it took. One doorbell. */
   submit(count: number): number {
     return this.#native.submit(count);
   }
-  /** Leaves finished ops' results in resultWords; returns how many. */
+  /** Leaves finished ops' results in resultWords and returns how many; the control completions it took are in controlWords (controlCount). */
   poll(): number {
     return this.#native.poll();
+  }
+  /** Control completions the last poll() left in controlWords. */
+  get controlCount(): number {
+    return this.controlWords[ControlWords.COUNT]!;
   }
   /** Finishes every op it holds with `status` (their results come with the next poll()). */
   failAll(status: KvStatus): void {
     this.#native.failAll(status);
+  }
+  /**
+   * Ends the data path: fails the ops in flight with DISCONNECTED (the next
+   * poll() hands their results out; later submits fail at once) and waits,
+   * up to `waitMs` (default 2 s, blocking), until the NIC or provider can no
+   * longer write scratch; after half of it, it disconnects the connection.
+   * Returns whether that point was reached (false: scratch stays mapped for
+   * good). Idempotent.
+   */
+  close(waitMs?: number): boolean {
+    return waitMs === undefined ? this.#native.close() : this.#native.close(waitMs);
   }
   /** Ops submitted and not yet handed back by poll(). */
   get inflight(): number {

@@ -6,7 +6,7 @@ import { EventEmitter } from 'node:events';
 import type { NativeConnection, NativeListener } from './addon.js';
 import type { CompletionQueue } from './completion-queue.js';
 import { type ConnState, Limit } from './constants.generated.js';
-import { TransportError, rethrow } from './errors.js';
+import { TransportError } from './errors.js';
 import type { Provider } from './provider.js';
 import { type RecvRequest, type WorkRequest, writeRecvRequest, writeWorkRequest } from './work-requests.js';
 
@@ -65,11 +65,7 @@ export class Connection extends EventEmitter<ConnectionEvents> {
   }
   /** Posts `count` requests already written into provider.sendBuffer: one crossing, one doorbell. */
   postSendRaw(count: number): void {
-    try {
-      this.native.postSend(count);
-    } catch (error) {
-      rethrow(error);
-    }
+    this.native.postSend(count);
   }
   postSend(wrs: WorkRequest[]): void {
     if (wrs.length > Limit.MAX_POST_BATCH) throw new TransportError('ERR_OUT_OF_RANGE', 'batch too large');
@@ -81,11 +77,7 @@ export class Connection extends EventEmitter<ConnectionEvents> {
     if (rrs.length > Limit.MAX_POST_BATCH) throw new TransportError('ERR_OUT_OF_RANGE', 'batch too large');
     const buffer = this.provider.recvBuffer;
     rrs.forEach((rr, i) => writeRecvRequest(buffer, i, rr));
-    try {
-      this.native.postRecv(rrs.length);
-    } catch (error) {
-      rethrow(error);
-    }
+    this.native.postRecv(rrs.length);
   }
   /** Moves the queue pair to the error state (everything outstanding is flushed) and tells the peer. */
   disconnect(): void {
@@ -132,11 +124,7 @@ export class ConnectionRequest {
   }
   /** Creates the queue pair, posts the initial receives, and accepts. */
   accept(options: QueuePairOptions & { privateData?: Buffer }): Connection {
-    try {
-      this.connection.native.accept(this.provider.qpOptions(options), options.privateData);
-    } catch (error) {
-      rethrow(error);
-    }
+    this.connection.native.accept(this.provider.qpOptions(options), options.privateData);
     return this.connection;
   }
   reject(privateData?: Buffer): void {

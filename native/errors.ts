@@ -1,33 +1,24 @@
 // Errors of the transport layer, and the names of verbs' numbers in messages.
 import { Opcode, WcStatus } from './constants.generated.js';
 
-/** Any failure of the transport layer. `code` is a stable string (ERR_RKV_*, EINVAL, ENOMEM, REJECTED, ...). */
+/**
+ * Any failure of the transport layer, and whatever the addon throws: native
+ * code constructs these itself (native/addon.ts hands this class over when it
+ * loads the addon). `code` is a stable string (ERR_RKV_*, ERR_INVALID_ARG_TYPE,
+ * EINVAL, ENOMEM, REJECTED, ...).
+ */
 export class TransportError extends Error {
   readonly code: string;
   /** The private data of a rejection. */
   readonly privateData?: Buffer;
+  /** A post that failed part way: how many of its requests were posted (the ones before the failing one). */
+  declare readonly posted?: number;
   constructor(code: string, message: string, privateData?: Buffer) {
     super(message);
     this.name = 'TransportError';
     this.code = code;
     if (privateData) this.privateData = privateData;
   }
-}
-
-/** An error the addon threw (an Error with a string code) as a TransportError; anything else as it is. */
-export function transportError(error: unknown): unknown {
-  if (error instanceof Error && typeof (error as { code?: unknown }).code === 'string') {
-    const e = new TransportError((error as Error & { code: string }).code, error.message);
-    const posted = (error as { posted?: number }).posted;
-    if (posted !== undefined) Object.assign(e, { posted });
-    return e;
-  }
-  return error;
-}
-
-/** Rethrows what the addon threw, as transportError() makes it. */
-export function rethrow(error: unknown): never {
-  throw transportError(error);
 }
 
 const statusNames = new Map<number, string>(Object.entries(WcStatus).map(([name, value]) => [value, name]));

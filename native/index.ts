@@ -16,7 +16,9 @@
 export { Access, ConnEvent, ConnState, Limit, Opcode, SendFlag, WcStatus, WcFlag, constants } from './constants.generated.js';
 
 export type { DeviceInfo, ProviderInfo } from './addon.js';
-export { CONTROL_RESULT_ID, ClientCore, type CoreOptions, type CoreRegion } from './client-core.js';
+export { ClientCore, type CoreOptions, type CoreRegion } from './client-core.js';
+// Where the client core's controlWords hold their completions.
+export { ControlWords } from './constants.generated.js';
 export { CompletionQueue, type PollMode } from './completion-queue.js';
 export { type ConnectOptions, Connection, ConnectionRequest, Listener, type QueuePairOptions } from './connection.js';
 export { TransportError, opcodeName, statusName } from './errors.js';

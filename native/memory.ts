@@ -2,7 +2,6 @@
 // what a peer needs to reach a region (its RemoteRegion).
 import { type NativeMemory, type NativeMemoryRegion, addon } from './addon.js';
 import { Access } from './constants.generated.js';
-import { rethrow } from './errors.js';
 
 /** Shareable memory (a sealed memfd, or a file that survives restarts). */
 export class Memory {
@@ -10,11 +9,7 @@ export class Memory {
   /** A Buffer over the whole mapping; it keeps the mapping alive while referenced. */
   readonly bytes: Buffer;
   constructor(length: number, path?: string) {
-    try {
-      this.native = path === undefined ? new addon.Memory(length) : new addon.Memory(length, path);
-    } catch (error) {
-      rethrow(error);
-    }
+    this.native = path === undefined ? new addon.Memory(length) : new addon.Memory(length, path);
     this.bytes = Buffer.from(this.native.buffer());
   }
   get length(): number {

@@ -3,11 +3,11 @@
 // scheme and delivers their connection events.
 import { EventEmitter } from 'node:events';
 
-import { type DeviceInfo, type NativeConnection, type NativeListener, type NativeProvider, type NativeQpOptions, type ProviderInfo, addon } from './addon.js';
+import { type DeviceInfo, type NativeConnection, type NativeProvider, type NativeQpOptions, type ProviderInfo, addon } from './addon.js';
 import { CompletionQueue } from './completion-queue.js';
 import { type ConnectOptions, Connection, ConnectionRequest, Listener, type QueuePairOptions } from './connection.js';
 import { Access, ConnEvent, Limit } from './constants.generated.js';
-import { TransportError, rethrow, transportError } from './errors.js';
+import { TransportError } from './errors.js';
 import { Memory, MemoryRegion } from './memory.js';
 import { writeRecvRequest } from './work-requests.js';
 
@@ -47,11 +47,7 @@ export class Provider extends EventEmitter<ProviderEvents> {
 
   constructor(readonly scheme: string) {
     super();
-    try {
-      this.native = new addon.Provider(scheme, () => this.dispatch());
-    } catch (error) {
-      rethrow(error);
-    }
+    this.native = new addon.Provider(scheme, () => this.dispatch());
     this.sendBuffer = this.native.sendBuffer;
     this.recvBuffer = this.native.recvBuffer;
   }
@@ -71,11 +67,7 @@ export class Provider extends EventEmitter<ProviderEvents> {
   }
 
   register(memory: Memory, offset: number, length: number, access: number): MemoryRegion {
-    try {
-      return new MemoryRegion(this.native.register(memory.native, offset, length, access), memory, offset);
-    } catch (error) {
-      rethrow(error);
-    }
+    return new MemoryRegion(this.native.register(memory.native, offset, length, access), memory, offset);
   }
 
   /** Allocates memory and registers all of it. */
@@ -85,21 +77,11 @@ export class Provider extends EventEmitter<ProviderEvents> {
   }
 
   createCq(depth: number = Limit.DEFAULT_QUEUE_DEPTH): CompletionQueue {
-    try {
-      return new CompletionQueue(this.native.createCq(depth));
-    } catch (error) {
-      rethrow(error);
-    }
+    return new CompletionQueue(this.native.createCq(depth));
   }
 
   listen(url: string): Listener {
-    let native: NativeListener;
-    try {
-      native = this.native.listen(url);
-    } catch (error) {
-      rethrow(error);
-    }
-    const listener = new Listener(native, this);
+    const listener = new Listener(this.native.listen(url), this);
     this.retain(listener);
     return listener;
   }
@@ -109,7 +91,7 @@ export class Provider extends EventEmitter<ProviderEvents> {
     try {
       native = this.native.connect(url, this.qpOptions(options), options.privateData, options.timeoutMs ?? 5000);
     } catch (error) {
-      return Promise.reject(transportError(error));
+      return Promise.reject(error);
     }
     const connection = this.wrap(native);
     this.retain(connection);

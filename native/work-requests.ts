@@ -78,9 +78,9 @@ export function writeRecvRequest(buffer: Uint32Array, index: number, rr: RecvReq
   buffer[o + RecvLayout.LENGTH] = rr.length;
 }
 
-/** Reads completion `index` from a completions view (WcLayout). */
-export function readCompletion(words: Uint32Array, index: number): Completion {
-  const o = index * WcLayout.WORDS;
+/** Reads completion `index` from a completions view (WcLayout words, the first at word `first`). */
+export function readCompletion(words: Uint32Array, index: number, first = 0): Completion {
+  const o = first + index * WcLayout.WORDS;
   const status = words[o + WcLayout.STATUS]! as WcStatus;
   return {
     wrId: words[o + WcLayout.WR_ID_LO]! + words[o + WcLayout.WR_ID_HI]! * 0x100000000,

@@ -1,5 +1,6 @@
-// Module entry: exports the shared constants, the known providers and the
-// transport classes.
+// Module entry: exports the shared constants, the known providers, the
+// transport classes and the client core, and takes the error class that
+// native code throws (setErrorClass, called once per environment).
 #include "addon.h"
 
 #include "../common/constants.generated.h"
@@ -7,13 +8,27 @@
 
 namespace rkv::binding {
 
-void throw_error(Napi::Env env, const char* code, const std::string& message) {
+Napi::Error make_error(Napi::Env env, const char* code, const std::string& message) {
+  auto* data = env.GetInstanceData<AddonData>();
+  if (data != nullptr && !data->error_class.IsEmpty()) {
+    return Napi::Error(env, data->error_class.New({Napi::String::New(env, code), Napi::String::New(env, message)}));
+  }
   Napi::Error error = Napi::Error::New(env, message);
   error.Set("code", Napi::String::New(env, code));
-  throw error;
+  return error;
 }
 
+void throw_error(Napi::Env env, const char* code, const std::string& message) { throw make_error(env, code, message); }
+
 namespace {
+
+// setErrorClass(cls): native code throws `new cls(code, message)` from now on.
+Napi::Value set_error_class(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsFunction()) throw_error(env, "ERR_INVALID_ARG_TYPE", "setErrorClass(cls: (code, message) => Error)");
+  env.GetInstanceData<AddonData>()->error_class = Napi::Persistent(info[0].As<Napi::Function>());
+  return env.Undefined();
+}
 
 Napi::Object export_constants(Napi::Env env) {
   Napi::Object constants = Napi::Object::New(env);
@@ -39,6 +54,7 @@ Napi::Object init(Napi::Env env, Napi::Object exports) {
     providers.Set(i++, entry);
   }
   exports.Set("providers", providers);
+  exports.Set("setErrorClass", Napi::Function::New(env, set_error_class, "setErrorClass"));
   init_transport(env, exports, data);
   init_kv(env, exports, data);
   init_layout(env, exports);

@@ -1,5 +1,6 @@
-// Per-instance addon state: the wrapper classes' constructors. One per Node
-// environment, so worker threads and repeated loads never share state.
+// Per-instance addon state: the wrapper classes' constructors and the error
+// class JS handed over. One per Node environment, so worker threads and
+// repeated loads never share state.
 #pragma once
 #include <napi.h>
 
@@ -17,6 +18,9 @@ struct AddonData {
   Napi::FunctionReference connection;
   Napi::FunctionReference listener;
   Napi::FunctionReference client_core;
+  // What native code throws: `new error_class(code, message)`. native/addon.ts
+  // hands over native/errors.ts's TransportError once, when it loads the addon.
+  Napi::FunctionReference error_class;
 };
 
 void init_transport(Napi::Env env, Napi::Object exports, AddonData* data);
@@ -29,7 +33,13 @@ std::shared_ptr<transport::Provider> provider_of(const Napi::Value& value);
 std::shared_ptr<transport::Connection> connection_of(const Napi::Value& value);
 std::shared_ptr<transport::CompletionQueue> cq_of(const Napi::Value& value);
 
-// Throws a JS Error with a string code the TS layer maps to its error classes.
+// One completion as WcLayout words (the CQ's poll buffer, the client core's control completions).
+void write_completion(uint32_t* words, const transport::Completion& c);
+
+// An instance of the registered error class with a string code (ERR_*, E*);
+// before a class is registered (the bare addon), an Error with that code.
+Napi::Error make_error(Napi::Env env, const char* code, const std::string& message);
+// Throws make_error(env, code, message).
 [[noreturn]] void throw_error(Napi::Env env, const char* code, const std::string& message);
 
 }  // namespace rkv::binding

@@ -3,9 +3,11 @@
 // One crossing per batch each way: JS writes op descriptors (OpLayout words)
 // into opWords and keys/values into arena, then submit(n); poll() leaves
 // results (ResultLayout words) in resultWords, with GET values in scratch
-// (valid until the next poll). close() ends the data path: every op in
-// flight fails with DISCONNECTED (poll() hands those results out) and it
-// returns once the NIC or provider can no longer write scratch.
+// (valid until the next poll), and the completions of JS's control requests
+// in controlWords (ControlWords: a count, then WcLayout words). close() ends
+// the data path: every op in flight fails with DISCONNECTED (poll() hands
+// those results out) and it returns once the NIC or provider can no longer
+// write scratch.
 //
 // Ownership: the wrapper and every scratch view JS holds share the core, so
 // its scratch is freed only when the last of them goes; the wrapper closes
@@ -25,6 +27,9 @@ using kv::OpResult;
 using kv::RegionInfo;
 
 constexpr size_t kMaxBatch = u32(Limit::MAX_POST_BATCH);
+constexpr size_t kMaxControls = u32(Limit::MAX_POLL_BATCH);
+
+uint64_t join64(uint32_t lo, uint32_t hi) { return static_cast<uint64_t>(hi) << 32 | lo; }
 
 uint64_t bigint_field(const Napi::Object& o, const char* name) {
   Napi::Value v = o.Get(name);
@@ -48,6 +53,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
                         InstanceAccessor<&ClientCoreWrap::doorbells>("doorbells"),
                         InstanceAccessor<&ClientCoreWrap::op_words>("opWords"),
                         InstanceAccessor<&ClientCoreWrap::result_words>("resultWords"),
+                        InstanceAccessor<&ClientCoreWrap::control_words>("controlWords"),
                         InstanceAccessor<&ClientCoreWrap::arena>("arena"),
                         InstanceAccessor<&ClientCoreWrap::scratch>("scratch")});
   }
@@ -82,9 +88,12 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
     if (!core_) throw_error(env, "ERR_RKV_CLIENT", error);
     op_words_ = std::make_shared<std::vector<uint32_t>>(kMaxBatch * u32(OpLayout::WORDS));
     result_words_ = std::make_shared<std::vector<uint32_t>>(kMaxBatch * u32(ResultLayout::WORDS));
+    control_words_ = std::make_shared<std::vector<uint32_t>>(u32(ControlWords::ENTRIES) +
+                                                             kMaxControls * u32(WcLayout::WORDS));
     arena_ = std::make_shared<std::vector<uint8_t>>(arena_bytes_);
     descs_.resize(kMaxBatch);
     results_.resize(kMaxBatch);
+    controls_.resize(kMaxControls);
   }
   ~ClientCoreWrap() override {
     if (core_) core_->close();
@@ -118,11 +127,13 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
       d.value_len = static_cast<uint32_t>(vl);
       d.block = w[u32(OpLayout::BLOCK)];
       d.block_units = w[u32(OpLayout::BLOCK_UNITS)];
-      set_argument(d, static_cast<uint64_t>(w[u32(OpLayout::ARG_HI)]) << 32 | w[u32(OpLayout::ARG_LO)]);
+      read_argument(d, w);
     }
     return Napi::Number::New(env, static_cast<double>(core_->submit(descs_.data(), count)));
   }
 
+  // poll() -> how many op results it left in resultWords; the control
+  // completions it took are in controlWords, their count first.
   Napi::Value poll(const Napi::CallbackInfo& info) {
     const size_t n = core_->poll(results_.data(), kMaxBatch);
     uint32_t* w = result_words_->data();
@@ -137,16 +148,24 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
       w[u32(ResultLayout::DETAIL)] = r.detail;
       w[u32(ResultLayout::BLOCK_UNUSED)] = r.block_unused ? 1 : 0;
     }
+    uint32_t* c = control_words_->data();
+    const size_t controls = core_->take_controls(controls_.data(), kMaxControls);
+    c[u32(ControlWords::COUNT)] = static_cast<uint32_t>(controls);
+    for (size_t i = 0; i < controls; i++) {
+      write_completion(c + u32(ControlWords::ENTRIES) + i * u32(WcLayout::WORDS), controls_[i]);
+    }
     return Napi::Number::New(info.Env(), static_cast<double>(n));
   }
 
-  // The OpLayout ARG words, as the named argument of the op's type.
-  static void set_argument(OpDesc& d, uint64_t arg) {
+  // The argument of the op's type, from OpLayout's words of its name.
+  static void read_argument(OpDesc& d, const uint32_t* w) {
     switch (d.type) {
-      case KvOp::CAS: d.expected_version = arg; break;
-      case KvOp::INCR: d.delta = arg; break;
-      case KvOp::LOCK: d.lock_timeout_ms = arg; break;
-      case KvOp::UNLOCK: d.token = static_cast<uint32_t>(arg); break;
+      case KvOp::CAS:
+        d.expected_version = join64(w[u32(OpLayout::EXPECTED_VERSION_LO)], w[u32(OpLayout::EXPECTED_VERSION_HI)]);
+        break;
+      case KvOp::INCR: d.delta = join64(w[u32(OpLayout::DELTA_LO)], w[u32(OpLayout::DELTA_HI)]); break;
+      case KvOp::LOCK: d.lock_timeout_ms = w[u32(OpLayout::LOCK_TIMEOUT_MS)]; break;
+      case KvOp::UNLOCK: d.token = w[u32(OpLayout::TOKEN)]; break;
       default: d.expected_version = 0; break;
     }
   }
@@ -167,13 +186,11 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
   Napi::Value inflight(const Napi::CallbackInfo& info) {
     return Napi::Number::New(info.Env(), static_cast<double>(core_->inflight()));
   }
-  Napi::Value op_words(const Napi::CallbackInfo& info) {
-    auto b = hold(info.Env(), op_words_->data(), op_words_->size() * 4, op_words_);
-    return Napi::Uint32Array::New(info.Env(), op_words_->size(), b, 0);
-  }
-  Napi::Value result_words(const Napi::CallbackInfo& info) {
-    auto b = hold(info.Env(), result_words_->data(), result_words_->size() * 4, result_words_);
-    return Napi::Uint32Array::New(info.Env(), result_words_->size(), b, 0);
+  Napi::Value op_words(const Napi::CallbackInfo& info) { return words(info.Env(), op_words_); }
+  Napi::Value result_words(const Napi::CallbackInfo& info) { return words(info.Env(), result_words_); }
+  Napi::Value control_words(const Napi::CallbackInfo& info) { return words(info.Env(), control_words_); }
+  static Napi::Value words(Napi::Env env, const std::shared_ptr<std::vector<uint32_t>>& v) {
+    return Napi::Uint32Array::New(env, v->size(), hold(env, v->data(), v->size() * 4, v), 0);
   }
   Napi::Value arena(const Napi::CallbackInfo& info) {
     return Napi::Buffer<uint8_t>::New(info.Env(), arena_->data(), arena_->size(),
@@ -188,11 +205,12 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
   }
 
   std::shared_ptr<ClientCore> core_;
-  std::shared_ptr<std::vector<uint32_t>> op_words_, result_words_;
+  std::shared_ptr<std::vector<uint32_t>> op_words_, result_words_, control_words_;
   std::shared_ptr<std::vector<uint8_t>> arena_;
   size_t arena_bytes_ = 0;
   std::vector<OpDesc> descs_;
   std::vector<OpResult> results_;
+  std::vector<transport::Completion> controls_;
 };
 
 }  // namespace

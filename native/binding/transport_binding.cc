@@ -244,18 +244,7 @@ class CqWrap : public Napi::ObjectWrap<CqWrap> {
   Napi::Value poll(const Napi::CallbackInfo& info) {
     uint32_t max = std::min(u32_arg(info, 0, "max"), u32(Limit::MAX_POLL_BATCH));
     int n = cq_->poll(batch_.data(), static_cast<int>(max));
-    uint32_t* w = words_->data();
-    for (int i = 0; i < n; i++, w += u32(WcLayout::WORDS)) {
-      const Completion& c = batch_[i];
-      w[u32(WcLayout::WR_ID_LO)] = static_cast<uint32_t>(c.wr_id);
-      w[u32(WcLayout::WR_ID_HI)] = static_cast<uint32_t>(c.wr_id >> 32);
-      w[u32(WcLayout::STATUS)] = u32(c.status);
-      w[u32(WcLayout::OPCODE)] = u32(c.opcode);
-      w[u32(WcLayout::BYTE_LEN)] = c.byte_len;
-      w[u32(WcLayout::IMM)] = c.imm;
-      w[u32(WcLayout::FLAGS)] = c.wc_flags;
-      w[u32(WcLayout::QP_NUM)] = c.qp_num;
-    }
+    for (int i = 0; i < n; i++) write_completion(words_->data() + i * u32(WcLayout::WORDS), batch_[i]);
     return Napi::Number::New(info.Env(), n);
   }
   Napi::Value arm(const Napi::CallbackInfo& info) {
@@ -487,9 +476,8 @@ class ConnectionWrap : public Napi::ObjectWrap<ConnectionWrap> {
     return info.Env().Undefined();
   }
   [[noreturn]] void post_failed(Napi::Env env, int rc, size_t bad, const char* verb) {
-    Napi::Error error = Napi::Error::New(env, std::string(verb) + ": " + std::strerror(rc) + " at request " +
-                                                  std::to_string(bad) + " (the ones before it were posted)");
-    error.Set("code", Napi::String::New(env, errno_code(rc)));
+    Napi::Error error = make_error(env, errno_code(rc), std::string(verb) + ": " + std::strerror(rc) + " at request " +
+                                                            std::to_string(bad) + " (the ones before it were posted)");
     error.Set("posted", Napi::Number::New(env, static_cast<double>(bad)));
     throw error;
   }
@@ -733,6 +721,17 @@ std::shared_ptr<Connection> connection_of(const Napi::Value& value) {
 }
 std::shared_ptr<CompletionQueue> cq_of(const Napi::Value& value) {
   return unwrap_checked<CqWrap>(value, addon(value.Env())->cq, "Cq")->cq();
+}
+
+void write_completion(uint32_t* w, const Completion& c) {
+  w[u32(WcLayout::WR_ID_LO)] = static_cast<uint32_t>(c.wr_id);
+  w[u32(WcLayout::WR_ID_HI)] = static_cast<uint32_t>(c.wr_id >> 32);
+  w[u32(WcLayout::STATUS)] = u32(c.status);
+  w[u32(WcLayout::OPCODE)] = u32(c.opcode);
+  w[u32(WcLayout::BYTE_LEN)] = c.byte_len;
+  w[u32(WcLayout::IMM)] = c.imm;
+  w[u32(WcLayout::FLAGS)] = c.wc_flags;
+  w[u32(WcLayout::QP_NUM)] = c.qp_num;
 }
 
 void init_transport(Napi::Env env, Napi::Object exports, AddonData* data) {

@@ -23,9 +23,12 @@ constexpr size_t kMaxOps = u32(KvLayout::MAX_INFLIGHT);
 // largest phase, plus close()'s drain marker.
 constexpr size_t kMaxPhaseRequests = 2 * kSlots;
 constexpr size_t kMaxUnposted = kMaxOps * kMaxPhaseRequests + 1;
-// Results waiting for JS: a poll adds at most one per op and one per control
-// completion; submit one per op it takes. Reserved once.
+// Results waiting for JS: a poll adds at most one per op, submit one per op
+// it takes. Reserved once.
 constexpr size_t kReadyReserve = 2 * u32(Limit::MAX_POLL_BATCH) + 2 * kMaxOps;
+// Control completions waiting for JS: a CQ poll adds at most MAX_POLL_BATCH,
+// and JS takes as many with every poll(). Reserved once.
+constexpr size_t kControlsReserve = 2 * u32(Limit::MAX_POLL_BATCH);
 
 }  // namespace
 
@@ -65,6 +68,7 @@ std::unique_ptr<ClientCore> ClientCore::create(std::shared_ptr<transport::Provid
                       kMaxUnposted);
   core->completions_.resize(u32(Limit::MAX_POLL_BATCH));
   core->ready_.reserve(kReadyReserve);
+  core->controls_.reserve(kControlsReserve);
   core->lent_.reserve(kReadyReserve);
   core->rng_.seed(region.client_id * 2654435761u + 1);
   return core;
@@ -165,18 +169,13 @@ size_t ClientCore::poll(OpResult* out, size_t max) {
   return hand_out(out, max);
 }
 
-// Completions: control ones go to JS; a data phase's advances its op.
+// Completions: control ones wait for JS; a data phase's advances its op.
 void ClientCore::drain_completions(int budget) {
   const int n = cq_->poll(completions_.data(), budget);
   for (int i = 0; i < n; i++) {
     const Completion& c = completions_[i];
     if (c.wr_id & kControlTag) {
-      Ready& r = ready_.emplace_back();
-      r.result.id = kControlResultId;
-      r.result.status = static_cast<KvStatus>(u32(c.status));
-      r.result.value_offset = c.wr_id & ~kControlTag;
-      r.result.value_len = c.byte_len;
-      r.result.detail = u32(c.opcode);
+      controls_.push_back(c);
       continue;
     }
     sends_.completed(c.wr_id);
@@ -212,6 +211,13 @@ void ClientCore::post_sends() {
     broken_ = true;
     fail_all(KvStatus::DISCONNECTED, 0);
   }
+}
+
+size_t ClientCore::take_controls(Completion* out, size_t max) {
+  const size_t count = std::min(max, controls_.size());
+  std::copy_n(controls_.begin(), count, out);
+  controls_.erase(controls_.begin(), controls_.begin() + static_cast<long>(count));
+  return count;
 }
 
 size_t ClientCore::hand_out(OpResult* out, size_t max) {

@@ -15,7 +15,8 @@
 // atomics results) and its ops (64, made once). A GET's value stays in scratch until the
 // next poll(), so JS must copy it out before calling poll() again. The
 // connection and its CQ are shared with JS, which posts control SENDs and
-// receives control messages on them (wr_id bit 52 marks control requests).
+// receives control messages on them (the wr_id bit KvLayout::CONTROL_TAG_SHIFT
+// marks control requests; their completions go back to JS as they came).
 // Scratch is freed only once the NIC or provider can no longer write it:
 // close() waits for that, and the destructor closes.
 #pragma once
@@ -62,11 +63,11 @@ struct OpDesc {
   uint32_t value_len;
   uint32_t block;        // PUT, CAS, INCR, LOCK: granted heap block, in units from the heap's start
   uint32_t block_units;  // its size, in units
-  // The one argument of the op's type (OpLayout ARG_LO/ARG_HI in JS).
+  // The one argument of the op's type (OpLayout's words of the same names).
   union {
     uint64_t expected_version = 0;  // CAS: the version to replace (0: only if absent)
     uint64_t delta;                 // INCR: added to the counter
-    uint64_t lock_timeout_ms;       // LOCK: how long to wait for the lock (0: the op timeout)
+    uint32_t lock_timeout_ms;       // LOCK: how long to wait for the lock (0: the op timeout)
     uint32_t token;                 // UNLOCK: the fencing token LOCK returned
   };
 };
@@ -81,9 +82,9 @@ struct OpResult {
   bool block_unused = false;  // a PUT that did not publish its block
 };
 
-// Control completions (not a data op's) handed back to JS.
+// The wr_id bit of JS's control requests (the SENDs and RECVs of control
+// messages); the core's own requests never have it.
 constexpr uint64_t kControlTag = 1ull << u32(KvLayout::CONTROL_TAG_SHIFT);
-constexpr uint32_t kControlResultId = 0xffffffffu;
 
 class ClientCore {
  public:
@@ -100,8 +101,12 @@ class ClientCore {
   // (the rest stay with the caller). Posts the first round trip of each.
   size_t submit(const OpDesc* ops, size_t count);
   // Polls completions, advances state machines, posts the next round trips
-  // with one doorbell, and returns finished ops (and control completions).
+  // with one doorbell, and returns finished ops. Control completions it
+  // drained wait for take_controls().
   size_t poll(OpResult* out, size_t max);
+  // The completions of JS's control requests drained since the last call, as
+  // the CQ gave them (up to max; the rest wait for the next call).
+  size_t take_controls(transport::Completion* out, size_t max);
   // Finishes every op with `status` (a lost connection) and drops their
   // requests not yet posted.
   void fail_all(KvStatus status, uint32_t detail);
@@ -206,6 +211,7 @@ class ClientCore {
   SendList sends_;
   std::vector<transport::Completion> completions_;
   std::vector<Ready> ready_;                  // finished, waiting for poll() to hand them out
+  std::vector<transport::Completion> controls_;  // JS's, waiting for take_controls()
   std::vector<BufferPool::Buffer> lent_;      // values handed out by the last poll()
   uint64_t version_seq_ = 0;
   RingCredits ring_;

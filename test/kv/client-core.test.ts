@@ -1,10 +1,158 @@
-// The typed face of the client core (native/client-core.ts): a view of its
-// scratch memory keeps the core alive, so a Buffer handed out of it can never
-// show memory the core has freed.
+// The native client core's boundary, tested against the core itself on a bare
+// connected pair (an empty index in the server's region): close() with
+// operations in flight; a core collected while JS still holds a view of its
+// scratch memory; the completions of control requests, which come back apart
+// from op results. And through a Session: a view of scratch outlives the
+// session and keeps the core's memory, which goes with the view.
 import { fork } from 'node:child_process';
+import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 
 import test from 'ava';
+
+import { ControlWords, KvLayout, KvOp, KvStatus, OpLayout, Opcode, ResultLayout, SendFlag, WcStatus } from '../../native/constants.generated.js';
+import { type Completion, readCompletion } from '../../native/index.js';
+import { type Pair, connectPair } from '../helpers/pair.js';
+import { providersUnderTest } from '../helpers/providers.js';
+
+type NativeCore = {
+  submit(count: number): number;
+  poll(): number;
+  close(waitMs?: number): boolean;
+  readonly inflight: number;
+  readonly opWords: Uint32Array;
+  readonly resultWords: Uint32Array;
+  readonly controlWords: Uint32Array;
+  readonly arena: Buffer;
+  readonly scratch: Buffer;
+};
+const addon = createRequire(import.meta.url)('node-gyp-build')(fileURLToPath(new URL('../../..', import.meta.url))) as {
+  ClientCore: new (provider: unknown, connection: unknown, cq: unknown, region: object, options: object) => NativeCore;
+};
+
+setFlagsFromString('--expose-gc');
+const gc = runInNewContext('gc') as () => void;
+
+// A region of the pair's 1 MiB server memory: 1024 empty buckets, a heap, our ring.
+function newCore(p: Pair): NativeCore {
+  const index = 4096, heap = index + 1024 * 64, heapBytes = 512 << 10;
+  const region = {
+    addr: p.region.addr, rkey: p.region.rkey, length: 1 << 20, bucketCount: 1024, indexOffset: index, heapOffset: heap,
+    heapBytes, seed: 7n, ringOffset: heap + heapBytes, clientId: 1, versionBase: 1n << 40n, maxValueBytes: 4096, graceMs: 1000,
+  };
+  return new addon.ClientCore(p.client.native, p.clientConn.native, p.clientCq.native, region, { scratchBytes: 1 << 20, opTimeoutMs: 2000, arenaBytes: 1 << 16 });
+}
+
+// GETs of keys "k<id>", ids from `first`.
+function submitGets(core: NativeCore, count: number, first = 1): number {
+  for (let i = 0; i < count; i++) {
+    const o = i * OpLayout.WORDS, key = Buffer.from(`k${first + i}`);
+    key.copy(core.arena, i * 16);
+    core.opWords.fill(0, o, o + OpLayout.WORDS);
+    core.opWords[o + OpLayout.TYPE] = KvOp.GET;
+    core.opWords[o + OpLayout.ID] = first + i;
+    core.opWords[o + OpLayout.KEY_OFFSET] = i * 16;
+    core.opWords[o + OpLayout.KEY_LEN] = key.length;
+  }
+  return core.submit(count);
+}
+
+function results(core: NativeCore, n: number): Array<{ id: number; status: number }> {
+  return Array.from({ length: n }, (_, i) => ({
+    id: core.resultWords[i * ResultLayout.WORDS + ResultLayout.ID]!,
+    status: core.resultWords[i * ResultLayout.WORDS + ResultLayout.STATUS]!,
+  }));
+}
+
+function controls(core: NativeCore): Completion[] {
+  return Array.from({ length: core.controlWords[ControlWords.COUNT]! }, (_, i) => readCompletion(core.controlWords, i, ControlWords.ENTRIES));
+}
+
+for (const scheme of providersUnderTest()) {
+  test(`${scheme}: close() fails the ops in flight with DISCONNECTED once their requests are done; later ops fail at once`, async (t) => {
+    const p = await connectPair(scheme);
+    t.teardown(() => p.close());
+    const core = newCore(p);
+    // The fixture works: a GET of a missing key completes as NOT_FOUND.
+    t.is(submitGets(core, 1, 100), 1);
+    const done: Array<{ id: number; status: number }> = [];
+    const deadline = performance.now() + 5000;
+    while (done.length === 0 && performance.now() < deadline) {
+      done.push(...results(core, core.poll()));
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    t.deepEqual(done, [{ id: 100, status: KvStatus.NOT_FOUND }]);
+
+    t.is(submitGets(core, 8), 8);
+    t.is(core.inflight, 8);
+    t.true(core.close(), 'every request the core posted completed');
+    t.is(core.inflight, 0);
+    const failed = results(core, core.poll());
+    t.deepEqual(failed.map((r) => r.id).sort((a, b) => a - b), [1, 2, 3, 4, 5, 6, 7, 8]);
+    t.true(failed.every((r) => r.status === KvStatus.DISCONNECTED));
+
+    t.is(submitGets(core, 2, 20), 2);
+    t.is(core.inflight, 0);
+    t.deepEqual(results(core, core.poll()), [{ id: 20, status: KvStatus.DISCONNECTED }, { id: 21, status: KvStatus.DISCONNECTED }]);
+    t.true(core.close(), 'idempotent');
+  });
+
+  test(`${scheme}: a core collected with ops in flight and never closed leaves JS's scratch view readable`, async (t) => {
+    const p = await connectPair(scheme);
+    t.teardown(() => p.close());
+    let collected = false;
+    const registry = new FinalizationRegistry(() => {
+      collected = true;
+    });
+    const scratch = (() => {
+      const core = newCore(p);
+      t.is(submitGets(core, 8), 8);
+      registry.register(core, 'core');
+      return core.scratch;
+    })();
+    for (let i = 0; i < 50 && !collected; i++) {
+      gc();
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    t.true(collected, 'the wrapper was collected');
+    scratch.fill(0xa5);
+    t.is(scratch[scratch.length - 1], 0xa5);
+  });
+
+  test(`${scheme}: the completions of control requests come back in controlWords, as posted, apart from op results`, async (t) => {
+    const p = await connectPair(scheme, { serverRecvs: 1 });
+    t.teardown(() => p.close());
+    const core = newCore(p);
+    t.teardown(() => core.close());
+    const tag = 2 ** KvLayout.CONTROL_TAG_SHIFT;
+    // A control RECV and a control SEND of the client, with the server's answer to the RECV, and one GET.
+    p.clientConn.postRecv([{ wrId: tag + 3, local: p.scratch, localOffset: 0, length: 64 }]);
+    p.region.bytes.write('hello', 0);
+    p.serverConn.postSend([{ wrId: 1, opcode: Opcode.SEND, flags: SendFlag.SIGNALED, local: p.region, length: 5 }]);
+    p.clientConn.postSend([{ wrId: tag + 9, opcode: Opcode.SEND, flags: SendFlag.SIGNALED, local: p.scratch, localOffset: 64, length: 4 }]);
+    t.is(submitGets(core, 1, 42), 1);
+    const done: Array<{ id: number; status: number }> = [];
+    const seen: ReturnType<typeof controls> = [];
+    const deadline = performance.now() + 5000;
+    while ((done.length < 1 || seen.length < 2) && performance.now() < deadline) {
+      done.push(...results(core, core.poll()));
+      seen.push(...controls(core));
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    t.deepEqual(done, [{ id: 42, status: KvStatus.NOT_FOUND }]);
+    seen.sort((a, b) => a.wrId - b.wrId);
+    t.deepEqual(seen.map(({ wrId, status, opcode }) => ({ wrId, status, opcode })), [
+      { wrId: tag + 3, status: WcStatus.SUCCESS, opcode: Opcode.RECV },
+      { wrId: tag + 9, status: WcStatus.SUCCESS, opcode: Opcode.SEND },
+    ]);
+    t.is(seen[0]!.byteLen, 5);
+    // A poll with nothing new says so.
+    t.is(core.poll(), 0);
+    t.deepEqual(controls(core), []);
+  });
+}
 
 test('a view of a client core\'s scratch keeps the core and its memory alive; dropping the view frees them', async (t) => {
   const result = await new Promise<Record<string, number>>((resolve, reject) => {
