@@ -95,3 +95,73 @@ export function formatBytes(bytes: number): string {
   const text = i === 0 || Number.isInteger(value) ? String(value) : value.toFixed(1).replace(/\.0$/, '');
   return `${text} ${units[i]}`;
 }
+
+// ---- mistyped names ----
+
+/**
+ * Edits between two words: insert, delete, substitute, or swap two neighbours
+ * (memroy → memory is one edit), each costing one (optimal string alignment).
+ */
+function editDistance(a: string, b: string): number {
+  const rows = Array.from({ length: a.length + 1 }, (_, i) => Array.from({ length: b.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)));
+  for (let i = 1; i <= a.length; i++) {
+    for (let j = 1; j <= b.length; j++) {
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+      let d = Math.min(rows[i - 1]![j]! + 1, rows[i]![j - 1]! + 1, rows[i - 1]![j - 1]! + cost);
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) d = Math.min(d, rows[i - 2]![j - 2]! + 1);
+      rows[i]![j] = d;
+    }
+  }
+  return rows[a.length]![b.length]!;
+}
+
+/**
+ * The candidate a mistyped word most likely meant, ignoring case: the only one
+ * within a third of the word's length in edits (at least one edit), else the
+ * only one the word begins (3 letters or more: --region for --region-file).
+ * Undefined when none is that close or two are equally close: a wrong guess
+ * misleads more than none.
+ */
+export function closestMatch(word: string, candidates: Iterable<string>): string | undefined {
+  const typed = word.toLowerCase();
+  const budget = Math.max(1, Math.floor(typed.length / 3));
+  let best: string | undefined;
+  let bestDistance = Infinity;
+  let tied = false;
+  const prefixed: string[] = [];
+  for (const candidate of new Set(candidates)) {
+    const distance = editDistance(typed, candidate.toLowerCase());
+    if (distance < bestDistance) [best, bestDistance, tied] = [candidate, distance, false];
+    else if (distance === bestDistance) tied = true;
+    if (typed.length >= 3 && candidate.toLowerCase().startsWith(typed)) prefixed.push(candidate);
+  }
+  if (best !== undefined && bestDistance <= budget && !tied) return best;
+  return prefixed.length === 1 ? prefixed[0] : undefined;
+}
+
+/** An option as typed on a command line: --name, or -n for a one-letter alias. */
+export const optionFlag = (name: string): string => (name.length === 1 ? `-${name}` : `--${name}`);
+
+/**
+ * "did you mean --memory?" for an option name nobody declared (`name` and
+ * `options` without dashes), or undefined when no option is close enough.
+ */
+export function optionSuggestion(name: string, options: Iterable<string>): string | undefined {
+  const match = closestMatch(name.replace(/^-+/, ''), options);
+  return match === undefined ? undefined : `did you mean ${optionFlag(match)}?`;
+}
+
+/**
+ * The option names of a parsed command line (yargs' keys) that no option
+ * declares. `known` holds the declared names and aliases; their camelCase
+ * forms count as known (yargs accepts --tokenFile for --token-file), and the
+ * camelCase twin yargs adds for an unknown dashed name is folded into it.
+ */
+export function unknownOptionNames(parsedKeys: Iterable<string>, known: Iterable<string>): string[] {
+  const camel = (name: string) => name.replace(/-+([^-])/g, (_, c: string) => c.toUpperCase());
+  const declared = new Set<string>(['_', '$0']);
+  for (const name of known) declared.add(name).add(camel(name));
+  const unknown = [...parsedKeys].filter((key) => !declared.has(key));
+  const twins = new Set(unknown.filter((key) => key.includes('-')).map(camel));
+  return unknown.filter((key) => key.includes('-') || !twins.has(key));
+}
