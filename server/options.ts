@@ -1,10 +1,11 @@
 // What KvServer.start accepts: the option names, their defaults, and the
-// checks that turn a bad value into a KvConfigError of
+// checks that turn a bad value or a misspelled name into a KvConfigError of
 // one line for the operator. The CLI (cli.ts, config.ts) checks what people
 // type; this checks what programs pass.
 import type { Logger } from 'pino';
 
 import { KvLayout } from '../protocol/constants.js';
+import { closestMatch } from '../protocol/operator-input.js';
 
 export interface KvServerOptions {
   /** URLs to listen on: shm:///path/to.sock, rdma://host:port. */
@@ -42,8 +43,24 @@ export class KvConfigError extends Error {
 /** The options with their defaults, checked. */
 export type ServerSettings = KvServerOptions & Required<Pick<KvServerOptions, 'maxValueBytes' | 'graceMs' | 'maxClients' | 'keepaliveMs'>>;
 
+/** Every option name (a Record, so the compiler keeps it complete). */
+const OPTION_NAMES: Record<keyof KvServerOptions, true> = {
+  listen: true, memoryBytes: true, token: true, buckets: true, maxValueBytes: true, graceMs: true,
+  maxClients: true, keepaliveMs: true, regionFile: true, logger: true, beforeRecovery: true,
+};
+
+/** A name no option has: the one probably meant, or the list of them. */
+function unknownOption(name: string): KvConfigError {
+  const names = Object.keys(OPTION_NAMES);
+  const meant = closestMatch(name, names);
+  return new KvConfigError(`unknown option '${name}': ${meant !== undefined ? `did you mean '${meant}'?` : `the options are ${names.join(', ')}`}`);
+}
+
 /** The options checked, defaults applied; throws KvConfigError. (The layout's own checks come with planLayout.) */
 export function checkOptions(options: KvServerOptions): ServerSettings {
+  for (const name of Object.keys(options)) {
+    if (!Object.hasOwn(OPTION_NAMES, name)) throw unknownOption(name);
+  }
   const settings: ServerSettings = {
     ...options,
     graceMs: options.graceMs ?? 1000,
