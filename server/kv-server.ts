@@ -48,6 +48,7 @@ export class KvServer extends EventEmitter {
   /** fabrics by scheme */
   private readonly fabrics = new Map<string, Fabric>();
   private readonly listening: Listener[] = [];
+  /** (test/kv/failures.test.ts reaches into it by this name) */
   private readonly clients: ClientTable;
   private readonly loopbackSecret = randomBytes(32);
   private readonly acceptor: Acceptor;
