@@ -1,6 +1,6 @@
 // What the server keeps per provider (scheme): the provider, its one
 // event-mode completion queue, the region registered with it (its own rkey),
-// the receive buffers and send slots of every client ring, and the server's
+// the receive buffers and send buffers of every client ring, and the server's
 // queue pair to itself through which locks are released (recovery/).
 import {
   Access,
@@ -20,8 +20,10 @@ import type { RegionStore } from './store/region.js';
 
 /** Receive buffers per client ring: every notification and a few control messages. */
 export const RECVS_PER_CLIENT = KvLayout.RING_RECORDS + 32;
-/** Send slots per client ring (control messages to the client, reused round robin). */
-export const SEND_SLOTS = 16;
+/** Send buffers per client ring (control messages to the client, reused round robin). */
+export const SEND_BUFFERS = 16;
+/** Atomics per doorbell on the loopback queue pair (one 8-byte result each in its scratch buffer). */
+export const LOOPBACK_BATCH = 256;
 
 export interface Fabric {
   provider: Provider;
@@ -53,7 +55,7 @@ export function openFabric(scheme: string, url: string, store: RegionStore): Fab
   const region = provider.register(store.memory, 0, store.memory.length, access.REMOTE_ALL);
   const cq = provider.createCq(8192);
   const recv = provider.allocate(maxClients * RECVS_PER_CLIENT * KvLayout.SERVER_RECV_BYTES, Access.LOCAL_WRITE);
-  const send = provider.allocate(maxClients * SEND_SLOTS * KvLayout.CONTROL_RECV_BYTES, Access.LOCAL_WRITE);
+  const send = provider.allocate(maxClients * SEND_BUFFERS * KvLayout.CONTROL_RECV_BYTES, Access.LOCAL_WRITE);
   return { provider, cq, region, recv, send };
 }
 
@@ -81,6 +83,3 @@ export async function openLoopback(fabric: Fabric, url: string, secret: Buffer):
   });
   fabric.loopback = { connection, cq, scratch };
 }
-
-/** Atomics per doorbell on the loopback queue pair (one 8-byte result each in its scratch buffer). */
-export const LOOPBACK_BATCH = 256;

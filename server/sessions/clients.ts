@@ -10,14 +10,14 @@ export interface Client {
   id: number;
   /** the high bits of every version it writes (see session-numbers.ts) */
   session: bigint;
-  /** its client ring: where its notices' records land, and its slice of receive buffers and send slots */
+  /** its client ring: where its notices' records land, and its slice of receive buffers and send buffers */
   ring: number;
   /** the provider it connected through */
   fabric: Fabric;
   connection: Connection;
   /** first receive buffer (wr_id base) */
   recvBase: number;
-  /** next send slot */
+  /** next send buffer */
   sends: number;
   lastSeen: number;
   /** kinds of bad messages already logged for it (see channel.ts, complain) */
