@@ -54,6 +54,8 @@ export const counterSealed = (word: bigint): boolean => (word & BigInt(KvLayout.
 export function sealOf(type: number): bigint {
   return type === ItemType.COUNTER ? BigInt(KvLayout.COUNTER_SEAL) : type === ItemType.LOCK ? BigInt(KvLayout.LOCK_SEAL) : 0n;
 }
+/** A DELETE sealed this item's atomic word (a counter's or a lock's; a bytes item has none). */
+export const itemSealed = (type: number, word: bigint): boolean => (word & sealOf(type)) !== 0n;
 /** The session that wrote an item (a version is session << SESSION_VERSION_BITS | sequence). */
 export const versionSession = (version: bigint): bigint => version >> SESSION_SHIFT;
 export const sessionVersionBase = (session: bigint): bigint => session << SESSION_SHIFT;

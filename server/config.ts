@@ -5,7 +5,7 @@
 import { hostname } from 'node:os';
 import { basename } from 'node:path';
 
-import { StartupError, UsageError, parseCount, parseDuration, parseSize, readTokenFile } from '../protocol/operator-input.js';
+import { UsageError, parseCount, parseDuration, parseSize, readTokenFile } from '../protocol/operator-input.js';
 import { checkListenUrl } from '../protocol/providers.js';
 import { DEFAULT_ETCD_PREFIX, checkMemberName } from '../protocol/registry.js';
 

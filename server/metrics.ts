@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net';
 
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 
-import type { KvServerStats } from './kv-server.js';
+import type { KvServerStats } from './stats.js';
 
 export interface MetricDef {
   name: string;
@@ -46,7 +46,7 @@ export const METRICS: readonly MetricDef[] = [
   { name: 'rdmakv_notifications_total', type: 'counter', help: 'PUT and DELETE notifications drained (one per completed write).', stats: ['notifications'], value: (s) => s.notifications },
   { name: 'rdmakv_blocks_freed_total', type: 'counter', help: 'Blocks returned to the heap after the grace period: superseded, deleted, or taken back from departed clients.', stats: ['blocksFreed'], value: (s) => s.blocksFreed },
   { name: 'rdmakv_blocks_reclaimed_total', type: 'counter', help: 'Blocks departed clients were granted and never published, taken back (freed after the grace period).', stats: ['blocksReclaimed'], value: (s) => s.blocksReclaimed },
-  { name: 'rdmakv_rejected_connections_total', type: 'counter', help: 'Connection requests rejected (wrong token, protocol version, no free client slot, shutting down).', stats: ['rejectedConnections'], value: (s) => s.rejectedConnections },
+  { name: 'rdmakv_rejected_connections_total', type: 'counter', help: 'Connection requests rejected (wrong token, protocol version, no free client ring, shutting down).', stats: ['rejectedConnections'], value: (s) => s.rejectedConnections },
   { name: 'rdmakv_control_messages_total', type: 'counter', help: 'Control messages received from clients (grant requests, block returns, pings), malformed ones included.', stats: ['controlMessages'], value: (s) => s.controlMessages },
   { name: 'rdmakv_keepalive_failures_total', type: 'counter', help: 'Clients taken for dead after three silent keepalive intervals.', stats: ['keepaliveFailures'], value: (s) => s.keepaliveFailures },
   { name: 'rdmakv_fenced_clients_total', type: 'counter', help: 'Departed clients whose queue pair was moved to the error state.', stats: ['fencedClients'], value: (s) => s.fencedClients },

@@ -4,10 +4,11 @@ import test from 'ava';
 import fc from 'fast-check';
 
 import { nativeIndexWords } from '../../native/index.js';
-import { KvLayout } from '../../protocol/constants.js';
+import { ItemType, KvLayout } from '../../protocol/constants.js';
 import {
   IndexView,
   counterValue,
+  itemSealed,
   lockOwner,
   lockVersion,
   lockWord,
@@ -73,4 +74,14 @@ test('IndexView reads buckets where the layout puts them', (t) => {
   t.false(view.pointsTo(3, 1234));
   view.clearSlot(2, 2);
   t.false(view.pointsTo(2, 1234));
+});
+
+test('a DELETE\'s seal: bit 0 of a counter\'s word, bit 31 of a lock\'s owner, nothing on bytes', (t) => {
+  const counter = 42n << 1n;
+  t.false(itemSealed(ItemType.COUNTER, counter));
+  t.true(itemSealed(ItemType.COUNTER, counter | BigInt(KvLayout.COUNTER_SEAL)));
+  const lock = lockWord(9, 7);
+  t.false(itemSealed(ItemType.LOCK, lock));
+  t.true(itemSealed(ItemType.LOCK, lock | BigInt(KvLayout.LOCK_SEAL)));
+  t.false(itemSealed(ItemType.BYTES, (1n << 64n) - 1n));
 });

@@ -57,6 +57,12 @@ async function failsCleanly(t: import('ava').ExecutionContext, args: string[], c
 
 test('an unknown option is a usage error', (t) => failsCleanly(t, ['--listen', socketUrl(), '--bogus', '1'], 2, /Unknown argument: bogus/));
 
+test('a misspelled option is a usage error naming the option meant', (t) =>
+  failsCleanly(t, ['--listen', socketUrl(), '--memroy', '1GiB'], 2, /Unknown argument: memroy; did you mean --memory\? \(see kv-server --help\)$/));
+
+test('several misspelled options: each is named with the option meant', (t) =>
+  failsCleanly(t, ['--listen', socketUrl(), '--max-valu', '4K', '--grce-ms', '5'], 2, /did you mean --max-value for --max-valu, --grace-ms for --grce-ms\?/));
+
 test('a positional argument is a usage error', (t) => failsCleanly(t, ['serve', '--listen', socketUrl()], 2, /Unknown argument: serve/));
 
 test('an unparseable size is a usage error', (t) => failsCleanly(t, ['--listen', socketUrl(), '--memory', '12 parsecs'], 2, /--memory: '12 parsecs' is not a size/));

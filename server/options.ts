@@ -1,0 +1,77 @@
+// What KvServer.start accepts: the option names, their defaults, and the
+// checks that turn a bad value or a misspelled name into a KvConfigError of
+// one line for the operator. The CLI (cli.ts, config.ts) checks what people
+// type; this checks what programs pass.
+import type { Logger } from 'pino';
+
+import { KvLayout } from '../protocol/constants.js';
+import { closestMatch } from '../protocol/operator-input.js';
+
+export interface KvServerOptions {
+  /** URLs to listen on: shm:///path/to.sock, rdma://host:port. */
+  listen: string[];
+  /** Region size in bytes (index + heap + rings). */
+  memoryBytes: number;
+  /** Clients must present this token; none: no authentication. */
+  token?: string;
+  /** Bucket count (a power of two). @default about memoryBytes / 1024 */
+  buckets?: number;
+  /** @default 1 MiB */
+  maxValueBytes?: number;
+  /** How long a freed block stays unused. @default 1000 */
+  graceMs?: number;
+  /** @default 256 */
+  maxClients?: number;
+  /** Clients ping this often; one silent for 3 intervals is fenced and its locks released. @default 1000 */
+  keepaliveMs?: number;
+  /**
+   * Keep the region in this file (a shared mapping): a server restarted on it
+   * after a crash or SIGKILL releases every lock, rebuilds its heap from
+   * the live slots and serves the same data.
+   */
+  regionFile?: string;
+  logger?: Logger;
+  /** Tests only: recovery of a region file first waits for this (a deterministic slow recovery). */
+  beforeRecovery?: () => Promise<void>;
+}
+
+/** Bad configuration: one clear line for the operator. */
+export class KvConfigError extends Error {
+  override name = 'KvConfigError';
+}
+
+/** The options with their defaults, checked. */
+export type ServerSettings = KvServerOptions & Required<Pick<KvServerOptions, 'maxValueBytes' | 'graceMs' | 'maxClients' | 'keepaliveMs'>>;
+
+/** Every option name (a Record, so the compiler keeps it complete). */
+const OPTION_NAMES: Record<keyof KvServerOptions, true> = {
+  listen: true, memoryBytes: true, token: true, buckets: true, maxValueBytes: true, graceMs: true,
+  maxClients: true, keepaliveMs: true, regionFile: true, logger: true, beforeRecovery: true,
+};
+
+/** A name no option has: the one probably meant, or the list of them. */
+function unknownOption(name: string): KvConfigError {
+  const names = Object.keys(OPTION_NAMES);
+  const meant = closestMatch(name, names);
+  return new KvConfigError(`unknown option '${name}': ${meant !== undefined ? `did you mean '${meant}'?` : `the options are ${names.join(', ')}`}`);
+}
+
+/** The options checked, defaults applied; throws KvConfigError. (The layout's own checks come with planLayout.) */
+export function checkOptions(options: KvServerOptions): ServerSettings {
+  for (const name of Object.keys(options)) {
+    if (!Object.hasOwn(OPTION_NAMES, name)) throw unknownOption(name);
+  }
+  const settings: ServerSettings = {
+    ...options,
+    graceMs: options.graceMs ?? 1000,
+    keepaliveMs: options.keepaliveMs ?? 1000,
+    maxClients: options.maxClients ?? 256,
+    maxValueBytes: options.maxValueBytes ?? KvLayout.DEFAULT_MAX_VALUE_BYTES,
+  };
+  const { graceMs, keepaliveMs, maxClients } = settings;
+  if (options.listen.length === 0) throw new KvConfigError('nothing to listen on: give at least one --listen URL');
+  if (!(graceMs >= 0)) throw new KvConfigError('--grace-ms must be >= 0');
+  if (!(keepaliveMs >= 10)) throw new KvConfigError('--keepalive-ms must be >= 10');
+  if (!Number.isInteger(maxClients) || maxClients < 1 || maxClients > 65536) throw new KvConfigError('--max-clients must be between 1 and 65536');
+  return settings;
+}

@@ -1,0 +1,74 @@
+// Taking back a departed client's granted blocks: every block it held goes
+// back to the heap (through the grace period), except one it published and
+// died before announcing — its slot written, its notice never sent.
+import type { Logger } from 'pino';
+
+import { hashKey } from '../../native/index.js';
+import { KvLayout } from '../../protocol/constants.js';
+import { itemKey, lockOwner, readItemHeader, versionSession } from '../../protocol/index-format.js';
+import type { Client } from '../sessions/clients.js';
+import type { ServerStats } from '../stats.js';
+import type { RegionStore } from '../store/region.js';
+
+/** Attempts per burst at a consistent read of a key's two buckets (a hot bucket is free for microseconds at a time). */
+const READ_BURST = 1000;
+/** Give up (and keep the block) after this long: keeping a block is safe; freeing a live one is not. */
+const READ_TIMEOUT_MS = 10_000;
+
+export class HeldBlocks {
+  constructor(private readonly store: RegionStore, private readonly stats: ServerStats, private readonly log: Logger | undefined, private readonly isClosed: () => boolean) {}
+
+  /**
+   * A departed client's granted blocks go back to the heap, except one it published: such an
+   * item was written before its slot and is read-only since, so it names its key, and a
+   * published item sits in one of its key's two buckets (displacement moves entries only
+   * between those). A block is kept if either bucket points to it in a consistent read. Runs
+   * after the client's locks are released, so only live clients' short critical sections are
+   * waited for.
+   */
+  async reclaim(client: Client): Promise<void> {
+    let reclaimed = 0;
+    const published: number[] = [];
+    const { heap } = this.store;
+    for (const [block, cls] of client.held) {
+      if (this.isClosed()) return;
+      // Only an item this client wrote can have been published by it: its version carries the
+      // writer's session. Blocks it never wrote to need no look at the index.
+      const { version } = readItemHeader(this.store.bytes, this.store.itemAt(block));
+      const wroteIt = versionSession(version) === client.session;
+      if (wroteIt && (await this.isPublished(block))) published.push(block);
+      else if (heap.retire(cls, block)) reclaimed++;
+    }
+    client.held.clear();
+    this.stats.count.blocksReclaimed += reclaimed;
+    if (reclaimed > 0) this.log?.info({ clientId: client.id, blocks: reclaimed }, 'took back the unpublished blocks of a departed client');
+    if (published.length > 0) {
+      // its notice is lost: the item it replaced, if any, stays allocated until a restart
+      this.log?.warn({ clientId: client.id, blocks: published }, 'a departed client published items without notices');
+    }
+  }
+
+  /** Does a slot in the buckets of the key stored at `block` point to it? (See reclaim.) */
+  private async isPublished(block: number): Promise<boolean> {
+    const { store } = this;
+    const { index, layout } = store;
+    const at = store.itemAt(block);
+    const { keyLength } = readItemHeader(store.bytes, at);
+    if (keyLength > KvLayout.MAX_KEY_BYTES || at + KvLayout.ITEM_HEADER_BYTES + keyLength > layout.heapOffset + layout.heapBytes) return false; // no item
+    const { b1, b2 } = hashKey(itemKey(store.bytes, at, keyLength), store.seed, layout.bucketCount);
+    const deadline = performance.now() + READ_TIMEOUT_MS;
+    for (;;) {
+      if (this.isClosed()) return true; // the region may be gone; nothing is freed any more anyway
+      for (let attempt = 0; attempt < READ_BURST; attempt++) {
+        const lock1 = index.lockWord(b1);
+        const lock2 = index.lockWord(b2);
+        if (lockOwner(lock1) !== 0 || lockOwner(lock2) !== 0) continue;
+        const found = index.pointsTo(b1, block) || index.pointsTo(b2, block);
+        // unlocked and unchanged around the read: no PUT, DELETE or displacement in between
+        if (index.lockWord(b1) === lock1 && index.lockWord(b2) === lock2) return found;
+      }
+      if (performance.now() > deadline) return true;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+  }
+}

@@ -1,0 +1,86 @@
+// The connected clients: each one's record (its session, client ring, queue
+// pair and the blocks granted to it), found by connection or by queue pair
+// number, and the free client rings. Accept (accept.ts) adds a client;
+// its departure (recovery/departures.ts) removes it, and returns its client
+// ring only once its locks are released.
+import type { Connection } from '../../native/index.js';
+import type { Fabric } from '../fabric.js';
+
+export interface Client {
+  id: number;
+  /** the high bits of every version it writes (see session-numbers.ts) */
+  session: bigint;
+  /** its client ring: where its notices' records land, and its slice of receive buffers and send buffers */
+  ring: number;
+  /** the provider it connected through */
+  fabric: Fabric;
+  connection: Connection;
+  /** first receive buffer (wr_id base) */
+  recvBase: number;
+  /** next send buffer */
+  sends: number;
+  lastSeen: number;
+  /** kinds of bad messages already logged for it (see channel.ts, complain) */
+  rejectedOnce: Set<string>;
+  /** block -> size class: granted to this client and not yet published (by a notice) or returned */
+  held: Map<number, number>;
+}
+
+export class ClientTable {
+  private readonly byConnection = new Map<Connection, Client>();
+  private readonly byQp = new Map<string, Client>();
+  private readonly freeRings: number[] = [];
+  private nextId = 1;
+
+  constructor(maxClients: number) {
+    for (let i = maxClients - 1; i >= 0; i--) this.freeRings.push(i);
+  }
+
+  get size(): number {
+    return this.byConnection.size;
+  }
+
+  values(): IterableIterator<Client> {
+    return this.byConnection.values();
+  }
+
+  connections(): IterableIterator<Connection> {
+    return this.byConnection.keys();
+  }
+
+  /** Still connected (not departed)? */
+  has(client: Client): boolean {
+    return this.byConnection.has(client.connection);
+  }
+
+  /** The client on queue pair `qpNum` of `fabric`. */
+  onQp(fabric: Fabric, qpNum: number): Client | undefined {
+    return this.byQp.get(`${fabric.provider.scheme}:${qpNum}`);
+  }
+
+  /** A free client ring, or undefined when --max-clients are connected (or still departing). */
+  takeRing(): number | undefined {
+    return this.freeRings.pop();
+  }
+
+  returnRing(ring: number): void {
+    this.freeRings.push(ring);
+  }
+
+  /** Ids are never reused: a lock owner seen in a word is that client or a departed one. */
+  newId(): number {
+    return this.nextId++;
+  }
+
+  add(client: Client): void {
+    this.byConnection.set(client.connection, client);
+    this.byQp.set(`${client.fabric.provider.scheme}:${client.connection.qpNum}`, client);
+  }
+
+  /** False if it was already removed. */
+  remove(client: Client): boolean {
+    if (!this.byConnection.delete(client.connection)) return false;
+    this.byQp.delete(`${client.fabric.provider.scheme}:${client.connection.qpNum}`);
+    return true;
+  }
+}

@@ -1,0 +1,34 @@
+// The hello: the first message a client gets once connected, all it needs to
+// work alone: its id and version base, where the region is (its rkey on this
+// fabric), the layout, its client ring, the hash seed, and the timings.
+import { KvLayout } from '../../protocol/constants.js';
+import type { Hello } from '../../protocol/control.js';
+import { sessionVersionBase } from '../../protocol/index-format.js';
+import type { ServerSettings } from '../options.js';
+import type { RegionStore } from '../store/region.js';
+import type { Client } from './clients.js';
+
+export function helloFor(client: Client, store: RegionStore, settings: Pick<ServerSettings, 'graceMs' | 'keepaliveMs'>): Hello {
+  const { layout } = store;
+  const { region } = client.fabric;
+  return {
+    t: 'hello',
+    v: KvLayout.PROTOCOL_VERSION,
+    clientId: client.id,
+    versionBase: sessionVersionBase(client.session),
+    region: { addr: region.addr, rkey: region.rkey, length: BigInt(layout.regionBytes) },
+    layout: {
+      bucketCount: layout.bucketCount,
+      indexOffset: BigInt(layout.indexOffset),
+      heapOffset: BigInt(layout.heapOffset),
+      heapBytes: BigInt(layout.heapBytes),
+      seed: store.seed,
+      ringOffset: BigInt(store.ringAt(client.ring)),
+      classes: layout.classes,
+      maxKeyBytes: KvLayout.MAX_KEY_BYTES,
+      maxValueBytes: layout.maxValueBytes,
+    },
+    graceMs: settings.graceMs,
+    keepaliveMs: settings.keepaliveMs,
+  };
+}

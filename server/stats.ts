@@ -1,0 +1,76 @@
+// The server's counters. One ServerStats object per server: each part of it
+// counts its own events here (the comment on a counter names who), and
+// KvServer.stats() reads them together with the heap and the layout.
+// metrics.ts exposes every field; kvctl reads them as JSON.
+import { KvLayout } from '../protocol/constants.js';
+import type { Heap } from './store/heap.js';
+import type { RegionLayout } from './store/layout.js';
+
+export interface KvServerStats {
+  regionBytes: number;
+  indexBytes: number;
+  heapBytes: number;
+  heapUsedBytes: number;
+  heapUsedBytesByClass: Record<string, number>;
+  items: number;
+  slots: number;
+  clients: number;
+  grants: number;
+  blocksGranted: number;
+  notifications: number;
+  blocksFreed: number;
+  /** blocks departed clients were granted and never published, taken back */
+  blocksReclaimed: number;
+  rejectedConnections: number;
+  keepaliveFailures: number;
+  fencedClients: number;
+  lockRecoveries: number;
+  /** slots a restart on a region file could not trust: skipped and cleared (see recovery/restart.ts) */
+  recoveredSlotsSkipped: number;
+  /** locks whose owner was no live client, released by the orphan-lock scan (see recovery/orphan-scan.ts) */
+  orphanLocksReleased: number;
+  controlMessages: number;
+  rdmaErrors: Record<string, number>;
+}
+
+/** The counters, each counted by the part of the server named beside it. */
+type Counters = Omit<KvServerStats, 'regionBytes' | 'indexBytes' | 'heapBytes' | 'heapUsedBytes' | 'heapUsedBytesByClass' | 'slots' | 'clients' | 'rdmaErrors'>;
+
+export class ServerStats {
+  readonly count: Counters = {
+    items: 0, // notices.ts (a PUT of a new key, a DELETE); recovery/restart.ts and recovery/locks.ts (finished deletes)
+    grants: 0, blocksGranted: 0, // grants.ts
+    notifications: 0, // notices.ts
+    blocksFreed: 0, // grants.ts: past the grace period, back in the heap
+    blocksReclaimed: 0, // recovery/held-blocks.ts
+    rejectedConnections: 0, // sessions/accept.ts
+    keepaliveFailures: 0, // keepalive.ts
+    fencedClients: 0, // recovery/departures.ts
+    lockRecoveries: 0, recoveredSlotsSkipped: 0, orphanLocksReleased: 0, // recovery/: locks.ts, restart.ts, orphan-scan.ts
+    controlMessages: 0, // sessions/control.ts
+  };
+  /** sessions/completions.ts: error completions by status (flushes not counted) */
+  private readonly rdmaErrors = new Map<string, number>();
+
+  rdmaError(status: string): void {
+    this.rdmaErrors.set(status, (this.rdmaErrors.get(status) ?? 0) + 1);
+  }
+
+  /** One snapshot: these counters, the heap's use, the layout's sizes. */
+  report(layout: RegionLayout, heap: Heap, clients: number): KvServerStats {
+    const used = heap.stats();
+    const { items, ...counts } = this.count; // items before slots: /stats keeps its order of fields
+    return {
+      regionBytes: layout.regionBytes,
+      indexBytes: layout.bucketCount * KvLayout.BUCKET_BYTES,
+      heapBytes: layout.heapBytes,
+      heapUsedBytes: used.usedBytes,
+      heapUsedBytesByClass: Object.fromEntries([...used.usedBytesByClass].map(([size, bytes]) => [String(size), bytes])),
+      items,
+      slots: layout.bucketCount * KvLayout.SLOTS_PER_BUCKET,
+      clients,
+      ...counts,
+      rdmaErrors: Object.fromEntries(this.rdmaErrors),
+    };
+  }
+}

@@ -1,0 +1,38 @@
+// KvServer.start checks the names of its options as the command line does:
+// a misspelled one is a KvConfigError naming the option meant, before anything
+// listens or is mapped.
+import { existsSync } from 'node:fs';
+
+import test from 'ava';
+
+import { KvConfigError, KvServer, type KvServerOptions } from '../../server/kv-server.js';
+import { socketPath, socketUrl } from './helpers.js';
+
+/** KvServer.start with options a caller typed wrong (outside the type's knowledge). */
+async function startRejects(t: import('ava').ExecutionContext, extra: Record<string, unknown>, message: string): Promise<void> {
+  const url = socketUrl();
+  const options = { listen: [url], memoryBytes: 64 << 20, ...extra } as unknown as KvServerOptions;
+  const error = await t.throwsAsync(KvServer.start(options), { instanceOf: KvConfigError });
+  t.is(error?.message, message);
+  t.false(existsSync(socketPath(url)), 'nothing listens');
+}
+
+test('a misspelled option names the one meant', (t) => startRejects(t, { keepAliveMs: 500 }, "unknown option 'keepAliveMs': did you mean 'keepaliveMs'?"));
+
+test('an option named as on the command line names the one meant', (t) => startRejects(t, { maxValue: 4096 }, "unknown option 'maxValue': did you mean 'maxValueBytes'?"));
+
+test('an option like none lists them all', (t) =>
+  startRejects(
+    t,
+    { verbose: true },
+    "unknown option 'verbose': the options are listen, memoryBytes, token, buckets, maxValueBytes, graceMs, maxClients, keepaliveMs, regionFile, logger, beforeRecovery",
+  ));
+
+test('every known option is accepted, undefined ones too', async (t) => {
+  const server = await KvServer.start({
+    listen: [socketUrl()], memoryBytes: 64 << 20, token: undefined, buckets: undefined, maxValueBytes: 4096, graceMs: 100,
+    maxClients: 4, keepaliveMs: 1000, regionFile: undefined, logger: undefined, beforeRecovery: undefined,
+  });
+  t.teardown(() => server.close());
+  t.is(server.stats().clients, 0);
+});
