@@ -222,7 +222,7 @@ async function connect(provider: Provider, cq: CompletionQueue, control: MemoryR
           `${url}: the server speaks protocol version ${theirs ?? 'other than ' + KvLayout.PROTOCOL_VERSION}, this client ${KvLayout.PROTOCOL_VERSION}: upgrade the older side`,
         );
       }
-      throw new KvDisconnectedError(`${url}: the server refused the connection (${reason === RejectReason.FULL ? 'no free client slot' : 'rejected'})`);
+      throw new KvDisconnectedError(`${url}: the server refused the connection (${reason === RejectReason.FULL ? 'no free client ring' : 'rejected'})`);
     }
     const why = (error as Error).message;
     throw new KvDisconnectedError(why.includes(url) ? why : `cannot connect to ${url}: ${why}`);
