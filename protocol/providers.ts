@@ -22,10 +22,17 @@ export function urlExamples(): string {
   return knownProviders.map((p) => p.example).join(' or ');
 }
 
-/** A URL a client can dial: a known scheme with something after it. */
+/** Per scheme: what follows "scheme://" in a URL a client dials (LISTEN_SYNTAX below checks listen URLs fully). */
+const DIAL_SHAPE: Record<string, RegExp> = {
+  shm: /^\/./, // an absolute socket path
+  rdma: /^[^/]+/, // host:port
+};
+
+/** A URL a client can dial: a known scheme, and after it what that scheme expects. */
 export function isServerUrl(url: string): boolean {
   const scheme = schemeOf(url);
-  return scheme !== undefined && url.length > scheme.length + 3 && !(scheme === 'shm' && url[scheme.length + 3] !== '/');
+  const shape = scheme === undefined ? undefined : DIAL_SHAPE[scheme];
+  return shape !== undefined && shape.test(url.slice(scheme!.length + 3));
 }
 
 /** Unix socket paths are limited by sockaddr_un.sun_path (108 bytes with the NUL). */

@@ -14,6 +14,7 @@ import {
 } from '../native/index.js';
 import { KvLayout } from '../protocol/constants.js';
 import { loopbackData } from '../protocol/connect.js';
+import { schemeOf, urlExamples } from '../protocol/providers.js';
 import { KvConfigError } from './options.js';
 import { makeSocketDirectory } from './socket-directory.js';
 import type { RegionStore } from './store/region.js';
@@ -37,9 +38,9 @@ export interface Fabric {
 }
 
 /** The scheme of a URL the server can listen on; KvConfigError for any other. */
-export function schemeOf(url: string): 'shm' | 'rdma' {
-  const scheme = url.slice(0, url.indexOf('://'));
-  if (scheme !== 'shm' && scheme !== 'rdma') throw new KvConfigError(`no provider for '${url}': use shm:///path/to.sock or rdma://host:port`);
+export function listenScheme(url: string): string {
+  const scheme = schemeOf(url);
+  if (scheme === undefined) throw new KvConfigError(`no provider for '${url}': use ${urlExamples()}`);
   return scheme;
 }
 

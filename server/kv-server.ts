@@ -11,7 +11,7 @@ import { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
 
 import type { Listener } from '../native/index.js';
-import { type Fabric, listenOn, openFabric, openLoopback, schemeOf } from './fabric.js';
+import { type Fabric, listenOn, openFabric, openLoopback, listenScheme } from './fabric.js';
 import { Grants } from './grants.js';
 import { sweep } from './keepalive.js';
 import { Notices } from './notices.js';
@@ -135,7 +135,7 @@ export class KvServer extends EventEmitter {
   }
 
   private listenOn(url: string): void {
-    const scheme = schemeOf(url);
+    const scheme = listenScheme(url);
     let fabric = this.fabrics.get(scheme);
     if (!fabric) {
       const opened = openFabric(scheme, url, this.store);

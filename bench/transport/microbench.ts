@@ -11,6 +11,7 @@ import { dirname, join } from 'node:path';
 import { createHistogram } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 
+import { schemeOf, urlExamples } from '../../protocol/providers.js';
 import {
   Access,
   type Connection,
@@ -54,7 +55,11 @@ for (const op of ops) if (op !== 'READ' && op !== 'CAS') throw new Error(`--ops:
 if (!(seconds > 0)) throw new Error('--seconds must be positive');
 
 const url = values.url ?? `shm://${join(mkdtempSync(join(tmpdir(), 'rkv-bench-')), 'bench.sock')}`;
-const scheme = url.startsWith('rdma://') ? 'rdma' : 'shm';
+const scheme: string = schemeOf(url) ?? badUrl(url);
+
+function badUrl(url: string): never {
+  throw new Error(`--url ${url}: expected ${urlExamples()}`);
+}
 
 async function connect(): Promise<{ client: Provider; server: Provider; conn: Connection; cq: CompletionQueue; close: () => void; wrFor: (op: string, i: number, last: boolean) => WorkRequest }> {
   const server = new Provider(scheme);
