@@ -68,6 +68,7 @@ for (const scheme of providersUnderTest()) {
     const server = await startServer(scheme, SMALL);
     t.teardown(() => server.close());
     const kv = await connect(server);
+    t.teardown(() => kv.close()); // after a failure too: a client left open reconnects forever and keeps the test file from exiting
     // sizes log-uniform from 16 B to 64 KiB: blocks of about 30 size classes
     const next = random(12);
     const keys = await fillUntilFull(kv, 'random-', () => Math.round(16 * 4096 ** next()));
