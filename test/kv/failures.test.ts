@@ -110,7 +110,7 @@ for (const scheme of providersUnderTest()) {
   });
 
   test(`${scheme}: a client killed with unused granted blocks: they go back to the heap, its items stay`, async (t) => {
-    const server = await startServer(scheme, { keepaliveMs: slow(200) });
+    const server = await startServer(scheme, { keepaliveMs: slow(500) });
     t.teardown(() => server.close());
     const { alive, gone } = await killedAfterPuts(t, server, 10, 100);
     t.true(alive.blocksGranted > 10, 'a grant is a batch, larger than what the client used');
@@ -123,7 +123,7 @@ for (const scheme of providersUnderTest()) {
   });
 
   test(`${scheme}: a client killed between publishing and announcing its items: they are kept, the rest is taken back`, async (t) => {
-    const server = await startServer(scheme, { keepaliveMs: slow(200) });
+    const server = await startServer(scheme, { keepaliveMs: slow(500) });
     t.teardown(() => server.close());
     // Its notices were drained; make the server forget them, as if the client had died after
     // writing its slots and before its notices: the live slots' blocks count as held again.
