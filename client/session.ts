@@ -36,7 +36,12 @@ export interface SessionOptions {
 
 /** Control wr_ids carry this bit; the core hands their completions back apart from op results. */
 const CONTROL_TAG = 2 ** KvLayout.CONTROL_TAG_SHIFT;
-const CONTROL_RECVS = 16;
+/**
+ * Receive buffers for the server's messages, reposted as they are handled. The server may
+ * send a burst (a grant for each of ~30 size classes, a reclaim, pongs) before this client
+ * polls: with 16, rxe in the guest counted 2 RNR NAKs per memory-reuse run; with 64, none.
+ */
+const CONTROL_RECVS = 64;
 /** Send buffers, after the receive buffers. */
 const CONTROL_SENDS = 32;
 const ARENA_BYTES = 4 << 20;
