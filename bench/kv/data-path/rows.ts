@@ -1,0 +1,181 @@
+/**
+ * The table of a data-path run: one row per thing measured, each with rdma-kv's number, its
+ * ratio to the transport floor, ioredis' number and rdma-kv's ratio to it, and issue 14's
+ * goals for it with whether this run met them. A number that could not be had says why
+ * ("not built", "missing", "skipped"), never a made-up one.
+ *
+ * Ratios: to the floor, how many times the floor's time rdma-kv takes per key (lower is
+ * better); to ioredis, how many times ioredis' throughput rdma-kv reaches, or for CPU rows
+ * how many times less CPU it spends (higher is better).
+ */
+import { GOALS, START, goal, verdict, type Goal } from './goals.js';
+import type { Floor } from './floor.js';
+import type { GuestRatio, GuestRatios } from './guest.js';
+import type { NpmStart } from './npm-start.js';
+import { PHASES, type PhaseName, type PhaseResult } from './phases.js';
+
+/** A cell: what the table prints, and the number behind it for the JSON (none: why not, in `text`). */
+export interface Cell {
+  text: string;
+  value?: number;
+}
+
+export interface Row {
+  what: string;
+  rdmaKv: Cell;
+  floor: Cell;
+  ioredis: Cell;
+  goals: Goal[];
+}
+
+export interface RunResults {
+  rdmaKv: Map<PhaseName, PhaseResult>;
+  /** results, or why there are none (redis-server missing, --skip redis) */
+  ioredis: Map<PhaseName, PhaseResult> | string;
+  floor: Floor;
+  /** 1-RTT GET hit rate over the GET phases, %, or why there is none */
+  oneRoundTripPercent: number | string;
+  npmStart: NpmStart | string;
+  guest: GuestRatios | undefined;
+}
+
+const NONE: Cell = { text: '—' };
+const absent = (why: string): Cell => ({ text: why });
+const fixed = (n: number): string => (n >= 100 ? n.toFixed(0) : n >= 10 ? n.toFixed(1) : n >= 0.1 ? n.toFixed(2) : n.toFixed(3));
+const count = (n: number): string => Math.round(n).toLocaleString('en-US');
+const times = (n: number): string => `${fixed(n)}×`;
+const us = (n: number): string => `${fixed(n)} µs`;
+
+/**
+ * Throughput, and the wall time per key (µs) it means; for one awaited key at a time also
+ * the median call, which a busy machine's stalls move less than the mean.
+ */
+function rateCell(r: PhaseResult): Cell {
+  const spec = PHASES[r.phase];
+  const median = spec.lanes === 1 && spec.batch === 1 ? ` (p50 ${fixed(r.latencyUs.p50)})` : '';
+  return { text: `${count(r.keysPerSec)}/s · ${us(r.usPerKey)}${median}`, value: r.keysPerSec };
+}
+
+export function buildRows(run: RunResults): Row[] {
+  const { floor } = run;
+  const read1 = floor.read1.usPerRead;
+  const read64 = floor.read64.usPerRead;
+  const size = floor.read64.bytes >= 1024 && floor.read64.bytes % 1024 === 0 ? `${floor.read64.bytes / 1024} KiB` : `${floor.read64.bytes} B`;
+  const redis = (phase: PhaseName): PhaseResult | string => {
+    if (typeof run.ioredis === 'string') return run.ioredis;
+    return run.ioredis.get(phase) ?? 'skipped';
+  };
+  const rows: Row[] = [
+    { what: `floor: batch-1 READ 64 B (${floor.provider})`, rdmaKv: NONE, floor: { text: `${us(read1)}/READ`, value: read1 }, ioredis: NONE, goals: [] },
+    { what: `floor: batch-64 READ ${size}, per READ`, rdmaKv: NONE, floor: { text: `${us(read64)}/READ`, value: read64 }, ioredis: NONE, goals: [] },
+  ];
+
+  /** A phase's row: the floor it is held to (time per key over `floorUs`), its ioredis counterpart, its goals. */
+  const phaseRow = (phase: PhaseName, floorUs: number, floorName: string, goals: (r: PhaseResult | undefined, ratioFloor: number | undefined, ratioRedis: number | undefined) => Goal[], missing = 'skipped'): void => {
+    const r = run.rdmaKv.get(phase);
+    const o = redis(phase);
+    const ratioFloor = r ? r.usPerKey / floorUs : undefined;
+    const ratioRedis = r && typeof o !== 'string' ? r.keysPerSec / o.keysPerSec : undefined;
+    rows.push({
+      what: PHASES[phase].label,
+      rdmaKv: r ? rateCell(r) : absent(missing),
+      floor: ratioFloor !== undefined ? { text: `${times(ratioFloor)} ${floorName}`, value: ratioFloor } : NONE,
+      ioredis: typeof o === 'string' ? absent(o) : { text: `${count(o.keysPerSec)}/s${ratioRedis !== undefined ? ` · ${times(ratioRedis)}` : ''}`, value: o.keysPerSec },
+      goals: goals(r, ratioFloor, ratioRedis),
+    });
+  };
+  const twoReads = '2 READs@64';
+  phaseRow('get', read1, '1 READ', (_, f) => [goal(`≤ ${GOALS.sequentialGetVsRead}× 1 READ`, f, GOALS.sequentialGetVsRead, true)]);
+  phaseRow('get64', 2 * read64, twoReads, (_, __, o) => [goal(`≥ ${GOALS.inflightGetVsRedis}× ioredis`, o, GOALS.inflightGetVsRedis, false, redisAbsence(run))]);
+  phaseRow('getmany', 2 * read64, twoReads, (_, f, o) => [
+    goal(`≤ ${GOALS.getManyVsTwoReads}× ${twoReads}`, f, GOALS.getManyVsTwoReads, true),
+    goal(`≥ ${GOALS.getManyVsRedis}× ioredis`, o, GOALS.getManyVsRedis, false, redisAbsence(run)),
+  ]);
+  const putGoal = GOALS.sequentialPutVsStart * START.sequentialPutPerSec;
+  phaseRow('put', read1, '1 READ', (r) => [goal(`≥ ${count(putGoal)}/s (${GOALS.sequentialPutVsStart}× start)`, r && r.keysPerSec / START.sequentialPutPerSec, GOALS.sequentialPutVsStart, false)]);
+  phaseRow('put64', read64, '1 READ@64', () => []);
+  phaseRow('putmany', read64, '1 READ@64', () => [], run.rdmaKv.has('put') && !run.rdmaKv.has('putmany') ? 'not built' : 'skipped');
+
+  rows.push(cpuRow('server CPU per GET', run, 'get', (p) => p.serverCpuMs * 1000, []));
+  const serverPut = total(run.rdmaKv, 'put', (p) => p.serverCpuMs * 1000);
+  rows.push(cpuRow('server CPU per PUT', run, 'put', (p) => p.serverCpuMs * 1000, [goal(`≤ ${GOALS.serverCpuPerPutUs} µs`, serverPut, GOALS.serverCpuPerPutUs, true, 'skipped')]));
+  rows.push(cpuRow('client CPU per GET', run, 'get', (p) => p.clientCpuUsPerKey * p.keys, []));
+  rows.push(cpuRow('client CPU per PUT', run, 'put', (p) => p.clientCpuUsPerKey * p.keys, []));
+
+  const hit = run.oneRoundTripPercent;
+  rows.push({ what: '1-RTT GET hit rate', rdmaKv: typeof hit === 'string' ? absent(hit) : { text: `${hit.toFixed(1)} %`, value: hit }, floor: NONE, ioredis: NONE, goals: [] });
+
+  const job = run.npmStart;
+  const startGoal = GOALS.npmStartVsStart * START.npmStartOpsPerSec;
+  rows.push({
+    what: '`npm start` run ops/s',
+    rdmaKv: typeof job === 'string' ? absent(job) : { text: `${count(job.runOpsPerSec)}/s`, value: job.runOpsPerSec },
+    floor: NONE,
+    ioredis: NONE,
+    goals: [goal(`≥ ${count(startGoal)}/s (${GOALS.npmStartVsStart}× start)`, typeof job === 'string' ? undefined : job.runOpsPerSec / START.npmStartOpsPerSec, GOALS.npmStartVsStart, false, typeof job === 'string' ? job : undefined)],
+  });
+  rows.push({
+    what: '`npm start` GC share',
+    rdmaKv: typeof job === 'string' ? absent(job) : { text: `${job.runGcPercent.toFixed(1)} %`, value: job.runGcPercent },
+    floor: NONE,
+    ioredis: NONE,
+    goals: [goal(`< ${GOALS.npmStartGcPercent} %`, typeof job === 'string' ? undefined : job.runGcPercent, GOALS.npmStartGcPercent, true, typeof job === 'string' ? job : undefined)],
+  });
+
+  const g = run.guest;
+  rows.push(guestRow('guest: batch-1 READ / ib_read_lat', g, g?.read, GOALS.guestReadVsPerftest));
+  rows.push(guestRow('guest: GET / ib_read_lat', g, g?.get, GOALS.guestGetVsPerftest));
+  rows.push(guestRow('guest: cached GET / ib_read_lat', g, g?.cachedGet, GOALS.guestCachedGetVsPerftest));
+  return rows;
+}
+
+function redisAbsence(run: RunResults): string | undefined {
+  return typeof run.ioredis === 'string' ? run.ioredis : undefined;
+}
+
+/** The phases of one kind (get or put) a store ran. */
+function phasesOf(results: Map<PhaseName, PhaseResult>, op: 'get' | 'put'): PhaseResult[] {
+  return [...results.values()].filter((p) => PHASES[p.phase].op === op);
+}
+
+/** A sum over a kind's phases per key they did (µs per key), or undefined when none ran. */
+function total(results: Map<PhaseName, PhaseResult>, op: 'get' | 'put', usOf: (p: PhaseResult) => number): number | undefined {
+  const phases = phasesOf(results, op);
+  const keys = phases.reduce((n, p) => n + p.keys, 0);
+  return keys > 0 ? phases.reduce((n, p) => n + usOf(p), 0) / keys : undefined;
+}
+
+/** CPU µs per key over all phases of a kind; ioredis' ratio is how many times more it spends. */
+function cpuRow(what: string, run: RunResults, op: 'get' | 'put', usOf: (p: PhaseResult) => number, goals: Goal[]): Row {
+  const mine = total(run.rdmaKv, op, usOf);
+  const theirs = typeof run.ioredis === 'string' ? run.ioredis : total(run.ioredis, op, usOf);
+  const ratio = mine !== undefined && typeof theirs === 'number' && mine > 0 ? ` · ${times(theirs / mine)}` : '';
+  return {
+    what: `${what} (all ${op} phases)`,
+    rdmaKv: mine === undefined ? absent('skipped') : { text: us(mine), value: mine },
+    floor: NONE,
+    ioredis: typeof theirs === 'string' ? absent(theirs) : theirs === undefined ? absent('skipped') : { text: `${us(theirs)}${ratio}`, value: theirs },
+    goals,
+  };
+}
+
+function guestRow(what: string, guest: GuestRatios | undefined, row: GuestRatio | undefined, limit: number): Row {
+  const why = guest === undefined ? 'missing' : (row?.absent ?? 'missing');
+  const ratio = row?.ratio ?? undefined;
+  return {
+    what,
+    rdmaKv: ratio === undefined ? absent(why) : { text: `${times(ratio)} (${guest!.date.slice(0, 10)})`, value: ratio },
+    floor: NONE,
+    ioredis: NONE,
+    goals: [goal(`≤ ${limit}×`, ratio, limit, true, why)],
+  };
+}
+
+export const COLUMNS = ['what', 'rdma-kv', 'floor (×)', 'ioredis (×)', 'goal', 'met?'];
+
+/** A row as the table's cells. */
+export function cells(row: Row): string[] {
+  const goals = row.goals.map((g) => g.text).join('; ') || '—';
+  const met = row.goals.map(verdict).join('; ') || '—';
+  return [row.what, row.rdmaKv.text, row.floor.text, row.ioredis.text, goals, met];
+}

@@ -1,0 +1,103 @@
+/**
+ * The two stores a data-path run measures, behind one interface: rdma-kv (a KvClient, public
+ * API only, against the server child) and redis (ioredis, one connection with auto-pipelining,
+ * against a redis-server started here on a free loopback port, persistence off). Each knows
+ * its server's pid, whose CPU time the phases read.
+ */
+import { Redis } from 'ioredis';
+
+import { KvClient } from '../../../client/index.js';
+import { startRedis, type TcpPeerServer } from '../../ycsb/compare/servers.js';
+import { startServerChild, type ServerChild } from './processes.js';
+import { roundTripCounters, type RoundTripCounters } from './round-trips.js';
+import type { Workload } from './workload.js';
+
+export interface Store {
+  /** "rdma-kv" or "ioredis" */
+  name: string;
+  serverPid: number;
+  get(key: string): Promise<Buffer | null | undefined>;
+  /** 64 keys in one call: KvClient.getMany, ioredis mgetBuffer */
+  getMany(keys: string[]): Promise<Array<Buffer | null | undefined>>;
+  put(key: string, value: Buffer): Promise<unknown>;
+  /** many entries in one call: KvClient.putMany, ioredis mset; absent when the client has none */
+  putMany: ((entries: Array<[string, Buffer]>) => Promise<unknown>) | undefined;
+  /** the client's count of GETs answered in one round trip (round-trips.ts), when it keeps one */
+  roundTrips(): RoundTripCounters | undefined;
+  /** closes the client and stops the server */
+  close(): Promise<void>;
+}
+
+/** The rdma-kv server child, sized for the workload, and a KvClient on it. */
+export async function openRdmaKv(workload: Workload, pollMode: 'busy' | 'event', listen: string | undefined): Promise<Store & { url: string }> {
+  // the items (value, key, header) plus room for the PUT phases' new blocks before the old are reclaimed
+  const memoryMiB = Math.max(256, Math.ceil((workload.keys * (workload.valueBytes + 256) * 1.6) / 2 ** 20));
+  const server: ServerChild = await startServerChild(memoryMiB, listen);
+  let client: KvClient;
+  try {
+    client = await KvClient.connect({ url: server.url, pollMode });
+  } catch (error) {
+    await server.stop();
+    throw error;
+  }
+  const many = (client as Partial<Pick<KvClient, 'putMany'>>).putMany;
+  return {
+    name: 'rdma-kv',
+    url: server.url,
+    serverPid: server.pid,
+    get: (k) => client.get(k),
+    getMany: (keys) => client.getMany(keys),
+    put: (k, v) => client.put(k, v),
+    putMany: typeof many === 'function' ? (entries) => client.putMany(entries) : undefined,
+    roundTrips: () => roundTripCounters(client),
+    close: async () => {
+      await client.close();
+      await server.stop();
+    },
+  };
+}
+
+/** redis-server and an ioredis client, or why not (redis-server missing, or it did not start). */
+export async function openRedis(): Promise<(Store & { version: string }) | { unavailable: string }> {
+  let server: TcpPeerServer;
+  try {
+    server = await startRedis();
+  } catch (error) {
+    return { unavailable: (error as Error).message };
+  }
+  const redis = new Redis({ host: '127.0.0.1', port: server.port, lazyConnect: true, enableAutoPipelining: true });
+  try {
+    await redis.connect();
+  } catch (error) {
+    await server.stop();
+    return { unavailable: `ioredis could not connect to redis-server on ${server.address}: ${(error as Error).message}` };
+  }
+  const version = /redis_version:(\S+)/.exec(await redis.info('server'))?.[1] ?? 'unknown';
+  return {
+    name: 'ioredis',
+    version,
+    serverPid: server.pid!,
+    get: (k) => redis.getBuffer(k),
+    getMany: (keys) => redis.mgetBuffer(...keys),
+    put: (k, v) => redis.set(k, v),
+    putMany: (entries) => redis.mset(new Map(entries)),
+    roundTrips: () => undefined,
+    close: async () => {
+      await redis.quit();
+      await server.stop();
+    },
+  };
+}
+
+/** Writes every key's value, 64 at a time in flight. */
+export async function load(store: Store, workload: Workload): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: 64 }, async () => {
+      while (next < workload.keys) {
+        const i = next++;
+        await store.put(workload.names[i]!, workload.values[i]!);
+      }
+    }),
+  );
+}
