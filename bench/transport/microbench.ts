@@ -57,10 +57,11 @@ const seconds = values.quick ? 0.5 : Number(values.seconds);
 const readBytes = Number(values.bytes);
 /** Request i of a batch uses bytes [i * stride, (i + 1) * stride) on both sides. */
 const stride = Math.max(64, readBytes);
+const batchBytes = Math.max(...batches) * stride;
 for (const b of batches) if (!(b >= 1 && b <= 256)) throw new Error(`--batch: ${b} is not between 1 and 256`);
 for (const op of ops) if (op !== 'READ' && op !== 'CAS') throw new Error(`--ops: unknown op ${op} (READ or CAS)`);
 if (!(seconds > 0)) throw new Error('--seconds must be positive');
-if (!(Number.isInteger(readBytes) && readBytes >= 1 && readBytes <= 4096)) throw new Error(`--bytes: ${values.bytes} is not between 1 and 4096`);
+if (!(Number.isInteger(readBytes) && readBytes >= 1 && readBytes <= 1 << 20)) throw new Error(`--bytes: ${values.bytes} is not between 1 and 1048576`);
 
 const socketDir = values.url === undefined ? mkdtempSync(join(tmpdir(), 'rkv-bench-')) : undefined;
 const url = values.url ?? `shm://${join(socketDir!, 'bench.sock')}`;
@@ -73,11 +74,11 @@ function badUrl(url: string): never {
 async function connect(): Promise<{ client: Provider; server: Provider; conn: Connection; cq: CompletionQueue; close: () => void; wrFor: (op: string, i: number, last: boolean) => WorkRequest }> {
   const server = new Provider(scheme);
   const client = new Provider(scheme);
-  const region = server.allocate(Math.max(1 << 20, 256 * stride), access.REMOTE_ALL);
+  const region = server.allocate(Math.max(1 << 20, batchBytes), access.REMOTE_ALL);
   const serverCq = server.createCq(64);
   const listener = server.listen(url);
   server.on('connectRequest', (request) => request.accept({ cq: serverCq }));
-  const scratch = client.allocate(Math.max(1 << 16, 256 * stride), Access.LOCAL_WRITE);
+  const scratch = client.allocate(Math.max(1 << 16, batchBytes), Access.LOCAL_WRITE);
   const cq = client.createCq(1024);
   const conn = await client.connect(listener.url, { cq });
   const wrFor = (op: string, i: number, last: boolean): WorkRequest => ({
