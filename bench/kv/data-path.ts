@@ -138,6 +138,7 @@ async function main(): Promise<void> {
     config: { keys: options.keys, valueBytes: options.valueBytes, secondsPerPhase: options.seconds, pollMode: options.pollMode, server: measured.serverUrl, phases: options.phases, redisServer: measured.redisVersion ?? measured.ioredis },
     floor,
     phases: { rdmaKv: Object.fromEntries(measured.rdmaKv), ioredis: typeof measured.ioredis === 'string' ? measured.ioredis : Object.fromEntries(measured.ioredis) },
+    oneRoundTripPercent: measured.oneRoundTripPercent,
     npmStart,
     rows: rows.map((r) => ({ ...r, goals: r.goals.map((g) => ({ ...g, met: verdict(g) })) })),
   }, null, 2) + '\n');

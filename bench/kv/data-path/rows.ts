@@ -71,9 +71,11 @@ export function buildRows(run: RunResults): Row[] {
   ];
 
   /** A phase's row: the floor it is held to (time per key over `floorUs`), its ioredis counterpart, its goals. */
-  const phaseRow = (phase: PhaseName, floorUs: number, floorName: string, goals: (r: PhaseResult | undefined, ratioFloor: number | undefined, ratioRedis: number | undefined) => Goal[], missing = 'skipped'): void => {
+  type Goals = (r: PhaseResult | undefined, ratioFloor: number | undefined, ratioRedis: number | undefined, why: { mine: string; redis: string }) => Goal[];
+  const phaseRow = (phase: PhaseName, floorUs: number, floorName: string, goals: Goals, missing = 'skipped'): void => {
     const r = run.rdmaKv.get(phase);
     const o = redis(phase);
+    const why = { mine: missing, redis: r ? (typeof o === 'string' ? o : '') : missing };
     const ratioFloor = r ? r.usPerKey / floorUs : undefined;
     const ratioRedis = r && typeof o !== 'string' ? r.keysPerSec / o.keysPerSec : undefined;
     rows.push({
@@ -81,18 +83,18 @@ export function buildRows(run: RunResults): Row[] {
       rdmaKv: r ? rateCell(r) : absent(missing),
       floor: ratioFloor !== undefined ? { text: `${times(ratioFloor)} ${floorName}`, value: ratioFloor } : NONE,
       ioredis: typeof o === 'string' ? absent(o) : { text: `${count(o.keysPerSec)}/s${ratioRedis !== undefined ? ` · ${times(ratioRedis)}` : ''}`, value: o.keysPerSec },
-      goals: goals(r, ratioFloor, ratioRedis),
+      goals: goals(r, ratioFloor, ratioRedis, why),
     });
   };
   const twoReads = '2 READs@64';
-  phaseRow('get', read1, '1 READ', (_, f) => [goal(`≤ ${GOALS.sequentialGetVsRead}× 1 READ`, f, GOALS.sequentialGetVsRead, true)]);
-  phaseRow('get64', 2 * read64, twoReads, (_, __, o) => [goal(`≥ ${GOALS.inflightGetVsRedis}× ioredis`, o, GOALS.inflightGetVsRedis, false, redisAbsence(run))]);
-  phaseRow('getmany', 2 * read64, twoReads, (_, f, o) => [
-    goal(`≤ ${GOALS.getManyVsTwoReads}× ${twoReads}`, f, GOALS.getManyVsTwoReads, true),
-    goal(`≥ ${GOALS.getManyVsRedis}× ioredis`, o, GOALS.getManyVsRedis, false, redisAbsence(run)),
+  phaseRow('get', read1, '1 READ', (_, f, __, why) => [goal(`≤ ${GOALS.sequentialGetVsRead}× 1 READ`, f, GOALS.sequentialGetVsRead, true, why.mine)]);
+  phaseRow('get64', 2 * read64, twoReads, (_, __, o, why) => [goal(`≥ ${GOALS.inflightGetVsRedis}× ioredis`, o, GOALS.inflightGetVsRedis, false, why.redis)]);
+  phaseRow('getmany', 2 * read64, twoReads, (_, f, o, why) => [
+    goal(`≤ ${GOALS.getManyVsTwoReads}× ${twoReads}`, f, GOALS.getManyVsTwoReads, true, why.mine),
+    goal(`≥ ${GOALS.getManyVsRedis}× ioredis`, o, GOALS.getManyVsRedis, false, why.redis),
   ]);
   const putGoal = GOALS.sequentialPutVsStart * START.sequentialPutPerSec;
-  phaseRow('put', read1, '1 READ', (r) => [goal(`≥ ${count(putGoal)}/s (${GOALS.sequentialPutVsStart}× start)`, r && r.keysPerSec / START.sequentialPutPerSec, GOALS.sequentialPutVsStart, false)]);
+  phaseRow('put', read1, '1 READ', (r, _, __, why) => [goal(`≥ ${count(putGoal)}/s (${GOALS.sequentialPutVsStart}× start)`, r && r.keysPerSec / START.sequentialPutPerSec, GOALS.sequentialPutVsStart, false, why.mine)]);
   phaseRow('put64', read64, '1 READ@64', () => []);
   phaseRow('putmany', read64, '1 READ@64', () => [], run.rdmaKv.has('put') && !run.rdmaKv.has('putmany') ? 'not built' : 'skipped');
 
@@ -127,10 +129,6 @@ export function buildRows(run: RunResults): Row[] {
   rows.push(guestRow('guest: GET / ib_read_lat', g, g?.get, GOALS.guestGetVsPerftest));
   rows.push(guestRow('guest: cached GET / ib_read_lat', g, g?.cachedGet, GOALS.guestCachedGetVsPerftest));
   return rows;
-}
-
-function redisAbsence(run: RunResults): string | undefined {
-  return typeof run.ioredis === 'string' ? run.ioredis : undefined;
 }
 
 /** The phases of one kind (get or put) a store ran. */
