@@ -29,7 +29,7 @@ import { runNpmStart, type NpmStart } from './data-path/npm-start.js';
 import { USAGE, parseOptions, type DataPathOptions } from './data-path/options.js';
 import { PHASES, runPhase, type PhaseName, type PhaseResult } from './data-path/phases.js';
 import { hitRatePercent } from './data-path/round-trips.js';
-import { COLUMNS, buildRows, cells } from './data-path/rows.js';
+import { COLUMNS, buildRows, cells, type Failure } from './data-path/rows.js';
 import { load, openRdmaKv, openRedis, type Store } from './data-path/stores.js';
 import { Workload } from './data-path/workload.js';
 import { markdownTable } from './markdown-table.js';
@@ -38,6 +38,7 @@ const progress = (text: string): void => void process.stderr.write(`data-path: $
 
 interface Measured {
   rdmaKv: Map<PhaseName, PhaseResult>;
+  failed: Failure[];
   ioredis: Map<PhaseName, PhaseResult> | string;
   redisVersion: string | undefined;
   serverUrl: string;
@@ -57,6 +58,7 @@ async function measureStores(options: DataPathOptions, workload: Workload): Prom
     stores.push(redis);
   }
   const rdmaKv = new Map<PhaseName, PhaseResult>();
+  const failed: Failure[] = [];
   try {
     const kv = await openRdmaKv(workload, options.pollMode, options.listen);
     stores.push(kv);
@@ -70,7 +72,15 @@ async function measureStores(options: DataPathOptions, workload: Workload): Prom
     for (const name of options.phases) {
       for (const store of stores) {
         if (name === 'putmany' && store.putMany === undefined) continue; // the row says "not built"
-        const r = await runPhase(PHASES[name], store, workload, options.seconds);
+        let r: PhaseResult;
+        try {
+          r = await runPhase(PHASES[name], store, workload, options.seconds);
+        } catch (error) {
+          // the row says so; the other phases still run (the exit code is 1)
+          failed.push({ store: store.name, phase: name, error: error instanceof Error ? error.message : String(error) });
+          progress(`${store.name}: ${PHASES[name].label} FAILED: ${failed.at(-1)!.error}`);
+          continue;
+        }
         (store === kv ? rdmaKv : (ioredis as Map<PhaseName, PhaseResult>)).set(name, r);
         progress(`${store.name}: ${PHASES[name].label}: ${Math.round(r.keysPerSec).toLocaleString('en-US')} keys/s, p50 ${r.latencyUs.p50.toFixed(1)} µs per call` +
           `, server CPU ${r.serverCpuMs.toFixed(0)} ms${r.wrong ? `, ${r.wrong} WRONG answers` : ''}`);
@@ -83,6 +93,7 @@ async function measureStores(options: DataPathOptions, workload: Workload): Prom
       ioredis,
       redisVersion: 'version' in redis ? redis.version : undefined,
       serverUrl: kv.url,
+      failed,
       oneRoundTripPercent: rate ?? (after ? 'skipped' : 'not built'),
     };
   } finally {
@@ -130,6 +141,7 @@ async function main(): Promise<void> {
 
   const wrong = [...measured.rdmaKv.values(), ...(typeof measured.ioredis === 'string' ? [] : measured.ioredis.values())].filter((r) => r.wrong > 0);
   for (const r of wrong) process.stdout.write(`WARNING: ${r.store} ${PHASES[r.phase].label}: ${r.wrong} answers were not the key's value\n`);
+  for (const f of measured.failed) process.stdout.write(`FAILED: ${f.store} ${PHASES[f.phase].label}: ${f.error}\n`);
   const file = resolve(options.json);
   writeFileEnsuringDir(file, JSON.stringify({
     benchmark: 'data-path',
@@ -138,12 +150,13 @@ async function main(): Promise<void> {
     config: { keys: options.keys, valueBytes: options.valueBytes, secondsPerPhase: options.seconds, pollMode: options.pollMode, server: measured.serverUrl, phases: options.phases, redisServer: measured.redisVersion ?? measured.ioredis },
     floor,
     phases: { rdmaKv: Object.fromEntries(measured.rdmaKv), ioredis: typeof measured.ioredis === 'string' ? measured.ioredis : Object.fromEntries(measured.ioredis) },
+    failed: measured.failed,
     oneRoundTripPercent: measured.oneRoundTripPercent,
     npmStart,
     rows: rows.map((r) => ({ ...r, goals: r.goals.map((g) => ({ ...g, met: verdict(g) })) })),
   }, null, 2) + '\n');
   progress(`results ${file}`);
-  if (wrong.length > 0) process.exitCode = 1;
+  if (wrong.length > 0 || measured.failed.length > 0) process.exitCode = 1;
 }
 
 main().catch((error: unknown) => {

@@ -93,17 +93,26 @@ export async function runPhase(spec: PhaseSpec, store: Store, workload: Workload
     }
   };
   const call = spec.batch === 1 ? one : batch;
+  let failure: unknown;
   const lane = async (): Promise<void> => {
-    while (performance.now() < stopAt) {
-      const t = performance.now();
-      await call();
-      if (!measuring) continue;
-      histogram.record(Math.max(1, Math.round((performance.now() - t) * 1e6)));
-      calls++;
-      keys += spec.batch;
+    try {
+      while (performance.now() < stopAt) {
+        const t = performance.now();
+        await call();
+        if (!measuring) continue;
+        histogram.record(Math.max(1, Math.round((performance.now() - t) * 1e6)));
+        calls++;
+        keys += spec.batch;
+      }
+    } catch (error) {
+      failure ??= error;
+      stopAt = 0; // the other lanes stop too: nothing of this phase may run into the next
     }
   };
-  const lanes = (): Promise<unknown> => Promise.all(Array.from({ length: spec.lanes }, lane));
+  const lanes = async (): Promise<void> => {
+    await Promise.all(Array.from({ length: spec.lanes }, lane));
+    if (failure !== undefined) throw failure;
+  };
 
   stopAt = performance.now() + Math.min(1000, seconds * 250); // warm-up: JIT, connection state
   await lanes();

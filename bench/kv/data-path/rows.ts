@@ -28,8 +28,16 @@ export interface Row {
   goals: Goal[];
 }
 
+/** A phase that stopped with an error: its cell says "failed", the run's end says why. */
+export interface Failure {
+  store: string;
+  phase: PhaseName;
+  error: string;
+}
+
 export interface RunResults {
   rdmaKv: Map<PhaseName, PhaseResult>;
+  failed: Failure[];
   /** results, or why there are none (redis-server missing, --skip redis) */
   ioredis: Map<PhaseName, PhaseResult> | string;
   floor: Floor;
@@ -61,9 +69,10 @@ export function buildRows(run: RunResults): Row[] {
   const read1 = floor.read1.usPerRead;
   const read64 = floor.read64.usPerRead;
   const size = floor.read64.bytes >= 1024 && floor.read64.bytes % 1024 === 0 ? `${floor.read64.bytes / 1024} KiB` : `${floor.read64.bytes} B`;
+  const failed = (store: string, phase: PhaseName): boolean => run.failed.some((f) => f.store === store && f.phase === phase);
   const redis = (phase: PhaseName): PhaseResult | string => {
     if (typeof run.ioredis === 'string') return run.ioredis;
-    return run.ioredis.get(phase) ?? 'skipped';
+    return run.ioredis.get(phase) ?? (failed('ioredis', phase) ? 'failed' : 'skipped');
   };
   const rows: Row[] = [
     { what: `floor: batch-1 READ 64 B (${floor.provider})`, rdmaKv: NONE, floor: { text: `${us(read1)}/READ`, value: read1 }, ioredis: NONE, goals: [] },
@@ -75,6 +84,7 @@ export function buildRows(run: RunResults): Row[] {
   const phaseRow = (phase: PhaseName, floorUs: number, floorName: string, goals: Goals, missing = 'skipped'): void => {
     const r = run.rdmaKv.get(phase);
     const o = redis(phase);
+    if (failed('rdma-kv', phase)) missing = 'failed';
     const why = { mine: missing, redis: r ? (typeof o === 'string' ? o : '') : missing };
     const ratioFloor = r ? r.usPerKey / floorUs : undefined;
     const ratioRedis = r && typeof o !== 'string' ? r.keysPerSec / o.keysPerSec : undefined;
