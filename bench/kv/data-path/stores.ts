@@ -30,10 +30,11 @@ export interface Store {
 
 /** The rdma-kv server child, sized for the workload, and a KvClient on it. */
 export async function openRdmaKv(workload: Workload, pollMode: 'busy' | 'event', listen: string | undefined): Promise<Store & { url: string }> {
-  // kv-server's default region (1 GiB), or room for 4 copies of the items (value, key, header):
-  // a PUT takes a new block, and the one it replaced is free only a grace period (1 s) after the
-  // server has read the PUT's notice, so the PUT phases hold seconds of writes' old blocks.
-  const memoryMiB = Math.max(1024, Math.ceil((4 * workload.keys * (workload.valueBytes + 256)) / 2 ** 20));
+  // Room for 4 copies of the items (value, key, header), 256 MiB at least: a PUT takes a new
+  // block, and the one it replaced is free only a grace period (1 s) after the server has read
+  // the PUT's notice, so the PUT phases hold seconds of writes' old blocks (with 2 copies, 64
+  // PUTs in flight ran the heap out of blocks).
+  const memoryMiB = Math.max(256, Math.ceil((4 * workload.keys * (workload.valueBytes + 256)) / 2 ** 20));
   const server: ServerChild = await startServerChild(memoryMiB, listen);
   let client: KvClient;
   try {
