@@ -23,6 +23,7 @@ import { type ControlMessage, type Hello, decode, encode } from '../protocol/con
 import { KvLayout } from '../protocol/constants.js';
 import { KvAuthError, KvDisconnectedError, KvError, KvInvalidArgumentError, KvProtocolError } from '../protocol/errors.js';
 import { schemeOf, urlExamples } from '../protocol/providers.js';
+import { SendBuffers } from '../protocol/send-buffers.js';
 import { BlockPools } from './block-pools.js';
 
 /** What a session needs to connect. */
@@ -36,7 +37,7 @@ export interface SessionOptions {
 /** Control wr_ids carry this bit; the core hands their completions back apart from op results. */
 const CONTROL_TAG = 2 ** KvLayout.CONTROL_TAG_SHIFT;
 const CONTROL_RECVS = 16;
-/** Send buffers, used in turn: a burst of sends (a reclaim's answer) must not wrap onto one the NIC may still read. */
+/** Send buffers, after the receive buffers. */
 const CONTROL_SENDS = 32;
 const ARENA_BYTES = 4 << 20;
 
@@ -44,7 +45,8 @@ export class Session {
   readonly core: ClientCore;
   /** The blocks granted over this connection. */
   readonly pools: BlockPools;
-  private sends = 0;
+  /** Control buffers CONTROL_RECVS and up: a burst of sends (a reclaim's answer) waits for them, never overwrites one the NIC may still read. */
+  private readonly sendBuffers: SendBuffers;
   private lastPong = 0;
   private keepaliveTimer: NodeJS.Timeout | undefined;
   private ended = false;
@@ -68,6 +70,12 @@ export class Session {
       { scratchBytes: options.scratchBytes ?? 16 << 20, opTimeoutMs: timeoutMs, arenaBytes: ARENA_BYTES + maxValueBytes + KvLayout.MAX_KEY_BYTES },
     );
     this.pools = new BlockPools(layout.classes, Number(heapBytes), (message) => this.sendControl(message));
+    this.sendBuffers = new SendBuffers(CONTROL_SENDS, (buffer, bytes) => {
+      const index = CONTROL_RECVS + buffer;
+      const localOffset = index * KvLayout.CONTROL_RECV_BYTES;
+      bytes.copy(control.bytes, localOffset);
+      connection.postSend([{ wrId: CONTROL_TAG + index, opcode: Opcode.SEND, flags: SendFlag.SIGNALED, local: control, localOffset, length: bytes.length }]);
+    });
   }
 
   /**
@@ -107,11 +115,20 @@ export class Session {
 
   /**
    * The message of a control completion (of a request posted with CONTROL_TAG + a control
-   * buffer's index), its receive buffer posted again; undefined for our own SENDs completing
-   * and for flushes (the connection is going away). A malformed message throws a KvProtocolError.
+   * buffer's index), its receive buffer posted again; undefined for flushes (the connection is
+   * going away) and for our own SENDs completing (their buffers are free again: messages waiting
+   * for one go out). A malformed message throws a KvProtocolError.
    */
   received(completion: Completion): ControlMessage | undefined {
     const { wrId, byteLen, status, opcode } = completion;
+    if (opcode === Opcode.SEND && status === WcStatus.SUCCESS) {
+      try {
+        this.sendBuffers.completed(wrId - CONTROL_TAG - CONTROL_RECVS);
+      } catch {
+        // the connection is going away
+      }
+      return undefined;
+    }
     if (opcode !== Opcode.RECV || status !== WcStatus.SUCCESS) return undefined;
     const index = wrId - CONTROL_TAG;
     try {
@@ -123,13 +140,11 @@ export class Session {
     }
   }
 
+  /** Sends a control message now, or once a send buffer is free (see received); throws if the connection cannot post. */
   sendControl(message: ControlMessage): void {
-    const bytes = encode(message);
-    const index = CONTROL_RECVS + (this.sends++ % CONTROL_SENDS);
-    const localOffset = index * KvLayout.CONTROL_RECV_BYTES;
-    bytes.copy(this.control.bytes, localOffset);
-    this.connection.postSend([{ wrId: CONTROL_TAG + index, opcode: Opcode.SEND, flags: SendFlag.SIGNALED, local: this.control, localOffset, length: bytes.length }]);
+    this.sendBuffers.send(encode(message));
   }
+
 
   /**
    * RDMA has no keepalive of its own: every interval the server gave, `poll`

@@ -21,7 +21,7 @@ import type { RegionStore } from './store/region.js';
 
 /** Receive buffers per client ring: every notification and a few control messages. */
 export const RECVS_PER_CLIENT = KvLayout.RING_RECORDS + 32;
-/** Send buffers per client ring (control messages to the client, reused round robin). */
+/** Send buffers per client ring (control messages to the client; reused once their SEND completed, protocol/send-buffers.ts). */
 export const SEND_BUFFERS = 16;
 /** Atomics per doorbell on the loopback queue pair (one 8-byte result each in its scratch buffer). */
 export const LOOPBACK_BATCH = 256;

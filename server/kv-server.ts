@@ -168,7 +168,9 @@ export class KvServer extends EventEmitter {
   private async recover(): Promise<void> {
     const fabric = [...this.fabrics.values()][0]!;
     const { store, sessions, locks, log } = this;
-    await recoverRegionFile({ store, sessions, locks, stats: this.counters, log, beforeRecovery: this.settings.beforeRecovery }, fabric);
+    const { beforeRecovery } = this.settings;
+    const urls = [...this.urls];
+    await recoverRegionFile({ store, sessions, locks, stats: this.counters, log, beforeRecovery: beforeRecovery && (() => beforeRecovery(urls)) }, fabric);
   }
 
   private sweep(): void {

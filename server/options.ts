@@ -31,8 +31,11 @@ export interface KvServerOptions {
    */
   regionFile?: string;
   logger?: Logger;
-  /** Tests only: recovery of a region file first waits for this (a deterministic slow recovery). */
-  beforeRecovery?: () => Promise<void>;
+  /**
+   * Tests only: recovery of a region file first waits for this (a deterministic slow
+   * recovery). It gets the URLs the server listens on (a port 0 resolved).
+   */
+  beforeRecovery?: (urls: readonly string[]) => Promise<void>;
 }
 
 /** Bad configuration: one clear line for the operator. */

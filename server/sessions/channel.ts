@@ -3,9 +3,10 @@
 // send buffers the server's messages go out from.
 import type { Logger } from 'pino';
 
-import { Opcode, SendFlag } from '../../native/index.js';
+import { type Connection, Opcode, SendFlag } from '../../native/index.js';
 import { KvLayout } from '../../protocol/constants.js';
 import { type ControlMessage, encode } from '../../protocol/control.js';
+import { SendBuffers } from '../../protocol/send-buffers.js';
 import { type Fabric, SEND_BUFFERS } from '../fabric.js';
 import type { Client } from './clients.js';
 
@@ -14,16 +15,25 @@ export function recvRequest(fabric: Fabric, index: number) {
   return { wrId: index, local: fabric.recv, localOffset: index * KvLayout.SERVER_RECV_BYTES, length: KvLayout.SERVER_RECV_BYTES };
 }
 
-/** Sends a control message from the client ring's next send buffer; throws if the connection cannot post. */
+/**
+ * The send buffers of client ring `ring` on `connection`: SEND_BUFFERS of the fabric's,
+ * each SEND signaled with its buffer's number as wr_id so that its completion frees it
+ * (completions.ts calls sendBuffers.completed).
+ */
+export function sendBuffersFor(fabric: Fabric, ring: number, connection: Connection): SendBuffers {
+  const { send: buffers } = fabric;
+  return new SendBuffers(SEND_BUFFERS, (buffer, bytes) => {
+    const offset = (ring * SEND_BUFFERS + buffer) * KvLayout.CONTROL_RECV_BYTES;
+    bytes.copy(buffers.bytes, offset);
+    connection.postSend([{ wrId: buffer, opcode: Opcode.SEND, flags: SendFlag.SIGNALED, local: buffers, localOffset: offset, length: bytes.length }]);
+  });
+}
+
+/** Sends a control message now, or once a send buffer is free; throws if the connection cannot post. */
 export function send(client: Client, message: ControlMessage): void {
   const bytes = encode(message);
   if (bytes.length > KvLayout.CONTROL_RECV_BYTES) throw new Error(`control message of ${bytes.length} bytes is too large`);
-  const buffer = client.ring * SEND_BUFFERS + (client.sends++ % SEND_BUFFERS);
-  const offset = buffer * KvLayout.CONTROL_RECV_BYTES;
-  const { send: buffers } = client.fabric;
-  bytes.copy(buffers.bytes, offset);
-  // Signaled so that the send queue drains; the completion is ignored.
-  client.connection.postSend([{ wrId: 0, opcode: Opcode.SEND, flags: SendFlag.SIGNALED, local: buffers, localOffset: offset, length: bytes.length }]);
+  client.sendBuffers.send(bytes);
 }
 
 /** Logs a bad message from a client once per connection and kind; the connection keeps serving. */

@@ -4,6 +4,7 @@
 // its departure (recovery/departures.ts) removes it, and returns its client
 // ring only once its locks are released.
 import type { Connection } from '../../native/index.js';
+import type { SendBuffers } from '../../protocol/send-buffers.js';
 import type { Fabric } from '../fabric.js';
 
 export interface Client {
@@ -17,8 +18,8 @@ export interface Client {
   connection: Connection;
   /** first receive buffer (wr_id base) */
   recvBase: number;
-  /** next send buffer */
-  sends: number;
+  /** its control messages' send buffers (a slice of the fabric's, see channel.ts) */
+  sendBuffers: SendBuffers;
   lastSeen: number;
   /** kinds of bad messages already logged for it (see channel.ts, complain) */
   rejectedOnce: Set<string>;

@@ -10,7 +10,7 @@ import type { Fabric } from '../fabric.js';
 import type { Notices } from '../notices.js';
 import type { ServerStats } from '../stats.js';
 import { recvRequest } from './channel.js';
-import type { ClientTable } from './clients.js';
+import type { Client, ClientTable } from './clients.js';
 import type { ControlMessages } from './control.js';
 
 export class Completions {
@@ -51,8 +51,19 @@ export class Completions {
       const offset = wc.wrId * KvLayout.SERVER_RECV_BYTES;
       this.control.onMessage(client, fabric.recv.bytes.subarray(offset, offset + wc.byteLen));
     } else {
-      return; // our SENDs
+      if (wc.opcode === Opcode.SEND) this.sendCompleted(client, wc.wrId);
+      return;
     }
     client.connection.postRecv([recvRequest(fabric, wc.wrId)]);
+  }
+
+  /** One of our SENDs to `client` completed: its buffer is free, and messages waiting for one go out. */
+  private sendCompleted(client: Client, buffer: number): void {
+    try {
+      client.sendBuffers.completed(buffer);
+    } catch (error) {
+      // Its connection broke (its departure follows) or it stopped draining its channel.
+      this.log?.warn({ clientId: client.id, err: (error as Error).message }, 'cannot send a control message');
+    }
   }
 }

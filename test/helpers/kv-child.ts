@@ -17,6 +17,14 @@ import { rng } from './random.js';
 const [mode, url, ...args] = process.argv.slice(2);
 const send = (m: object): void => void process.send?.(m);
 
+// Any mode: the message 'stop' makes the process SIGSTOP itself from the event loop, so it
+// goes silent between two calls into the addon, never inside a post. (A SIGSTOP from outside
+// can land inside a post on shm, and exact fencing then waits for the process to resume:
+// test/kv/fencing.test.ts pauses a writer there on purpose.)
+process.on('message', (m) => {
+  if (m === 'stop') process.kill(process.pid, 'SIGSTOP');
+});
+
 async function main(): Promise<void> {
   const kv = await KvClient.connect(mode === 'lin' ? { url: url!, history: args[2]!, timeoutMs: testTimeoutMs() } : { url: url!, timeoutMs: testTimeoutMs() });
   if (mode === 'model') {

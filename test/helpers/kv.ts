@@ -3,13 +3,20 @@ import { type ChildProcess, fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 import type { ExecutionContext } from 'ava';
+import { destination, pino } from 'pino';
 
 import { KvClient, type KvClientOptions } from '../../client/index.js';
 import { KvServer, type KvServerOptions } from '../../server/kv-server.js';
 import { type Scheme, listenUrl, slow, testTimeoutMs } from './providers.js';
 
+/**
+ * RKV_TEST_LOG=<level> (e.g. debug): the suites' servers log to stderr at that level, to
+ * see what a server did in a failing run (the guest's tier cannot be stepped through).
+ */
+const testLog = process.env.RKV_TEST_LOG ? pino({ level: process.env.RKV_TEST_LOG }, destination(2)) : undefined;
+
 export async function startServer(scheme: Scheme, options: Partial<KvServerOptions> = {}): Promise<KvServer> {
-  return KvServer.start({ listen: [listenUrl(scheme)], memoryBytes: 64 << 20, graceMs: 200, keepaliveMs: slow(1000), ...options });
+  return KvServer.start({ listen: [listenUrl(scheme)], memoryBytes: 64 << 20, graceMs: 200, keepaliveMs: slow(1000), logger: testLog, ...options });
 }
 
 export function connect(server: KvServer, options: Partial<KvClientOptions> = {}): Promise<KvClient> {

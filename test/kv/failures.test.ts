@@ -155,7 +155,7 @@ for (const scheme of providersUnderTest()) {
     while (server.stats().clients === 0) await new Promise((r) => setTimeout(r, 20));
     await new Promise((r) => setTimeout(r, 200));
     const fenced = new Promise<number>((resolve) => server.once('clientDisconnected', resolve));
-    proc.kill('SIGSTOP'); // alive, holding whatever it held, and silent
+    proc.send('stop'); // it stops itself: alive, holding whatever it held, and silent
     await fenced;
     await server.settled();
     t.is(server.stats().keepaliveFailures, 1);

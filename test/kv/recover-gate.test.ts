@@ -27,8 +27,6 @@ for (const scheme of providersUnderTest()) {
     // The restart: recovery waits for the gate; the log tells when a connection request is held.
     let openGate!: () => void;
     const gate = new Promise<void>((resolve) => (openGate = resolve));
-    let recoveryReached!: () => void;
-    const inRecovery = new Promise<void>((resolve) => (recoveryReached = resolve));
     let requestHeld!: (what: 'held') => void;
     const held = new Promise<'held'>((resolve) => (requestHeld = resolve));
     const sink = new Writable({
@@ -37,17 +35,19 @@ for (const scheme of providersUnderTest()) {
         done();
       },
     });
-    const url = listenUrl(scheme);
+    // The URL the server listens on (an rdma:// port 0 is only known once it listens).
+    let recoveryReached!: (url: string) => void;
+    const inRecovery = new Promise<string>((resolve) => (recoveryReached = resolve));
     const starting = startServer(scheme, {
-      listen: [url],
+      listen: [listenUrl(scheme)],
       regionFile: file,
       logger: pino({ level: 'info' }, sink),
-      beforeRecovery: () => {
-        recoveryReached();
+      beforeRecovery: (urls) => {
+        recoveryReached(urls[0]!);
         return gate;
       },
     });
-    await inRecovery;
+    const url = await inRecovery;
     let gateOpen = false;
     let servedDuringRecovery = false;
     const early = KvClient.connect({ url, timeoutMs: testTimeoutMs() }).then((kv) => {
@@ -85,11 +85,10 @@ for (const scheme of providersUnderTest()) {
     await first.close();
     let openGate!: () => void;
     const gate = new Promise<void>((resolve) => (openGate = resolve));
-    let recoveryReached!: () => void;
-    const inRecovery = new Promise<void>((resolve) => (recoveryReached = resolve));
-    const url = listenUrl(scheme);
-    const starting = startServer(scheme, { listen: [url], regionFile: file, beforeRecovery: () => (recoveryReached(), gate) });
-    await inRecovery;
+    let recoveryReached!: (url: string) => void;
+    const inRecovery = new Promise<string>((resolve) => (recoveryReached = resolve));
+    const starting = startServer(scheme, { listen: [listenUrl(scheme)], regionFile: file, beforeRecovery: (urls) => (recoveryReached(urls[0]!), gate) });
+    const url = await inRecovery;
     // The gate stays shut until this client has given up.
     const error = await KvClient.connect({ url, timeoutMs: 200 }).then(
       (kv) => (void kv.close(), undefined),
