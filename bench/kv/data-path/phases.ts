@@ -61,8 +61,6 @@ const SETTLE_MS = 50;
 const settle = (): Promise<void> => new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
 
 export async function runPhase(spec: PhaseSpec, store: Store, workload: Workload, seconds: number): Promise<PhaseResult> {
-  const many = spec.op === 'put' && spec.batch > 1 ? store.putMany : undefined;
-  if (spec.op === 'put' && spec.batch > 1 && many === undefined) throw new Error(`${store.name} has no putMany`);
   const histogram = createHistogram();
   const { names, values } = workload;
   let cursor = 0;
@@ -86,7 +84,7 @@ export async function runPhase(spec: PhaseSpec, store: Store, workload: Workload
     cursor += spec.batch;
     const ks = Array.from({ length: spec.batch }, (_, j) => workload.keyAt(at + j));
     if (spec.op === 'put') {
-      await many!(ks.map((k) => [names[k]!, values[k]!]));
+      await store.putMany(ks.map((k) => [names[k]!, values[k]!]));
     } else {
       const vs = await store.getMany(ks.map((k) => names[k]!));
       if (measuring) for (let j = 0; j < ks.length; j++) if (!workload.isValueOf(ks[j]!, vs[j], j === 0 && (calls & 63) === 0)) wrong++;

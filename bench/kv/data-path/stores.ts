@@ -20,8 +20,8 @@ export interface Store {
   /** 64 keys in one call: KvClient.getMany, ioredis mgetBuffer */
   getMany(keys: string[]): Promise<Array<Buffer | null | undefined>>;
   put(key: string, value: Buffer): Promise<unknown>;
-  /** many entries in one call: KvClient.putMany, ioredis mset; absent when the client has none */
-  putMany: ((entries: Array<[string, Buffer]>) => Promise<unknown>) | undefined;
+  /** 64 entries in one call: KvClient.putMany, ioredis mset */
+  putMany(entries: Array<[string, Buffer]>): Promise<unknown>;
   /** the client's count of GETs answered in one round trip (round-trips.ts), when it keeps one */
   roundTrips(): RoundTripCounters | undefined;
   /** closes the client and stops the server */
@@ -43,7 +43,6 @@ export async function openRdmaKv(workload: Workload, pollMode: 'busy' | 'event',
     await server.stop();
     throw error;
   }
-  const many = (client as Partial<Pick<KvClient, 'putMany'>>).putMany;
   return {
     name: 'rdma-kv',
     url: server.url,
@@ -51,7 +50,7 @@ export async function openRdmaKv(workload: Workload, pollMode: 'busy' | 'event',
     get: (k) => client.get(k),
     getMany: (keys) => client.getMany(keys),
     put: (k, v) => client.put(k, v),
-    putMany: typeof many === 'function' ? (entries) => client.putMany(entries) : undefined,
+    putMany: (entries) => client.putMany(entries),
     roundTrips: () => roundTripCounters(client),
     close: async () => {
       await client.close();
