@@ -136,7 +136,9 @@ async function main(): Promise<void> {
   process.stdout.write('floor (×): rdma-kv\'s time per key over the floor\'s (lower is better); ioredis (×): rdma-kv\'s throughput over ioredis\' (CPU rows: ioredis\' CPU over rdma-kv\'s; higher is better).\n');
   if (measured.ioredis === 'missing') process.stdout.write('ioredis: redis-server is not installed (sudo apt-get install -y redis-server); its column is empty.\n');
   if (typeof npmStart !== 'string') process.stdout.write(`\`npm start\`: ${npmStart.operations.toLocaleString('en-US')} operations of workloada, summary in ${npmStart.json}${npmStart.notes.map((n) => `; ${n}`).join('')}\n`);
-  process.stdout.write(guest ? `guest rows: ${guest.file} of ${guest.date} (deploy/softroce-vm/guest/bench-ratio.sh)\n` : 'guest rows: no bench/results/rxe-ratio.json; the rxe tier writes it (npm run test:rxe)\n');
+  if (guest === undefined) process.stdout.write('guest rows: no bench/results/rxe-ratio.json; the rxe tier writes it (npm run test:rxe)\n');
+  else if (guest.error !== undefined) process.stdout.write(`guest rows: ${guest.file} is unreadable (${guest.error}); the rxe tier writes it again (npm run test:rxe)\n`);
+  else process.stdout.write(`guest rows: ${guest.file} of ${guest.date} (deploy/softroce-vm/guest/bench-ratio.sh)\n`);
 
   const wrong = [...measured.rdmaKv.values(), ...(typeof measured.ioredis === 'string' ? [] : measured.ioredis.values())].filter((r) => r.wrong > 0);
   for (const r of wrong) process.stdout.write(`WARNING: ${r.store} ${PHASES[r.phase].label}: ${r.wrong} answers were not the key's value\n`);

@@ -54,7 +54,8 @@ async function measure(serverUrl: string, bytes: number, batch: number, seconds:
     const { code, stderr } = await runScript('dist/bench/transport/microbench.js', args, 120_000 + seconds * 10_000);
     if (code !== 0) throw new Error(`the transport microbenchmark (READ ${bytes} B, batch ${batch}) failed (code ${code}): ${stderr.trim().split('\n').pop()}`);
     const doc = JSON.parse(readFileSync(json, 'utf8')) as { provider: string; results: MicrobenchResult[] };
-    const r = doc.results.find((x) => x.op === 'READ' && x.batch === batch)!;
+    const r = doc.results.find((x) => x.op === 'READ' && x.batch === batch);
+    if (r === undefined) throw new Error(`the transport microbenchmark wrote no READ batch-${batch} result to ${json}`);
     return { provider: doc.provider, bytes, batch, usPerRead: r.nsPerOp / 1000, p50Us: r.medianLatencyUs, p99Us: r.p99LatencyUs };
   } finally {
     rmSync(dir, { recursive: true, force: true });

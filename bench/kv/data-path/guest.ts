@@ -25,13 +25,21 @@ export interface GuestRatios {
   read: GuestRatio | undefined;
   get: GuestRatio | undefined;
   cachedGet: GuestRatio | undefined;
+  /** why the file could not be read (its rows then read "missing") */
+  error?: string;
 }
 
 export const GUEST_RESULTS = join(ROOT, 'bench/results/rxe-ratio.json');
 
 export function readGuestRatios(file = GUEST_RESULTS): GuestRatios | undefined {
   if (!existsSync(file)) return undefined;
-  const doc = JSON.parse(readFileSync(file, 'utf8')) as { date?: string; rows?: GuestRatio[] };
+  let doc: { date?: string; rows?: GuestRatio[] };
+  try {
+    doc = JSON.parse(readFileSync(file, 'utf8')) as typeof doc;
+  } catch (error) {
+    // a guest run stopped while writing it: the rows say "missing", the run's measurements stand
+    return { file, date: 'undated', read: undefined, get: undefined, cachedGet: undefined, error: (error as Error).message };
+  }
   const row = (op: string): GuestRatio | undefined => doc.rows?.find((r) => r.op === op);
   return { file, date: doc.date ?? 'undated', read: row('READ'), get: row('GET'), cachedGet: row('GET (cache hit)') };
 }
