@@ -100,6 +100,7 @@ test('data-path: bad options exit with code 2 and say what was wrong', async (t)
     [['--phases', 'get,scan'], /--phases: unknown 'scan'/],
     [['--seconds', '0'], /--seconds/],
     [['--keyz', '10'], /did you mean --keys\?/],
+    [['--keys', '2000', '--value-bytes', '1048576'], /more than 1 GiB of values/],
   ] as const) {
     const { code, stderr } = await run([...args]);
     t.is(code, 2, stderr);

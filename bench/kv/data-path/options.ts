@@ -12,6 +12,9 @@ import { PHASE_NAMES, type PhaseName } from './phases.js';
 
 export const ROOT = fileURLToPath(new URL('../../../../', import.meta.url));
 
+/** The most value bytes a run holds (workload.ts makes them all up front). */
+const MAX_VALUE_BYTES = 2 ** 30;
+
 /** What a run can leave out: the ioredis columns, the `npm start` rows. */
 const SKIPPABLE = ['redis', 'main-job'] as const;
 export type Skippable = (typeof SKIPPABLE)[number];
@@ -77,10 +80,15 @@ export function parseOptions(argv: string[]): DataPathOptions | undefined {
   if (pollMode !== 'busy' && pollMode !== 'event') throw new UsageError(`--pollmode: '${pollMode}' is not busy or event`);
   const phases = listOf(values.phases, '--phases', PHASE_NAMES);
   if (phases.length === 0) throw new UsageError('--phases: name at least one phase');
+  const keys = parseCount(values.keys ?? (quick ? '2000' : '100000'), '--keys', 64, 10_000_000);
+  const valueBytes = parseCount(values['value-bytes'] ?? '1024', '--value-bytes', 4, 1 << 20);
+  if (keys * valueBytes > MAX_VALUE_BYTES) {
+    throw new UsageError(`--keys ${keys} × --value-bytes ${valueBytes} is more than 1 GiB of values (this process holds them all, the server child 4 copies)`);
+  }
   return {
     seconds,
-    keys: parseCount(values.keys ?? (quick ? '2000' : '100000'), '--keys', 64, 10_000_000),
-    valueBytes: parseCount(values['value-bytes'] ?? '1024', '--value-bytes', 4, 1 << 20),
+    keys,
+    valueBytes,
     quick,
     pollMode,
     listen: values.listen,
