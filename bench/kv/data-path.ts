@@ -41,18 +41,20 @@ interface Measured {
   failed: Failure[];
   ioredis: Map<PhaseName, PhaseResult> | string;
   redisVersion: string | undefined;
+  /** why the ioredis column is empty, when it is */
+  redisWhy: string | undefined;
   serverUrl: string;
   oneRoundTripPercent: number | string;
 }
 
 /** Starts both stores, loads them, runs every phase against each (ioredis first), stops them. */
 async function measureStores(options: DataPathOptions, workload: Workload): Promise<Measured> {
-  const redis = options.skip.has('redis') ? { unavailable: 'skipped' } : await openRedis();
+  const redis = options.skip.has('redis') ? { unavailable: 'skipped' as const, why: '--skip redis' } : await openRedis();
   const stores: Store[] = [];
   let ioredis: Map<PhaseName, PhaseResult> | string;
   if ('unavailable' in redis) {
-    ioredis = redis.unavailable === 'skipped' ? 'skipped' : 'missing';
-    if (ioredis === 'missing') progress(`ioredis: ${redis.unavailable}`);
+    ioredis = redis.unavailable;
+    if (ioredis !== 'skipped') progress(`ioredis: ${redis.why}`);
   } else {
     ioredis = new Map();
     stores.push(redis);
@@ -91,6 +93,7 @@ async function measureStores(options: DataPathOptions, workload: Workload): Prom
       rdmaKv,
       ioredis,
       redisVersion: 'version' in redis ? redis.version : undefined,
+      redisWhy: 'why' in redis ? redis.why : undefined,
       serverUrl: kv.url,
       failed,
       oneRoundTripPercent: rate ?? (after ? 'skipped' : 'not built'),
@@ -134,7 +137,7 @@ async function main(): Promise<void> {
   process.stdout.write(`${env.cpu} × ${env.vcpus} vCPU, ${env.os}, Node ${env.node}, load average ${env.loadavg.map((l) => l.toFixed(2)).join(' ')}\n\n`);
   process.stdout.write(markdownTable(COLUMNS, rows.map(cells), 'llllll') + '\n\n');
   process.stdout.write('floor (×): rdma-kv\'s time per key over the floor\'s (lower is better); ioredis (×): rdma-kv\'s throughput over ioredis\' (CPU rows: ioredis\' CPU over rdma-kv\'s; higher is better).\n');
-  if (measured.ioredis === 'missing') process.stdout.write('ioredis: redis-server is not installed (sudo apt-get install -y redis-server); its column is empty.\n');
+  if (measured.ioredis === 'missing' || measured.ioredis === 'failed') process.stdout.write(`ioredis: ${measured.redisWhy}; its column is empty.\n`);
   if (typeof npmStart !== 'string') process.stdout.write(`\`npm start\`: ${npmStart.operations.toLocaleString('en-US')} operations of workloada, summary in ${npmStart.json}${npmStart.notes.map((n) => `; ${n}`).join('')}\n`);
   if (guest === undefined) process.stdout.write('guest rows: no bench/results/rxe-ratio.json; the rxe tier writes it (npm run test:rxe)\n');
   else if (guest.error !== undefined) process.stdout.write(`guest rows: ${guest.file} is unreadable (${guest.error}); the rxe tier writes it again (npm run test:rxe)\n`);

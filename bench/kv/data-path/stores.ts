@@ -7,6 +7,7 @@
 import { Redis } from 'ioredis';
 
 import { KvClient } from '../../../client/index.js';
+import { UsageError } from '../../../protocol/operator-input.js';
 import { startRedis, type TcpPeerServer } from '../../ycsb/compare/servers.js';
 import { startServerChild, type ServerChild } from './processes.js';
 import { roundTripCounters, type RoundTripCounters } from './round-trips.js';
@@ -59,22 +60,31 @@ export async function openRdmaKv(workload: Workload, pollMode: 'busy' | 'event',
   };
 }
 
+/** Why there is no redis to measure: its column's word ("missing": not installed; "failed") and the sentence. */
+export interface RedisUnavailable {
+  unavailable: 'missing' | 'failed';
+  why: string;
+}
+
 /** redis-server and an ioredis client, or why not (redis-server missing, or it did not start). */
-export async function openRedis(): Promise<(Store & { version: string }) | { unavailable: string }> {
+export async function openRedis(): Promise<(Store & { version: string }) | RedisUnavailable> {
   let server: TcpPeerServer;
   try {
     server = await startRedis();
   } catch (error) {
-    return { unavailable: (error as Error).message };
+    // startRedis throws a UsageError when the binary is not installed, an Error when it did not start
+    return { unavailable: error instanceof UsageError ? 'missing' : 'failed', why: (error as Error).message };
   }
   const redis = new Redis({ host: '127.0.0.1', port: server.port, lazyConnect: true, enableAutoPipelining: true });
+  let version: string;
   try {
     await redis.connect();
+    version = /redis_version:(\S+)/.exec(await redis.info('server'))?.[1] ?? 'unknown';
   } catch (error) {
+    redis.disconnect();
     await server.stop();
-    return { unavailable: `ioredis could not connect to redis-server on ${server.address}: ${(error as Error).message}` };
+    return { unavailable: 'failed', why: `ioredis could not talk to redis-server on ${server.address}: ${(error as Error).message}` };
   }
-  const version = /redis_version:(\S+)/.exec(await redis.info('server'))?.[1] ?? 'unknown';
   return {
     name: 'ioredis',
     version,
