@@ -8,13 +8,13 @@
  * met it; JSON in bench/results/data-path.json. docs/benchmarks.md explains the rows.
  *
  *   node dist/bench/kv/data-path.js [--seconds 3] [--keys 100000] [--value-bytes 1024] [--quick]
- *        [--pollmode busy|event] [--listen URL] [--phases get,get64,…] [--skip redis,main-job] [--json FILE]
+ *        [--pollmode busy|event] [--listen URL] [--phases get,get64,…] [--skip redis,main-job,floor] [--json FILE]
  *
  * The rdma-kv server runs in a child process (bench/kv/server-child.js; --listen picks its
  * URL, by default a private shm socket), redis-server is found and started as `kv-bench
  * compare` does; without it the ioredis column says why and the rest runs.
  * The Soft-RoCE tier runs this in its guest for the GET / ib_read_lat row
- * (deploy/softroce-vm/guest/bench-ratio.sh: --listen rdma://… --phases get --skip redis,main-job).
+ * (deploy/softroce-vm/guest/bench-ratio.sh: --listen rdma://… --phases get --skip redis,main-job,floor).
  */
 import { readFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
@@ -22,7 +22,7 @@ import { dirname, join, resolve } from 'node:path';
 
 import { UsageError } from '../../protocol/operator-input.js';
 import { writeFileEnsuringDir } from '../ycsb/report/results.js';
-import { measureFloor } from './data-path/floor.js';
+import { measureFloor, type Floor } from './data-path/floor.js';
 import { verdict } from './data-path/goals.js';
 import { readGuestRatios } from './data-path/guest.js';
 import { runNpmStart, type NpmStart } from './data-path/npm-start.js';
@@ -118,10 +118,13 @@ async function main(): Promise<void> {
   if (options === undefined) return;
   const env = machine();
   const size = `${options.valueBytes.toLocaleString('en-US')} B values, ${options.keys.toLocaleString('en-US')} keys, ${options.seconds} s per phase`;
-  progress(`${size}; the transport floor first`);
+  progress(options.skip.has('floor') ? size : `${size}; the transport floor first`);
   const workload = new Workload(options.keys, options.valueBytes);
-  const floor = await measureFloor(options.listen ?? 'shm:', options.valueBytes, options.seconds);
-  progress(`floor (${floor.provider}): batch-1 READ 64 B ${floor.read1.usPerRead.toFixed(3)} µs, batch-64 READ ${floor.read64.bytes} B ${floor.read64.usPerRead.toFixed(3)} µs per READ`);
+  let floor: Floor | string = 'skipped';
+  if (!options.skip.has('floor')) {
+    floor = await measureFloor(options.listen ?? 'shm:', options.valueBytes, options.seconds);
+    progress(`floor (${floor.provider}): batch-1 READ 64 B ${floor.read1.usPerRead.toFixed(3)} µs, batch-64 READ ${floor.read64.bytes} B ${floor.read64.usPerRead.toFixed(3)} µs per READ`);
+  }
   const measured = await measureStores(options, workload);
   let npmStart: NpmStart | string = 'skipped';
   if (!options.skip.has('main-job')) {
@@ -129,7 +132,7 @@ async function main(): Promise<void> {
     npmStart = await runNpmStart(options.quick, options.pollMode, join(dirname(resolve(options.json)), 'kv-main-job.json'));
   }
   const guest = readGuestRatios();
-  const rows = buildRows({ ...measured, floor, npmStart, guest });
+  const rows = buildRows({ ...measured, floor, valueBytes: options.valueBytes, npmStart, guest });
 
   const transport = measured.serverUrl.slice(0, measured.serverUrl.indexOf(':'));
   const redisText = typeof measured.ioredis === 'string' ? `ioredis ${measured.ioredis}` : `ioredis on redis-server ${measured.redisVersion} (one connection, auto-pipelining)`;

@@ -95,9 +95,53 @@ test('data-path --quick: one table, every row measured or honestly absent, JSON 
   }
 });
 
+test('data-path as the Soft-RoCE guest runs it (bench-ratio.sh: sequential gets only, no redis, main job or floor): the JSON has what bench-ratio.sh reads', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'rkv-data-path-test-'));
+  try {
+    const json = join(dir, 'data-path.json');
+    const { code, stdout, stderr } = await run(['--quick', '--phases', 'get', '--skip', 'redis,main-job,floor', '--keys', '500', '--json', json]);
+    t.is(code, 0, stderr);
+    t.notRegex(stderr, /transport floor/, 'no floor was measured');
+    const rows = stdout.split('\n').filter((l) => l.startsWith('|')).slice(2).map((l) => l.slice(1, -1).split('|').map((c) => c.trim()));
+    const row = (what: RegExp): string[] => {
+      const found = rows.find((r) => what.test(r[0]!));
+      if (found === undefined) throw new Error(`no row ${what} in:\n${stdout}`);
+      return found;
+    };
+    t.deepEqual(row(/^floor: batch-1 READ 64 B$/).slice(2, 3), ['skipped']);
+    t.deepEqual(row(/^floor: batch-64 READ 1 KiB, per READ$/).slice(2, 3), ['skipped']);
+    const get = row(/^sequential get$/);
+    t.regex(get[1]!, /\d/, 'the sequential get was measured');
+    t.is(get[5], 'skipped', 'its goal against the floor cannot be judged without one');
+    t.is(row(/^64-in-flight get$/)[1], 'skipped');
+    t.is(row(/^`npm start` run ops\/s$/)[1], 'skipped');
+    t.false(existsSync(join(dir, 'kv-main-job.json')), 'the main job did not run');
+
+    // bench-ratio.sh's GET row: the median sequential GET, the hit rate, the run's size and server
+    const doc = JSON.parse(readFileSync(json, 'utf8')) as {
+      floor: unknown;
+      oneRoundTripPercent: unknown;
+      config: { keys: number; valueBytes: number; secondsPerPhase: number; server: string };
+      phases: { rdmaKv: Record<string, { latencyUs: { p50: number }; wrong: number }>; ioredis: unknown };
+    };
+    t.is(doc.floor, 'skipped');
+    t.is(doc.phases.ioredis, 'skipped');
+    t.deepEqual(Object.keys(doc.phases.rdmaKv), ['get']);
+    t.true(doc.phases.rdmaKv['get']!.latencyUs.p50 > 0);
+    t.is(doc.phases.rdmaKv['get']!.wrong, 0);
+    t.true(typeof doc.oneRoundTripPercent === 'number' || doc.oneRoundTripPercent === 'not built');
+    t.like(doc.config, { keys: 500, valueBytes: 1024 });
+    t.true(doc.config.secondsPerPhase > 0);
+    t.regex(doc.config.server, /^shm:\/\//);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test('data-path: bad options exit with code 2 and say what was wrong', async (t) => {
   for (const [args, message] of [
     [['--phases', 'get,scan'], /--phases: unknown 'scan'/],
+    [['--skip', 'redis,flor'], /--skip: unknown 'flor' \(one of redis, main-job, floor\)/],
     [['--seconds', '0'], /--seconds/],
     [['--keyz', '10'], /did you mean --keys\?/],
     [['--keys', '2000', '--value-bytes', '1048576'], /more than 1 GiB of values/],

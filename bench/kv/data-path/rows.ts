@@ -40,7 +40,10 @@ export interface RunResults {
   failed: Failure[];
   /** results, or why there are none (redis-server missing, --skip redis) */
   ioredis: Map<PhaseName, PhaseResult> | string;
-  floor: Floor;
+  /** the transport floor, or why there is none (--skip floor) */
+  floor: Floor | string;
+  /** the workload's value size, which the floor's batch-64 READs read */
+  valueBytes: number;
   /** 1-RTT GET hit rate over the GET phases, %, or why there is none */
   oneRoundTripPercent: number | string;
   npmStart: NpmStart | string;
@@ -65,28 +68,29 @@ function rateCell(r: PhaseResult): Cell {
 }
 
 export function buildRows(run: RunResults): Row[] {
-  const { floor } = run;
-  const read1 = floor.read1.usPerRead;
-  const read64 = floor.read64.usPerRead;
-  const size = floor.read64.bytes >= 1024 && floor.read64.bytes % 1024 === 0 ? `${floor.read64.bytes / 1024} KiB` : `${floor.read64.bytes} B`;
+  const { floor, valueBytes } = run;
+  const read1 = typeof floor === 'string' ? undefined : floor.read1.usPerRead;
+  const read64 = typeof floor === 'string' ? undefined : floor.read64.usPerRead;
+  const size = valueBytes >= 1024 && valueBytes % 1024 === 0 ? `${valueBytes / 1024} KiB` : `${valueBytes} B`;
+  const floorCell = (usPerRead: number | undefined): Cell => (usPerRead === undefined ? absent(floor as string) : { text: `${us(usPerRead)}/READ`, value: usPerRead });
   const failed = (store: string, phase: PhaseName): boolean => run.failed.some((f) => f.store === store && f.phase === phase);
   const redis = (phase: PhaseName): PhaseResult | string => {
     if (typeof run.ioredis === 'string') return run.ioredis;
     return run.ioredis.get(phase) ?? (failed('ioredis', phase) ? 'failed' : 'skipped');
   };
   const rows: Row[] = [
-    { what: `floor: batch-1 READ 64 B (${floor.provider})`, rdmaKv: NONE, floor: { text: `${us(read1)}/READ`, value: read1 }, ioredis: NONE, goals: [] },
-    { what: `floor: batch-64 READ ${size}, per READ`, rdmaKv: NONE, floor: { text: `${us(read64)}/READ`, value: read64 }, ioredis: NONE, goals: [] },
+    { what: `floor: batch-1 READ 64 B${typeof floor === 'string' ? '' : ` (${floor.provider})`}`, rdmaKv: NONE, floor: floorCell(read1), ioredis: NONE, goals: [] },
+    { what: `floor: batch-64 READ ${size}, per READ`, rdmaKv: NONE, floor: floorCell(read64), ioredis: NONE, goals: [] },
   ];
 
   /** A phase's row: the floor it is held to (time per key over `floorUs`), its ioredis counterpart, its goals. */
-  type Goals = (r: PhaseResult | undefined, ratioFloor: number | undefined, ratioRedis: number | undefined, why: { mine: string; redis: string }) => Goal[];
-  const phaseRow = (phase: PhaseName, floorUs: number, floorName: string, goals: Goals): void => {
+  type Goals = (r: PhaseResult | undefined, ratioFloor: number | undefined, ratioRedis: number | undefined, why: { mine: string; floor: string; redis: string }) => Goal[];
+  const phaseRow = (phase: PhaseName, floorUs: number | undefined, floorName: string, goals: Goals): void => {
     const r = run.rdmaKv.get(phase);
     const o = redis(phase);
     const missing = failed('rdma-kv', phase) ? 'failed' : 'skipped';
-    const why = { mine: missing, redis: r ? (typeof o === 'string' ? o : '') : missing };
-    const ratioFloor = r ? r.usPerKey / floorUs : undefined;
+    const why = { mine: missing, floor: r ? (typeof floor === 'string' ? floor : '') : missing, redis: r ? (typeof o === 'string' ? o : '') : missing };
+    const ratioFloor = r && floorUs !== undefined ? r.usPerKey / floorUs : undefined;
     const ratioRedis = r && typeof o !== 'string' ? r.keysPerSec / o.keysPerSec : undefined;
     rows.push({
       what: PHASES[phase].label,
@@ -97,10 +101,11 @@ export function buildRows(run: RunResults): Row[] {
     });
   };
   const twoReads = '2 READs@64';
-  phaseRow('get', read1, '1 READ', (_, f, __, why) => [goal(`≤ ${GOALS.sequentialGetVsRead}× 1 READ`, f, GOALS.sequentialGetVsRead, true, why.mine)]);
-  phaseRow('get64', 2 * read64, twoReads, (_, __, o, why) => [goal(`≥ ${GOALS.inflightGetVsRedis}× ioredis`, o, GOALS.inflightGetVsRedis, false, why.redis)]);
-  phaseRow('getmany', 2 * read64, twoReads, (_, f, o, why) => [
-    goal(`≤ ${GOALS.getManyVsTwoReads}× ${twoReads}`, f, GOALS.getManyVsTwoReads, true, why.mine),
+  phaseRow('get', read1, '1 READ', (_, f, __, why) => [goal(`≤ ${GOALS.sequentialGetVsRead}× 1 READ`, f, GOALS.sequentialGetVsRead, true, why.floor)]);
+  const twoRead64 = read64 === undefined ? undefined : 2 * read64;
+  phaseRow('get64', twoRead64, twoReads, (_, __, o, why) => [goal(`≥ ${GOALS.inflightGetVsRedis}× ioredis`, o, GOALS.inflightGetVsRedis, false, why.redis)]);
+  phaseRow('getmany', twoRead64, twoReads, (_, f, o, why) => [
+    goal(`≤ ${GOALS.getManyVsTwoReads}× ${twoReads}`, f, GOALS.getManyVsTwoReads, true, why.floor),
     goal(`≥ ${GOALS.getManyVsRedis}× ioredis`, o, GOALS.getManyVsRedis, false, why.redis),
   ]);
   const putGoal = GOALS.sequentialPutVsStart * START.sequentialPutPerSec;

@@ -12,6 +12,10 @@
 # whose READ and GET rows the data-path benchmark shows on the host.
 # Env: ITERS (perftest iterations, default 2000); GET_KEYS (default 1000) and
 # GET_SECONDS (default 3): the data-path run's keys and seconds per phase.
+# It runs after the rxe tier's tests, in what RKV_VM_TIMEOUT leaves them
+# (600 s by default, run-tier.sh): every step has a time limit (perftest
+# 120 s per tool, the microbenchmark 180 s, the data-path run 120 s), so a
+# stalled step costs its row, never the tier.
 set -eu
 
 cd "$(dirname "$0")/../../.."
@@ -85,7 +89,7 @@ fi
 status=0
 if [ -f "$MICROBENCH" ]; then
   MB_JSON=$TMP/microbench.json
-  if ! timeout 600 node "$MICROBENCH" --url "rdma://$SERVER:0" --batch 1 --json "$MB_JSON"; then
+  if ! timeout -k 10 180 node "$MICROBENCH" --url "rdma://$SERVER:0" --batch 1 --json "$MB_JSON"; then
     echo "bench-ratio: $MICROBENCH failed; rdma-kv column left empty" >&2
     status=1
   fi
@@ -95,11 +99,12 @@ else
 fi
 
 # A GET through KvClient: the data-path benchmark with its server child on
-# rxe0's first address, sequential gets only (no redis, no main job).
+# rxe0's first address, sequential gets only (no redis, no main job, no floor:
+# the rows above are this guest's floor).
 DP_JSON=
 if [ -f "$DATA_PATH" ]; then
   DP_JSON=$TMP/data-path.json
-  if ! timeout 900 node "$DATA_PATH" --listen "rdma://$SERVER:$KV_PORT" --phases get --skip redis,main-job \
+  if ! timeout -k 10 120 node "$DATA_PATH" --listen "rdma://$SERVER:$KV_PORT" --phases get --skip redis,main-job,floor \
     --keys "${GET_KEYS:-1000}" --seconds "${GET_SECONDS:-3}" --json "$DP_JSON"; then
     echo "bench-ratio: $DATA_PATH failed; the GET row is left empty" >&2
     DP_JSON=
