@@ -59,12 +59,16 @@ export interface ServerChild {
   stop(): Promise<void>;
 }
 
+/** How long the server child may take to serve (mapping and registering its region included). */
+const SERVER_START_MS = 60_000;
+
 /** The rdma-kv server child, once it serves (it prints its URL). */
 export async function startServerChild(memoryMiB: number, listen: string | undefined): Promise<ServerChild> {
   const script = join(ROOT, 'dist/bench/kv/server-child.js');
   const args = [script, '--memory-mib', String(memoryMiB), ...(listen !== undefined ? ['--listen', listen] : [])];
   const child = spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'inherit'], env: { ...process.env, RKV_QUIET: '1' } });
   const closed = tracked(child);
+  let timer: NodeJS.Timeout | undefined;
   const url = await new Promise<string>((resolve, reject) => {
     let out = '';
     child.stdout!.on('data', (d: Buffer) => {
@@ -73,7 +77,11 @@ export async function startServerChild(memoryMiB: number, listen: string | undef
       if (nl >= 0) resolve(out.slice(0, nl).trim());
     });
     void closed.then((code) => reject(new Error(`the rdma-kv server child exited (code ${code}) before serving`)));
-  });
+    timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`the rdma-kv server child did not serve within ${SERVER_START_MS / 1000} s (${memoryMiB} MiB region${listen !== undefined ? `, --listen ${listen}` : ''})`));
+    }, SERVER_START_MS);
+  }).finally(() => clearTimeout(timer));
   return {
     pid: child.pid!,
     url,
