@@ -1,14 +1,14 @@
 #!/usr/bin/env node
 // npm run bench: every benchmark, one after the other. Each prints its table
-// and writes JSON under bench/results/.
+// and writes JSON under bench/results/. The data-path benchmark runs the main
+// job (`npm start`) itself, for its ops/s and GC rows.
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 
 const benchmarks = [
   ['transport microbenchmark (shm)', 'dist/bench/transport/microbench.js', []],
   ['kv-bench harness (basic binding)', 'dist/bench/ycsb/harness-bench.js', []],
-  ['rdma-kv main job (kv-bench workloada over shm)', 'dist/bench/kv/main-job.js', ['--json', 'bench/results/kv-main-job.json']],
-  ['GET: rdma-kv vs ioredis', 'dist/bench/kv/get-vs-redis.js', []],
+  ['the data path: floor, rdma-kv, ioredis, npm start, goals', 'dist/bench/kv/data-path.js', []],
 ];
 
 let failed = 0;

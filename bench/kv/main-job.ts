@@ -9,8 +9,8 @@
  *                                  [--threads N] [--pollmode busy|event] [--seed N]
  *                                  [--max-seconds N] [--json FILE]
  *
- * --json writes the summary (throughput and latency per phase and operation) to FILE
- * (`npm run bench` passes bench/results/kv-main-job.json).
+ * --json writes the summary (throughput, GC share and latency per phase and operation) to FILE
+ * (the data-path benchmark, bench/kv/data-path.ts, reads it for its `npm start` rows).
  * --max-seconds (default 40) is a budget for both phases, enforced with YCSB's
  * maxexecutiontime (load: half of it; run: what is left), so the job ends in under a minute
  * even on a slow or busy machine. A phase cut short says so on stderr and in the summary; when
@@ -31,6 +31,7 @@ import { summarize } from '../ycsb/measurements/aggregate.js';
 import { createExporter } from '../ycsb/measurements/exporters.js';
 import { Properties } from '../ycsb/properties.js';
 import { writeFileEnsuringDir } from '../ycsb/report/results.js';
+import { markdownTable } from './markdown-table.js';
 
 const WORKLOADS = fileURLToPath(new URL('../../../bench/workloads/', import.meta.url));
 const REGION_BYTES = 256 << 20;
@@ -106,11 +107,20 @@ function summaryTable(results: PhaseResult[]): string {
       rows.push([r.phase, m.exportName, String(s.count), throughput, s.mean.toFixed(1), String(s.percentile(50)), String(s.percentile(95)), String(s.percentile(99)), String(s.max)]);
     }
   }
-  const header = ['phase', 'op', 'count', 'phase ops/s', 'avg µs', 'p50 µs', 'p95 µs', 'p99 µs', 'max µs'];
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
-  const line = (cells: string[]): string => `| ${cells.map((c, i) => (i < 2 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join(' | ')} |`;
-  const rule = `|${widths.map((w, i) => (i < 2 ? '-'.repeat(w + 2) : '-'.repeat(w + 1) + ':')).join('|')}|`;
-  return [line(header), rule, ...rows.map(line)].join('\n');
+  return markdownTable(['phase', 'op', 'count', 'phase ops/s', 'avg µs', 'p50 µs', 'p95 µs', 'p99 µs', 'max µs'], rows, 'll');
+}
+
+/**
+ * The share of a phase's wall time spent in garbage collection, YCSB's TOTAL_GC_TIME_%: the
+ * collections of every isolate (the client threads, and this thread, which also runs the
+ * server) over the phase's runtime.
+ */
+function gcPercent(result: PhaseResult): number {
+  return (100 * gcMs(result)) / result.runtimeMs;
+}
+
+function gcMs(result: PhaseResult): number {
+  return result.gc.reduce((sum, c) => sum + c.timeMs, 0);
 }
 
 async function main(): Promise<void> {
@@ -183,7 +193,8 @@ async function main(): Promise<void> {
     const stats = server.stats();
     process.stdout.write(`\n# Summary (rdma-kv over shm, in-process KvServer, ${os()})\n${summaryTable(results)}\n`);
     for (const note of notes) process.stdout.write(`note: ${note}\n`);
-    process.stdout.write(`\nserver: ${stats.items.toLocaleString('en-US')} items, ${(stats.heapUsedBytes / 2 ** 20).toFixed(1)} MiB of ${(stats.heapBytes / 2 ** 20).toFixed(0)} MiB heap used, ${stats.notifications.toLocaleString('en-US')} write notifications, ${stats.clients} clients connected\n`);
+    process.stdout.write(`\nGC: ${results.map((r) => `${r.phase} ${gcPercent(r).toFixed(1)} % (${gcMs(r).toFixed(0)} ms)`).join(', ')} of the phase's wall time, all threads (YCSB's TOTAL_GC_TIME_%)\n`);
+    process.stdout.write(`server: ${stats.items.toLocaleString('en-US')} items, ${(stats.heapUsedBytes / 2 ** 20).toFixed(1)} MiB of ${(stats.heapBytes / 2 ** 20).toFixed(0)} MiB heap used, ${stats.notifications.toLocaleString('en-US')} write notifications, ${stats.clients} clients connected\n`);
     if (options.json !== undefined) {
       const file = resolve(options.json);
       writeFileEnsuringDir(file, JSON.stringify(summaryJson(options, results, notes), null, 2) + '\n');
@@ -213,6 +224,8 @@ function summaryJson(options: JobOptions, results: PhaseResult[], notes: string[
       runtimeMs: r.runtimeMs,
       operations: r.opsDone,
       throughput: (1000 * r.opsDone) / r.runtimeMs,
+      gcMs: gcMs(r),
+      gcPercent: gcPercent(r),
       latencyUs: Object.fromEntries(
         [...r.measurements.ordered()]
           .filter((m) => m.exportName !== 'CLEANUP')

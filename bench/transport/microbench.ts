@@ -1,11 +1,12 @@
-// Transport microbenchmark: READ 64 B and CAS through the JS binding with
-// batch sizes 1, 16 and 64, one Node process (server and client providers in
-// it, like perftest's loopback). Each batch is one postSendRaw() with the last
-// request signaled, then busy polling for that one completion.
+// Transport microbenchmark: READ (64 B, or --bytes) and CAS through the JS
+// binding with batch sizes 1, 16 and 64, one Node process (server and client
+// providers in it, like perftest's loopback). Each batch is one postSendRaw()
+// with the last request signaled, then busy polling for that one completion.
+// bench/kv/data-path.ts runs it for the data path's floor.
 //
 //   node dist/bench/transport/microbench.js [--url shm:///tmp/x.sock | rdma://ADDR:0]
-//        [--batch 1,16,64] [--ops READ,CAS] [--seconds 2] [--quick] [--json FILE]
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+//        [--batch 1,16,64] [--ops READ,CAS] [--bytes 64] [--seconds 2] [--quick] [--json FILE]
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { createHistogram } from 'node:perf_hooks';
@@ -26,6 +27,8 @@ import {
 
 interface Result {
   op: string;
+  /** bytes per request: --bytes for READ, 8 for CAS */
+  bytes: number;
   batch: number;
   ops: number;
   seconds: number;
@@ -41,6 +44,7 @@ const { values } = parseArgs({
     url: { type: 'string' },
     batch: { type: 'string', default: '1,16,64' },
     ops: { type: 'string', default: 'READ,CAS' },
+    bytes: { type: 'string', default: '64' },
     seconds: { type: 'string', default: '2' },
     quick: { type: 'boolean', default: false },
     json: { type: 'string' },
@@ -50,11 +54,17 @@ const { values } = parseArgs({
 const batches = values.batch.split(',').map(Number);
 const ops = values.ops.split(',').map((s) => s.trim().toUpperCase());
 const seconds = values.quick ? 0.5 : Number(values.seconds);
+const readBytes = Number(values.bytes);
+/** Request i of a batch uses bytes [i * stride, (i + 1) * stride) on both sides. */
+const stride = Math.max(64, readBytes);
+const batchBytes = Math.max(...batches) * stride;
 for (const b of batches) if (!(b >= 1 && b <= 256)) throw new Error(`--batch: ${b} is not between 1 and 256`);
 for (const op of ops) if (op !== 'READ' && op !== 'CAS') throw new Error(`--ops: unknown op ${op} (READ or CAS)`);
 if (!(seconds > 0)) throw new Error('--seconds must be positive');
+if (!(Number.isInteger(readBytes) && readBytes >= 1 && readBytes <= 1 << 20)) throw new Error(`--bytes: ${values.bytes} is not between 1 and 1048576`);
 
-const url = values.url ?? `shm://${join(mkdtempSync(join(tmpdir(), 'rkv-bench-')), 'bench.sock')}`;
+const socketDir = values.url === undefined ? mkdtempSync(join(tmpdir(), 'rkv-bench-')) : undefined;
+const url = values.url ?? `shm://${join(socketDir!, 'bench.sock')}`;
 const scheme: string = schemeOf(url) ?? badUrl(url);
 
 function badUrl(url: string): never {
@@ -64,11 +74,11 @@ function badUrl(url: string): never {
 async function connect(): Promise<{ client: Provider; server: Provider; conn: Connection; cq: CompletionQueue; close: () => void; wrFor: (op: string, i: number, last: boolean) => WorkRequest }> {
   const server = new Provider(scheme);
   const client = new Provider(scheme);
-  const region = server.allocate(1 << 20, access.REMOTE_ALL);
+  const region = server.allocate(Math.max(1 << 20, batchBytes), access.REMOTE_ALL);
   const serverCq = server.createCq(64);
   const listener = server.listen(url);
   server.on('connectRequest', (request) => request.accept({ cq: serverCq }));
-  const scratch = client.allocate(1 << 16, Access.LOCAL_WRITE);
+  const scratch = client.allocate(Math.max(1 << 16, batchBytes), Access.LOCAL_WRITE);
   const cq = client.createCq(1024);
   const conn = await client.connect(listener.url, { cq });
   const wrFor = (op: string, i: number, last: boolean): WorkRequest => ({
@@ -76,9 +86,9 @@ async function connect(): Promise<{ client: Provider; server: Provider; conn: Co
     opcode: op === 'READ' ? Opcode.READ : Opcode.CMP_AND_SWP,
     flags: last ? SendFlag.SIGNALED : 0,
     local: scratch,
-    localOffset: i * 64,
-    length: op === 'READ' ? 64 : 8,
-    remoteAddr: region.addr + BigInt(i * 64),
+    localOffset: i * stride,
+    length: op === 'READ' ? readBytes : 8,
+    remoteAddr: region.addr + BigInt(i * stride),
     rkey: region.rkey,
     compareAdd: 0n,
     swap: 0n,
@@ -123,6 +133,7 @@ function run(ctx: Awaited<ReturnType<typeof connect>>, op: string, batch: number
   const total = batchesDone * batch;
   return {
     op,
+    bytes: op === 'READ' ? readBytes : 8,
     batch,
     ops: total,
     seconds: elapsed,
@@ -135,9 +146,9 @@ function run(ctx: Awaited<ReturnType<typeof connect>>, op: string, batch: number
 }
 
 function table(results: Result[]): string {
-  const header = ['op', 'batch', 'ops/s', 'ns/op', 'batch p50 µs', 'batch p99 µs', 'crossings/op'];
+  const header = ['op', 'bytes', 'batch', 'ops/s', 'ns/op', 'batch p50 µs', 'batch p99 µs', 'crossings/op'];
   const rows = results.map((r) => [
-    r.op, String(r.batch), Math.round(r.opsPerSec).toLocaleString('en-US'), r.nsPerOp.toFixed(0),
+    r.op, String(r.bytes), String(r.batch), Math.round(r.opsPerSec).toLocaleString('en-US'), r.nsPerOp.toFixed(0),
     r.medianLatencyUs.toFixed(2), r.p99LatencyUs.toFixed(2), r.crossingsPerOp.toFixed(3),
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
@@ -149,6 +160,7 @@ const ctx = await connect();
 const results: Result[] = [];
 for (const op of ops) for (const batch of batches) results.push(run(ctx, op, batch));
 ctx.close();
+if (socketDir !== undefined) rmSync(socketDir, { recursive: true, force: true });
 
 console.log(`rdma-kv transport microbenchmark — provider ${scheme}, ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, Node ${process.version}`);
 console.log(table(results));

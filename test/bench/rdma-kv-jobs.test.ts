@@ -1,6 +1,6 @@
 /**
  * The store's benchmark programs run end to end at a tiny size: `npm start`'s main job, and
- * the server child get-vs-redis measures. No thresholds: benchmarks are not tests; this only
+ * the server child the data-path benchmark measures. No thresholds: benchmarks are not tests; this only
  * proves they start, finish, report and clean up.
  */
 import test from 'ava';

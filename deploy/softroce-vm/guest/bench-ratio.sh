@@ -3,10 +3,19 @@
 # netdev with 10.77.0.1 and 10.77.0.2:
 #   deploy/softroce-vm/run-guest.sh 'sh deploy/softroce-vm/guest/bench-ratio.sh'
 # Measures one READ (64 B) and one CAS with perftest and with rdma-kv's
-# transport microbenchmark on the same device in the same guest, and prints
-# their ratio. Absolute numbers under TCG mean little; the ratio says how much
-# the addon adds over bare verbs. Also writes bench/results/rxe-ratio.json.
-# Env: ITERS (perftest iterations, default 2000).
+# transport microbenchmark on the same device in the same guest, and a GET
+# through KvClient against a server child on rxe0 (the data-path benchmark,
+# sequential gets only), and prints each median over perftest's typical READ
+# (or CAS) latency with issue 14's goal for it (bench/kv/data-path/goals.ts).
+# Absolute numbers under TCG mean little; the ratios say how much the addon
+# and the client add over bare verbs. Also writes bench/results/rxe-ratio.json,
+# whose READ and GET rows the data-path benchmark shows on the host.
+# Env: ITERS (perftest iterations, default 2000); GET_KEYS (default 1000) and
+# GET_SECONDS (default 3): the data-path run's keys and seconds per phase.
+# It runs after the rxe tier's tests, in what RKV_VM_TIMEOUT leaves them
+# (600 s by default, run-tier.sh): every step has a time limit (perftest
+# 120 s per tool, the microbenchmark 180 s, the data-path run 120 s), so a
+# stalled step costs its row, never the tier.
 set -eu
 
 cd "$(dirname "$0")/../../.."
@@ -16,6 +25,8 @@ CLIENT=10.77.0.2
 PORT=18515
 ITERS=${ITERS:-2000}
 MICROBENCH=dist/bench/transport/microbench.js
+DATA_PATH=dist/bench/kv/data-path.js
+KV_PORT=18517
 OUT=bench/results/rxe-ratio.json
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
@@ -78,7 +89,7 @@ fi
 status=0
 if [ -f "$MICROBENCH" ]; then
   MB_JSON=$TMP/microbench.json
-  if ! timeout 600 node "$MICROBENCH" --url "rdma://$SERVER:0" --batch 1 --json "$MB_JSON"; then
+  if ! timeout -k 10 180 node "$MICROBENCH" --url "rdma://$SERVER:0" --batch 1 --json "$MB_JSON"; then
     echo "bench-ratio: $MICROBENCH failed; rdma-kv column left empty" >&2
     status=1
   fi
@@ -87,35 +98,65 @@ else
   echo "bench-ratio: $MICROBENCH does not exist (not built, or not written yet); rdma-kv column skipped"
 fi
 
+# A GET through KvClient: the data-path benchmark with its server child on
+# rxe0's first address, sequential gets only (no redis, no main job, no floor:
+# the rows above are this guest's floor).
+DP_JSON=
+if [ -f "$DATA_PATH" ]; then
+  DP_JSON=$TMP/data-path.json
+  if ! timeout -k 10 120 node "$DATA_PATH" --listen "rdma://$SERVER:$KV_PORT" --phases get --skip redis,main-job,floor \
+    --keys "${GET_KEYS:-1000}" --seconds "${GET_SECONDS:-3}" --json "$DP_JSON"; then
+    echo "bench-ratio: $DATA_PATH failed; the GET row is left empty" >&2
+    DP_JSON=
+    status=1
+  fi
+else
+  echo "bench-ratio: $DATA_PATH does not exist (not built); the GET row is left empty"
+fi
+
 mkdir -p "$(dirname "$OUT")"
-node - "$READ_US" "$CAS_US" "$MB_JSON" "$OUT" "$ITERS" <<'EOF'
-const fs = require("fs");
-const os = require("os");
-const [readUs, casUs, mbPath, out, iters] = process.argv.slice(2);
-let mb = [];
-if (mbPath && fs.existsSync(mbPath)) mb = JSON.parse(fs.readFileSync(mbPath, "utf8")).results || [];
-const median = (op) => {
-  const r = mb.find((x) => x.op === op && x.batch === 1);
-  return r && typeof r.medianLatencyUs === "number" ? r.medianLatencyUs : null;
-};
+node --input-type=module - "$READ_US" "$CAS_US" "$MB_JSON" "$DP_JSON" "$OUT" "$ITERS" <<'EOF'
+import fs from "node:fs";
+import os from "node:os";
+import { pathToFileURL } from "node:url";
+const [readUs, casUs, mbPath, dpPath, out, iters] = process.argv.slice(2);
+const readJson = (path) => (path && fs.existsSync(path) ? JSON.parse(fs.readFileSync(path, "utf8")) : undefined);
+// The goals and their verdicts are the data-path benchmark's: issue 14's numbers in one place.
+const { GOALS, goal, verdict } = await import(pathToFileURL("dist/bench/kv/data-path/goals.js").href);
+const mb = readJson(mbPath)?.results ?? [];
+const dp = readJson(dpPath);
+const microbenchMedian = (op) => mb.find((x) => x.op === op && x.batch === 1)?.medianLatencyUs ?? null;
+// The median sequential GET. Once the client answers most GETs in one READ from a
+// cache of locations (a 1-RTT hit rate over 50 %), the median GET is a cache hit.
+const getUs = dp?.phases?.rdmaKv?.get?.latencyUs?.p50 ?? null;
+const hitRate = dp?.oneRoundTripPercent;
+const cachedUs = typeof hitRate === "number" && hitRate > 50 ? getUs : null;
+const cachedAbsent = dp === undefined ? "missing" : typeof hitRate === "number" ? `${hitRate.toFixed(0)} % hits` : hitRate;
+const readLat = { perftest: "ib_read_lat -s 64", perftestTypicalUs: Number(readUs) };
+const valueBytes = dp?.config?.valueBytes ?? null;
 const rows = [
-  { op: "READ", size: 64, perftest: "ib_read_lat", perftestTypicalUs: Number(readUs) },
-  { op: "CAS", size: 8, perftest: "ib_atomic_lat -A CMP_AND_SWAP", perftestTypicalUs: Number(casUs) },
-].map((r) => {
-  const m = median(r.op);
-  return { ...r, rdmaKvMedianUs: m, ratio: m === null ? null : +(m / r.perftestTypicalUs).toFixed(2) };
+  { op: "READ", size: 64, ...readLat, rdmaKvMedianUs: microbenchMedian("READ"), limit: GOALS.guestReadVsPerftest },
+  { op: "CAS", size: 8, perftest: "ib_atomic_lat -A CMP_AND_SWAP", perftestTypicalUs: Number(casUs), rdmaKvMedianUs: microbenchMedian("CAS") },
+  { op: "GET", size: valueBytes, ...readLat, rdmaKvMedianUs: getUs, limit: GOALS.guestGetVsPerftest },
+  { op: "GET (cache hit)", size: valueBytes, ...readLat, rdmaKvMedianUs: cachedUs, limit: GOALS.guestCachedGetVsPerftest, ...(cachedUs === null ? { absent: cachedAbsent } : {}) },
+].map(({ limit, ...r }) => {
+  const ratio = r.rdmaKvMedianUs === null ? null : +(r.rdmaKvMedianUs / r.perftestTypicalUs).toFixed(2);
+  if (limit === undefined) return { ...r, ratio, goal: null, met: null };
+  const g = goal(`≤ ${limit}×`, ratio ?? undefined, limit, true, r.absent);
+  return { ...r, ratio, goal: g.text, met: verdict(g) };
 });
-const cell = (v, w) => (v === null ? "-" : v.toFixed(2)).padStart(w);
-console.log("op   | perftest typical µs | rdma-kv median µs | ratio");
-for (const r of rows) {
-  console.log(`${r.op.padEnd(4)} | ${cell(r.perftestTypicalUs, 19)} | ${cell(r.rdmaKvMedianUs, 17)} | ${cell(r.ratio, 5)}`);
-}
+const num = (v) => (v === null ? "-" : v.toFixed(2));
+const table = [["op", "perftest typical µs", "rdma-kv median µs", "ratio", "goal", "met?"]].concat(
+  rows.map((r) => [`${r.op}${r.size ? ` ${r.size} B` : ""}`, num(r.perftestTypicalUs), r.rdmaKvMedianUs === null ? (r.absent ?? "-") : num(r.rdmaKvMedianUs), num(r.ratio), r.goal ?? "-", r.met ?? "-"]));
+const widths = table[0].map((_, i) => Math.max(...table.map((row) => row[i].length)));
+for (const row of table) console.log(row.map((c, i) => (i === 0 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join(" | "));
 fs.writeFileSync(out, JSON.stringify({
   device: "rxe0 (Soft-RoCE in a QEMU TCG guest)",
   kernel: os.release(),
   date: new Date().toISOString(),
   perftestIterations: Number(iters),
   microbench: mbPath ? "dist/bench/transport/microbench.js --batch 1" : "missing",
+  dataPath: dp ? `dist/bench/kv/data-path.js --phases get: ${dp.config.keys} keys, ${dp.config.secondsPerPhase} s, server ${dp.config.server}` : "missing",
   rows,
 }, null, 2) + "\n");
 console.log(`bench-ratio: wrote ${out}`);
