@@ -351,7 +351,8 @@ export class KvClient extends EventEmitter<ClientEvents> {
     let bytes: Bytes[];
     try {
       if (!Array.isArray(keys)) throw new KvInvalidArgumentError('getMany needs an array of keys');
-      bytes = Array.from(keys, (k) => keyBytes(k, 'key')); // not map(): it skips the holes of a sparse array
+      bytes = new Array<Bytes>(keys.length); // not map(): it skips the holes of a sparse array
+      for (let i = 0; i < keys.length; i++) bytes[i] = keyBytes(keys[i], 'key');
     } catch (error) {
       return Promise.reject(error);
     }
@@ -388,8 +389,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
 
   /** The key's server (a string is hashed as its UTF-8 bytes). */
   private route(key: Bytes): ServerClient | KvError {
-    if (this.only && this._status !== 'closed') return this.only;
-    return this.serverFor(typeof key === 'string' ? Buffer.from(key, 'utf8') : key);
+    return this.only && this._status !== 'closed' ? this.only : this.serverFor(typeof key === 'string' ? Buffer.from(key, 'utf8') : key);
   }
 
   private call(type: KvOp, key: Key, value?: Value, arg = 0n, mismatchResolves = false): Promise<OpResult> {

@@ -96,7 +96,7 @@ export class OpQueue {
 
   /** Queues one operation for the next flush (in this tick's microtasks). */
   add(request: OpRequest, answer: Answer = Answer.FULL): Submission {
-    const op = new PendingOp(request, answer, performance.now() + this.timeoutMs);
+    const op = new PendingOp(request, answer);
     this.queue.push(op);
     this.scheduleFlush();
     return op;
@@ -269,6 +269,8 @@ export class OpQueue {
       queue.splice(0, this.head);
       this.head = 0;
     }
+    // Ops left queued start their deadline now (no clock read for the ones that went at once).
+    for (let i = queue.length - 1; i >= this.head && queue[i]!.deadline === 0; i--) queue[i]!.deadline = performance.now() + this.timeoutMs;
     if (count > 0) this.onPolled(session, core.submittedResults, core.controlCount);
     if (this.session === session && this.inflightCount > 0 && this.pollMode === 'busy' && this.spinsLeft > 0) this.spin(session);
     // Ops that finished inside the submit freed their slots: the rest of the queue goes next.
@@ -436,7 +438,7 @@ export class OpQueue {
     this.timer = setTimeout(() => {
       this.timer = undefined;
       const now = performance.now();
-      const late = (work: Work) => work.deadline <= now;
+      const late = (work: Work) => work.deadline !== 0 && work.deadline <= now;
       if (this.queue.some((work, i) => i >= this.head && late(work!))) {
         this.removeQueued(late, (work) => new KvTimeoutError(`${describe(work instanceof PendingOp ? work.key : work.keys[work.next]!)}: not started within ${this.timeoutMs} ms`));
       }

@@ -68,13 +68,14 @@ export class PendingOp implements OpRequest, Submission {
   readonly cls: number;
   readonly mismatchResolves: boolean;
   readonly answer: Answer;
-  readonly deadline: number;
+  /** When it must have been submitted by (performance.now() ms); 0 until the queue first keeps it waiting. */
+  deadline = 0;
   readonly result: Promise<OpResult>;
   resolve!: (value: unknown) => void;
   reject!: (error: Error) => void;
   sent = false;
 
-  constructor(r: OpRequest, answer: Answer, deadline: number) {
+  constructor(r: OpRequest, answer: Answer) {
     this.type = r.type;
     this.key = r.key;
     this.keyBytes = r.keyBytes;
@@ -84,7 +85,6 @@ export class PendingOp implements OpRequest, Submission {
     this.cls = r.cls;
     this.mismatchResolves = r.mismatchResolves;
     this.answer = answer;
-    this.deadline = deadline;
     this.result = new Promise<OpResult>((resolve, reject) => {
       this.resolve = resolve as Settle as (value: unknown) => void;
       this.reject = reject;
@@ -100,6 +100,8 @@ export class PendingOp implements OpRequest, Submission {
 export class Batch {
   /** Keys handed to the core so far. */
   next = 0;
+  /** As PendingOp's. */
+  deadline = 0;
   /** Keys without an answer yet. */
   left: number;
   failed = false;
@@ -125,7 +127,6 @@ export class Batch {
     readonly classes: Int32Array | undefined,
     readonly out: Array<Buffer | undefined> | undefined,
     readonly positions: Int32Array | undefined,
-    readonly deadline: number,
   ) {
     this.left = keys.length;
     this.promise = new Promise((resolve, reject) => {

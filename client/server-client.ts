@@ -129,7 +129,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       const tooLarge = this.keyCheck(keys[i]!, keyBytes, i);
       if (tooLarge) return Promise.reject(tooLarge);
     }
-    const batch = new Batch(KvOp.GET, keys, keyBytes, undefined, undefined, undefined, out, positions, performance.now() + this.timeoutMs);
+    const batch = new Batch(KvOp.GET, keys, keyBytes, undefined, undefined, undefined, out, positions);
     this.queue.addBatch(batch);
     return batch.promise;
   }
@@ -151,7 +151,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       if (vb > maxValueBytes) return Promise.reject(new KvValueTooLargeError(`value of ${vb} bytes: the limit is ${maxValueBytes}`));
       sizes[i] = classFor(classes, itemUnits(keyBytes[i]!, vb));
     }
-    const batch = new Batch(KvOp.PUT, keys, keyBytes, values, valueBytes, sizes, undefined, undefined, performance.now() + this.timeoutMs);
+    const batch = new Batch(KvOp.PUT, keys, keyBytes, values, valueBytes, sizes, undefined, undefined);
     this.queue.addBatch(batch);
     return batch.promise;
   }
