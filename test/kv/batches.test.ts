@@ -6,6 +6,7 @@
 import test from 'ava';
 
 import { KvInvalidArgumentError, KvKeyTooLargeError, KvTypeMismatchError, KvValueTooLargeError } from '../../client/index.js';
+import { CompletionQueue } from '../../native/completion-queue.js';
 import { KvLayout } from '../../protocol/constants.js';
 import { connect, startServer } from '../helpers/kv.js';
 import { providersUnderTest } from '../helpers/providers.js';
@@ -93,4 +94,31 @@ for (const scheme of providersUnderTest()) {
       t.deepEqual((await kv.getMany(['a', 'none'])).map((v) => v?.toString()), [String(i + 2), undefined]);
     }
   });
+
+  if (scheme === 'shm') {
+    test('shm: event mode wakes no thread for completions that arrive inside the post', async (t) => {
+      // Counts the watcher's calls into JS: before the core disarmed the CQ around its
+      // own posts, every awaited GET on shm cost one (its READ completed inside the post).
+      let wakeups = 0;
+      const watch = CompletionQueue.prototype.watch;
+      CompletionQueue.prototype.watch = function (this: CompletionQueue, onReady: () => void) {
+        watch.call(this, () => {
+          wakeups++;
+          onReady();
+        });
+      };
+      t.teardown(() => {
+        CompletionQueue.prototype.watch = watch;
+      });
+      const server = await startServer(scheme);
+      t.teardown(() => server.close());
+      const kv = await connect(server, { pollMode: 'event' });
+      t.teardown(() => kv.close());
+      await kv.put('a', 'value');
+      const before = wakeups;
+      for (let i = 0; i < 1000; i++) await kv.get('a');
+      // Control messages (a keepalive pong) may still wake it: a few, not one per GET.
+      t.true(wakeups - before < 100, `${wakeups - before} wake-ups for 1000 GETs`);
+    });
+  }
 }
