@@ -9,14 +9,21 @@ export function toBuffer(value: unknown, what: string): Buffer {
   throw new KvInvalidArgumentError(`${what} must be a Buffer, Uint8Array or string`);
 }
 
+/** Key or value bytes for the queue: a string stays a string (written straight into the arena); else as toBuffer. */
+export function keyBytes(value: unknown, what: string): Buffer | string {
+  return typeof value === 'string' ? value : toBuffer(value, what);
+}
+
 /** A key for an error message: quoted if printable, else its length. */
-export function describe(key: Buffer): string {
+export function describe(key: Buffer | string): string {
+  if (typeof key === 'string') key = Buffer.from(key.slice(0, 41), 'utf8'); // an error's path: the copy is fine
   const text = key.subarray(0, 40).toString('utf8');
   return /^[\x20-\x7e]*$/.test(text) ? `'${text}${key.length > 40 ? '…' : ''}'` : `<${key.length}-byte key>`;
 }
 
 /** UTF-8 text when the bytes are UTF-8, else "base64:…" (history files). */
-export function text(bytes: Buffer): string {
+export function text(bytes: Buffer | string): string {
+  if (typeof bytes === 'string') return bytes;
   const s = bytes.toString('utf8');
   return Buffer.from(s, 'utf8').equals(bytes) ? s : `base64:${bytes.toString('base64')}`;
 }

@@ -18,12 +18,13 @@ import {
   KvLockContendedError,
   KvProtocolError,
 } from '../protocol/errors.js';
-import { describe, show, toBuffer } from './keys.js';
+import { describe, keyBytes, show, toBuffer } from './keys.js';
+import { byServer, splitEntries } from './many.js';
 import { ClientMetrics } from './metrics.js';
 import { MAX_TIMEOUT_MS, casVersion, checkOptions, incrDelta } from './options.js';
 import type { HistoryRecorder } from './history.js';
 import type { OpResult } from './op-queue.js';
-import { ServerClient } from './server-client.js';
+import { type Bytes, ServerClient } from './server-client.js';
 import type { HistoryEvent, Key, KvClientOptions, KvStatusName, Value, VersionedValue } from './types.js';
 
 export type { HistoryEvent, Key, KvClientOptions, KvStatusName, Value, VersionedValue } from './types.js';
@@ -255,7 +256,8 @@ export class KvClient extends EventEmitter<ClientEvents> {
 
   /** The value, or undefined when the key does not exist. */
   get(key: Key): Promise<Buffer | undefined> {
-    return this.call(KvOp.GET, key).then((r) => (r.status === KvStatus.OK ? r.value : undefined));
+    if (this.metrics) return this.call(KvOp.GET, key).then((r) => (r.status === KvStatus.OK ? r.value : undefined));
+    return this.direct(key, undefined, getValue);
   }
 
   /** The value with its version (a CAS token), or undefined. */
@@ -264,7 +266,8 @@ export class KvClient extends EventEmitter<ClientEvents> {
   }
 
   put(key: Key, value: Value): Promise<void> {
-    return this.call(KvOp.PUT, key, value).then(() => undefined);
+    if (this.metrics) return this.call(KvOp.PUT, key, value).then(() => undefined);
+    return this.direct(key, value, putValue);
   }
 
   /** Resolves true when the key existed. */
@@ -339,34 +342,54 @@ export class KvClient extends EventEmitter<ClientEvents> {
     return { token, release: () => (releasing ??= unlock()) };
   }
 
-  /** Reads many keys: one batch (one doorbell) per server. */
+  /**
+   * Reads many keys in order (a missing key: undefined): one batch per server, one
+   * promise; values are views of one Buffer per KvLayout.MAX_INFLIGHT keys. A bad key
+   * rejects the call before anything is sent; a failed read rejects it with its error.
+   */
   getMany(keys: Key[]): Promise<Array<Buffer | undefined>> {
-    let bytes: Buffer[];
+    let bytes: Bytes[];
     try {
       if (!Array.isArray(keys)) throw new KvInvalidArgumentError('getMany needs an array of keys');
-      bytes = Array.from(keys, (k) => toBuffer(k, 'key')); // not map(): it skips the holes of a sparse array
+      bytes = new Array<Bytes>(keys.length); // not map(): it skips the holes of a sparse array
+      for (let i = 0; i < keys.length; i++) bytes[i] = keyBytes(keys[i], 'key');
     } catch (error) {
       return Promise.reject(error);
     }
-    return Promise.all(bytes.map((k) => this.get(k)));
+    if (this.metrics) return Promise.all(bytes.map((k) => this.get(k)));
+    const out = new Array<Buffer | undefined>(bytes.length).fill(undefined);
+    return byServer(bytes, this.only, (k) => this.route(k), (server, keys, positions) => server.getMany(keys, out, positions)).then(() => out);
   }
 
-  /**
-   * Writes many keys: one batch (one doorbell) per server. Every entry is
-   * checked first: a malformed one rejects the call before anything is written.
-   */
+  /** Writes many keys: one batch per server, one promise. A malformed entry rejects the call before anything is written. */
   putMany(entries: Array<[Key, Value]>): Promise<void> {
-    let pairs: Array<[Buffer, Buffer]>;
+    let keys: Bytes[];
+    let values: Bytes[];
     try {
-      if (!Array.isArray(entries)) throw new KvInvalidArgumentError('putMany needs an array of [key, value] entries');
-      pairs = Array.from(entries, (entry) => {
-        if (!Array.isArray(entry) || entry.length !== 2) throw new KvInvalidArgumentError('putMany entries must be [key, value] pairs');
-        return [toBuffer(entry[0], 'key'), toBuffer(entry[1], 'value')] as [Buffer, Buffer];
-      });
+      [keys, values] = splitEntries(entries);
     } catch (error) {
       return Promise.reject(error);
     }
-    return Promise.all(pairs.map(([k, v]) => this.put(k, v))).then(() => undefined);
+    if (this.metrics) return Promise.all(keys.map((k, i) => this.put(k, values[i]!))).then(() => undefined);
+    return byServer(keys, this.only, (k) => this.route(k), (server, part, positions) => server.putMany(part, positions ? Array.from(positions, (p) => values[p]!) : values)).then(() => undefined);
+  }
+
+  /** get and put without a result object or a then() between caller and queue. */
+  private direct<T>(key: Key, value: Value | undefined, run: (server: ServerClient, key: Bytes, value: Value | undefined) => Promise<T>): Promise<T> {
+    let bytes: Bytes;
+    let server: ServerClient | KvError;
+    try {
+      bytes = keyBytes(key, 'key');
+      server = this.route(bytes);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return server instanceof ServerClient ? run(server, bytes, value) : Promise.reject(server);
+  }
+
+  /** The key's server (a string is hashed as its UTF-8 bytes). */
+  private route(key: Bytes): ServerClient | KvError {
+    return this.only && this._status !== 'closed' ? this.only : this.serverFor(typeof key === 'string' ? Buffer.from(key, 'utf8') : key);
   }
 
   private call(type: KvOp, key: Key, value?: Value, arg = 0n, mismatchResolves = false): Promise<OpResult> {
@@ -422,3 +445,6 @@ export class KvClient extends EventEmitter<ClientEvents> {
 }
 
 export { KvError };
+
+const getValue = (server: ServerClient, key: Bytes) => server.getValue(key);
+const putValue = (server: ServerClient, key: Bytes, value: Value | undefined) => server.putValue(key, value!);

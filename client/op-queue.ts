@@ -1,80 +1,79 @@
 // One server's operations: queued, submitted to the native core, finished.
 // Operations issued in one tick are written into the core's buffers and
-// submitted with one crossing (one doorbell); the core drives every RDMA round
-// trip and hands back one result per operation. The queue polls for results
-// in busy mode (a short spin after each submit, then a setImmediate loop while
-// anything is pending) or in event mode (the CQ's event wakes it). Each poll
-// also hands back the completions of the session's control requests, which
-// go to the owner's onControl.
+// submitted with one crossing (one doorbell per pass); the core drives every
+// RDMA round trip and hands back one result per operation. Where completions
+// are synchronous (shm) they come back from that same submit; the rest the
+// queue polls for, in busy mode (a short spin after each submit, then a
+// setImmediate loop while anything is pending) or in event mode (the CQ's
+// event wakes it; the core re-arms the CQ itself). Each poll also hands back
+// the completions of the session's control requests, which go to the owner's
+// onControl. A batch (getMany, putMany) is one record with one promise.
 //
-// Ownership: an op is the queue's from add() until its promise settles; its
-// heap block is its own once taken from the session's pools, and goes back to
-// them when the core did not take the op or did not use the block.
+// Nothing is allocated per operation here beyond its record and promise (a
+// batch: one of each for all its keys) and a GET's value: ops in the core are
+// found by slot (the op id's low bits), not in a Map.
+//
+// Ownership: a record is the queue's from add() until its promise settles; an
+// op's heap block is its own once taken from the session's pools, and goes
+// back to them when the core did not take the op or did not use the block.
 import { type Completion, ControlWords, type PollMode, readCompletion } from '../native/index.js';
 import { KvLayout, KvOp, KvStatus, OpLayout, ResultLayout } from '../protocol/constants.js';
 import { KvDisconnectedError, KvTimeoutError, errorForStatus } from '../protocol/errors.js';
 import { describe } from './keys.js';
 import { opName } from './op-names.js';
+import { Answer, Batch, type Bytes, type OpRequest, PendingOp, type Submission, writeArgument } from './op-records.js';
 import type { Session } from './session.js';
 
-/** One operation's outcome, as the native core reports it. */
-export interface OpResult {
-  status: number;
-  value?: Buffer;
-  version: bigint;
-  /** Times the core retried (bucket locks busy, torn reads). */
-  retries: number;
-}
-
-/** An operation as it is submitted. */
-export interface OpRequest {
-  type: KvOp;
-  key: Buffer;
-  /** PUT, CAS: the value */
-  value: Buffer | undefined;
-  /** CAS: expected version; INCR: delta; LOCK: timeout ms; UNLOCK: token */
-  arg: bigint;
-  /** PUT, CAS, INCR, LOCK: the size class of the block it may need; -1: none */
-  cls: number;
-  /** CAS and UNLOCK: a version mismatch is an answer, not an error. */
-  mismatchResolves: boolean;
-}
-
-/** A submitted operation: its result, and whether it reached the native core. */
-export interface Submission {
-  readonly result: Promise<OpResult>;
-  /** Handed to the core: from then on it may take effect (history: a failure is not "never sent"). */
-  readonly sent: boolean;
-}
-
-interface PendingOp extends OpRequest {
-  result: Promise<OpResult>;
-  deadline: number;
-  resolve: (result: OpResult) => void;
-  reject: (error: Error) => void;
-  /** The heap block taken for it (PUT, CAS, INCR, LOCK), until it is given back or written. */
-  block: number | undefined;
-  sent: boolean;
-}
+export { Answer, Batch } from './op-records.js';
+export type { Bytes, OpRequest, OpResult, Submission } from './op-records.js';
 
 /** How long flush() polls before leaving the rest to the event loop (busy mode). */
 const SPIN_MS = 0.02;
-/** Flushes per event-loop turn that may spin (see spin()). */
+/**
+ * Submits per event-loop turn that run at once (and spin). On shm an op
+ * finishes inside its submit, so a caller that issues its next op as each one
+ * resolves would chain microtasks forever: timers (keepalive, deadlines) and
+ * I/O would starve. Past the budget the next flush waits for setImmediate.
+ */
 const SPINS_PER_TURN = 256;
+const SLOTS = KvLayout.MAX_INFLIGHT;
+/** Op ids: the slot in the low bits, a use count above (a stale result is told apart). */
+const SLOT_BITS = 31 - Math.clz32(SLOTS);
+
+type Work = PendingOp | Batch;
 
 export class OpQueue {
   private session: Session | undefined;
-  private readonly queue: PendingOp[] = [];
-  private readonly inflight = new Map<number, PendingOp>();
-  private nextId = 1;
+  /** Waiting records, from `head` on (a batch stays until all its keys are in the core). */
+  private queue: Array<Work | undefined> = [];
+  private head = 0;
+  /** By slot: the record of the op in the core, its key index (batches), its block and size class. */
+  private readonly owners: Array<Work | undefined> = new Array<Work | undefined>(SLOTS).fill(undefined);
+  private readonly ids = new Uint32Array(SLOTS);
+  private readonly members = new Int32Array(SLOTS);
+  private readonly blocks = new Int32Array(SLOTS).fill(-1);
+  private readonly classes = new Int32Array(SLOTS);
+  private readonly freeSlots = Int32Array.from({ length: SLOTS }, (_, i) => SLOTS - 1 - i);
+  private freeCount = SLOTS;
+  /** The slot of each descriptor of the batch being submitted. */
+  private readonly submitted = new Int32Array(SLOTS);
+  private uses = 0;
+  private handouts = 0;
   private flushScheduled = false;
   private polling = false;
   private timer: NodeJS.Timeout | undefined;
   private spinsLeft = SPINS_PER_TURN;
-  /** core.submit calls: one doorbell each (for tests and metrics). */
+  private readonly flushTask = (): void => {
+    this.flushScheduled = false;
+    this.flush();
+  };
+  private readonly newTurn = (): void => {
+    this.spinsLeft = SPINS_PER_TURN;
+  };
+  /** core.submit calls (for tests and metrics). */
   submits = 0;
 
-  /** `onControl` hears every control-channel completion the core hands back (after the op results of the same poll). */
+  /** `onControl` hears every control-channel completion the core hands back (after the op results of the same call). */
   constructor(
     private readonly timeoutMs: number,
     private readonly pollMode: PollMode,
@@ -85,94 +84,89 @@ export class OpQueue {
   attach(session: Session): void {
     this.session = session;
     if (this.pollMode === 'event') {
-      session.cq.watch(() => this.pollOnce(true));
+      session.cq.watch(() => this.pollOnce());
       session.cq.arm();
     }
   }
 
-  /** Ops still in the core. */
+  /** Ops in the core. */
   get inflightCount(): number {
-    return this.inflight.size;
+    return SLOTS - this.freeCount;
   }
 
   /** Queues one operation for the next flush (in this tick's microtasks). */
-  add(request: OpRequest): Submission {
-    let resolve!: PendingOp['resolve'];
-    let reject!: PendingOp['reject'];
-    const result = new Promise<OpResult>((res, rej) => {
-      resolve = res;
-      reject = rej;
-    });
-    // One shape for every op (no spread, no optional fields): flush() and onResults() stay monomorphic.
-    const { type, key, value, arg, cls, mismatchResolves } = request;
-    const op: PendingOp = { type, key, value, arg, cls, mismatchResolves, result, deadline: performance.now() + this.timeoutMs, resolve, reject, block: undefined, sent: false };
+  add(request: OpRequest, answer: Answer = Answer.FULL): Submission {
+    const op = new PendingOp(request, answer);
     this.queue.push(op);
     this.scheduleFlush();
     return op;
   }
 
+  /** Queues a batch; its keys go to the core as slots allow. */
+  addBatch(batch: Batch): void {
+    this.queue.push(batch);
+    this.scheduleFlush();
+  }
+
   /** Blocks by size class the queued ops wait for (a reclaim leaves them). */
   needed(): Map<number, number> {
     const needed = new Map<number, number>();
-    for (const op of this.queue) if (op.cls >= 0) needed.set(op.cls, (needed.get(op.cls) ?? 0) + 1);
+    const add = (cls: number) => {
+      if (cls >= 0) needed.set(cls, (needed.get(cls) ?? 0) + 1);
+    };
+    for (let i = this.head; i < this.queue.length; i++) {
+      const work = this.queue[i]!;
+      if (work instanceof PendingOp) add(work.cls);
+      else if (work.classes) for (let k = work.next; k < work.keys.length; k++) add(work.classes[k]!);
+    }
     return needed;
   }
 
   /** Fails the queued ops waiting for a block of size class `cls` (the server has none left). */
   failWaiting(cls: number, error: Error): void {
-    for (let i = this.queue.length - 1; i >= 0; i--) {
-      const op = this.queue[i]!;
-      if (op.cls === cls) {
-        this.queue.splice(i, 1);
-        op.reject(error);
-      }
-    }
+    this.removeQueued((work) => (work instanceof PendingOp ? work.cls === cls : work.classes !== undefined && work.classes.subarray(work.next).includes(cls)), error);
   }
 
   scheduleFlush(): void {
     if (this.flushScheduled) return;
     this.flushScheduled = true;
-    queueMicrotask(() => {
-      this.flushScheduled = false;
-      this.flush();
-    });
+    if (this.spinsLeft > 0) queueMicrotask(this.flushTask);
+    else setImmediate(this.flushTask); // this turn's budget is spent: let timers and I/O run first
   }
 
-  /** Polls the core until it has nothing more (twice around an arm() when an event woke us), then flushes. */
-  pollOnce(fromEvent: boolean): void {
+  /** Polls the core until it has nothing more (in event mode the core re-arms the CQ), then flushes. */
+  pollOnce(): void {
     const session = this.session;
     if (!session) return;
-    for (let round = 0; round < (fromEvent ? 2 : 1); round++) {
-      for (;;) {
-        const n = session.core.poll();
-        const controls = session.core.controlCount;
-        if (n === 0 && controls === 0) break;
-        this.onPolled(session, n, controls);
-      }
-      if (fromEvent && round === 0) session.cq.arm();
+    for (;;) {
+      const n = session.core.poll();
+      const controls = session.core.controlCount;
+      if (n === 0 && controls === 0) break;
+      this.onPolled(session, n, controls);
     }
-    if (this.queue.length > 0) this.flush();
+    if (this.head < this.queue.length) this.flush();
   }
 
   /** The session's connection is lost: finish everything the core holds, then the rest of the queue. */
   lose(session: Session, reason: string): void {
     session.core.failAll(KvStatus.DISCONNECTED);
     this.onPolled(session, session.core.poll(), session.core.controlCount);
-    this.failInflight(new KvDisconnectedError(`lost the server: ${reason}`));
-    for (const op of this.queue.splice(0)) op.reject(new KvDisconnectedError(`lost the server: ${reason}`));
+    const error = new KvDisconnectedError(`lost the server: ${reason}`);
+    this.failInflight(error);
+    this.removeQueued(() => true, error);
     this.session = undefined;
   }
 
   /** Fails what is queued and takes nothing more from the timer. */
   close(error: Error): void {
     if (this.timer) clearTimeout(this.timer);
-    for (const op of this.queue.splice(0)) op.reject(error);
+    this.removeQueued(() => true, error);
   }
 
   /** Waits, until `deadline` at most, for the ops in the core (they may hold bucket locks), then fails the rest. */
   async drain(deadline: number, error: Error): Promise<void> {
-    while (this.inflight.size > 0 && performance.now() < deadline) {
-      this.pollOnce(false);
+    while (this.inflightCount > 0 && performance.now() < deadline) {
+      this.pollOnce();
       await new Promise((resolve) => setImmediate(resolve));
     }
     this.failInflight(error);
@@ -180,114 +174,185 @@ export class OpQueue {
   }
 
   private failInflight(error: Error): void {
-    for (const op of this.inflight.values()) op.reject(error);
-    this.inflight.clear();
+    for (let slot = 0; slot < SLOTS; slot++) {
+      const owner = this.owners[slot];
+      if (!owner) continue;
+      this.release(slot);
+      if (owner instanceof PendingOp) owner.reject(error);
+      else owner.fail(error);
+    }
+  }
+
+  /** Takes the queued records `which` picks out of the queue and fails them with `error`. */
+  private removeQueued(which: (work: Work) => boolean, error: Error | ((work: Work) => Error)): void {
+    const kept: Work[] = [];
+    const queued = this.queue;
+    const head = this.head;
+    this.queue = kept;
+    this.head = 0;
+    for (let i = head; i < queued.length; i++) {
+      const work = queued[i]!;
+      const why = () => (typeof error === 'function' ? error(work) : error);
+      if (!which(work)) kept.push(work);
+      else if (work instanceof PendingOp) work.reject(why());
+      else work.fail(why());
+    }
+  }
+
+  private release(slot: number): void {
+    this.owners[slot] = undefined;
+    this.blocks[slot] = -1;
+    this.freeSlots[this.freeCount++] = slot;
   }
 
   /** Submits what fits (slots, arena, granted blocks) with one crossing. */
   private flush(): void {
     const session = this.session;
-    if (!session || this.queue.length === 0) return;
+    if (!session || this.head === this.queue.length) return;
     const { core, pools } = session;
     const words = core.opWords;
     const arena = core.arena;
     let count = 0;
     let arenaUsed = 0;
-    const batch: PendingOp[] = [];
-    const waiting: PendingOp[] = [];
-    const capacity = KvLayout.MAX_INFLIGHT - core.inflight;
-    while (this.queue.length > 0 && count < capacity) {
-      const op = this.queue[0]!;
-      const bytes = op.key.length + (op.value?.length ?? 0);
-      if (arenaUsed + bytes > arena.length) break;
-      this.queue.shift();
-      if (op.cls >= 0) {
-        const block = pools.take(op.cls);
-        if (block === undefined) {
-          waiting.push(op); // until the grant arrives
+    let waiting: Work[] | undefined; // no block yet: until the grant arrives
+    const queue = this.queue;
+    fill: while (this.head < queue.length && this.freeCount > 0) {
+      const work = queue[this.head]!;
+      if (work instanceof PendingOp) {
+        if (arenaUsed + work.keyBytes + work.valueBytes > arena.length) break;
+        let block = -1;
+        if (work.cls >= 0) block = pools.take(work.cls) ?? -1;
+        queue[this.head++] = undefined;
+        if (work.cls >= 0 && block < 0) {
+          (waiting ??= []).push(work);
           continue;
         }
-        op.block = block;
+        arenaUsed = this.describe(words, arena, count++, arenaUsed, work, 0, work.type, work.key, work.keyBytes, work.value, work.valueBytes, work.cls, block);
+        work.sent = true;
+        if (work.type === KvOp.CAS || work.type === KvOp.INCR || work.type === KvOp.LOCK || work.type === KvOp.UNLOCK) writeArgument(words, (count - 1) * OpLayout.WORDS, work);
+        continue;
       }
-      const id = this.nextId;
-      this.nextId = (id + 1) >>> 0; // OpLayout.ID is one word: any u32 is an op id, and they wrap
-      const o = count * OpLayout.WORDS;
-      words[o + OpLayout.TYPE] = op.type;
-      words[o + OpLayout.ID] = id;
-      words[o + OpLayout.KEY_OFFSET] = arenaUsed;
-      words[o + OpLayout.KEY_LEN] = op.key.length;
-      op.key.copy(arena, arenaUsed);
-      arenaUsed += op.key.length;
-      words[o + OpLayout.VALUE_OFFSET] = arenaUsed;
-      words[o + OpLayout.VALUE_LEN] = op.value?.length ?? 0;
-      if (op.value) {
-        op.value.copy(arena, arenaUsed);
-        arenaUsed += op.value.length;
+      if (work.failed) {
+        queue[this.head++] = undefined;
+        continue;
       }
-      words[o + OpLayout.BLOCK] = op.block ?? 0;
-      words[o + OpLayout.BLOCK_UNITS] = op.cls >= 0 ? pools.unitsOf(op.cls) : 0;
-      writeArgument(words, o, op);
-      this.inflight.set(id, op);
-      batch.push(op);
-      count++;
+      const { keys, keyBytes, values, valueBytes, classes } = work;
+      while (work.next < keys.length && this.freeCount > 0) {
+        const k = work.next;
+        const vb = valueBytes ? valueBytes[k]! : 0;
+        if (arenaUsed + keyBytes[k]! + vb > arena.length) break fill;
+        const cls = classes ? classes[k]! : -1;
+        const block = cls >= 0 ? (pools.take(cls) ?? -1) : -1;
+        if (cls >= 0 && block < 0) break;
+        arenaUsed = this.describe(words, arena, count++, arenaUsed, work, k, work.type, keys[k]!, keyBytes[k]!, values?.[k], vb, cls, block);
+        work.next++;
+      }
+      if (work.next < keys.length && this.freeCount > 0) {
+        queue[this.head++] = undefined;
+        (waiting ??= []).push(work); // its next key waits for a block
+      } else if (work.next === keys.length) {
+        queue[this.head++] = undefined;
+      }
     }
-    let taken = 0;
+    if (waiting) for (let i = waiting.length - 1; i >= 0; i--) this.unshift(waiting[i]!);
     if (count > 0) {
-      taken = core.submit(count);
+      const taken = core.submit(count);
       this.submits++;
-      for (let i = 0; i < taken; i++) batch[i]!.sent = true;
+      if (this.spinsLeft-- === SPINS_PER_TURN) setImmediate(this.newTurn);
+      // What the core could not take goes back to the front, in order.
+      for (let i = count - 1; i >= taken; i--) this.giveBack(this.submitted[i]!, pools);
     }
-    // What the core could not take goes back to the front, in order.
-    for (let i = batch.length - 1; i >= taken; i--) {
-      const op = batch[i]!;
-      this.inflight.delete(words[i * OpLayout.WORDS + OpLayout.ID]!);
-      if (op.block !== undefined) {
-        pools.giveBack(op.cls, op.block);
-        op.block = undefined;
-      }
-      this.queue.unshift(op);
+    if (this.head === queue.length) {
+      queue.length = 0;
+      this.head = 0;
+    } else if (this.head > 1024 && this.head * 2 > queue.length) {
+      queue.splice(0, this.head);
+      this.head = 0;
     }
-    this.queue.unshift(...waiting);
-    if (taken > 0 && this.pollMode === 'busy' && this.spinsLeft > 0) this.spin(session);
+    // Ops left queued start their deadline now (no clock read for the ones that went at once).
+    for (let i = queue.length - 1; i >= this.head && queue[i]!.deadline === 0; i--) queue[i]!.deadline = performance.now() + this.timeoutMs;
+    if (count > 0) this.onPolled(session, core.submittedResults, core.controlCount);
+    if (this.session === session && this.inflightCount > 0 && this.pollMode === 'busy' && this.spinsLeft > 0) this.spin(session);
+    // Ops that finished inside the submit freed their slots: the rest of the queue goes next.
+    if (count > 0 && this.freeCount > 0 && this.head < this.queue.length) this.scheduleFlush();
     this.startPolling();
     this.armTimer();
   }
 
+  /** Writes descriptor `i` (and its key and value into the arena) for key `k` of `owner`; returns the arena used. */
+  private describe(words: Uint32Array, arena: Buffer, i: number, at: number, owner: Work, k: number, type: KvOp, key: Bytes, keyBytes: number, value: Bytes | undefined, valueBytes: number, cls: number, block: number): number {
+    const slot = this.freeSlots[--this.freeCount]!;
+    const id = ((++this.uses << SLOT_BITS) | slot) >>> 0; // OpLayout.ID is one word: ids wrap
+    this.owners[slot] = owner;
+    this.ids[slot] = id;
+    this.members[slot] = k;
+    this.blocks[slot] = block;
+    this.classes[slot] = cls;
+    this.submitted[i] = slot;
+    const o = i * OpLayout.WORDS;
+    words[o + OpLayout.TYPE] = type;
+    words[o + OpLayout.ID] = id;
+    words[o + OpLayout.KEY_OFFSET] = at;
+    words[o + OpLayout.KEY_LEN] = keyBytes;
+    if (typeof key === 'string') arena.write(key, at, keyBytes);
+    else key.copy(arena, at);
+    at += keyBytes;
+    words[o + OpLayout.VALUE_OFFSET] = at;
+    words[o + OpLayout.VALUE_LEN] = valueBytes;
+    if (value !== undefined) {
+      if (typeof value === 'string') arena.write(value, at, valueBytes);
+      else value.copy(arena, at);
+      at += valueBytes;
+    }
+    words[o + OpLayout.BLOCK] = block < 0 ? 0 : block;
+    words[o + OpLayout.BLOCK_UNITS] = cls >= 0 ? this.session!.pools.unitsOf(cls) : 0;
+    return at;
+  }
+
+  /** An op the core did not take: its slot and block back, its record to the queue's front. */
+  private giveBack(slot: number, pools: Session['pools']): void {
+    const owner = this.owners[slot]!;
+    if (this.blocks[slot]! >= 0) pools.giveBack(this.classes[slot]!, this.blocks[slot]!);
+    this.release(slot);
+    if (owner instanceof PendingOp) owner.sent = false;
+    else owner.next--; // a batch's untaken keys are the last it described
+    if (this.queue.indexOf(owner, this.head) < 0) this.unshift(owner); // rare: the core had no item buffer
+  }
+
+  private unshift(work: Work): void {
+    if (this.head > 0) this.queue[--this.head] = work;
+    else this.queue.unshift(work);
+  }
+
   /**
    * Polls right after posting, for a few microseconds: a round trip often
-   * completes within that (at once on shm, ~2 µs on a NIC), and finishing
-   * here saves a turn of the event loop, which costs more than the trip.
+   * completes within that (~2 µs on a NIC), and finishing here saves a turn
+   * of the event loop, which costs more than the trip. Only SPINS_PER_TURN
+   * submits per turn spin (see there).
    */
   private spin(session: Session): void {
-    // A caller that issues its next op as each one resolves would otherwise
-    // chain microtasks forever: timers (keepalive, deadlines) and I/O starve.
-    // So only SPINS_PER_TURN flushes per event-loop turn spin.
-    if (this.spinsLeft-- === SPINS_PER_TURN) {
-      setImmediate(() => {
-        this.spinsLeft = SPINS_PER_TURN;
-      });
-    }
     const end = performance.now() + SPIN_MS;
     do {
       const n = session.core.poll();
       const controls = session.core.controlCount;
       if (n > 0 || controls > 0) this.onPolled(session, n, controls);
-    } while (this.session === session && this.inflight.size > 0 && performance.now() < end);
+    } while (this.session === session && this.inflightCount > 0 && performance.now() < end);
   }
 
   private startPolling(): void {
     if (this.polling || this.pollMode === 'event') return;
+    if (!this.session || (this.inflightCount === 0 && !this.session.pools.awaitingGrants && this.head === this.queue.length)) return;
     this.polling = true;
     const loop = () => {
-      this.pollOnce(false);
-      // Queued ops count too: the spin in flush() may finish a whole batch, leaving nothing in flight.
-      if (this.session && (this.inflight.size > 0 || this.session.pools.awaitingGrants || this.queue.length > 0)) setImmediate(loop);
+      this.pollOnce();
+      // Queued ops count too: a grant may be all they wait for.
+      if (this.session && (this.inflightCount > 0 || this.session.pools.awaitingGrants || this.head < this.queue.length)) setImmediate(loop);
       else this.polling = false;
     };
     setImmediate(loop);
   }
 
-  /** One poll's output: `n` op results, then `controls` control completions. */
+  /** One call's output: `n` op results, then `controls` control completions. */
   private onPolled(session: Session, n: number, controls: number): void {
     if (n > 0) this.onResults(session, n);
     if (controls > 0) this.onControls(session, controls);
@@ -301,67 +366,84 @@ export class OpQueue {
     }
   }
 
+  /** The op of a result's id, or -1 (a stale id). */
+  private slotOf(id: number): number {
+    const slot = id & (SLOTS - 1);
+    return this.owners[slot] !== undefined && this.ids[slot] === id ? slot : -1;
+  }
+
   private onResults(session: Session, n: number): void {
     const words = session.core.resultWords;
     const scratch = session.core.scratch;
-    for (let i = 0; i < n; i++) {
-      const o = i * ResultLayout.WORDS;
-      const id = words[o + ResultLayout.ID]!;
+    const handout = ++this.handouts;
+    // First the bytes each batch's values take in this hand-out: one Buffer each.
+    for (let i = 0, o = 0; i < n; i++, o += ResultLayout.WORDS) {
+      const slot = this.slotOf(words[o + ResultLayout.ID]!);
+      const owner = slot < 0 ? undefined : this.owners[slot];
+      if (!(owner instanceof Batch) || owner.type !== KvOp.GET || words[o + ResultLayout.STATUS] !== KvStatus.OK) continue;
+      if (owner.handout !== handout) {
+        owner.handout = handout;
+        owner.chunk = undefined;
+        owner.chunkBytes = owner.chunkUsed = 0;
+      }
+      owner.chunkBytes += words[o + ResultLayout.VALUE_LEN]!;
+    }
+    for (let i = 0, o = 0; i < n; i++, o += ResultLayout.WORDS) {
+      const slot = this.slotOf(words[o + ResultLayout.ID]!);
+      if (slot < 0) continue;
+      const owner = this.owners[slot]!;
+      const k = this.members[slot]!;
+      if (words[o + ResultLayout.BLOCK_UNUSED] && this.blocks[slot]! >= 0) session.pools.giveBack(this.classes[slot]!, this.blocks[slot]!);
+      this.release(slot);
       const status = words[o + ResultLayout.STATUS]!;
-      const op = this.inflight.get(id);
-      if (!op) continue;
-      this.inflight.delete(id);
-      if (words[o + ResultLayout.BLOCK_UNUSED] && op.block !== undefined) session.pools.giveBack(op.cls, op.block);
-      const version = BigInt(words[o + ResultLayout.VERSION_LO]!) | (BigInt(words[o + ResultLayout.VERSION_HI]!) << 32n);
-      const retries = words[o + ResultLayout.DETAIL]!;
-      if (status === KvStatus.OK || status === KvStatus.NOT_FOUND || (status === KvStatus.VERSION_MISMATCH && op.mismatchResolves)) {
-        let value: Buffer | undefined;
-        if (op.type === KvOp.GET && status === KvStatus.OK) {
+      if (owner instanceof Batch) {
+        if (owner.failed) continue;
+        if (status === KvStatus.OK && owner.type === KvOp.GET) {
           const at = words[o + ResultLayout.VALUE_OFFSET]!;
-          value = Buffer.from(scratch.subarray(at, at + words[o + ResultLayout.VALUE_LEN]!)); // a copy: scratch is reused
+          const len = words[o + ResultLayout.VALUE_LEN]!;
+          const chunk = (owner.chunk ??= Buffer.allocUnsafe(owner.chunkBytes));
+          scratch.copy(chunk, owner.chunkUsed, at, at + len); // a copy: scratch is reused
+          owner.out![owner.positions ? owner.positions[k]! : k] = chunk.subarray(owner.chunkUsed, (owner.chunkUsed += len));
+        } else if (status !== KvStatus.OK && status !== KvStatus.NOT_FOUND) {
+          owner.fail(errorForStatus(status, words[o + ResultLayout.DETAIL]!, `${opName(owner.type)} ${describe(owner.keys[k]!)}`));
+          continue;
         }
-        op.resolve(value ? { status, value, version, retries } : { status, version, retries });
+        if (--owner.left === 0) owner.resolve(owner.out);
+        continue;
+      }
+      if (status === KvStatus.OK || status === KvStatus.NOT_FOUND || (status === KvStatus.VERSION_MISMATCH && owner.mismatchResolves)) {
+        let value: Buffer | undefined;
+        if (owner.type === KvOp.GET && status === KvStatus.OK) {
+          const at = words[o + ResultLayout.VALUE_OFFSET]!;
+          const len = words[o + ResultLayout.VALUE_LEN]!;
+          value = Buffer.allocUnsafe(len); // a copy: scratch is reused
+          scratch.copy(value, 0, at, at + len);
+        }
+        if (owner.answer === Answer.VALUE) owner.resolve(value);
+        else if (owner.answer === Answer.NONE) owner.resolve(undefined);
+        else {
+          const version = BigInt(words[o + ResultLayout.VERSION_LO]!) | (BigInt(words[o + ResultLayout.VERSION_HI]!) << 32n);
+          const retries = words[o + ResultLayout.DETAIL]!;
+          owner.resolve(value ? { status, value, version, retries } : { status, version, retries });
+        }
       } else {
-        op.reject(errorForStatus(status, words[o + ResultLayout.DETAIL]!, `${opName(op.type)} ${describe(op.key)}`));
+        owner.reject(errorForStatus(status, words[o + ResultLayout.DETAIL]!, `${opName(owner.type)} ${describe(owner.key)}`));
       }
     }
   }
 
   /** Fails queued ops whose deadline passed (a grant that never came, a stuck server). */
   private armTimer(): void {
-    if (this.timer || this.queue.length === 0) return;
+    if (this.timer || this.head === this.queue.length) return;
     this.timer = setTimeout(() => {
       this.timer = undefined;
       const now = performance.now();
-      for (let i = this.queue.length - 1; i >= 0; i--) {
-        const op = this.queue[i]!;
-        if (op.deadline <= now) {
-          this.queue.splice(i, 1);
-          op.reject(new KvTimeoutError(`${describe(op.key)}: not started within ${this.timeoutMs} ms`));
-        }
+      const late = (work: Work) => work.deadline !== 0 && work.deadline <= now;
+      if (this.queue.some((work, i) => i >= this.head && late(work!))) {
+        this.removeQueued(late, (work) => new KvTimeoutError(`${describe(work instanceof PendingOp ? work.key : work.keys[work.next]!)}: not started within ${this.timeoutMs} ms`));
       }
       this.armTimer();
     }, 100);
     this.timer.unref();
-  }
-}
-
-/** The argument of the op's type, in OpLayout's words of its name (the other types have none). */
-function writeArgument(words: Uint32Array, o: number, op: OpRequest): void {
-  switch (op.type) {
-    case KvOp.CAS:
-      words[o + OpLayout.EXPECTED_VERSION_LO] = Number(op.arg & 0xffffffffn);
-      words[o + OpLayout.EXPECTED_VERSION_HI] = Number(op.arg >> 32n);
-      break;
-    case KvOp.INCR:
-      words[o + OpLayout.DELTA_LO] = Number(op.arg & 0xffffffffn);
-      words[o + OpLayout.DELTA_HI] = Number(op.arg >> 32n);
-      break;
-    case KvOp.LOCK:
-      words[o + OpLayout.LOCK_TIMEOUT_MS] = Number(op.arg);
-      break;
-    case KvOp.UNLOCK:
-      words[o + OpLayout.TOKEN] = Number(op.arg & 0xffffffffn);
-      break;
   }
 }

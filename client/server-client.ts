@@ -6,7 +6,7 @@
 import { EventEmitter } from 'node:events';
 
 import type { Completion } from '../native/index.js';
-import { KvLayout, KvOp } from '../protocol/constants.js';
+import { KvLayout, KvOp, KvStatus } from '../protocol/constants.js';
 import type { ControlMessage, Hello } from '../protocol/control.js';
 import {
   KvDisconnectedError,
@@ -18,12 +18,12 @@ import {
 import { classFor, itemUnits } from '../protocol/size-classes.js';
 import { type HistoryRecorder, recorded } from './history.js';
 import { toBuffer } from './keys.js';
-import { type OpRequest, type OpResult, OpQueue } from './op-queue.js';
+import { Answer, Batch, type Bytes, type OpRequest, type OpResult, OpQueue } from './op-queue.js';
 import { Session, type SessionOptions } from './session.js';
 import type { KvClientOptions, KvStatusName, Value } from './types.js';
 
 export type { HistoryRecorder } from './history.js';
-export type { OpResult } from './op-queue.js';
+export type { Bytes, OpResult } from './op-queue.js';
 
 /** What a ServerClient needs: KvClientOptions' per-server part, and one URL. */
 export interface ServerClientOptions extends SessionOptions, Pick<KvClientOptions, 'pollMode' | 'timeoutMs' | 'reconnect'> {
@@ -102,30 +102,108 @@ export class ServerClient extends EventEmitter<ClientEvents> {
    * here: their limits are the server's. CAS and UNLOCK resolve a version
    * mismatch (it is an answer); every other failure rejects with a KvError.
    */
-  submit(type: KvOp, key: Buffer, value?: Value, arg = 0n, mismatchResolves = false): Promise<OpResult> {
-    if (this._status === 'closed') return Promise.reject(new KvDisconnectedError('the client is closed'));
-    const session = this.session;
-    if (this._status !== 'ready' || !session) return Promise.reject(new KvDisconnectedError(`not connected to ${this.options.url} (${this._status})`));
-    if (key.length > KvLayout.MAX_KEY_BYTES) {
-      return Promise.reject(new KvKeyTooLargeError(`key of ${key.length} bytes: the limit is ${KvLayout.MAX_KEY_BYTES}`));
+  submit(type: KvOp, key: Bytes, value?: Value, arg = 0n, mismatchResolves = false): Promise<OpResult> {
+    return this.request(type, key, value, arg, mismatchResolves, Answer.FULL) as Promise<OpResult>;
+  }
+
+  /** A GET that resolves the value (or undefined): no result object, no version. */
+  getValue(key: Bytes): Promise<Buffer | undefined> {
+    return this.request(KvOp.GET, key, undefined, 0n, false, Answer.VALUE) as Promise<Buffer | undefined>;
+  }
+
+  /** A PUT that resolves undefined. */
+  putValue(key: Bytes, value: Value): Promise<void> {
+    return this.request(KvOp.PUT, key, value, 0n, false, Answer.NONE) as Promise<void>;
+  }
+
+  /**
+   * Many GETs as one batch: one promise, values as views of one Buffer per
+   * hand-out. `out[positions[i]]` (default `out[i]`) gets key i's value or
+   * stays undefined. Every key is checked before anything is queued.
+   */
+  getMany(keys: Bytes[], out: Array<Buffer | undefined>, positions?: Int32Array): Promise<unknown> {
+    const refused = this.refusal();
+    if (refused) return Promise.reject(refused);
+    const keyBytes = new Int32Array(keys.length);
+    for (let i = 0; i < keys.length; i++) {
+      const tooLarge = this.keyCheck(keys[i]!, keyBytes, i);
+      if (tooLarge) return Promise.reject(tooLarge);
     }
-    const { classes, maxValueBytes } = session.hello.layout;
-    let bytes: Buffer | undefined;
+    const batch = new Batch(KvOp.GET, keys, keyBytes, undefined, undefined, undefined, out, positions);
+    this.queue.addBatch(batch);
+    return batch.promise;
+  }
+
+  /** Many PUTs as one batch (one promise); every entry is checked before anything is queued. */
+  putMany(keys: Bytes[], values: Bytes[]): Promise<unknown> {
+    const refused = this.refusal();
+    if (refused) return Promise.reject(refused);
+    const { classes, maxValueBytes } = this.session!.hello.layout;
+    const n = keys.length;
+    const keyBytes = new Int32Array(n);
+    const valueBytes = new Int32Array(n);
+    const sizes = new Int32Array(n);
+    for (let i = 0; i < n; i++) {
+      const tooLarge = this.keyCheck(keys[i]!, keyBytes, i);
+      if (tooLarge) return Promise.reject(tooLarge);
+      const value = values[i]!;
+      const vb = (valueBytes[i] = typeof value === 'string' ? Buffer.byteLength(value) : value.length);
+      if (vb > maxValueBytes) return Promise.reject(new KvValueTooLargeError(`value of ${vb} bytes: the limit is ${maxValueBytes}`));
+      sizes[i] = classFor(classes, itemUnits(keyBytes[i]!, vb));
+    }
+    const batch = new Batch(KvOp.PUT, keys, keyBytes, values, valueBytes, sizes, undefined, undefined);
+    this.queue.addBatch(batch);
+    return batch.promise;
+  }
+
+  /** Why no operation can be queued now (undefined: it can). */
+  private refusal(): KvDisconnectedError | undefined {
+    if (this._status === 'closed') return new KvDisconnectedError('the client is closed');
+    if (this._status !== 'ready' || !this.session) return new KvDisconnectedError(`not connected to ${this.options.url} (${this._status})`);
+    return undefined;
+  }
+
+  /** Measures key i into bytes[i]; a key over the limit is the error returned. */
+  private keyCheck(key: Bytes, bytes: Int32Array, i: number): KvKeyTooLargeError | undefined {
+    const n = (bytes[i] = typeof key === 'string' ? Buffer.byteLength(key) : key.length);
+    return n > KvLayout.MAX_KEY_BYTES ? new KvKeyTooLargeError(`key of ${n} bytes: the limit is ${KvLayout.MAX_KEY_BYTES}`) : undefined;
+  }
+
+  private request(type: KvOp, key: Bytes, value: Value | undefined, arg: bigint, mismatchResolves: boolean, answer: Answer): Promise<unknown> {
+    const refused = this.refusal();
+    if (refused) return Promise.reject(refused);
+    const keyBytes = typeof key === 'string' ? Buffer.byteLength(key) : key.length;
+    if (keyBytes > KvLayout.MAX_KEY_BYTES) {
+      return Promise.reject(new KvKeyTooLargeError(`key of ${keyBytes} bytes: the limit is ${KvLayout.MAX_KEY_BYTES}`));
+    }
+    const { classes, maxValueBytes } = this.session!.hello.layout;
+    let bytes: Bytes | undefined;
+    let valueBytes = 0;
     let cls = -1; // the size class of the block it may need
     if (type === KvOp.PUT || type === KvOp.CAS) {
-      try {
-        bytes = toBuffer(value, 'value');
-      } catch (error) {
-        return Promise.reject(error);
+      if (typeof value === 'string') {
+        bytes = value;
+        valueBytes = Buffer.byteLength(value);
+      } else {
+        try {
+          bytes = toBuffer(value, 'value');
+        } catch (error) {
+          return Promise.reject(error);
+        }
+        valueBytes = bytes.length;
       }
-      if (bytes.length > maxValueBytes) return Promise.reject(new KvValueTooLargeError(`value of ${bytes.length} bytes: the limit is ${maxValueBytes}`));
-      cls = classFor(classes, itemUnits(key.length, bytes.length));
+      if (valueBytes > maxValueBytes) return Promise.reject(new KvValueTooLargeError(`value of ${valueBytes} bytes: the limit is ${maxValueBytes}`));
+      cls = classFor(classes, itemUnits(keyBytes, valueBytes));
     } else if (type === KvOp.INCR || type === KvOp.LOCK) {
-      cls = classFor(classes, itemUnits(key.length, 0)); // in case it must be created
+      cls = classFor(classes, itemUnits(keyBytes, 0)); // in case it must be created
     }
-    const request: OpRequest = { type, key, value: bytes, arg, cls, mismatchResolves };
+    const request: OpRequest = { type, key, keyBytes, value: bytes, valueBytes, arg, cls, mismatchResolves };
     const { recorder } = this.options;
-    return recorder ? recorded(recorder, request, (op) => this.queue.add(op)) : this.queue.add(request).result;
+    if (recorder) {
+      const r = recorded(recorder, request, (op) => this.queue.add(op));
+      return answer === Answer.FULL ? r : r.then((x) => (answer === Answer.VALUE && x.status === KvStatus.OK ? x.value : undefined));
+    }
+    return this.queue.add(request, answer).result;
   }
 
   /** Waits for operations in flight, gives unused blocks back, disconnects. Idempotent. */
@@ -154,7 +232,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     session.connection.once('disconnected', (reason) => this.lost(session, reason));
     this.queue.attach(session);
     session.startKeepalive(
-      () => this.queue.pollOnce(false),
+      () => this.queue.pollOnce(),
       (reason) => this.lost(session, reason),
     );
     this.setStatus('ready');

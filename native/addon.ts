@@ -111,9 +111,12 @@ export interface CoreOptions {
   opTimeoutMs: number;
   /** Keys and values of one submitted batch. */
   arenaBytes: number;
+  /** Event mode: the core re-arms the CQ after each submit and poll (and disarms it while it posts). */
+  armWhenDone?: boolean;
 }
 /** native/binding/kv_binding.cc: the client data-path core over one connection. */
 export interface NativeClientCore {
+  /** taken + results * 65536 (see ClientCore.submit in native/client-core.ts). */
   submit(count: number): number;
   poll(): number;
   failAll(status: number): void;

@@ -1,8 +1,11 @@
 // The client data path (native/kv/client_core.cc) over one connection, typed.
-// One crossing per batch each way: the caller writes op descriptors
-// (OpLayout words) into opWords and their keys and values into arena, then
-// submit(n); poll() leaves results (ResultLayout words) in resultWords, with
-// GET values in scratch, valid until the next poll() or submit(), and the
+// One crossing per batch: the caller writes op descriptors (OpLayout words)
+// into opWords and their keys and values into arena, then submit(n), which
+// drives the round trips as far as they complete synchronously (on shm: to
+// the end) and leaves the results of the ops that finished in resultWords
+// (ResultLayout words; submittedResults says how many); poll() does the same
+// for ops that finish later. GET values are in scratch, valid until the next
+// poll() or submit(), and the
 // completions of the caller's control requests (SENDs and RECVs whose wr_id
 // has the KvLayout.CONTROL_TAG_SHIFT bit) in controlWords (ControlWords: a
 // count, then WcLayout words, as readCompletion() reads them).
@@ -44,9 +47,18 @@ export class ClientCore {
     this.scratch = this.#native.scratch;
   }
 
-  /** Takes the first `count` ops of opWords (while slots and scratch last); returns how many it took. One doorbell. */
+  /** Results the last submit() left in resultWords (its control completions: controlCount). */
+  submittedResults = 0;
+
+  /**
+   * Takes the first `count` ops of opWords (while slots and scratch last) and
+   * returns how many it took; the results of those that finished inside the
+   * call are in resultWords (submittedResults of them). One doorbell per pass.
+   */
   submit(count: number): number {
-    return this.#native.submit(count);
+    const r = this.#native.submit(count);
+    this.submittedResults = r >>> 16;
+    return r & 0xffff;
   }
   /** Leaves finished ops' results in resultWords and returns how many; the control completions it took are in controlWords (controlCount). */
   poll(): number {
@@ -71,7 +83,7 @@ export class ClientCore {
   close(waitMs?: number): boolean {
     return waitMs === undefined ? this.#native.close() : this.#native.close(waitMs);
   }
-  /** Ops submitted and not yet handed back by poll(). */
+  /** Ops submitted and not yet handed back (a native call: not for the hot path). */
   get inflight(): number {
     return this.#native.inflight;
   }

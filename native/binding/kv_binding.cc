@@ -1,10 +1,13 @@
 // JS class over the client core: ClientCore(provider, connection, cq, region, options).
 //
-// One crossing per batch each way: JS writes op descriptors (OpLayout words)
-// into opWords and keys/values into arena, then submit(n); poll() leaves
-// results (ResultLayout words) in resultWords, with GET values in scratch
-// (valid until the next poll), and the completions of JS's control requests
-// in controlWords (ControlWords: a count, then WcLayout words). close() ends
+// One crossing per batch: JS writes op descriptors (OpLayout words) into
+// opWords and keys/values into arena, then submit(n), which also runs the
+// core's passes and leaves the results of every op that finished inside it
+// in resultWords (ResultLayout words), with GET values in scratch (valid
+// until the next submit or poll), and the completions of JS's control
+// requests in controlWords (ControlWords: a count, then WcLayout words).
+// poll() does the same for ops that finish later. On shm a GET is one
+// crossing. close() ends
 // the data path: every op in flight fails with DISCONNECTED (poll() hands
 // those results out) and it returns once the NIC or provider can no longer
 // write scratch.
@@ -82,10 +85,12 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
     const size_t scratch_bytes = static_cast<size_t>(bigint_field(o, "scratchBytes"));
     const uint32_t timeout = static_cast<uint32_t>(bigint_field(o, "opTimeoutMs"));
     arena_bytes_ = static_cast<size_t>(bigint_field(o, "arenaBytes"));
+    const bool arm_when_done = o.Get("armWhenDone").ToBoolean();
     std::string error;
     core_ = ClientCore::create(provider_of(info[0]), connection_of(info[1]), cq_of(info[2]), region, scratch_bytes,
                                timeout, &error);
     if (!core_) throw_error(env, "ERR_RKV_CLIENT", error);
+    core_->set_arm_when_done(arm_when_done);
     op_words_ = std::make_shared<std::vector<uint32_t>>(kMaxBatch * u32(OpLayout::WORDS));
     result_words_ = std::make_shared<std::vector<uint32_t>>(kMaxBatch * u32(ResultLayout::WORDS));
     control_words_ = std::make_shared<std::vector<uint32_t>>(u32(ControlWords::ENTRIES) +
@@ -106,7 +111,9 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
     return Napi::ArrayBuffer::New(env, data, bytes, [](Napi::Env, void*, std::shared_ptr<T>* p) { delete p; }, h);
   }
 
-  // submit(count) -> how many ops were taken (the rest stay with the caller).
+  // submit(count) -> taken + results * 65536: how many ops were taken (the
+  // rest stay with the caller), and how many results it left in resultWords
+  // (both at most MAX_POST_BATCH); control completions are in controlWords.
   Napi::Value submit(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     const uint32_t count = std::min<uint32_t>(info[0].As<Napi::Number>().Uint32Value(), kMaxBatch);
@@ -129,13 +136,20 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
       d.block_units = w[u32(OpLayout::BLOCK_UNITS)];
       read_argument(d, w);
     }
-    return Napi::Number::New(env, static_cast<double>(core_->submit(descs_.data(), count)));
+    const size_t taken = core_->submit(descs_.data(), count);
+    const size_t n = write_out(core_->take_results(results_.data(), kMaxBatch));
+    return Napi::Number::New(env, static_cast<double>(taken + n * 65536));
   }
 
   // poll() -> how many op results it left in resultWords; the control
   // completions it took are in controlWords, their count first.
   Napi::Value poll(const Napi::CallbackInfo& info) {
-    const size_t n = core_->poll(results_.data(), kMaxBatch);
+    return Napi::Number::New(info.Env(), static_cast<double>(write_out(core_->poll(results_.data(), kMaxBatch))));
+  }
+
+  // The results in results_ into resultWords, and the control completions
+  // waiting into controlWords. Returns n.
+  size_t write_out(size_t n) {
     uint32_t* w = result_words_->data();
     for (size_t i = 0; i < n; i++, w += u32(ResultLayout::WORDS)) {
       const OpResult& r = results_[i];
@@ -154,7 +168,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
     for (size_t i = 0; i < controls; i++) {
       write_completion(c + u32(ControlWords::ENTRIES) + i * u32(WcLayout::WORDS), controls_[i]);
     }
-    return Napi::Number::New(info.Env(), static_cast<double>(n));
+    return n;
   }
 
   // The argument of the op's type, from OpLayout's words of its name.

@@ -26,9 +26,10 @@ constexpr size_t kMaxUnposted = kMaxOps * kMaxPhaseRequests + 1;
 // Results waiting for JS: a poll adds at most one per op, submit one per op
 // it takes. Reserved once.
 constexpr size_t kReadyReserve = 2 * u32(Limit::MAX_POLL_BATCH) + 2 * kMaxOps;
-// Control completions waiting for JS: a CQ poll adds at most MAX_POLL_BATCH,
-// and JS takes as many with every poll(). Reserved once.
-constexpr size_t kControlsReserve = 2 * u32(Limit::MAX_POLL_BATCH);
+// Control completions waiting for JS: a CQ poll adds at most MAX_POLL_BATCH
+// per pass, and JS takes as many with every poll() or submit(). Reserved once.
+constexpr int kMaxPasses = 16;
+constexpr size_t kControlsReserve = (kMaxPasses + 2) * u32(Limit::MAX_POLL_BATCH);
 
 }  // namespace
 
@@ -156,21 +157,45 @@ void ClientCore::free_item(Op& op) { buffers_.give_back(&op.item); }
 // ---- poll ------------------------------------------------------------------------
 
 size_t ClientCore::poll(OpResult* out, size_t max) {
-  // Values handed out by the previous poll have been copied by now.
+  // Values handed out by the previous poll or submit have been copied by now.
   for (BufferPool::Buffer& buffer : lent_) buffers_.give_back(&buffer);
   lent_.clear();
   if (!broken_ && connection_->state() != ConnState::CONNECTED) {
     broken_ = true;
     fail_all(KvStatus::DISCONNECTED, 0);
   }
-  drain_completions(static_cast<int>(completions_.size()));
-  if (backoffs_ > 0) run_due_backoffs();
-  post_sends();
+  advance();
+  settle();
   return hand_out(out, max);
 }
 
+// Passes: drain the CQ, advance ops, retry due backoffs, post the next round
+// trips with one doorbell; again while a pass found completions or posted
+// something, because a provider that completes inside the post (shm; a NIC
+// within a microsecond or two) has the next answers ready at once. So a shm
+// GET's two round trips both finish in the call that posted the first one.
+// Bounded: a pass that finds nothing new ends it (one empty CQ poll on a NIC).
+void ClientCore::advance() {
+  for (int pass = 0; pass < kMaxPasses; pass++) {
+    const int n = drain_completions(static_cast<int>(completions_.size()));
+    if (backoffs_ > 0) run_due_backoffs();
+    const bool posting = !sends_.empty();
+    post_sends();
+    if (n == 0 && !posting) return;
+  }
+}
+
+// Event mode: arm after draining, then look once more (completions that raced
+// with arm() bring no event). Anything found then may cost one spurious wake-up.
+void ClientCore::settle() {
+  if (!arm_when_done_ || closed_) return;
+  cq_->arm();
+  advance();
+}
+
 // Completions: control ones wait for JS; a data phase's advances its op.
-void ClientCore::drain_completions(int budget) {
+// Returns how many the CQ gave.
+int ClientCore::drain_completions(int budget) {
   const int n = cq_->poll(completions_.data(), budget);
   for (int i = 0; i < n; i++) {
     const Completion& c = completions_[i];
@@ -193,6 +218,7 @@ void ClientCore::drain_completions(int budget) {
     if (!op.busy || op.seq != wr_tag::seq(c.wr_id)) continue;  // a finished op's late completion
     phase_done(op);
   }
+  return n;
 }
 
 void ClientCore::run_due_backoffs() {

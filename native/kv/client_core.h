@@ -98,12 +98,21 @@ class ClientCore {
   ~ClientCore();
 
   // Accepts ops while free ops and scratch last; returns how many were taken
-  // (the rest stay with the caller). Posts the first round trip of each.
+  // (the rest stay with the caller). Posts the first round trip of each, then
+  // runs advance(): where completions are synchronous (shm) the ops finish
+  // here, and their results wait for take_results(). Values handed out
+  // before are given back (JS copied them).
   size_t submit(const OpDesc* ops, size_t count);
-  // Polls completions, advances state machines, posts the next round trips
-  // with one doorbell, and returns finished ops. Control completions it
-  // drained wait for take_controls().
+  // advance(), then hands out finished ops (take_results). Control
+  // completions it drained wait for take_controls().
   size_t poll(OpResult* out, size_t max);
+  // Finished ops' results, up to max; a GET's value stays in scratch until
+  // the next submit() or poll().
+  size_t take_results(OpResult* out, size_t max) { return hand_out(out, max); }
+  // Event mode: the core re-arms the CQ itself at the end of every submit()
+  // and poll(), after draining it, and submit() disarms it before posting, so
+  // completions that arrive inside the post (shm) wake no thread.
+  void set_arm_when_done(bool on) { arm_when_done_ = on; }
   // The completions of JS's control requests drained since the last call, as
   // the CQ gave them (up to max; the rest wait for the next call).
   size_t take_controls(transport::Completion* out, size_t max);
@@ -152,7 +161,9 @@ class ClientCore {
   KvStatus refusal(const Op& op, const OpDesc& d) const;
   void start(Op& op, const OpDesc& d);
   // Poll's steps.
-  void drain_completions(int budget);
+  void advance();
+  void settle();
+  int drain_completions(int budget);
   void run_due_backoffs();
   size_t hand_out(OpResult* out, size_t max);
   void post_sends();
@@ -218,6 +229,7 @@ class ClientCore {
   bool broken_ = false;
   bool closed_ = false;
   bool quiescent_ = true;  // after close(): every posted request completed or flushed
+  bool arm_when_done_ = false;  // event mode (set_arm_when_done)
   uint32_t broken_detail_ = 0;
   std::minstd_rand rng_;
   AddressCache cache_;

@@ -2,13 +2,20 @@
 // for a PUT or CAS, an item buffer: without one the op stays with the
 // caller), gets its header and the state of its type, is refused at once if
 // its input is bad or the connection is gone, and posts its first round trip.
-// All of a batch's first round trips go out with one doorbell.
+// All of a batch's first round trips go out with one doorbell; then the
+// passes of advance() (client_core.cc) run, so a batch whose completions are
+// synchronous is finished when submit returns.
 #include "client_core.h"
 #include "op.h"
 
 namespace rkv::kv {
 
 size_t ClientCore::submit(const OpDesc* descs, size_t count) {
+  // Values handed out by the previous poll or submit have been copied by now.
+  for (BufferPool::Buffer& buffer : lent_) buffers_.give_back(&buffer);
+  lent_.clear();
+  // Completions of this post are collected below: they must not wake a thread.
+  if (arm_when_done_ && !closed_) cq_->disarm();
   const auto now = Clock::now();
   size_t taken = 0;
   for (; taken < count; taken++) {
@@ -23,6 +30,8 @@ size_t ClientCore::submit(const OpDesc* descs, size_t count) {
     start(*op, d);
   }
   post_sends();
+  advance();
+  settle();
   return taken;
 }
 

@@ -113,6 +113,10 @@ class CompletionQueue {
   // Requests one wake-up on event_fd() for the next completion (ibv_req_notify_cq).
   // Poll again after arming: completions that raced with arm() produce no event.
   virtual void arm() = 0;
+  // Withdraws an arm() that has not fired yet, where the provider can: shm's
+  // completions of a post arrive inside it, and a poster that polls them
+  // itself needs no wake-up for them. Verbs cannot (no-op: an event may come).
+  virtual void disarm() {}
   // Readable after arm() once a completion (or a flush) is available.
   virtual int event_fd() const = 0;
   // Consumes the readiness of event_fd() (ibv_get_cq_event + ibv_ack_cq_events).

@@ -55,6 +55,7 @@ class ShmCq final : public CompletionQueue {
   ~ShmCq() override;
   int poll(Completion* out, int max) override;
   void arm() override;
+  void disarm() override;
   int event_fd() const override { return event_fd_; }
   void ack_event() override;
   uint32_t depth() const override { return depth_; }

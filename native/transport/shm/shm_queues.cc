@@ -97,6 +97,11 @@ void ShmCq::arm() {
   if (ready) signal_if_armed();
 }
 
+void ShmCq::disarm() {
+  std::lock_guard<std::mutex> guard(provider_->lock());
+  armed_ = false;  // the rings' consumer_waiting stays: a peer's message still wakes us
+}
+
 void ShmCq::ack_event() {
   uint64_t value;
   ssize_t rc = read(event_fd_, &value, sizeof value);

@@ -1,0 +1,53 @@
+// getMany and putMany's parts that are not the queue's: checking putMany's
+// entries, and splitting a batch's keys by server (one batch per server).
+import { KvInvalidArgumentError } from '../protocol/errors.js';
+import type { KvError } from '../protocol/errors.js';
+import { keyBytes } from './keys.js';
+import { type Bytes, ServerClient } from './server-client.js';
+
+/** putMany's entries as keys and values; a malformed entry throws KV_INVALID_ARGUMENT. */
+export function splitEntries(entries: unknown): [Bytes[], Bytes[]] {
+  if (!Array.isArray(entries)) throw new KvInvalidArgumentError('putMany needs an array of [key, value] entries');
+  const keys = new Array<Bytes>(entries.length);
+  const values = new Array<Bytes>(entries.length);
+  for (let i = 0; i < entries.length; i++) {
+    const entry: unknown = entries[i];
+    if (!Array.isArray(entry) || entry.length !== 2) throw new KvInvalidArgumentError('putMany entries must be [key, value] pairs');
+    keys[i] = keyBytes(entry[0], 'key');
+    values[i] = keyBytes(entry[1], 'value');
+  }
+  return [keys, values];
+}
+
+/**
+ * Runs `each` once per server with its keys, and their positions in `keys`
+ * when they are not all of them (`only`: a one-server client, no hashing).
+ * A key whose server is unknown or down rejects the whole call before anything is queued.
+ */
+export function byServer(
+  keys: Bytes[],
+  only: ServerClient | undefined,
+  route: (key: Bytes) => ServerClient | KvError,
+  each: (server: ServerClient, keys: Bytes[], positions?: Int32Array) => Promise<unknown>,
+): Promise<unknown> {
+  if (keys.length === 0) return Promise.resolve();
+  let servers: Array<ServerClient | KvError>;
+  try {
+    if (only) {
+      const server = route(keys[0]!);
+      return server instanceof ServerClient ? each(server, keys) : Promise.reject(server);
+    }
+    servers = keys.map(route);
+  } catch (error) {
+    return Promise.reject(error);
+  }
+  const refused = servers.find((s) => !(s instanceof ServerClient));
+  if (refused) return Promise.reject(refused);
+  const groups = new Map<ServerClient, number[]>();
+  servers.forEach((s, i) => {
+    const list = groups.get(s as ServerClient);
+    if (list) list.push(i);
+    else groups.set(s as ServerClient, [i]);
+  });
+  return Promise.all(Array.from(groups, ([server, list]) => each(server, list.map((i) => keys[i]!), Int32Array.from(list))));
+}

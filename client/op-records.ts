@@ -1,0 +1,164 @@
+// What the op queue holds: a single operation (PendingOp, one promise) or a
+// batch of GETs or PUTs (Batch, one promise for all its keys). Both are
+// plain classes with one shape each, so the queue's loops stay monomorphic.
+// Keys and values stay as the caller gave them (a string is written straight
+// into the core's arena; its UTF-8 length is measured once, when checked).
+//
+// Ownership: a record is the queue's from add() until its promise settles.
+// A Batch's result array is the caller's once it resolves; the values in it
+// are views of one Buffer per hand-out (one copy out of the core's scratch).
+import { KvOp, OpLayout } from '../protocol/constants.js';
+
+/** Key or value bytes as the queue takes them. */
+export type Bytes = Buffer | string;
+
+/** How a single op's promise resolves. */
+export const Answer = {
+  /** OpResult: status, value, version (a bigint), retries. */
+  FULL: 0,
+  /** A GET's value, or undefined when the key does not exist. */
+  VALUE: 1,
+  /** undefined (a PUT). */
+  NONE: 2,
+} as const;
+export type Answer = (typeof Answer)[keyof typeof Answer];
+
+/** One operation's outcome, as the native core reports it (Answer.FULL). */
+export interface OpResult {
+  status: number;
+  value?: Buffer;
+  version: bigint;
+  /** Times the core retried (bucket locks busy, torn reads). */
+  retries: number;
+}
+
+/** An operation as it is submitted. */
+export interface OpRequest {
+  type: KvOp;
+  key: Bytes;
+  /** The key's length in bytes (a string's UTF-8 length). */
+  keyBytes: number;
+  /** PUT, CAS: the value */
+  value: Bytes | undefined;
+  valueBytes: number;
+  /** CAS: expected version; INCR: delta; LOCK: timeout ms; UNLOCK: token */
+  arg: bigint;
+  /** PUT, CAS, INCR, LOCK: the size class of the block it may need; -1: none */
+  cls: number;
+  /** CAS and UNLOCK: a version mismatch is an answer, not an error. */
+  mismatchResolves: boolean;
+}
+
+/** A submitted operation: its result, and whether it reached the native core. */
+export interface Submission {
+  readonly result: Promise<OpResult>;
+  /** Handed to the core: from then on it may take effect (history: a failure is not "never sent"). */
+  readonly sent: boolean;
+}
+
+type Settle = (value: never) => void;
+
+export class PendingOp implements OpRequest, Submission {
+  readonly type: KvOp;
+  readonly key: Bytes;
+  readonly keyBytes: number;
+  readonly value: Bytes | undefined;
+  readonly valueBytes: number;
+  readonly arg: bigint;
+  readonly cls: number;
+  readonly mismatchResolves: boolean;
+  readonly answer: Answer;
+  /** When it must have been submitted by (performance.now() ms); 0 until the queue first keeps it waiting. */
+  deadline = 0;
+  readonly result: Promise<OpResult>;
+  resolve!: (value: unknown) => void;
+  reject!: (error: Error) => void;
+  sent = false;
+
+  constructor(r: OpRequest, answer: Answer) {
+    this.type = r.type;
+    this.key = r.key;
+    this.keyBytes = r.keyBytes;
+    this.value = r.value;
+    this.valueBytes = r.valueBytes;
+    this.arg = r.arg;
+    this.cls = r.cls;
+    this.mismatchResolves = r.mismatchResolves;
+    this.answer = answer;
+    this.result = new Promise<OpResult>((resolve, reject) => {
+      this.resolve = resolve as Settle as (value: unknown) => void;
+      this.reject = reject;
+    });
+  }
+}
+
+/**
+ * Many GETs (or PUTs) of one server as one record: the queue hands its keys
+ * to the core as slots allow (chunks of KvLayout.MAX_INFLIGHT), and its one
+ * promise settles when every key has its answer, or at the first failure.
+ */
+export class Batch {
+  /** Keys handed to the core so far. */
+  next = 0;
+  /** As PendingOp's. */
+  deadline = 0;
+  /** Keys without an answer yet. */
+  left: number;
+  failed = false;
+  readonly promise: Promise<Array<Buffer | undefined> | undefined>;
+  resolve!: (out: Array<Buffer | undefined> | undefined) => void;
+  reject!: (error: Error) => void;
+  /** The hand-out being copied: its number, and the one Buffer of this batch's values in it. */
+  handout = 0;
+  chunk: Buffer | undefined;
+  chunkBytes = 0;
+  chunkUsed = 0;
+
+  /**
+   * `out[positions[i]]` (or `out[i]`) gets key i's value (GET); `classes[i]`
+   * is the size class of key i's block (PUT).
+   */
+  constructor(
+    readonly type: KvOp,
+    readonly keys: Bytes[],
+    readonly keyBytes: Int32Array,
+    readonly values: Bytes[] | undefined,
+    readonly valueBytes: Int32Array | undefined,
+    readonly classes: Int32Array | undefined,
+    readonly out: Array<Buffer | undefined> | undefined,
+    readonly positions: Int32Array | undefined,
+  ) {
+    this.left = keys.length;
+    this.promise = new Promise((resolve, reject) => {
+      this.resolve = resolve;
+      this.reject = reject;
+    });
+  }
+
+  /** The first failure settles the batch; later answers only give their blocks back. */
+  fail(error: Error): void {
+    if (this.failed) return;
+    this.failed = true;
+    this.reject(error);
+  }
+}
+
+/** The argument of the op's type, in OpLayout's words of its name (the other types have none). */
+export function writeArgument(words: Uint32Array, o: number, op: OpRequest): void {
+  switch (op.type) {
+    case KvOp.CAS:
+      words[o + OpLayout.EXPECTED_VERSION_LO] = Number(op.arg & 0xffffffffn);
+      words[o + OpLayout.EXPECTED_VERSION_HI] = Number(op.arg >> 32n);
+      break;
+    case KvOp.INCR:
+      words[o + OpLayout.DELTA_LO] = Number(op.arg & 0xffffffffn);
+      words[o + OpLayout.DELTA_HI] = Number(op.arg >> 32n);
+      break;
+    case KvOp.LOCK:
+      words[o + OpLayout.LOCK_TIMEOUT_MS] = Number(op.arg);
+      break;
+    case KvOp.UNLOCK:
+      words[o + OpLayout.TOKEN] = Number(op.arg & 0xffffffffn);
+      break;
+  }
+}
