@@ -129,6 +129,19 @@ export interface NativeClientCore {
   readonly scratch: Buffer;
 }
 
+/** native/binding/notice_binding.cc: the server's notice path over one fabric's CQ. */
+export interface NativeNoticeDrain {
+  attach(connection: NativeConnection, ring: number): void;
+  detach(qpNum: number): void;
+  poll(cq: NativeCq, max: number, chunkStart: Uint32Array, granted: Uint32Array): number;
+  // Each read of these makes a new external ArrayBuffer: read them once.
+  readonly out: Uint32Array;
+  readonly others: Uint32Array;
+}
+export interface NoticeDrainLayout {
+  heapOffset: number; heapBytes: number; ringOffset: number; ringBytes: number; maxClients: number;
+}
+
 export interface Addon {
   constants: Record<string, Record<string, number>>;
   /** Native code throws `new cls(code, message)` from now on (this environment). */
@@ -138,6 +151,7 @@ export interface Addon {
   Memory: new (length: number, path?: string) => NativeMemory;
   ClientCore: new (provider: NativeProvider, connection: NativeConnection, cq: NativeCq, region: CoreRegion, options: CoreOptions) => NativeClientCore;
   hashKey(key: Buffer, seed: bigint, bucketCount: number): [number, number, number];
+  NoticeDrain: new (region: Buffer, layout: NoticeDrainLayout, classes: readonly number[], recv: Buffer, recvLkey: number, recvBytes: number, provider: NativeProvider) => NativeNoticeDrain;
   indexWords(fp: number, units: number, block: number, version: number, owner: number, counter: bigint): [bigint, bigint, bigint, bigint, number, number, number];
 }
 

@@ -71,11 +71,12 @@ export class KvServer extends EventEmitter {
     const { store, log } = this;
     const stats = this.counters;
     const isClosed = () => this.closed;
-    this.clients = new ClientTable(this.layout.maxClients);
+    const notices = new Notices(store, stats, log);
+    this.clients = new ClientTable(this.layout.maxClients, notices);
     this.sessions = new SessionNumbers(store.bytes);
     this.grants = new Grants(store, this.clients, stats, this.settings.keepaliveMs, log);
     const control = new ControlMessages(this.grants, stats, log);
-    this.completions = new Completions(this.clients, new Notices(store, stats, log), control, stats, log);
+    this.completions = new Completions(this.clients, notices, control, stats, log);
     this.locks = new LockRelease(store, stats, log, isClosed);
     const loopbackChain = new Chain();
     this.departures = new Departures({
