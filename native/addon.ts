@@ -30,7 +30,7 @@ export interface NativeCq {
   poll(max: number): number;
   arm(): void;
   ackEvent(): void;
-  watch(callback: () => void): void;
+  watch(callback: () => void, moderationUs?: number): void;
   unwatch(): void;
   readonly completions: Uint32Array;
   readonly eventFd: number;

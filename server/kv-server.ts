@@ -11,7 +11,7 @@ import { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
 
 import type { Listener } from '../native/index.js';
-import { type Fabric, listenOn, openFabric, openLoopback, listenScheme } from './fabric.js';
+import { CQ_MODERATION_US, type Fabric, listenOn, openFabric, openLoopback, listenScheme } from './fabric.js';
 import { Grants } from './grants.js';
 import { sweep } from './keepalive.js';
 import { Notices } from './notices.js';
@@ -142,7 +142,7 @@ export class KvServer extends EventEmitter {
       const opened = openFabric(scheme, url, this.store);
       this.fabrics.set(scheme, opened);
       opened.provider.on('connectRequest', (request) => this.acceptor.onConnectRequest(opened, request));
-      opened.cq.watch(() => this.completions.drain(opened));
+      opened.cq.watch(() => this.completions.drain(opened), CQ_MODERATION_US);
       opened.cq.arm();
       fabric = opened;
     }
