@@ -133,7 +133,7 @@ export interface NativeClientCore {
 export interface NativeNoticeDrain {
   attach(connection: NativeConnection, ring: number): void;
   detach(qpNum: number): void;
-  poll(cq: NativeCq, max: number, chunkStart: Uint32Array, granted: Uint32Array): number;
+  poll(max: number, chunkStart: Uint32Array, granted: Uint32Array): number;
   // Each read of these makes a new external ArrayBuffer: read them once.
   readonly out: Uint32Array;
   readonly others: Uint32Array;
@@ -151,7 +151,7 @@ export interface Addon {
   Memory: new (length: number, path?: string) => NativeMemory;
   ClientCore: new (provider: NativeProvider, connection: NativeConnection, cq: NativeCq, region: CoreRegion, options: CoreOptions) => NativeClientCore;
   hashKey(key: Buffer, seed: bigint, bucketCount: number): [number, number, number];
-  NoticeDrain: new (region: Buffer, layout: NoticeDrainLayout, classes: readonly number[], recv: Buffer, recvLkey: number, recvBytes: number, provider: NativeProvider) => NativeNoticeDrain;
+  NoticeDrain: new (region: Buffer, layout: NoticeDrainLayout, classes: readonly number[], recv: Buffer, recvLkey: number, recvBytes: number, provider: NativeProvider, cq: NativeCq) => NativeNoticeDrain;
   indexWords(fp: number, units: number, block: number, version: number, owner: number, counter: bigint): [bigint, bigint, bigint, bigint, number, number, number];
 }
 

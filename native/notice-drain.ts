@@ -24,10 +24,10 @@ export class NoticeDrain {
   /**
    * Over `region` (the whole region's bytes) laid out as `layout`, with the heap's size
    * `classes` (units); `recv` holds the fabric's receive buffers of `recvBytes` each, and the
-   * connections attached are `provider`'s.
+   * connections attached are `provider`'s, their completions on `cq`.
    */
-  constructor(provider: Provider, region: Buffer, layout: NoticeDrainLayout, classes: readonly number[], recv: MemoryRegion, recvBytes: number) {
-    this.native = new addon.NoticeDrain(region, layout, classes, recv.bytes, recv.lkey, recvBytes, provider.native);
+  constructor(provider: Provider, cq: CompletionQueue, region: Buffer, layout: NoticeDrainLayout, classes: readonly number[], recv: MemoryRegion, recvBytes: number) {
+    this.native = new addon.NoticeDrain(region, layout, classes, recv.bytes, recv.lkey, recvBytes, provider.native, cq.native);
     this.out = this.native.out;
     this.others = this.native.others;
   }
@@ -42,8 +42,8 @@ export class NoticeDrain {
     this.native.detach(qpNum);
   }
 
-  /** Up to `max` completions from `cq`, checked against the heap's bitmaps; returns how many were taken. */
-  poll(cq: CompletionQueue, chunkStart: Uint32Array, granted: Uint32Array, max: number = NoticeOut.CAPACITY): number {
-    return this.native.poll(cq.native, max, chunkStart, granted);
+  /** Up to `max` completions from the CQ, checked against the heap's bitmaps; returns how many were taken. */
+  poll(chunkStart: Uint32Array, granted: Uint32Array, max: number = NoticeOut.CAPACITY): number {
+    return this.native.poll(max, chunkStart, granted);
   }
 }

@@ -52,7 +52,7 @@ export class Notices {
    */
   poll(fabric: Fabric): NoticeDrain {
     const drain = this.drainOf(fabric);
-    drain.poll(fabric.cq, this.chunkStart, this.granted);
+    drain.poll(this.chunkStart, this.granted);
     const out = drain.out;
     const notices = out[NoticeOut.NOTICES]!;
     if (notices === 0) return drain;
@@ -98,7 +98,7 @@ export class Notices {
     let drain = this.drains.get(fabric);
     if (!drain) {
       const { layout } = this.store;
-      drain = new NoticeDrain(fabric.provider, this.store.bytes, layout, layout.classes, fabric.recv, KvLayout.SERVER_RECV_BYTES);
+      drain = new NoticeDrain(fabric.provider, fabric.cq, this.store.bytes, layout, layout.classes, fabric.recv, KvLayout.SERVER_RECV_BYTES);
       this.drains.set(fabric, drain);
     }
     return drain;

@@ -40,16 +40,17 @@ class NoticeDrainWrap : public Napi::ObjectWrap<NoticeDrainWrap> {
                         InstanceAccessor<&NoticeDrainWrap::others>("others")});
   }
 
-  // new NoticeDrain(region: Buffer, layout, classes: number[], recv: Buffer, recvLkey, recvBytes, provider)
+  // new NoticeDrain(region: Buffer, layout, classes: number[], recv: Buffer, recvLkey, recvBytes, provider, cq)
   explicit NoticeDrainWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<NoticeDrainWrap>(info) {
     Napi::Env env = info.Env();
-    if (info.Length() < 7 || !info[0].IsBuffer() || !info[1].IsObject() || !info[2].IsArray() || !info[3].IsBuffer() ||
+    if (info.Length() < 8 || !info[0].IsBuffer() || !info[1].IsObject() || !info[2].IsArray() || !info[3].IsBuffer() ||
         !info[4].IsNumber() || !info[5].IsNumber()) {
       throw_error(env, "ERR_INVALID_ARG_TYPE",
-                  "new NoticeDrain(region: Buffer, layout, classes: number[], recv: Buffer, recvLkey, recvBytes, provider)");
+                  "new NoticeDrain(region: Buffer, layout, classes: number[], recv: Buffer, recvLkey, recvBytes, provider, cq)");
     }
     // The connections attached here are the provider's: it goes after them (as a client core holds it).
     provider_ = provider_of(info[6]);
+    cq_ = cq_of(info[7]);
     auto region = info[0].As<Napi::Buffer<uint8_t>>();
     Napi::Object l = info[1].As<Napi::Object>();
     server::NoticeLayout layout;
@@ -104,22 +105,21 @@ class NoticeDrainWrap : public Napi::ObjectWrap<NoticeDrainWrap> {
     drain_->detach(info[0].As<Napi::Number>().Uint32Value());
     return info.Env().Undefined();
   }
-  // poll(cq, max, chunkStart, granted) -> completions taken; results in out and others.
+  // poll(max, chunkStart, granted) -> completions taken from the CQ; results in out and others.
   Napi::Value poll(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    if (info.Length() < 4 || !info[1].IsNumber() || !info[2].IsTypedArray() || !info[3].IsTypedArray()) {
-      throw_error(env, "ERR_INVALID_ARG_TYPE", "poll(cq, max: number, chunkStart: Uint32Array, granted: Uint32Array)");
+    if (info.Length() < 3 || !info[0].IsNumber() || !info[1].IsTypedArray() || !info[2].IsTypedArray()) {
+      throw_error(env, "ERR_INVALID_ARG_TYPE", "poll(max: number, chunkStart: Uint32Array, granted: Uint32Array)");
     }
-    auto cq = cq_of(info[0]);
-    auto chunk_start = info[2].As<Napi::TypedArray>();
-    auto granted = info[3].As<Napi::TypedArray>();
+    auto chunk_start = info[1].As<Napi::TypedArray>();
+    auto granted = info[2].As<Napi::TypedArray>();
     if (chunk_start.TypedArrayType() != napi_uint32_array || granted.TypedArrayType() != napi_uint32_array ||
         chunk_start.ElementLength() < drain_->bitmap_words() || granted.ElementLength() < drain_->bitmap_words()) {
       throw_error(env, "ERR_OUT_OF_RANGE", "the heap's bitmaps must be Uint32Arrays of one bit per heap unit");
     }
     drain_->set_bitmaps(chunk_start.As<Napi::Uint32Array>().Data(), granted.As<Napi::Uint32Array>().Data());
-    uint32_t max = info[1].As<Napi::Number>().Uint32Value();
-    uint32_t taken = drain_->poll(*cq, max, out_->data(), others_.data());
+    uint32_t max = info[0].As<Napi::Number>().Uint32Value();
+    uint32_t taken = drain_->poll(*cq_, max, out_->data(), others_.data());
     uint32_t n = (*out_)[u32(NoticeOut::OTHERS)];
     for (uint32_t i = 0; i < n; i++) write_completion(others_words_->data() + i * u32(WcLayout::WORDS), others_[i]);
     return Napi::Number::New(env, taken);
@@ -128,6 +128,7 @@ class NoticeDrainWrap : public Napi::ObjectWrap<NoticeDrainWrap> {
   Napi::Value others(const Napi::CallbackInfo& info) { return words_view(info.Env(), others_words_); }
 
   std::shared_ptr<transport::Provider> provider_;  // declared first: destroyed after drain_'s connections
+  std::shared_ptr<transport::CompletionQueue> cq_;
   Napi::ObjectReference region_;
   Napi::ObjectReference recv_;
   std::unique_ptr<server::NoticeDrain> drain_;
