@@ -16,6 +16,8 @@ export interface NativeMemory {
   readonly length: number;
   readonly fileBacked: boolean;
   readonly existed: boolean;
+  readonly pageKind: 'hugetlb' | 'thp' | '4k';
+  readonly pageNote: string;
   buffer(): ArrayBuffer;
 }
 export interface NativeMemoryRegion {
@@ -148,7 +150,7 @@ export interface Addon {
   setErrorClass(cls: new (code: string, message: string) => Error): void;
   providers: ProviderInfo[];
   Provider: new (scheme: string, onEvents: () => void) => NativeProvider;
-  Memory: new (length: number, path?: string) => NativeMemory;
+  Memory: new (length: number, path?: string, hugePages?: boolean) => NativeMemory;
   ClientCore: new (provider: NativeProvider, connection: NativeConnection, cq: NativeCq, region: CoreRegion, options: CoreOptions) => NativeClientCore;
   hashKey(key: Buffer, seed: bigint, bucketCount: number): [number, number, number];
   NoticeDrain: new (region: Buffer, layout: NoticeDrainLayout, classes: readonly number[], recv: Buffer, recvLkey: number, recvBytes: number, provider: NativeProvider, cq: NativeCq) => NativeNoticeDrain;

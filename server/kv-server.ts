@@ -69,6 +69,11 @@ export class KvServer extends EventEmitter {
     this.store = RegionStore.open(this.settings);
     this.layout = this.store.layout;
     const { store, log } = this;
+    if (this.settings.regionFile === undefined) {
+      const pages = store.memory.pages;
+      if (pages.kind === '4k') log?.info({ why: pages.note }, 'region on 4 KiB pages: no huge pages for it');
+      else log?.info({ pages: pages.kind }, 'region on huge pages');
+    }
     const stats = this.counters;
     const isClosed = () => this.closed;
     const notices = new Notices(store, stats, log);

@@ -129,16 +129,19 @@ class MemoryWrap : public Napi::ObjectWrap<MemoryWrap> {
                        {InstanceAccessor<&MemoryWrap::length>("length"),
                         InstanceAccessor<&MemoryWrap::file_backed>("fileBacked"),
                         InstanceAccessor<&MemoryWrap::existed>("existed"),
+                        InstanceAccessor<&MemoryWrap::page_kind>("pageKind"),
+                        InstanceAccessor<&MemoryWrap::page_note>("pageNote"),
                         InstanceMethod<&MemoryWrap::buffer>("buffer")});
   }
-  // new Memory(length, path?)
+  // new Memory(length, path?, hugePages?)
   explicit MemoryWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<MemoryWrap>(info) {
     if (!info[0].IsNumber()) throw_error(info.Env(), "ERR_INVALID_ARG_TYPE", "memory length must be a number");
     double length = info[0].As<Napi::Number>().DoubleValue();
     if (!(length >= 1) || length > 1e15) throw_error(info.Env(), "ERR_OUT_OF_RANGE", "memory length out of range");
     std::string path = info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : "";
     std::string error;
-    memory_ = Memory::allocate(static_cast<size_t>(length), path, &error);
+    bool huge_pages = info.Length() > 2 && info[2].IsBoolean() && info[2].As<Napi::Boolean>().Value();
+    memory_ = Memory::allocate(static_cast<size_t>(length), path, &error, huge_pages);
     if (!memory_) throw_error(info.Env(), "ERR_RKV_MEMORY", error);
   }
   std::shared_ptr<Memory> memory() const { return memory_; }
@@ -149,6 +152,8 @@ class MemoryWrap : public Napi::ObjectWrap<MemoryWrap> {
   }
   Napi::Value file_backed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), memory_->file_backed()); }
   Napi::Value existed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), memory_->existed()); }
+  Napi::Value page_kind(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), memory_->page_kind()); }
+  Napi::Value page_note(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), memory_->page_note()); }
   // A view of the whole memory; it keeps the memory mapped while JS holds it.
   Napi::Value buffer(const Napi::CallbackInfo& info) {
     return external_buffer(info.Env(), memory_->data(), memory_->length(), memory_);
