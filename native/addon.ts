@@ -16,6 +16,8 @@ export interface NativeMemory {
   readonly length: number;
   readonly fileBacked: boolean;
   readonly existed: boolean;
+  readonly pageKind: 'hugetlb' | 'thp' | '4k';
+  readonly pageNote: string;
   buffer(): ArrayBuffer;
 }
 export interface NativeMemoryRegion {
@@ -30,7 +32,7 @@ export interface NativeCq {
   poll(max: number): number;
   arm(): void;
   ackEvent(): void;
-  watch(callback: () => void): void;
+  watch(callback: () => void, moderationUs?: number): void;
   unwatch(): void;
   readonly completions: Uint32Array;
   readonly eventFd: number;
@@ -132,15 +134,29 @@ export interface NativeClientCore {
   readonly scratch: Buffer;
 }
 
+/** native/binding/notice_binding.cc: the server's notice path over one fabric's CQ. */
+export interface NativeNoticeDrain {
+  attach(connection: NativeConnection, ring: number): void;
+  detach(qpNum: number): void;
+  poll(max: number, chunkStart: Uint32Array, granted: Uint32Array): number;
+  // Each read of these makes a new external ArrayBuffer: read them once.
+  readonly out: Uint32Array;
+  readonly others: Uint32Array;
+}
+export interface NoticeDrainLayout {
+  heapOffset: number; heapBytes: number; ringOffset: number; ringBytes: number; maxClients: number;
+}
+
 export interface Addon {
   constants: Record<string, Record<string, number>>;
   /** Native code throws `new cls(code, message)` from now on (this environment). */
   setErrorClass(cls: new (code: string, message: string) => Error): void;
   providers: ProviderInfo[];
   Provider: new (scheme: string, onEvents: () => void) => NativeProvider;
-  Memory: new (length: number, path?: string) => NativeMemory;
+  Memory: new (length: number, path?: string, hugePages?: boolean) => NativeMemory;
   ClientCore: new (provider: NativeProvider, connection: NativeConnection, cq: NativeCq, region: CoreRegion, options: CoreOptions) => NativeClientCore;
   hashKey(key: Buffer, seed: bigint, bucketCount: number): [number, number, number];
+  NoticeDrain: new (region: Buffer, layout: NoticeDrainLayout, classes: readonly number[], recv: Buffer, recvLkey: number, recvBytes: number, provider: NativeProvider, cq: NativeCq) => NativeNoticeDrain;
   indexWords(fp: number, units: number, block: number, version: number, owner: number, counter: bigint): [bigint, bigint, bigint, bigint, number, number, number];
   crc32c(bytes: Buffer, path: 0 | 1 | 2, crc: number): number;
   crc32cHardware: boolean;

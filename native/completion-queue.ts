@@ -33,10 +33,12 @@ export class CompletionQueue {
   /**
    * Event mode: a native thread waits on the CQ's event fd and calls `onReady`
    * once per wake-up. The callback should drain with poll(), arm(), and poll
-   * once more (completions that raced with arm() bring no event).
+   * once more (completions that raced with arm() bring no event). With `moderationUs`, a
+   * wake-up within that time of the last callback waits out the rest of it first (a NIC's
+   * interrupt moderation): a steady stream costs one callback per moderationUs.
    */
-  watch(onReady: () => void): void {
-    this.native.watch(onReady);
+  watch(onReady: () => void, moderationUs?: number): void {
+    this.native.watch(onReady, moderationUs);
   }
   unwatch(): void {
     this.native.unwatch();

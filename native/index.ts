@@ -7,6 +7,7 @@
 //               memory.ts (Memory, MemoryRegion), work-requests.ts, errors.ts
 //   client core client-core.ts: the KV data path over one connection
 //   layout      layout.ts: the key hash, and what the addon was compiled with
+//   server      notice-drain.ts: the server's notice path (records, blocks retired)
 //
 // Two ways to post and poll:
 //  - batch-raw (hot paths): write requests into provider.sendBuffer with
@@ -23,6 +24,7 @@ export { CompletionQueue, type PollMode } from './completion-queue.js';
 export { type ConnectOptions, Connection, ConnectionRequest, Listener, type QueuePairOptions } from './connection.js';
 export { TransportError, opcodeName, statusName } from './errors.js';
 export { type Crc32cPath, crc32c, crc32cHardware, hashKey, itemChecksum, nativeBuildItem, nativeConstants, nativeIndexWords } from './layout.js';
+export { NoticeDrain, NoticeOut, NoticeProblem, type NoticeDrainLayout } from './notice-drain.js';
 export { Memory, MemoryRegion, type RemoteRegion, access } from './memory.js';
 export { Provider, builtProviders, knownProviders } from './provider.js';
 export { type Completion, type RecvRequest, type WorkRequest, readCompletion, writeWorkRequest } from './work-requests.js';

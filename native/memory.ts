@@ -8,9 +8,17 @@ export class Memory {
   /** @internal */ readonly native: NativeMemory;
   /** A Buffer over the whole mapping; it keeps the mapping alive while referenced. */
   readonly bytes: Buffer;
-  constructor(length: number, path?: string) {
-    this.native = path === undefined ? new addon.Memory(length) : new addon.Memory(length, path);
+  /**
+   * `hugePages` (anonymous memory only): hugetlb pages when enough are reserved, else
+   * transparent huge pages where the kernel allows them for shmem; `pages` says what it got.
+   */
+  constructor(length: number, path?: string, options: { hugePages?: boolean } = {}) {
+    this.native = new addon.Memory(length, path, options.hugePages === true);
     this.bytes = Buffer.from(this.native.buffer());
+  }
+  /** The pages it is on ('hugetlb', 'thp': transparent huge pages asked for, '4k'), and why not huge. */
+  get pages(): { kind: 'hugetlb' | 'thp' | '4k'; note: string } {
+    return { kind: this.native.pageKind, note: this.native.pageNote };
   }
   get length(): number {
     return this.native.length;

@@ -11,7 +11,7 @@ import { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
 
 import type { Listener } from '../native/index.js';
-import { type Fabric, listenOn, openFabric, openLoopback, listenScheme } from './fabric.js';
+import { CQ_MODERATION_US, type Fabric, listenOn, openFabric, openLoopback, listenScheme } from './fabric.js';
 import { Grants } from './grants.js';
 import { sweep } from './keepalive.js';
 import { Notices } from './notices.js';
@@ -69,13 +69,19 @@ export class KvServer extends EventEmitter {
     this.store = RegionStore.open(this.settings);
     this.layout = this.store.layout;
     const { store, log } = this;
+    if (this.settings.regionFile === undefined) {
+      const pages = store.memory.pages;
+      if (pages.kind === '4k') log?.info({ why: pages.note }, 'region on 4 KiB pages: no huge pages for it');
+      else log?.info({ pages: pages.kind }, 'region on huge pages');
+    }
     const stats = this.counters;
     const isClosed = () => this.closed;
-    this.clients = new ClientTable(this.layout.maxClients);
+    const notices = new Notices(store, stats, log);
+    this.clients = new ClientTable(this.layout.maxClients, notices);
     this.sessions = new SessionNumbers(store.bytes);
     this.grants = new Grants(store, this.clients, stats, this.settings.keepaliveMs, log);
     const control = new ControlMessages(this.grants, stats, log);
-    this.completions = new Completions(this.clients, new Notices(store, stats, log), control, stats, log);
+    this.completions = new Completions(this.clients, notices, control, stats, log);
     this.locks = new LockRelease(store, stats, log, isClosed);
     const loopbackChain = new Chain();
     this.departures = new Departures({
@@ -141,7 +147,7 @@ export class KvServer extends EventEmitter {
       const opened = openFabric(scheme, url, this.store);
       this.fabrics.set(scheme, opened);
       opened.provider.on('connectRequest', (request) => this.acceptor.onConnectRequest(opened, request));
-      opened.cq.watch(() => this.completions.drain(opened));
+      opened.cq.watch(() => this.completions.drain(opened), CQ_MODERATION_US);
       opened.cq.arm();
       fabric = opened;
     }

@@ -58,6 +58,7 @@ Napi::Object init(Napi::Env env, Napi::Object exports) {
   init_transport(env, exports, data);
   init_kv(env, exports, data);
   init_layout(env, exports);
+  init_notice(env, exports);
   return exports;
 }
 

@@ -26,6 +26,7 @@ struct AddonData {
 void init_transport(Napi::Env env, Napi::Object exports, AddonData* data);
 void init_kv(Napi::Env env, Napi::Object exports, AddonData* data);
 void init_layout(Napi::Env env, Napi::Object exports);
+void init_notice(Napi::Env env, Napi::Object exports);
 
 // The native objects behind the transport wrappers (type-checked; throw on
 // anything else).

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -128,16 +129,19 @@ class MemoryWrap : public Napi::ObjectWrap<MemoryWrap> {
                        {InstanceAccessor<&MemoryWrap::length>("length"),
                         InstanceAccessor<&MemoryWrap::file_backed>("fileBacked"),
                         InstanceAccessor<&MemoryWrap::existed>("existed"),
+                        InstanceAccessor<&MemoryWrap::page_kind>("pageKind"),
+                        InstanceAccessor<&MemoryWrap::page_note>("pageNote"),
                         InstanceMethod<&MemoryWrap::buffer>("buffer")});
   }
-  // new Memory(length, path?)
+  // new Memory(length, path?, hugePages?)
   explicit MemoryWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<MemoryWrap>(info) {
     if (!info[0].IsNumber()) throw_error(info.Env(), "ERR_INVALID_ARG_TYPE", "memory length must be a number");
     double length = info[0].As<Napi::Number>().DoubleValue();
     if (!(length >= 1) || length > 1e15) throw_error(info.Env(), "ERR_OUT_OF_RANGE", "memory length out of range");
     std::string path = info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : "";
     std::string error;
-    memory_ = Memory::allocate(static_cast<size_t>(length), path, &error);
+    bool huge_pages = info.Length() > 2 && info[2].IsBoolean() && info[2].As<Napi::Boolean>().Value();
+    memory_ = Memory::allocate(static_cast<size_t>(length), path, &error, huge_pages);
     if (!memory_) throw_error(info.Env(), "ERR_RKV_MEMORY", error);
   }
   std::shared_ptr<Memory> memory() const { return memory_; }
@@ -148,6 +152,8 @@ class MemoryWrap : public Napi::ObjectWrap<MemoryWrap> {
   }
   Napi::Value file_backed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), memory_->file_backed()); }
   Napi::Value existed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), memory_->existed()); }
+  Napi::Value page_kind(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), memory_->page_kind()); }
+  Napi::Value page_note(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), memory_->page_note()); }
   // A view of the whole memory; it keeps the memory mapped while JS holds it.
   Napi::Value buffer(const Napi::CallbackInfo& info) {
     return external_buffer(info.Env(), memory_->data(), memory_->length(), memory_);
@@ -262,11 +268,16 @@ class CqWrap : public Napi::ObjectWrap<CqWrap> {
   Napi::Value event_fd(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), cq_->event_fd()); }
   Napi::Value depth(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), cq_->depth()); }
 
-  // watch(callback): a thread waits on the CQ's event fd and calls back once per
-  // wake-up; the callback polls the whole batch and re-arms.
+  // watch(callback, moderationUs = 0): a thread waits on the CQ's event fd and calls back
+  // once per wake-up; the callback polls the whole batch and re-arms. With moderation
+  // (a NIC's interrupt moderation), a wake-up within moderationUs of the last callback
+  // waits out the rest of that time first, so a steady stream of completions costs one
+  // callback per moderationUs, not one per completion; an event after a quiet spell is
+  // delivered at once.
   Napi::Value watch(const Napi::CallbackInfo& info) {
     if (watcher_) throw_error(info.Env(), "ERR_RKV_STATE", "this CQ is already watched");
     if (!info[0].IsFunction()) throw_error(info.Env(), "ERR_INVALID_ARG_TYPE", "watch needs a callback");
+    uint32_t moderation_us = info.Length() > 1 && !info[1].IsUndefined() ? u32_arg(info, 1, "moderationUs") : 0;
     watcher_ = std::make_shared<Watcher>();
     watcher_->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     // The finalizer stops the thread before Node deletes the function (at exit, even if nobody unwatched).
@@ -276,13 +287,25 @@ class CqWrap : public Napi::ObjectWrap<CqWrap> {
     auto cq = cq_;
     int stop_fd = watcher_->stop_fd;
     Napi::ThreadSafeFunction wake = watcher_->wake;
-    watcher_->thread = std::thread([cq, stop_fd, wake]() mutable {
+    watcher_->thread = std::thread([cq, stop_fd, wake, moderation_us]() mutable {
+      using Clock = std::chrono::steady_clock;
+      const auto moderation = std::chrono::microseconds(moderation_us);
+      Clock::time_point last{};
       pollfd fds[2] = {{cq->event_fd(), POLLIN, 0}, {stop_fd, POLLIN, 0}};
       for (;;) {
         if (::poll(fds, 2, -1) < 0) continue;
         if (fds[1].revents != 0) return;
         if (fds[0].revents != 0) {
           cq->ack_event();
+          if (moderation_us > 0) {
+            auto wait = last + moderation - Clock::now();
+            if (wait > Clock::duration::zero()) {
+              auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count();
+              timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+              if (::ppoll(&fds[1], 1, &ts, nullptr) > 0) return;  // stopped while waiting
+            }
+            last = Clock::now();
+          }
           wake.NonBlockingCall();
         }
       }

@@ -66,7 +66,12 @@ class Memory {
  public:
   // Anonymous memfd (sealed against shrinking) or, with a path, a file that
   // keeps its contents across restarts. Returns nullptr and sets *error.
-  static std::unique_ptr<Memory> allocate(size_t length, const std::string& path, std::string* error);
+  // `huge_pages` (anonymous only): hugetlb pages when enough are reserved and
+  // the length is a multiple of their size, else transparent huge pages on the
+  // memfd where the kernel allows them for shmem; page_kind() says which, and
+  // page_note() why not when neither.
+  static std::unique_ptr<Memory> allocate(size_t length, const std::string& path, std::string* error,
+                                          bool huge_pages = false);
   ~Memory();
   Memory(const Memory&) = delete;
   Memory& operator=(const Memory&) = delete;
@@ -76,6 +81,8 @@ class Memory {
   int fd() const { return fd_; }
   bool file_backed() const { return file_backed_; }
   bool existed() const { return existed_; }  // a file that already held data
+  const std::string& page_kind() const { return page_kind_; }  // "4k", "thp" or "hugetlb"
+  const std::string& page_note() const { return page_note_; }
 
  private:
   Memory() = default;
@@ -84,6 +91,8 @@ class Memory {
   int fd_ = -1;
   bool file_backed_ = false;
   bool existed_ = false;
+  std::string page_kind_ = "4k";
+  std::string page_note_;
 };
 
 class MemoryRegion {

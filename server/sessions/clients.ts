@@ -33,7 +33,11 @@ export class ClientTable {
   private readonly freeRings: number[] = [];
   private nextId = 1;
 
-  constructor(maxClients: number) {
+  constructor(
+    maxClients: number,
+    /** Told of every client added and removed (the notice drain, notices.ts). */
+    private readonly watcher?: { attach(client: Client): void; detach(client: Client): void },
+  ) {
     for (let i = maxClients - 1; i >= 0; i--) this.freeRings.push(i);
   }
 
@@ -76,11 +80,13 @@ export class ClientTable {
   add(client: Client): void {
     this.byConnection.set(client.connection, client);
     this.byQp.set(`${client.fabric.provider.scheme}:${client.connection.qpNum}`, client);
+    this.watcher?.attach(client);
   }
 
   /** False if it was already removed. */
   remove(client: Client): boolean {
     if (!this.byConnection.delete(client.connection)) return false;
+    this.watcher?.detach(client);
     this.byQp.delete(`${client.fabric.provider.scheme}:${client.connection.qpNum}`);
     return true;
   }

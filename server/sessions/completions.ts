@@ -1,10 +1,12 @@
 // The server's completion queue, one per fabric, in event mode: every wake-up
-// drains it in batches and routes each completion — a notice (a client's
-// WRITE_WITH_IMM) to notices.ts, a control message to control.ts — then
-// reposts the receive buffer. Any completion is a sign of life (keepalive.ts).
+// drains it in batches through notices.ts, whose native drain handles the
+// notices (a client's WRITE_WITH_IMM) itself, one crossing per batch; the
+// other completions come back here and are routed — a control message to
+// control.ts, its receive buffer reposted. Any completion is a sign of life
+// (keepalive.ts).
 import type { Logger } from 'pino';
 
-import { Opcode, readCompletion } from '../../native/index.js';
+import { NoticeOut, Opcode, readCompletion } from '../../native/index.js';
 import { KvLayout } from '../../protocol/constants.js';
 import type { Fabric } from '../fabric.js';
 import type { Notices } from '../notices.js';
@@ -26,9 +28,9 @@ export class Completions {
   drain(fabric: Fabric): void {
     for (let round = 0; round < 2; round++) {
       for (;;) {
-        const n = fabric.cq.pollRaw();
-        if (n === 0) break;
-        for (let i = 0; i < n; i++) this.onCompletion(fabric, readCompletion(fabric.cq.completions, i));
+        const drain = this.notices.poll(fabric);
+        for (let i = 0, n = drain.out[NoticeOut.OTHERS]!; i < n; i++) this.onCompletion(fabric, readCompletion(drain.others, i));
+        if (drain.out[NoticeOut.POLLED]! < NoticeOut.CAPACITY) break; // the CQ was empty
       }
       if (round === 0) fabric.cq.arm(); // then drain once more: completions that raced with arm() bring no event
     }
@@ -45,12 +47,11 @@ export class Completions {
       return;
     }
     if (!client) return;
-    if (wc.opcode === Opcode.RECV_RDMA_WITH_IMM) {
-      this.notices.onNotice(client, wc.imm);
-    } else if (wc.opcode === Opcode.RECV) {
+    // A notice reaches JS only when its client is not attached to the drain (notices.ts): its buffer goes back.
+    if (wc.opcode === Opcode.RECV) {
       const offset = wc.wrId * KvLayout.SERVER_RECV_BYTES;
       this.control.onMessage(client, fabric.recv.bytes.subarray(offset, offset + wc.byteLen));
-    } else {
+    } else if (wc.opcode !== Opcode.RECV_RDMA_WITH_IMM) {
       if (wc.opcode === Opcode.SEND) this.sendCompleted(client, wc.wrId);
       return;
     }

@@ -10,6 +10,9 @@
 // longer than half the grace period).
 //
 // All of it lives in the server's JS memory; nothing here writes the region.
+// The notice drain (native/server/notice_drain.cc) reads and clears the
+// granted bitmap of retired blocks in native code (bitmaps()), then hands
+// them to enqueueRetired(): retire() is that check, that bit and that queue.
 export interface HeapStats {
   /** Bytes granted to clients and not freed, by class size in bytes. */
   usedBytesByClass: Map<number, number>;
@@ -98,6 +101,58 @@ class FreeBin {
   }
 }
 
+/** Blocks waiting out their grace period, oldest first: flat arrays, no object per block. */
+class GraceQueue {
+  private at = new Float64Array(1024);
+  private cls = new Uint32Array(1024);
+  private block = new Uint32Array(1024);
+  private head = 0;
+  private tail = 0;
+
+  get length(): number {
+    return this.tail - this.head;
+  }
+
+  push(at: number, cls: number, block: number): void {
+    if (this.tail === this.at.length) this.makeRoom();
+    this.at[this.tail] = at;
+    this.cls[this.tail] = cls;
+    this.block[this.tail++] = block;
+  }
+
+  /** Takes the oldest entry if its time has come: its index for cls/block, or -1. */
+  takeDue(now: number): number {
+    return this.head < this.tail && this.at[this.head]! <= now ? this.head++ : -1;
+  }
+
+  clsAt(i: number): number {
+    return this.cls[i]!;
+  }
+
+  blockAt(i: number): number {
+    return this.block[i]!;
+  }
+
+  clear(): void {
+    this.head = this.tail = 0;
+  }
+
+  /** Moves the live entries to the front, growing the arrays when more than half full. */
+  private makeRoom(): void {
+    const live = this.tail - this.head;
+    const size = live * 2 > this.at.length ? this.at.length * 2 : this.at.length;
+    const move = <T extends Float64Array | Uint32Array>(from: T, to: T): T => {
+      to.set(from.subarray(this.head, this.tail));
+      return to;
+    };
+    this.at = move(this.at, size === this.at.length ? this.at : new Float64Array(size));
+    this.cls = move(this.cls, size === this.cls.length ? this.cls : new Uint32Array(size));
+    this.block = move(this.block, size === this.block.length ? this.block : new Uint32Array(size));
+    this.head = 0;
+    this.tail = live;
+  }
+}
+
 export class Heap {
   /** Free extents: start -> length, and end -> start (to merge with the one before). */
   private readonly freeLength = new UnitMap();
@@ -113,8 +168,7 @@ export class Heap {
   /** One bit per unit: set where a granted (or live) block starts. A block is freed only if its bit is set. */
   private readonly granted: Uint32Array;
   private readonly usedUnits: number[];
-  private readonly graceQueue: Array<{ at: number; cls: number; block: number }> = [];
-  private graceHead = 0;
+  private readonly graceQueue = new GraceQueue();
   /** End of the highest block ever granted (untouchedBytes). */
   private touched = 0;
 
@@ -173,8 +227,26 @@ export class Heap {
   retire(cls: number, block: number): boolean {
     if (!this.isGranted(cls, block)) return false;
     setBit(this.granted, block, false);
-    this.graceQueue.push({ at: this.now() + this.graceMs, cls, block });
+    this.graceQueue.push(this.graceEnd(), cls, block);
     return true;
+  }
+
+  /** When a block retired now becomes reusable (one clock read per batch of retirements). */
+  graceEnd(): number {
+    return this.now() + this.graceMs;
+  }
+
+  /**
+   * A block the notice drain retired: it checked isGranted's conditions on bitmaps() and
+   * cleared the block's granted bit (native/server/notice_drain.cc); reusable at `at`.
+   */
+  enqueueRetired(cls: number, block: number, at: number): void {
+    this.graceQueue.push(at, cls, block);
+  }
+
+  /** The bitmaps isGranted reads (chunk starts, granted block starts), for the notice drain. */
+  bitmaps(): { chunkStart: Uint32Array; granted: Uint32Array } {
+    return { chunkStart: this.chunkStart, granted: this.granted };
   }
 
   /** A block that was never published (returned unused): reusable at once. */
@@ -189,14 +261,9 @@ export class Heap {
   reclaim(): number {
     const now = this.now();
     let n = 0;
-    while (this.graceHead < this.graceQueue.length && this.graceQueue[this.graceHead]!.at <= now) {
-      const { cls, block } = this.graceQueue[this.graceHead++]!;
-      this.free(cls, block);
+    for (let i = this.graceQueue.takeDue(now); i >= 0; i = this.graceQueue.takeDue(now)) {
+      this.free(this.graceQueue.clsAt(i), this.graceQueue.blockAt(i));
       n++;
-    }
-    if (this.graceHead > 4096 && this.graceHead * 2 > this.graceQueue.length) {
-      this.graceQueue.splice(0, this.graceHead);
-      this.graceHead = 0;
     }
     return n;
   }
@@ -214,8 +281,7 @@ export class Heap {
     this.chunkStart.fill(0);
     this.granted.fill(0);
     this.usedUnits.fill(0);
-    this.graceQueue.length = 0;
-    this.graceHead = 0;
+    this.graceQueue.clear();
     let cursor = 0;
     for (const { block, units } of live) {
       const cls = this.classOfUnits(units);
@@ -255,7 +321,7 @@ export class Heap {
       usedBytes,
       untouchedBytes: (this.heapUnits - this.touched) * 64,
       freeBlocks: this.freeLength.size,
-      waitingForGrace: this.graceQueue.length - this.graceHead,
+      waitingForGrace: this.graceQueue.length,
     };
   }
 

@@ -1,0 +1,49 @@
+// Huge pages for the region when the host has them (native/transport/memory.cc):
+// what a memory got, why not when it did not, and the server saying so once.
+import { Writable } from 'node:stream';
+
+import test from 'ava';
+import { pino } from 'pino';
+
+import { Memory } from '../../native/index.js';
+import { connect, startServer } from '../helpers/kv.js';
+import { providersUnderTest } from '../helpers/providers.js';
+
+test('a memory asked for huge pages says what it got, and why not when it is on 4 KiB pages', (t) => {
+  const memory = new Memory(8 << 20, undefined, { hugePages: true });
+  const { kind, note } = memory.pages;
+  t.true(['hugetlb', 'thp', '4k'].includes(kind));
+  if (kind === '4k') {
+    t.regex(note, /hugetlb pages/);
+    t.regex(note, /transparent huge pages|madvise/);
+  }
+  if (kind === 'hugetlb') t.is(note, '');
+  t.log(`this host: ${kind}${note ? ` (${note})` : ''}`);
+  // Every byte is usable either way.
+  memory.bytes[0] = 1;
+  memory.bytes[memory.bytes.length - 1] = 2;
+  t.is(memory.bytes[0]! + memory.bytes[memory.bytes.length - 1]!, 3);
+  // Without the option nothing is asked for and nothing is said.
+  t.deepEqual(new Memory(1 << 20).pages, { kind: '4k', note: '' });
+});
+
+for (const scheme of providersUnderTest()) {
+  test(`${scheme}: the server says once which pages its region is on, and serves either way`, async (t) => {
+    const lines: Array<Record<string, unknown>> = [];
+    const sink = new Writable({
+      write(chunk, _encoding, done) {
+        for (const line of String(chunk).split('\n')) if (line) lines.push(JSON.parse(line) as Record<string, unknown>);
+        done();
+      },
+    });
+    const server = await startServer(scheme, { logger: pino({ level: 'info' }, sink) });
+    t.teardown(() => server.close());
+    const client = await connect(server);
+    t.teardown(() => client.close());
+    await client.put('paged', 'value');
+    t.is((await client.get('paged'))?.toString(), 'value');
+    const said = lines.filter((l) => String(l.msg).startsWith('region on'));
+    t.is(said.length, 1);
+    if (said[0]!.msg !== 'region on huge pages') t.truthy(said[0]!.why, 'the 4 KiB fallback says why');
+  });
+}
