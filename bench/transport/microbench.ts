@@ -103,6 +103,7 @@ function run(ctx: Awaited<ReturnType<typeof connect>>, op: string, batch: number
   const { client, conn, cq } = ctx;
   // The batch is written once; every iteration posts the same requests.
   for (let i = 0; i < batch; i++) writeWorkRequest(client.sendBuffer, i, ctx.wrFor(op, i, i === batch - 1));
+  const histogram = createHistogram();
   let crossings = 0;
   let batchesDone = 0;
   const warmupEnd = performance.now() + Math.min(200, seconds * 200);
@@ -110,15 +111,11 @@ function run(ctx: Awaited<ReturnType<typeof connect>>, op: string, batch: number
     conn.postSendRaw(batch);
     while (cq.pollRaw(16) === 0);
   }
-  // One clock read per batch, kept in a preallocated array, as perftest keeps one cycle
-  // count per iteration: the latency of a batch is the time between consecutive stamps,
-  // with no histogram update or BigInt allocation inside it (under TCG those cost
-  // microseconds; the percentiles are computed after the loop).
-  let samples = new Float64Array(1 << 16);
-  const start = performance.now();
-  const end = start + seconds * 1000;
+  const start = process.hrtime.bigint();
+  const end = start + BigInt(Math.round(seconds * 1e9));
   let now = start;
   while (now < end) {
+    const t0 = now;
     conn.postSendRaw(batch);
     crossings++;
     let got = 0;
@@ -128,18 +125,11 @@ function run(ctx: Awaited<ReturnType<typeof connect>>, op: string, batch: number
     }
     // A failed batch would be measured as fast: stop instead.
     if (cq.completions[2] !== 0) throw new Error(`${op} completed with status ${cq.completions[2]}: ${conn.firstError}`);
-    const t = performance.now();
-    if (batchesDone === samples.length) {
-      const grown = new Float64Array(samples.length * 2);
-      grown.set(samples);
-      samples = grown;
-    }
-    samples[batchesDone++] = t - now;
-    now = t;
+    now = process.hrtime.bigint();
+    histogram.record(Number(now - t0) || 1);
+    batchesDone++;
   }
-  const histogram = createHistogram();
-  for (let i = 0; i < batchesDone; i++) histogram.record(Math.max(1, Math.round(samples[i]! * 1e6)));
-  const elapsed = (now - start) / 1000;
+  const elapsed = Number(now - start) / 1e9;
   const total = batchesDone * batch;
   return {
     op,
