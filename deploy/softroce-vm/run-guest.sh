@@ -56,6 +56,19 @@ if ! { ip link add rxenet0 type dummy &&
   echo "run-guest: could not create rxe0 on rxenet0" >&2
   exit 125
 fi
+# ksoftirqd must not preempt a busy poller on wakeup (docs/softroce-vm.md, "The
+# READ anomaly"). Both ends on one rxe device means every packet is delivered
+# in the sender's process context, and rxe 6.1 hands each READ request to a
+# tasklet: tasklet_schedule from process context wakes ksoftirqd, which
+# preempts the requester on its way out of ibv_post_send (the tasklet itself
+# has already run inline) -- a context switch per READ that TCG makes cost
+# ~150 us to a Node process. SCHED_BATCH threads are not woken into the CPU;
+# they still get their fair share at the tick. On separate hosts a READ
+# request arrives in softirq context and wakes nobody. RKV_SOFTIRQ_BATCH=0
+# keeps the kernel's default, to see the anomaly.
+if [ "${RKV_SOFTIRQ_BATCH:-1}" != 0 ]; then
+  for pid in $(pgrep '^ksoftirqd/'); do chrt --batch -p 0 "$pid" >/dev/null; done
+fi
 EOF
   printf '%s\n' "$*"
 } >"$CTL/cmd"

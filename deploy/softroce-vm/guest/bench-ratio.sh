@@ -47,6 +47,10 @@ gid_index() {
   echo "bench-ratio: no RoCE v2 GID for $1 on $DEV" >&2
   return 1
 }
+# run-guest.sh makes ksoftirqd SCHED_BATCH (unless RKV_SOFTIRQ_BATCH=0): READs
+# cost a context switch per request otherwise (docs/softroce-vm.md). Recorded
+# with the results, as it changes what perftest and rdma-kv both measure.
+SOFTIRQ_POLICY=$(chrt -p "$(pgrep '^ksoftirqd/' | head -n 1)" 2>/dev/null | sed -n 's/.*scheduling policy: //p')
 SGID=$(gid_index $SERVER)
 CGID=$(gid_index $CLIENT)
 
@@ -78,7 +82,7 @@ perftest() {
        col && $1 ~ /^[0-9]+$/ { print $col; exit }' "$TMP/$name.client"
 }
 
-echo "bench-ratio: perftest on $DEV, server $SERVER (GID $SGID), client $CLIENT (GID $CGID), $ITERS iterations"
+echo "bench-ratio: perftest on $DEV, server $SERVER (GID $SGID), client $CLIENT (GID $CGID), $ITERS iterations, ksoftirqd ${SOFTIRQ_POLICY:-unknown}"
 READ_US=$(perftest read ib_read_lat -s 64)
 CAS_US=$(perftest cas ib_atomic_lat -A CMP_AND_SWAP)
 if [ -z "$READ_US" ] || [ -z "$CAS_US" ]; then
@@ -115,11 +119,11 @@ else
 fi
 
 mkdir -p "$(dirname "$OUT")"
-node --input-type=module - "$READ_US" "$CAS_US" "$MB_JSON" "$DP_JSON" "$OUT" "$ITERS" <<'EOF'
+node --input-type=module - "$READ_US" "$CAS_US" "$MB_JSON" "$DP_JSON" "$OUT" "$ITERS" "${SOFTIRQ_POLICY:-unknown}" <<'EOF'
 import fs from "node:fs";
 import os from "node:os";
 import { pathToFileURL } from "node:url";
-const [readUs, casUs, mbPath, dpPath, out, iters] = process.argv.slice(2);
+const [readUs, casUs, mbPath, dpPath, out, iters, softirqPolicy] = process.argv.slice(2);
 const readJson = (path) => (path && fs.existsSync(path) ? JSON.parse(fs.readFileSync(path, "utf8")) : undefined);
 // The goals and their verdicts are the data-path benchmark's: issue 14's numbers in one place.
 const { GOALS, goal, verdict } = await import(pathToFileURL("dist/bench/kv/data-path/goals.js").href);
@@ -153,6 +157,7 @@ for (const row of table) console.log(row.map((c, i) => (i === 0 ? c.padEnd(width
 fs.writeFileSync(out, JSON.stringify({
   device: "rxe0 (Soft-RoCE in a QEMU TCG guest)",
   kernel: os.release(),
+  ksoftirqdPolicy: softirqPolicy,
   date: new Date().toISOString(),
   perftestIterations: Number(iters),
   microbench: mbPath ? "dist/bench/transport/microbench.js --batch 1" : "missing",
