@@ -27,7 +27,7 @@ export async function runClientThread(
 ): Promise<void> {
   const { threadId, control } = data;
   try {
-    const gc = new GcStats();
+    const gc = new GcStats(data.observeGc);
     const props = new Properties(data.props);
     const config = parseCoreWorkloadConfig(props);
     const rng = new Random(data.seed);
@@ -37,6 +37,7 @@ export async function runClientThread(
     const spinSleep = props.getBoolean('spin.sleep', false);
     post({ type: 'ready', threadId });
     await startSignal;
+    gc.begin(); // the phase's runtime starts here, in the main thread
 
     await db.db.init(props);
 
