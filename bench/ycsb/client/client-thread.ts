@@ -12,7 +12,7 @@ import { createBinding } from '../db/registry.js';
 import { CoreWorkload } from '../workload/core-workload.js';
 import { parseCoreWorkloadConfig } from '../workload/core-config.js';
 import { ThreadMeasurements, parseMeasurementInterval } from '../measurements/thread-measurements.js';
-import { DBWrapper, type Lane } from './db-wrapper.js';
+import { DBWrapper, newLane, type Lane } from './db-wrapper.js';
 import { GcStats } from './gc-stats.js';
 import { CONTROL_EPOCH, CONTROL_STOP, requestStop, type ClientThreadData, type ThreadMessage } from './protocol.js';
 
@@ -43,7 +43,7 @@ export async function runClientThread(
 
     const lanes: Lane[] = [];
     for (let i = 0; i < Math.max(1, data.inflight); i++) {
-      lanes.push({ values: workload.newFieldValues(), result: new Map(), scanResult: [], intendedStart: 0 });
+      lanes.push(newLane(workload.newFieldValues()));
     }
     let seenEpoch = Atomics.load(control, CONTROL_EPOCH);
     const sendSample = (): void => {
@@ -85,8 +85,8 @@ export async function runClientThread(
         }
         issued++;
         let ok = data.transactions ? workload.doTransaction(db, lane) : workload.doInsert(db, lane);
-        if (ok !== true && ok !== false) ok = await ok;
-        if (!ok) {
+        if (ok !== true && ok !== false) ok = await ok; // a transaction's promise resolves to its Status: truthy
+        if (ok === false) {
           stopped = true;
           break;
         }

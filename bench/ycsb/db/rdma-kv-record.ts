@@ -75,36 +75,45 @@ const nameCache: string[] = [];
  * the bytes are not a well-formed record.
  */
 export function decodeFields(bytes: Uint8Array, names: string[], values: string[]): boolean {
-  names.length = 0;
-  values.length = 0;
+  const n = decodeAt(bytes, names, values);
+  names.length = values.length = Math.max(0, n);
+  return n >= 0;
+}
+
+/**
+ * decodeFields' work: names and values written at [0, n) of the arrays, whose lengths it does not
+ * touch (emptying an array gives its storage back, and refilling it allocates anew). Returns n,
+ * or -1 when the bytes are not a well-formed record.
+ */
+function decodeAt(bytes: Uint8Array, names: string[], values: string[]): number {
   const buf = Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const length = buf.length;
-  if (length < HEADER_BYTES) return false;
+  if (length < HEADER_BYTES) return -1;
   const n = buf[0]! | (buf[1]! << 8);
   const ascii = (buf[2]! & FLAG_ASCII) !== 0;
   const bodyAt = HEADER_BYTES + ENTRY_BYTES * n;
-  if (bodyAt > length) return false;
+  if (bodyAt > length) return -1;
   const body = ascii ? buf.toString('latin1', bodyAt) : '';
   let at = ascii ? 0 : bodyAt;
   const end = ascii ? body.length : length;
   for (let i = 0, e = HEADER_BYTES; i < n; i++, e += ENTRY_BYTES) {
     const nameEnd = at + (buf[e]! | (buf[e + 1]! << 8));
     const valueEnd = nameEnd + (buf[e + 2]! | (buf[e + 3]! << 8) | (buf[e + 4]! << 16)) + buf[e + 5]! * 0x1000000;
-    if (valueEnd > end) return false;
+    if (valueEnd > end) return -1;
     let name: string;
     const cached = nameCache[i];
     if (ascii) {
       if (cached !== undefined && cached.length === nameEnd - at && body.startsWith(cached, at)) name = cached;
       else name = nameCache[i] = body.slice(at, nameEnd);
-      values.push(body.slice(nameEnd, valueEnd));
+      values[i] = body.slice(nameEnd, valueEnd);
     } else {
       name = buf.toString('utf8', at, nameEnd);
-      values.push(buf.toString('utf8', nameEnd, valueEnd));
+      values[i] = buf.toString('utf8', nameEnd, valueEnd);
     }
-    names.push(name);
+    names[i] = name;
     at = valueEnd;
   }
-  return at === end;
+  return at === end ? n : -1;
 }
 
 const decodedNames: string[] = [];
@@ -115,8 +124,9 @@ const decodedValues: string[] = [];
  * when the bytes are not a well-formed record.
  */
 export function decodeRecord(bytes: Uint8Array, fields: readonly string[] | null, result: Record): boolean {
-  if (!decodeFields(bytes, decodedNames, decodedValues)) return false;
-  for (let i = 0; i < decodedNames.length; i++) {
+  const n = decodeAt(bytes, decodedNames, decodedValues);
+  if (n < 0) return false;
+  for (let i = 0; i < n; i++) {
     const name = decodedNames[i]!;
     if (fields === null || fields.includes(name)) result.set(name, decodedValues[i]!);
   }
