@@ -6,9 +6,10 @@
  * summary, and stops the server. Progress goes to stderr.
  *
  *   node dist/bench/kv/main-job.js [--workload a|b|c|…] [--records N] [--operations N]
- *                                  [--threads N] [--pollmode busy|event] [--seed N]
+ *                                  [--threads N] [--inflight K] [--pollmode busy|event] [--seed N]
  *                                  [--max-seconds N] [--json FILE]
  *
+ * --inflight is kvbench.inflight: operations in flight per client thread (YCSB: 1).
  * --json writes the summary (throughput, GC share and latency per phase and operation) to FILE
  * (the data-path benchmark, bench/kv/data-path.ts, reads it for its `npm start` rows).
  * --max-seconds (default 40) is a budget for both phases, enforced with YCSB's
@@ -38,7 +39,7 @@ const WORKLOADS = fileURLToPath(new URL('../../../bench/workloads/', import.meta
 const REGION_BYTES = 256 << 20;
 
 const USAGE = `usage: node dist/bench/kv/main-job.js [--workload a] [--records 10000] [--operations 50000]
-                                     [--threads 2] [--pollmode busy|event] [--seed N] [--max-seconds 40] [--json FILE]`;
+                                     [--threads 2] [--inflight 1] [--pollmode busy|event] [--seed N] [--max-seconds 40] [--json FILE]`;
 
 interface JobOptions {
   workload: string;
