@@ -11,7 +11,7 @@ import { runScript } from './processes.js';
 export interface NpmStart {
   /** the run phase's throughput, ops/s */
   runOpsPerSec: number;
-  /** the run phase's GC time over its wall time, all threads, % */
+  /** the run phase's GC share: the client threads' collection time over their time in the phase, % (main-job.ts, gcShares) */
   runGcPercent: number;
   operations: number;
   json: string;

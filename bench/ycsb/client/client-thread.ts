@@ -12,7 +12,7 @@ import { createBinding } from '../db/registry.js';
 import { CoreWorkload } from '../workload/core-workload.js';
 import { parseCoreWorkloadConfig } from '../workload/core-config.js';
 import { ThreadMeasurements, parseMeasurementInterval } from '../measurements/thread-measurements.js';
-import { DBWrapper, type Lane } from './db-wrapper.js';
+import { DBWrapper, newLane, type Lane } from './db-wrapper.js';
 import { GcStats } from './gc-stats.js';
 import { CONTROL_EPOCH, CONTROL_STOP, requestStop, type ClientThreadData, type ThreadMessage } from './protocol.js';
 
@@ -27,7 +27,7 @@ export async function runClientThread(
 ): Promise<void> {
   const { threadId, control } = data;
   try {
-    const gc = new GcStats();
+    const gc = new GcStats(data.observeGc);
     const props = new Properties(data.props);
     const config = parseCoreWorkloadConfig(props);
     const rng = new Random(data.seed);
@@ -37,12 +37,13 @@ export async function runClientThread(
     const spinSleep = props.getBoolean('spin.sleep', false);
     post({ type: 'ready', threadId });
     await startSignal;
+    gc.begin(); // the phase's runtime starts here, in the main thread
 
     await db.db.init(props);
 
     const lanes: Lane[] = [];
     for (let i = 0; i < Math.max(1, data.inflight); i++) {
-      lanes.push({ values: workload.newFieldValues(), result: new Map(), scanResult: [], intendedStart: 0 });
+      lanes.push(newLane(workload.newFieldValues()));
     }
     let seenEpoch = Atomics.load(control, CONTROL_EPOCH);
     const sendSample = (): void => {
@@ -84,8 +85,8 @@ export async function runClientThread(
         }
         issued++;
         let ok = data.transactions ? workload.doTransaction(db, lane) : workload.doInsert(db, lane);
-        if (ok !== true && ok !== false) ok = await ok;
-        if (!ok) {
+        if (ok !== true && ok !== false) ok = await ok; // a transaction's promise resolves to its Status: truthy
+        if (ok === false) {
           stopped = true;
           break;
         }

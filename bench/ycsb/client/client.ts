@@ -62,7 +62,15 @@ export interface PhaseResult {
   opsDone: number;
   measurements: AggregatedMeasurements;
   percentiles: number[];
+  /** every isolate's collections during the phase (YCSB's TOTAL_GC_* lines) */
   gc: GcCollector[];
+  /**
+   * The same, split: the client threads' own isolates (summed; empty when they ran in-process)
+   * and the main thread's (which runs in-process client threads, and whatever else the caller
+   * runs there, such as the main job's server).
+   */
+  clientGc: GcCollector[];
+  mainGc: GcCollector[];
   samples: TimeSample[];
   sampleIntervalMs: number;
 }
@@ -147,7 +155,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
   const baseSeed = options.seed ?? randomInt(2 ** 31);
   const propsArray = [...options.props.entries()];
   const measurements = new AggregatedMeasurements();
-  const gcTotals = new Map<string, GcCollector>();
+  const clientGcTotals = new Map<string, GcCollector>();
   const mainGc = new GcStats();
   const pendingReplies = new Map<number, () => void>();
   const active = new Set<number>();
@@ -169,7 +177,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
       case 'done':
         measurements.merge(m.snapshots);
         opsDoneByThread[m.threadId] = m.opsDone;
-        mergeGc(gcTotals, m.gc);
+        mergeGc(clientGcTotals, m.gc);
         active.delete(m.threadId);
         pendingReplies.get(m.threadId)?.();
         break;
@@ -200,6 +208,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
       opCount: split.perThread[threadId]!,
       targetPerThreadPerMs,
       inflight: settings.inflight,
+      observeGc: options.inProcess !== true,
       seed: (baseSeed + Math.imul(threadId + 1, 0x9e3779b9)) >>> 0,
       shared,
       control,
@@ -219,6 +228,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
     const startedAt = new Date();
     const startMs = Date.now();
     const startPerf = performance.now();
+    mainGc.begin();
     for (const h of handles) h.start();
     const finished = Promise.all(handles.map((h) => h.finished));
 
@@ -328,7 +338,10 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
     throwIfFailed();
     takeSample(performance.now() - startPerf);
     if (settings.status) printStatus();
-    mergeGc(gcTotals, await mainGc.finish());
+    const mainCollectors = await mainGc.finish();
+    const gcTotals = new Map<string, GcCollector>();
+    mergeGc(gcTotals, [...clientGcTotals.values()]);
+    mergeGc(gcTotals, mainCollectors);
 
     return {
       phase: options.phase,
@@ -341,6 +354,8 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
       measurements,
       percentiles: settings.percentiles,
       gc: [...gcTotals.values()],
+      clientGc: options.inProcess ? [] : [...clientGcTotals.values()],
+      mainGc: mainCollectors,
       samples,
       sampleIntervalMs: settings.sampleIntervalMs,
     };

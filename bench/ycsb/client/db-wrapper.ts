@@ -19,6 +19,15 @@ export interface Lane {
   scanResult: Record[];
   /** performance.now() of the throttle deadline for this lane's next operation; 0 = none */
   intendedStart: number;
+  /** The lane's operation in flight (one at a time): its intended and actual start. */
+  opIntended: number;
+  opStart: number;
+  /** Per operation type, the callback that finishes this lane's asynchronous call (made once, not per call). */
+  finishers: ((status: Status) => Status)[];
+}
+
+export function newLane(values: LazyFieldValues): Lane {
+  return { values, result: new Map(), scanResult: [], intendedStart: 0, opIntended: 0, opStart: 0, finishers: [] };
 }
 
 const READ = 0;
@@ -63,7 +72,7 @@ export class DBWrapper {
     const st = performance.now();
     const res = this.db.read(table, key, fields, result);
     if (res instanceof Status) return this.finish(READ, res, ist, st);
-    return res.then((s) => this.finish(READ, s, ist, st));
+    return this.later(lane, READ, res, ist, st);
   }
 
   scan(lane: Lane, table: string, startKey: string, recordCount: number, fields: readonly string[] | null, result: Record[]): MaybePromise<Status> {
@@ -71,7 +80,7 @@ export class DBWrapper {
     const st = performance.now();
     const res = this.db.scan(table, startKey, recordCount, fields, result);
     if (res instanceof Status) return this.finish(SCAN, res, ist, st);
-    return res.then((s) => this.finish(SCAN, s, ist, st));
+    return this.later(lane, SCAN, res, ist, st);
   }
 
   update(lane: Lane, table: string, key: string, values: FieldValues): MaybePromise<Status> {
@@ -79,7 +88,7 @@ export class DBWrapper {
     const st = performance.now();
     const res = this.db.update(table, key, values);
     if (res instanceof Status) return this.finish(UPDATE, res, ist, st);
-    return res.then((s) => this.finish(UPDATE, s, ist, st));
+    return this.later(lane, UPDATE, res, ist, st);
   }
 
   insert(lane: Lane, table: string, key: string, values: FieldValues): MaybePromise<Status> {
@@ -87,7 +96,7 @@ export class DBWrapper {
     const st = performance.now();
     const res = this.db.insert(table, key, values);
     if (res instanceof Status) return this.finish(INSERT, res, ist, st);
-    return res.then((s) => this.finish(INSERT, s, ist, st));
+    return this.later(lane, INSERT, res, ist, st);
   }
 
   delete(lane: Lane, table: string, key: string): MaybePromise<Status> {
@@ -95,7 +104,7 @@ export class DBWrapper {
     const st = performance.now();
     const res = this.db.delete(table, key);
     if (res instanceof Status) return this.finish(DELETE, res, ist, st);
-    return res.then((s) => this.finish(DELETE, s, ist, st));
+    return this.later(lane, DELETE, res, ist, st);
   }
 
   /** DBWrapper.cleanup: measured as CLEANUP (no return code), intended start reset first. */
@@ -107,6 +116,14 @@ export class DBWrapper {
     const en = performance.now();
     this.measurements.measure('CLEANUP', Math.trunc((en - st) * 1000));
     this.measurements.measureIntended('CLEANUP', Math.trunc((en - ist) * 1000));
+  }
+
+  /** Finishes an asynchronous call when it settles, through the lane's own callback (no closure per call). */
+  private later(lane: Lane, op: number, res: Promise<Status>, ist: number, st: number): Promise<Status> {
+    lane.opIntended = ist;
+    lane.opStart = st;
+    const f = lane.finishers[op] ?? (lane.finishers[op] = (s: Status) => this.finish(op, s, lane.opIntended, lane.opStart));
+    return res.then(f);
   }
 
   private finish(op: number, status: Status, ist: number, st: number): Status {

@@ -25,6 +25,8 @@ export interface ClientThreadData {
   targetPerThreadPerMs: number;
   /** operations in flight per thread (YCSB: 1) */
   inflight: number;
+  /** false when the thread shares the main thread's isolate (in-process), whose observer counts its collections */
+  observeGc: boolean;
   seed: number;
   shared: WorkloadSharedState;
   control: Int32Array;

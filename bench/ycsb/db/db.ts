@@ -51,6 +51,13 @@ export interface FieldValues {
   fieldName(i: number): string;
   /** The i-th value as text (YCSB's values are printable ASCII). */
   fieldValue(i: number): string;
+  /**
+   * Optional, both or neither: the i-th value's length in bytes, and a copy of its bytes at
+   * target[offset…] (returns the count), without making a string. Only for values that are
+   * ASCII (so bytes and UTF-16 units are the same count); the same value fieldValue(i) gives.
+   */
+  valueLength?(i: number): number;
+  writeValue?(i: number, target: Buffer, offset: number): number;
 }
 
 export type MaybePromise<T> = T | Promise<T>;

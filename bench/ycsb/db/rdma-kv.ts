@@ -29,146 +29,24 @@ import { KvClient, KvDisconnectedError, type KvClientOptions } from '../../../cl
 import { UsageError } from '../../../protocol/operator-input.js';
 import type { Properties } from '../properties.js';
 import { Status, type DB, type FieldValues, type Record } from './db.js';
+import { decodeRecord, encodeInto, encodeRecord, encodedBytes, mergeInto, mergeRecord, mergedBytesBound } from './rdma-kv-record.js';
+
+export { decodeFields, decodeRecord, encodeFields, encodeRecord, mergeRecord } from './rdma-kv-record.js';
 
 export const DEFAULT_URL = 'shm:///run/rdma-kv/kv.sock';
 /** cas attempts of one update before it reports ERROR (only reached under extreme contention). */
 const MAX_UPDATE_ATTEMPTS = 64;
-
-// ---- record encoding ------------------------------------------------------------------------
-
-const HEADER_BYTES = 3; // u16le field count, u8 flags
-const ENTRY_BYTES = 6; // per field: u16le name bytes, u32le value bytes
-const FLAG_ASCII = 1; // every name and value is ASCII: byte lengths are also string lengths
-const MAX_FIELDS = 0xffff;
-const MAX_NAME_BYTES = 0xffff;
-
-/** Reused for encoding; records are copied out of it (a binding call may still hold the last one). */
-let scratch = Buffer.allocUnsafe(16 << 10);
+/** Keys whose bytes are kept (then the cache starts over): the hot keys of a run, in bounded memory. */
+const KEY_CACHE_ENTRIES = 1 << 16;
 
 /**
- * Encodes fields as one record value:
- *
- *   u16le count | u8 flags | count x (u16le name bytes, u32le value bytes) | name0 value0 name1 ...
- *
- * Names and values are UTF-8. Flag bit 0 says every one of them is ASCII; the decoder then
- * turns the whole body into one string and slices it (YCSB's values are printable ASCII, so
- * that is the path every record takes: one native write to encode, one to decode).
+ * A buffer a record is written into, and the view of it handed to the client (kept while the
+ * length repeats, as YCSB's fixed-length records do). The binding's own until the client's
+ * answer settles: the client copies the value when it submits the operation.
  */
-export function encodeFields(names: readonly string[], values: readonly string[]): Buffer {
-  const n = names.length;
-  if (n > MAX_FIELDS) throw new RangeError(`${n} fields (the limit is ${MAX_FIELDS})`);
-  let body = '';
-  for (let i = 0; i < n; i++) body += names[i]! + values[i]!;
-  const bodyAt = HEADER_BYTES + ENTRY_BYTES * n;
-  const capacity = bodyAt + 3 * body.length; // UTF-8 needs at most 3 bytes per UTF-16 unit
-  if (scratch.length < capacity) scratch = Buffer.allocUnsafe(Math.max(capacity, 2 * scratch.length));
-  const out = scratch;
-  const written = out.write(body, bodyAt, 'utf8');
-  // Every non-ASCII unit takes 2 or more bytes: as many bytes as units means all ASCII.
-  const ascii = written === body.length;
-  out.writeUInt16LE(n, 0);
-  out[2] = ascii ? FLAG_ASCII : 0;
-  let e = HEADER_BYTES;
-  for (let i = 0; i < n; i++, e += ENTRY_BYTES) {
-    const name = names[i]!;
-    const value = values[i]!;
-    const nameBytes = ascii ? name.length : Buffer.byteLength(name, 'utf8');
-    if (nameBytes > MAX_NAME_BYTES) throw new RangeError(`field name of ${nameBytes} bytes (the limit is ${MAX_NAME_BYTES})`);
-    out.writeUInt16LE(nameBytes, e);
-    out.writeUInt32LE(ascii ? value.length : Buffer.byteLength(value, 'utf8'), e + 2);
-  }
-  const record = Buffer.allocUnsafe(bodyAt + written);
-  out.copy(record, 0, 0, bodyAt + written);
-  return record;
-}
-
-/** Encodes the fields of `values`, in their order. */
-export function encodeRecord(values: FieldValues): Buffer {
-  const n = values.size;
-  const names = new Array<string>(n);
-  const vals = new Array<string>(n);
-  for (let i = 0; i < n; i++) {
-    names[i] = values.fieldName(i);
-    vals[i] = values.fieldValue(i);
-  }
-  return encodeFields(names, vals);
-}
-
-/** Field names seen last at each position: a name equal to the cached one reuses its string (and its hash). */
-const nameCache: string[] = [];
-
-/**
- * Decodes a record into parallel arrays of names and values (cleared first). Returns false when
- * the bytes are not a well-formed record.
- */
-export function decodeFields(bytes: Uint8Array, names: string[], values: string[]): boolean {
-  names.length = 0;
-  values.length = 0;
-  const buf = Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const length = buf.length;
-  if (length < HEADER_BYTES) return false;
-  const n = buf[0]! | (buf[1]! << 8);
-  const ascii = (buf[2]! & FLAG_ASCII) !== 0;
-  const bodyAt = HEADER_BYTES + ENTRY_BYTES * n;
-  if (bodyAt > length) return false;
-  const body = ascii ? buf.toString('latin1', bodyAt) : '';
-  let at = ascii ? 0 : bodyAt;
-  const end = ascii ? body.length : length;
-  for (let i = 0, e = HEADER_BYTES; i < n; i++, e += ENTRY_BYTES) {
-    const nameEnd = at + (buf[e]! | (buf[e + 1]! << 8));
-    const valueEnd = nameEnd + (buf[e + 2]! | (buf[e + 3]! << 8) | (buf[e + 4]! << 16)) + buf[e + 5]! * 0x1000000;
-    if (valueEnd > end) return false;
-    let name: string;
-    const cached = nameCache[i];
-    if (ascii) {
-      if (cached !== undefined && cached.length === nameEnd - at && body.startsWith(cached, at)) name = cached;
-      else name = nameCache[i] = body.slice(at, nameEnd);
-      values.push(body.slice(nameEnd, valueEnd));
-    } else {
-      name = buf.toString('utf8', at, nameEnd);
-      values.push(buf.toString('utf8', nameEnd, valueEnd));
-    }
-    names.push(name);
-    at = valueEnd;
-  }
-  return at === end;
-}
-
-const decodedNames: string[] = [];
-const decodedValues: string[] = [];
-
-/**
- * Decodes a record into `result`: every field, or only those named in `fields`. Returns false
- * when the bytes are not a well-formed record.
- */
-export function decodeRecord(bytes: Uint8Array, fields: readonly string[] | null, result: Record): boolean {
-  if (!decodeFields(bytes, decodedNames, decodedValues)) return false;
-  for (let i = 0; i < decodedNames.length; i++) {
-    const name = decodedNames[i]!;
-    if (fields === null || fields.includes(name)) result.set(name, decodedValues[i]!);
-  }
-  return true;
-}
-
-/**
- * The record `current` with the fields of `values` written over it (YCSB's update: the given
- * fields change, the others stay). Returns undefined when `current` is not a well-formed record.
- */
-export function mergeRecord(current: Uint8Array, values: FieldValues): Buffer | undefined {
-  const names: string[] = [];
-  const vals: string[] = [];
-  if (!decodeFields(current, names, vals)) return undefined;
-  for (let i = 0; i < values.size; i++) {
-    const name = values.fieldName(i);
-    const at = names.indexOf(name);
-    if (at >= 0) {
-      vals[at] = values.fieldValue(i);
-    } else {
-      names.push(name);
-      vals.push(values.fieldValue(i));
-    }
-  }
-  return encodeFields(names, vals);
+interface RecordBuffer {
+  bytes: Buffer;
+  view: Buffer | undefined;
 }
 
 // ---- the binding ------------------------------------------------------------------------------
@@ -177,6 +55,12 @@ export default class RdmaKvClient implements DB {
   private client: KvClient | undefined;
   /** The workload's field names, when an update that writes all of them can skip the read. */
   private schema: ReadonlySet<string> | undefined;
+  /** key -> the bytes of "<table>-<key>", for keyTable's keys (no string and no Buffer per op) */
+  private readonly keys = new Map<string, Buffer>();
+  private keyTable = '';
+  /** Record buffers not in use; one is taken per write in flight (kvbench.inflight of them). */
+  private readonly spare: RecordBuffer[] = [];
+  private readonly seen = new Set<string>();
 
   async init(props: Properties): Promise<void> {
     const pollMode = props.get('rdmakv.pollmode', 'busy');
@@ -222,7 +106,7 @@ export default class RdmaKvClient implements DB {
 
   async read(table: string, key: string, fields: readonly string[] | null, result: Record): Promise<Status> {
     try {
-      const value = await this.kv.get(qualifiedKey(table, key));
+      const value = await this.kv.get(this.keyBytes(table, key));
       if (value === undefined) return Status.NOT_FOUND;
       return decodeRecord(value, fields !== null && fields.length > 0 ? fields : null, result) ? Status.OK : Status.UNEXPECTED_STATE;
     } catch (error) {
@@ -235,37 +119,53 @@ export default class RdmaKvClient implements DB {
   }
 
   async update(table: string, key: string, values: FieldValues): Promise<Status> {
-    const k = qualifiedKey(table, key);
+    const k = this.keyBytes(table, key);
+    if (this.writesWholeRecord(values)) return this.put(k, values);
+    const out = this.spare.pop() ?? { bytes: Buffer.allocUnsafe(0), view: undefined };
     try {
-      if (this.writesWholeRecord(values)) {
-        await this.kv.put(k, encodeRecord(values));
-        return Status.OK;
-      }
       for (let attempt = 0; attempt < MAX_UPDATE_ATTEMPTS; attempt++) {
         const current = await this.kv.getWithVersion(k);
         if (current === undefined) return Status.NOT_FOUND;
-        const merged = mergeRecord(current.value, values);
+        let merged: Buffer | undefined;
+        const bound = mergedBytesBound(current.value, values);
+        if (bound >= 0) {
+          const n = mergeInto(current.value, values, capacity(out, bound));
+          merged = n >= 0 ? viewOf(out, n) : undefined;
+        } else {
+          merged = mergeRecord(current.value, values);
+        }
         if (merged === undefined) return Status.UNEXPECTED_STATE;
         if (await this.kv.cas(k, current.version, merged)) return Status.OK;
       }
       return Status.ERROR;
     } catch (error) {
       return statusOf(error);
+    } finally {
+      this.spare.push(out);
     }
   }
 
-  async insert(table: string, key: string, values: FieldValues): Promise<Status> {
+  insert(table: string, key: string, values: FieldValues): Promise<Status> {
+    return this.put(this.keyBytes(table, key), values);
+  }
+
+  /** PUT of the record `values` encode (insert, and an update that writes every field). */
+  private async put(k: Buffer, values: FieldValues): Promise<Status> {
+    const bytes = encodedBytes(values);
+    const out = bytes >= 0 ? (this.spare.pop() ?? { bytes: Buffer.allocUnsafe(0), view: undefined }) : undefined;
     try {
-      await this.kv.put(qualifiedKey(table, key), encodeRecord(values));
+      await this.kv.put(k, out ? viewOf(out, encodeInto(values, capacity(out, bytes))) : encodeRecord(values));
       return Status.OK;
     } catch (error) {
       return statusOf(error);
+    } finally {
+      if (out) this.spare.push(out);
     }
   }
 
   async delete(table: string, key: string): Promise<Status> {
     try {
-      return (await this.kv.delete(qualifiedKey(table, key))) ? Status.OK : Status.NOT_FOUND;
+      return (await this.kv.delete(this.keyBytes(table, key))) ? Status.OK : Status.NOT_FOUND;
     } catch (error) {
       return statusOf(error);
     }
@@ -275,7 +175,8 @@ export default class RdmaKvClient implements DB {
   private writesWholeRecord(values: FieldValues): boolean {
     const schema = this.schema;
     if (schema === undefined || values.size !== schema.size) return false;
-    const seen = new Set<string>();
+    const seen = this.seen;
+    seen.clear();
     for (let i = 0; i < values.size; i++) {
       const name = values.fieldName(i);
       if (!schema.has(name) || seen.has(name)) return false;
@@ -283,10 +184,41 @@ export default class RdmaKvClient implements DB {
     }
     return true;
   }
+
+  /** The bytes of qualifiedKey(table, key), cached: a run asks for the same keys again and again. */
+  private keyBytes(table: string, key: string): Buffer {
+    if (table !== this.keyTable) {
+      this.keys.clear();
+      this.keyTable = table;
+    }
+    let bytes = this.keys.get(key);
+    if (bytes === undefined) {
+      if (this.keys.size >= KEY_CACHE_ENTRIES) this.keys.clear();
+      bytes = Buffer.from(qualifiedKey(table, key), 'utf8');
+      this.keys.set(key, bytes);
+    }
+    return bytes;
+  }
 }
 
 export function qualifiedKey(table: string, key: string): string {
   return `${table}-${key}`;
+}
+
+/** out's bytes, grown to at least `bytes` (rarely: records of a run have one length or a few). */
+function capacity(out: RecordBuffer, bytes: number): Buffer {
+  if (out.bytes.length < bytes) {
+    out.bytes = Buffer.allocUnsafeSlow(Math.max(bytes, 2 * out.bytes.length, 4096));
+    out.view = undefined;
+  }
+  return out.bytes;
+}
+
+/** The first `length` bytes of out, as one view kept while the length repeats. */
+function viewOf(out: RecordBuffer, length: number): Buffer {
+  let view = out.view;
+  if (view === undefined || view.length !== length) view = out.view = out.bytes.subarray(0, length);
+  return view;
 }
 
 function statusOf(error: unknown): Status {

@@ -1,0 +1,310 @@
+/**
+ * The rdma-kv binding's record format (bench/README.md documents it): one YCSB record as one
+ * value. encodeFields / decodeFields / mergeRecord work on strings and allocate; encodeInto and
+ * mergeInto are the binding's per-operation paths, which write into a caller's buffer and make
+ * no string: names are ASCII and values write their own bytes (FieldValues.writeValue), and a
+ * merge copies the current record's unchanged bytes as they are.
+ */
+import type { FieldValues, Record } from './db.js';
+
+
+
+const HEADER_BYTES = 3; // u16le field count, u8 flags
+const ENTRY_BYTES = 6; // per field: u16le name bytes, u32le value bytes
+const FLAG_ASCII = 1; // every name and value is ASCII: byte lengths are also string lengths
+const MAX_FIELDS = 0xffff;
+const MAX_NAME_BYTES = 0xffff;
+
+/** Reused for encoding; records are copied out of it (a binding call may still hold the last one). */
+let scratch = Buffer.allocUnsafe(16 << 10);
+
+/**
+ * Encodes fields as one record value:
+ *
+ *   u16le count | u8 flags | count x (u16le name bytes, u32le value bytes) | name0 value0 name1 ...
+ *
+ * Names and values are UTF-8. Flag bit 0 says every one of them is ASCII; the decoder then
+ * turns the whole body into one string and slices it (YCSB's values are printable ASCII, so
+ * that is the path every record takes: one native write to encode, one to decode).
+ */
+export function encodeFields(names: readonly string[], values: readonly string[]): Buffer {
+  const n = names.length;
+  if (n > MAX_FIELDS) throw new RangeError(`${n} fields (the limit is ${MAX_FIELDS})`);
+  let body = '';
+  for (let i = 0; i < n; i++) body += names[i]! + values[i]!;
+  const bodyAt = HEADER_BYTES + ENTRY_BYTES * n;
+  const capacity = bodyAt + 3 * body.length; // UTF-8 needs at most 3 bytes per UTF-16 unit
+  if (scratch.length < capacity) scratch = Buffer.allocUnsafe(Math.max(capacity, 2 * scratch.length));
+  const out = scratch;
+  const written = out.write(body, bodyAt, 'utf8');
+  // Every non-ASCII unit takes 2 or more bytes: as many bytes as units means all ASCII.
+  const ascii = written === body.length;
+  out.writeUInt16LE(n, 0);
+  out[2] = ascii ? FLAG_ASCII : 0;
+  let e = HEADER_BYTES;
+  for (let i = 0; i < n; i++, e += ENTRY_BYTES) {
+    const name = names[i]!;
+    const value = values[i]!;
+    const nameBytes = ascii ? name.length : Buffer.byteLength(name, 'utf8');
+    if (nameBytes > MAX_NAME_BYTES) throw new RangeError(`field name of ${nameBytes} bytes (the limit is ${MAX_NAME_BYTES})`);
+    out.writeUInt16LE(nameBytes, e);
+    out.writeUInt32LE(ascii ? value.length : Buffer.byteLength(value, 'utf8'), e + 2);
+  }
+  const record = Buffer.allocUnsafe(bodyAt + written);
+  out.copy(record, 0, 0, bodyAt + written);
+  return record;
+}
+
+/** Encodes the fields of `values`, in their order. */
+export function encodeRecord(values: FieldValues): Buffer {
+  const n = values.size;
+  const names = new Array<string>(n);
+  const vals = new Array<string>(n);
+  for (let i = 0; i < n; i++) {
+    names[i] = values.fieldName(i);
+    vals[i] = values.fieldValue(i);
+  }
+  return encodeFields(names, vals);
+}
+
+/** Field names seen last at each position: a name equal to the cached one reuses its string (and its hash). */
+const nameCache: string[] = [];
+
+/**
+ * Decodes a record into parallel arrays of names and values (cleared first). Returns false when
+ * the bytes are not a well-formed record.
+ */
+export function decodeFields(bytes: Uint8Array, names: string[], values: string[]): boolean {
+  const n = decodeAt(bytes, names, values);
+  names.length = values.length = Math.max(0, n);
+  return n >= 0;
+}
+
+/**
+ * decodeFields' work: names and values written at [0, n) of the arrays, whose lengths it does not
+ * touch (emptying an array gives its storage back, and refilling it allocates anew). Returns n,
+ * or -1 when the bytes are not a well-formed record.
+ */
+function decodeAt(bytes: Uint8Array, names: string[], values: string[]): number {
+  const buf = Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const length = buf.length;
+  if (length < HEADER_BYTES) return -1;
+  const n = buf[0]! | (buf[1]! << 8);
+  const ascii = (buf[2]! & FLAG_ASCII) !== 0;
+  const bodyAt = HEADER_BYTES + ENTRY_BYTES * n;
+  if (bodyAt > length) return -1;
+  const body = ascii ? buf.toString('latin1', bodyAt) : '';
+  let at = ascii ? 0 : bodyAt;
+  const end = ascii ? body.length : length;
+  for (let i = 0, e = HEADER_BYTES; i < n; i++, e += ENTRY_BYTES) {
+    const nameEnd = at + (buf[e]! | (buf[e + 1]! << 8));
+    const valueEnd = nameEnd + (buf[e + 2]! | (buf[e + 3]! << 8) | (buf[e + 4]! << 16)) + buf[e + 5]! * 0x1000000;
+    if (valueEnd > end) return -1;
+    let name: string;
+    const cached = nameCache[i];
+    if (ascii) {
+      if (cached !== undefined && cached.length === nameEnd - at && body.startsWith(cached, at)) name = cached;
+      else name = nameCache[i] = body.slice(at, nameEnd);
+      values[i] = body.slice(nameEnd, valueEnd);
+    } else {
+      name = buf.toString('utf8', at, nameEnd);
+      values[i] = buf.toString('utf8', nameEnd, valueEnd);
+    }
+    names[i] = name;
+    at = valueEnd;
+  }
+  return at === end ? n : -1;
+}
+
+const decodedNames: string[] = [];
+const decodedValues: string[] = [];
+
+/**
+ * Decodes a record into `result`: every field, or only those named in `fields`. Returns false
+ * when the bytes are not a well-formed record.
+ */
+export function decodeRecord(bytes: Uint8Array, fields: readonly string[] | null, result: Record): boolean {
+  const n = decodeAt(bytes, decodedNames, decodedValues);
+  if (n < 0) return false;
+  for (let i = 0; i < n; i++) {
+    const name = decodedNames[i]!;
+    if (fields === null || fields.includes(name)) result.set(name, decodedValues[i]!);
+  }
+  return true;
+}
+
+/**
+ * The record `current` with the fields of `values` written over it (YCSB's update: the given
+ * fields change, the others stay). Returns undefined when `current` is not a well-formed record.
+ */
+export function mergeRecord(current: Uint8Array, values: FieldValues): Buffer | undefined {
+  const names: string[] = [];
+  const vals: string[] = [];
+  if (!decodeFields(current, names, vals)) return undefined;
+  for (let i = 0; i < values.size; i++) {
+    const name = values.fieldName(i);
+    const at = names.indexOf(name);
+    if (at >= 0) {
+      vals[at] = values.fieldValue(i);
+    } else {
+      names.push(name);
+      vals.push(values.fieldValue(i));
+    }
+  }
+  return encodeFields(names, vals);
+}
+
+// ---- without allocation -----------------------------------------------------------------------
+
+/** True when every unit of `s` is ASCII (then its UTF-8 bytes are its char codes). */
+function isAscii(s: string): boolean {
+  for (let i = 0; i < s.length; i++) if (s.charCodeAt(i) > 0x7f) return false;
+  return true;
+}
+
+function writeAscii(out: Buffer, at: number, s: string): number {
+  for (let i = 0; i < s.length; i++) out[at + i] = s.charCodeAt(i);
+  return at + s.length;
+}
+
+/** True when `values` can be written by encodeInto / mergeInto: ASCII names, byte-writing values. */
+function writable(values: FieldValues): boolean {
+  if (values.writeValue === undefined || values.valueLength === undefined || values.size > MAX_FIELDS) return false;
+  for (let i = 0; i < values.size; i++) {
+    const name = values.fieldName(i);
+    if (name.length > MAX_NAME_BYTES || !isAscii(name) || values.valueLength(i) < 0) return false;
+  }
+  return true;
+}
+
+/** The bytes encodeInto writes for `values`, or -1 when it cannot (use encodeRecord). */
+export function encodedBytes(values: FieldValues): number {
+  if (!writable(values)) return -1;
+  let bytes = HEADER_BYTES + ENTRY_BYTES * values.size;
+  for (let i = 0; i < values.size; i++) bytes += values.fieldName(i).length + values.valueLength!(i);
+  return bytes;
+}
+
+/** encodeRecord(values) written at out[0…] (at least encodedBytes(values) long); returns its length. */
+export function encodeInto(values: FieldValues, out: Buffer): number {
+  const n = values.size;
+  out.writeUInt16LE(n, 0);
+  out[2] = FLAG_ASCII;
+  let at = HEADER_BYTES + ENTRY_BYTES * n;
+  for (let i = 0, e = HEADER_BYTES; i < n; i++, e += ENTRY_BYTES) {
+    const name = values.fieldName(i);
+    at = writeAscii(out, at, name);
+    const valueBytes = values.writeValue!(i, out, at);
+    at += valueBytes;
+    out.writeUInt16LE(name.length, e);
+    out.writeUInt32LE(valueBytes, e + 2);
+  }
+  return at;
+}
+
+/** Per field of the values being merged: the current record's entry it replaces, or -1 (appended). */
+let matchScratch = new Int32Array(16);
+/** Per field of the values being merged: where its value goes in the output. */
+let valueAtScratch = new Int32Array(16);
+
+/**
+ * An upper bound of mergeInto's output, or -1 when mergeInto cannot merge these (use
+ * mergeRecord): a current record that is not ASCII, or values it cannot write, or the same
+ * field twice among the values.
+ */
+export function mergedBytesBound(current: Uint8Array, values: FieldValues): number {
+  if (current.length < HEADER_BYTES || (current[2]! & FLAG_ASCII) === 0 || !writable(values)) return -1;
+  let bytes = current.length;
+  for (let i = 0; i < values.size; i++) {
+    const name = values.fieldName(i);
+    for (let j = 0; j < i; j++) if (values.fieldName(j) === name) return -1;
+    bytes += ENTRY_BYTES + name.length + values.valueLength!(i);
+  }
+  return bytes;
+}
+
+/** True when the `length` bytes at buf[at…] are the (ASCII) string s. */
+function bytesEqual(buf: Uint8Array, at: number, length: number, s: string): boolean {
+  if (length !== s.length) return false;
+  for (let i = 0; i < length; i++) if (buf[at + i] !== s.charCodeAt(i)) return false;
+  return true;
+}
+
+/**
+ * mergeRecord(current, values) written at out[0…] (at least mergedBytesBound long, and not
+ * `current`'s memory); returns its length, or -2 when `current` is not a well-formed record.
+ * The current record's bytes between replaced values are copied in runs, not field by field.
+ */
+export function mergeInto(current: Uint8Array, values: FieldValues, out: Buffer): number {
+  const length = current.length;
+  const n = current[0]! | (current[1]! << 8);
+  const bodyAt = HEADER_BYTES + ENTRY_BYTES * n;
+  if (bodyAt > length) return -2;
+  const m = values.size;
+  if (matchScratch.length < m) {
+    matchScratch = new Int32Array(2 * m);
+    valueAtScratch = new Int32Array(2 * m);
+  }
+  const match = matchScratch.fill(-1, 0, m);
+  const valueAt = valueAtScratch;
+  // Which entry each value replaces (the first of that name, as mergeRecord), checking bounds.
+  let appended = m;
+  for (let j = 0, e = HEADER_BYTES, at = bodyAt; j < n; j++, e += ENTRY_BYTES) {
+    const nameBytes = current[e]! | (current[e + 1]! << 8);
+    const valueEnd = at + nameBytes + (current[e + 2]! | (current[e + 3]! << 8) | (current[e + 4]! << 16)) + current[e + 5]! * 0x1000000;
+    if (valueEnd > length) return -2;
+    for (let i = 0; i < m; i++) {
+      if (match[i] === -1 && bytesEqual(current, at, nameBytes, values.fieldName(i))) {
+        match[i] = j;
+        appended--;
+        break;
+      }
+    }
+    at = valueEnd;
+    if (j === n - 1 && at !== length) return -2;
+  }
+  if (n === 0 && bodyAt !== length) return -2;
+  const src = Buffer.isBuffer(current) ? current : Buffer.from(current.buffer, current.byteOffset, current.byteLength);
+  const total = n + appended;
+  if (total > MAX_FIELDS) return -2;
+  out.writeUInt16LE(total, 0);
+  out[2] = FLAG_ASCII;
+  let runStart = bodyAt; // unchanged bytes of `current` not yet copied
+  let to = HEADER_BYTES + ENTRY_BYTES * total;
+  let from = bodyAt;
+  for (let j = 0, e = HEADER_BYTES; j < n; j++, e += ENTRY_BYTES) {
+    const nameBytes = current[e]! | (current[e + 1]! << 8);
+    const valueBytes = (current[e + 2]! | (current[e + 3]! << 8) | (current[e + 4]! << 16)) + current[e + 5]! * 0x1000000;
+    const oldValueAt = from + nameBytes;
+    let i = 0;
+    while (i < m && match[i] !== j) i++;
+    out.writeUInt16LE(nameBytes, e);
+    if (i === m) {
+      out.writeUInt32LE(valueBytes, e + 2);
+    } else {
+      to += src.copy(out, to, runStart, oldValueAt);
+      const newBytes = values.valueLength!(i);
+      valueAt[i] = to;
+      to += newBytes;
+      out.writeUInt32LE(newBytes, e + 2);
+      runStart = oldValueAt + valueBytes;
+    }
+    from = oldValueAt + valueBytes;
+  }
+  to += src.copy(out, to, runStart, length);
+  for (let i = 0, e = HEADER_BYTES + ENTRY_BYTES * n; i < m; i++) {
+    if (match[i] !== -1) continue;
+    const name = values.fieldName(i);
+    to = writeAscii(out, to, name);
+    const newBytes = values.valueLength!(i);
+    valueAt[i] = to;
+    to += newBytes;
+    out.writeUInt16LE(name.length, e);
+    out.writeUInt32LE(newBytes, e + 2);
+    e += ENTRY_BYTES;
+  }
+  // The values last, in their own order: lazy values are drawn when first written, and
+  // mergeRecord draws them in this order.
+  for (let i = 0; i < m; i++) values.writeValue!(i, out, valueAt[i]!);
+  return to;
+}
