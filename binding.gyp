@@ -14,6 +14,7 @@
         "native/kv/buffer_pool.cc",
         "native/kv/client_core.cc",
         "native/kv/get.cc",
+        "native/kv/location_cache.cc",
         "native/kv/posting.cc",
         "native/kv/submit.cc",
         "native/kv/write.cc",

@@ -111,6 +111,8 @@ export interface CoreOptions {
   opTimeoutMs: number;
   /** Keys and values of one submitted batch. */
   arenaBytes: number;
+  /** Entries of the location cache (GET in one READ on a hit), 32 B each, made once; 0 disables it. @default KvLayout.DEFAULT_LOCATION_CACHE_ENTRIES */
+  locationCacheEntries?: number;
 }
 /** native/binding/kv_binding.cc: the client data-path core over one connection. */
 export interface NativeClientCore {
@@ -118,6 +120,8 @@ export interface NativeClientCore {
   poll(): number;
   failAll(status: number): void;
   close(waitMs?: number): boolean;
+  /** [hits, misses, validation failures] of the location cache since the core was made. */
+  locationStats(): [number, number, number];
   readonly inflight: number;
   readonly doorbells: number;
   // Each read of these makes a new external ArrayBuffer: read them once.
