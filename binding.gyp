@@ -13,6 +13,7 @@
         "native/kv/atomics.cc",
         "native/kv/buffer_pool.cc",
         "native/kv/client_core.cc",
+        "native/kv/crc32c.cc",
         "native/kv/get.cc",
         "native/kv/location_cache.cc",
         "native/kv/posting.cc",

@@ -143,6 +143,10 @@ export interface Addon {
   ClientCore: new (provider: NativeProvider, connection: NativeConnection, cq: NativeCq, region: CoreRegion, options: CoreOptions) => NativeClientCore;
   hashKey(key: Buffer, seed: bigint, bucketCount: number): [number, number, number];
   indexWords(fp: number, units: number, block: number, version: number, owner: number, counter: bigint): [bigint, bigint, bigint, bigint, number, number, number];
+  crc32c(bytes: Buffer, path: 0 | 1 | 2, crc: number): number;
+  crc32cHardware: boolean;
+  buildItem(type: number, key: Buffer, value: Buffer, version: bigint): Buffer;
+  itemChecksum(item: Buffer): number;
 }
 
 const packageRoot = fileURLToPath(new URL('../..', import.meta.url));

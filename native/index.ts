@@ -22,7 +22,7 @@ export { ControlWords } from './constants.generated.js';
 export { CompletionQueue, type PollMode } from './completion-queue.js';
 export { type ConnectOptions, Connection, ConnectionRequest, Listener, type QueuePairOptions } from './connection.js';
 export { TransportError, opcodeName, statusName } from './errors.js';
-export { hashKey, nativeConstants, nativeIndexWords } from './layout.js';
+export { type Crc32cPath, crc32c, crc32cHardware, hashKey, itemChecksum, nativeBuildItem, nativeConstants, nativeIndexWords } from './layout.js';
 export { Memory, MemoryRegion, type RemoteRegion, access } from './memory.js';
 export { Provider, builtProviders, knownProviders } from './provider.js';
 export { type Completion, type RecvRequest, type WorkRequest, readCompletion, writeWorkRequest } from './work-requests.js';

@@ -123,6 +123,14 @@ export interface ItemHeaderFields {
   keyLength: number;
   valueLength: number;
   version: bigint;
+  /** CRC32C of the header (checksum, atomic word and state as 0), key and value: native/kv/layout.h's item_checksum. */
+  checksum: number;
+  /** The replication configuration epoch the item was written in (0: no replication yet). */
+  epoch: number;
+  /** Absolute Unix time in ms after which the item is gone, 0 = never (recorded, not enforced yet). */
+  expiry: bigint;
+  /** ItemState: LIVE, or SUPERSEDED once a later write replaced or deleted it. */
+  state: bigint;
 }
 
 /** The header of the item at region offset `at` (the caller checks `at` lies in the heap). */
@@ -132,6 +140,10 @@ export function readItemHeader(region: Buffer, at: number): ItemHeaderFields {
     keyLength: region.readUInt16LE(at + ItemHeader.KEY_LEN),
     valueLength: region.readUInt32LE(at + ItemHeader.VALUE_LEN),
     version: region.readBigUInt64LE(at + ItemHeader.VERSION),
+    checksum: region.readUInt32LE(at + ItemHeader.CHECKSUM),
+    epoch: region.readUInt32LE(at + ItemHeader.EPOCH),
+    expiry: region.readBigUInt64LE(at + ItemHeader.EXPIRY),
+    state: region.readBigUInt64LE(at + ItemHeader.STATE),
   };
 }
 export const itemType = (region: Buffer, at: number): number => region.readUInt16LE(at + ItemHeader.TYPE);
@@ -139,6 +151,8 @@ export const itemType = (region: Buffer, at: number): number => region.readUInt1
 export const itemAtomicWord = (region: Buffer, at: number): bigint => region.readBigUInt64LE(at + ItemHeader.ATOMIC_WORD);
 /** Region offset of an item's atomic word. */
 export const atomicWordOffset = (at: number): number => at + ItemHeader.ATOMIC_WORD;
+/** Region offset of an item's state word (ItemState; written by RDMA WRITE, never by atomics). */
+export const itemStateOffset = (at: number): number => at + ItemHeader.STATE;
 /** The item's key, as a view of the region. */
 export function itemKey(region: Buffer, at: number, keyLength: number): Buffer {
   const keyAt = at + KvLayout.ITEM_HEADER_BYTES;

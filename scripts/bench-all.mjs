@@ -9,6 +9,7 @@ const benchmarks = [
   ['transport microbenchmark (shm)', 'dist/bench/transport/microbench.js', []],
   ['kv-bench harness (basic binding)', 'dist/bench/ycsb/harness-bench.js', []],
   ['the data path: floor, rdma-kv, ioredis, npm start, goals', 'dist/bench/kv/data-path.js', []],
+  ['the item checksum: v2 hash64 vs CRC32C (C++, g++ -O2)', 'scripts/bench-checksum.mjs', []],
 ];
 
 let failed = 0;

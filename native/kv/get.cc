@@ -81,7 +81,7 @@ void ClientCore::get_item_done(Op& op) {
   const uint32_t value_len = load_le<uint32_t>(item + u32(ItemHeader::VALUE_LEN));
   const uint64_t bytes = static_cast<uint64_t>(slot_units(c.slot)) * kUnit;
   const bool intact = item_bytes(key_len, value_len) <= bytes &&
-                      load_le<uint64_t>(item + u32(ItemHeader::CHECKSUM)) == item_checksum(item, key_len, value_len);
+                      load_le<uint32_t>(item + kChecksumAt) == item_checksum(item, key_len, value_len);
   const bool late = Clock::now() - s.started > std::chrono::milliseconds(region_.grace_ms / 2);
   if (!intact || late) {
     // Torn, or a block that may have been freed and reused under us: start over.

@@ -1,4 +1,4 @@
-// The region's layout (protocol v2, region format 1) and the pure functions both ends agree on
+// The region's layout (protocol v3, region format 2) and the pure functions both ends agree on
 // (hashing, slot and lock-word packing, item headers, checksums). The byte
 // offsets themselves live in constants.def; docs/protocol.md explains them.
 #pragma once
@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "../common/constants.generated.h"
+#include "crc32c.h"
 
 namespace rkv::kv {
 
@@ -26,7 +27,8 @@ inline uint64_t mix64(uint64_t x) {
 }
 
 // A 64-bit hash of bytes: 8-byte words folded through mix64, length and seed
-// mixed in first. Used for bucket choice, fingerprints and item checksums.
+// mixed in first. Used for bucket choice and fingerprints (item checksums are
+// CRC32C, crc32c.h).
 inline uint64_t hash_bytes(const uint8_t* p, size_t n, uint64_t seed) {
   uint64_t h = mix64(seed ^ (n * 0x9e3779b97f4a7c15ull));
   size_t i = 0;
@@ -113,19 +115,25 @@ inline void store_le(uint8_t* p, T v) {
   std::memcpy(p, &v, sizeof v);
 }
 
-// The checksum covers the header (with the checksum and the atomic word taken
-// as zero: the word is changed by RDMA atomics after publication), the key and
-// the value.
-inline uint64_t item_checksum(const uint8_t* item, uint32_t key_len, uint32_t value_len) {
+// The checksum: CRC32C of the header (with CHECKSUM, ATOMIC_WORD and STATE
+// taken as zero: the atomic word is changed by RDMA atomics and the state by a
+// later writer's WRITE, both after publication), then the key and the value.
+constexpr uint32_t kChecksumAt = u32(ItemHeader::CHECKSUM);
+constexpr uint32_t kAtomicWordAt = u32(ItemHeader::ATOMIC_WORD);
+constexpr uint32_t kStateAt = u32(ItemHeader::STATE);
+static_assert(kHeader == 48 && kChecksumAt == 16 && kAtomicWordAt == 24 && kStateAt == 40, "the v3 item header");
+inline uint32_t item_checksum(const uint8_t* item, uint32_t key_len, uint32_t value_len) {
   uint8_t header[kHeader];
   std::memcpy(header, item, kHeader);
-  std::memset(header + u32(ItemHeader::CHECKSUM), 0, 8);
-  std::memset(header + u32(ItemHeader::ATOMIC_WORD), 0, 8);
-  uint64_t h = hash_bytes(header, kHeader, 0x636865636b73756dull);
-  return hash_bytes(item + kHeader, static_cast<size_t>(key_len) + value_len, h);
+  std::memset(header + kChecksumAt, 0, 4);
+  std::memset(header + kAtomicWordAt, 0, 8);
+  std::memset(header + kStateAt, 0, 8);
+  return crc32c(crc32c(0, header, kHeader), item + kHeader, static_cast<size_t>(key_len) + value_len);
 }
 
-// Writes a complete item (header, key, value, checksum) into dst.
+// Writes a complete item (header, key, value, checksum) into dst: epoch 0 (no
+// replication yet), no expiry, state LIVE, atomic word 0 (the caller sets a
+// counter's or lock's after: the checksum does not cover it).
 inline void build_item(uint8_t* dst, ItemType type, const uint8_t* key, uint32_t key_len, const uint8_t* value,
                        uint32_t value_len, uint64_t version) {
   std::memset(dst, 0, kHeader);
@@ -135,7 +143,7 @@ inline void build_item(uint8_t* dst, ItemType type, const uint8_t* key, uint32_t
   store_le<uint64_t>(dst + u32(ItemHeader::VERSION), version);
   std::memcpy(dst + kHeader, key, key_len);
   if (value_len > 0) std::memcpy(dst + kHeader + key_len, value, value_len);
-  store_le<uint64_t>(dst + u32(ItemHeader::CHECKSUM), item_checksum(dst, key_len, value_len));
+  store_le<uint32_t>(dst + kChecksumAt, item_checksum(dst, key_len, value_len));
 }
 
 }  // namespace rkv::kv

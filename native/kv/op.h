@@ -27,8 +27,8 @@ constexpr size_t RECORD = 368;               // notification record (32 B)
 constexpr size_t SLOT_NEW = 400, SLOT_MOVE = 408, CREDIT = 416, ATOM = 424;
 constexpr size_t MARK = 432;                 // ItemState::SUPERSEDED, the mark a write puts on the item it unlinks
 constexpr size_t ALT = 512;                  // up to 14 candidate displacement buckets
-constexpr size_t CAND = 1536;                // candidate headers: 32 + key bytes each
-constexpr size_t kCandStride = kHeader + kMaxKey;  // 1056
+constexpr size_t CAND = 1536;                // candidate headers: 48 + key bytes each
+constexpr size_t kCandStride = kHeader + kMaxKey;  // 1072
 static_assert(ALT + 2 * kSlots * kBucketBytes <= CAND);
 static_assert(CAND + u32(KvLayout::MAX_CANDIDATES) * kCandStride <= kBytes);
 }  // namespace area

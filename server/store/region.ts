@@ -33,6 +33,12 @@ export class RegionStore {
     this.existed = memory.existed;
     if (this.existed) {
       const found = readSuperblock(memory.bytes);
+      if (found.magic === KvLayout.MAGIC && found.version !== KvLayout.REGION_FORMAT) {
+        throw new KvConfigError(
+          `${regionFile} holds region format ${found.version}; this kv-server reads region format ${KvLayout.REGION_FORMAT} only ` +
+            '(there is no converter): serve it with the release that wrote it, or start on a new file and load the data again',
+        );
+      }
       const mismatch = compareLayout(found, layout);
       if (mismatch) throw new KvConfigError(`${regionFile} was created with ${mismatch}: start with the options it was created with`);
       this.seed = found.seed;

@@ -11,6 +11,7 @@ import test, { type ExecutionContext } from 'ava';
 import { pino } from 'pino';
 
 import type { KvError } from '../../client/index.js';
+import { KvLayout } from '../../protocol/constants.js';
 import { connect, startServer } from '../helpers/kv.js';
 import { type Scheme, providersUnderTest } from '../helpers/providers.js';
 import { type SlotOfKey, makeSlot, readAt, slotOfKey, superblockOf, writeAt, writeU64At } from '../helpers/region-file.js';
@@ -85,12 +86,12 @@ for (const scheme of providersUnderTest()) {
 
   test(`${scheme}: a slot whose item header is garbage is skipped at restart`, async (t) => {
     const file = await writeRegion(scheme);
-    await restartAndCheck(t, scheme, file, (v) => writeAt(file, v.itemAt, Buffer.alloc(32, 0xff)));
+    await restartAndCheck(t, scheme, file, (v) => writeAt(file, v.itemAt, Buffer.alloc(KvLayout.ITEM_HEADER_BYTES, 0xff)));
   });
 
   test(`${scheme}: a slot whose item holds another key is skipped at restart`, async (t) => {
     const file = await writeRegion(scheme);
-    await restartAndCheck(t, scheme, file, (v) => writeAt(file, v.itemAt + 32, Buffer.from('V'))); // 'victim' -> 'Victim'
+    await restartAndCheck(t, scheme, file, (v) => writeAt(file, v.itemAt + KvLayout.ITEM_HEADER_BYTES, Buffer.from('V'))); // 'victim' -> 'Victim'
   });
 
   test(`${scheme}: a slot whose block overlaps another item is skipped at restart`, async (t) => {

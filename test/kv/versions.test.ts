@@ -9,10 +9,11 @@ import { join } from 'node:path';
 
 import test from 'ava';
 
-import { KvClient } from '../../client/index.js';
+import { KvClient, KvProtocolError } from '../../client/index.js';
 import { KvLayout, Superblock } from '../../protocol/constants.js';
-import { parseConnectData } from '../../protocol/connect.js';
+import { RejectReason, parseConnectData } from '../../protocol/connect.js';
 import { Provider, TransportError } from '../../native/index.js';
+import { KvConfigError } from '../../server/options.js';
 import { connect, startServer } from '../helpers/kv.js';
 import { listenUrl, providersUnderTest } from '../helpers/providers.js';
 
@@ -81,5 +82,38 @@ for (const scheme of providersUnderTest()) {
     const kv = KvClient.connect({ url: server.urls[0]!, timeoutMs: 2000 });
     await t.notThrowsAsync(async () => (await kv).close(), 'a client of this version connects');
   });
+
+  test(`${scheme}: a client refused by a server of another protocol version says both versions`, async (t) => {
+    // A server of the previous protocol, as far as the handshake goes: it refuses this client's
+    // version and names its own in the reject, as accept.ts does.
+    const older = KvLayout.PROTOCOL_VERSION - 1;
+    const provider = new Provider(scheme);
+    t.teardown(() => provider.close());
+    const listener = provider.listen(listenUrl(scheme));
+    t.teardown(() => listener.close());
+    provider.on('connectRequest', (request) => {
+      t.is(parseConnectData(request.privateData).version, KvLayout.PROTOCOL_VERSION);
+      request.reject(Buffer.from([RejectReason.VERSION, older]));
+    });
+    const error = await t.throwsAsync(KvClient.connect({ url: listener.url, timeoutMs: 2000 }));
+    t.true(error instanceof KvProtocolError, String(error));
+    t.regex(error!.message, new RegExp(`speaks protocol version ${older}, this client ${KvLayout.PROTOCOL_VERSION}`));
+  });
 }
 
+
+test('a region file of another region format is refused at start, naming both formats', async (t) => {
+  const scheme = providersUnderTest()[0]!;
+  const regionFile = join(mkdtempSync(join(tmpdir(), 'rkv-format-')), 'region');
+  const server = await startServer(scheme, { listen: [listenUrl(scheme)], regionFile });
+  await server.close();
+  const older = KvLayout.REGION_FORMAT - 1;
+  const file = await open(regionFile, 'r+');
+  const word = Buffer.alloc(8);
+  word.writeBigUInt64LE(BigInt(older));
+  await file.write(word, 0, 8, Superblock.VERSION);
+  await file.close();
+  const error = await t.throwsAsync(startServer(scheme, { listen: [listenUrl(scheme)], regionFile }));
+  t.true(error instanceof KvConfigError, String(error));
+  t.regex(error!.message, new RegExp(`holds region format ${older}; this kv-server reads region format ${KvLayout.REGION_FORMAT} only`));
+});

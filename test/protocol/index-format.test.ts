@@ -3,16 +3,18 @@
 import test from 'ava';
 import fc from 'fast-check';
 
-import { nativeIndexWords } from '../../native/index.js';
-import { ItemType, KvLayout } from '../../protocol/constants.js';
+import { nativeBuildItem, nativeIndexWords } from '../../native/index.js';
+import { ItemHeader, ItemState, ItemType, KvLayout } from '../../protocol/constants.js';
 import {
   IndexView,
   counterValue,
   itemSealed,
   lockOwner,
   lockVersion,
+  itemStateOffset,
   lockWord,
   packSlot,
+  readItemHeader,
   releaseAddend,
   releasedBucketWord,
   slotBlock,
@@ -84,4 +86,34 @@ test('a DELETE\'s seal: bit 0 of a counter\'s word, bit 31 of a lock\'s owner, n
   t.false(itemSealed(ItemType.LOCK, lock));
   t.true(itemSealed(ItemType.LOCK, lock | BigInt(KvLayout.LOCK_SEAL)));
   t.false(itemSealed(ItemType.BYTES, (1n << 64n) - 1n));
+});
+
+test('the v3 item header: 48 bytes, read by readItemHeader exactly as build_item writes it', (t) => {
+  t.is(KvLayout.ITEM_HEADER_BYTES, 48);
+  t.deepEqual(
+    [ItemHeader.TYPE, ItemHeader.KEY_LEN, ItemHeader.VALUE_LEN, ItemHeader.VERSION, ItemHeader.CHECKSUM, ItemHeader.EPOCH, ItemHeader.ATOMIC_WORD, ItemHeader.EXPIRY, ItemHeader.STATE],
+    [0, 2, 4, 8, 16, 20, 24, 32, 40],
+  );
+  fc.assert(
+    fc.property(
+      fc.constantFrom(ItemType.BYTES, ItemType.COUNTER, ItemType.LOCK),
+      fc.uint8Array({ minLength: 1, maxLength: KvLayout.MAX_KEY_BYTES }),
+      fc.uint8Array({ maxLength: 3000 }),
+      fc.bigInt({ min: 1n, max: (1n << 64n) - 1n }),
+      (type, key, value, version) => {
+        const item = nativeBuildItem(type, Buffer.from(key), Buffer.from(value), version);
+        t.is(item.length, KvLayout.ITEM_HEADER_BYTES + key.length + value.length);
+        const h = readItemHeader(item, 0);
+        t.deepEqual(
+          { type: h.type, keyLength: h.keyLength, valueLength: h.valueLength, version: h.version, epoch: h.epoch, expiry: h.expiry, state: h.state },
+          { type, keyLength: key.length, valueLength: value.length, version, epoch: 0, expiry: 0n, state: BigInt(ItemState.LIVE) },
+        );
+        t.is(item.readBigUInt64LE(ItemHeader.ATOMIC_WORD), 0n);
+        t.deepEqual(item.subarray(KvLayout.ITEM_HEADER_BYTES, KvLayout.ITEM_HEADER_BYTES + key.length), Buffer.from(key));
+      },
+    ),
+    { numRuns: 300 },
+  );
+  t.is(itemStateOffset(4096), 4096 + 40);
+  t.not(ItemState.SUPERSEDED, ItemState.LIVE);
 });
