@@ -70,7 +70,7 @@ void ClientCore::get_cached_done(Op& op) {
       key_len == op.key_len && std::memcmp(item + kHeader, op.key, key_len) == 0 &&
       ((unchecked_ & kSkipVersion) != 0 || load_le<uint64_t>(item + u32(ItemHeader::VERSION)) == s.cached.version) &&
       ((unchecked_ & kSkipState) != 0 || item_live(item)) &&
-      load_le<uint64_t>(item + u32(ItemHeader::CHECKSUM)) == item_checksum(item, key_len, value_len) &&
+      load_le<uint32_t>(item + kChecksumAt) == item_checksum(item, key_len, value_len) &&
       ((unchecked_ & kSkipAge) != 0 || Clock::now() - s.cached.proven < location_trust());
   if (!valid) {
     locations_.stats.failures++;

@@ -80,8 +80,8 @@ class LocationCache {
 // fingerprint is never 0). Keys that share both share an entry.
 inline uint64_t location_tag(const KeyHash& kh) { return static_cast<uint64_t>(kh.fp) << 32 | kh.b1; }
 
-// Until the v3 item header (its STATE word) lands, writers cannot mark what
-// they unlink, so no read can prove an item current: every hit fails closed.
-inline bool item_live(const uint8_t*) { return false; }
+// No writer has marked the item SUPERSEDED (write.cc marks what it unlinks,
+// before the slot WRITE that unlinks it).
+inline bool item_live(const uint8_t* item) { return load_le<uint64_t>(item + kStateAt) == u32(ItemState::LIVE); }
 
 }  // namespace rkv::kv
