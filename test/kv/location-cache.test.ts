@@ -7,6 +7,7 @@
 // RKV_TEST_UNCHECKED_LOCATIONS, read when a client connects) the same steps return the stale
 // value: the checks are what the cases test.
 import test, { type ExecutionContext } from 'ava';
+import { Registry } from 'prom-client';
 
 import { type ClientStats, type KvClient } from '../../client/index.js';
 import { hashKey } from '../../native/index.js';
@@ -99,6 +100,23 @@ for (const scheme of providersUnderTest()) {
     t.is(await b.get('absent'), undefined);
     t.is(await b.get('absent'), undefined);
     t.deepEqual(delta(b, before), { hits: 1, misses: 3, failures: 0 }, 'a missing key is never cached');
+  });
+
+  test.serial(`${scheme}: a client's metrics count GETs by the path they took`, async (t) => {
+    const server = await startServer(scheme, LONG_GRACE);
+    t.teardown(() => server.close());
+    const registry = new Registry();
+    const kv = await connect(server, { metrics: registry });
+    t.teardown(() => kv.close());
+    await kv.put('k', 'v');
+    await kv.get('k');
+    await kv.get('k');
+    await kv.get('other');
+    const counted = (await registry.getSingleMetric('rdmakv_client_get_location_cache_total')!.get()).values;
+    const by = (result: string) => counted.find((v) => v.labels.result === result)?.value;
+    t.is(by('hit'), 2);
+    t.is(by('miss'), 1);
+    t.is(by('validation_failure'), 0);
   });
 
   test.serial(`${scheme}: locationCacheEntries 0 turns the cache off: every GET takes two round trips`, async (t) => {
