@@ -25,9 +25,9 @@ import { MAX_TIMEOUT_MS, casVersion, checkOptions, incrDelta } from './options.j
 import type { HistoryRecorder } from './history.js';
 import type { OpResult } from './op-queue.js';
 import { type Bytes, ServerClient } from './server-client.js';
-import type { HistoryEvent, Key, KvClientOptions, KvStatusName, Value, VersionedValue } from './types.js';
+import type { ClientStats, HistoryEvent, Key, KvClientOptions, KvStatusName, Value, VersionedValue } from './types.js';
 
-export type { HistoryEvent, Key, KvClientOptions, KvStatusName, Value, VersionedValue } from './types.js';
+export type { ClientStats, HistoryEvent, Key, KvClientOptions, KvStatusName, Value, VersionedValue } from './types.js';
 
 /** One member of the current map, as `layout()` reports it. */
 export interface MemberLayout {
@@ -84,7 +84,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
     }
     if (options.metrics) {
       this.metrics = new ClientMetrics(options.metrics);
-      this.unwatchMetrics = this.metrics.watchServers(() => this.members.map((name) => this.servers.get(name)?.status ?? 'down'));
+      this.unwatchMetrics = this.metrics.watchServers(() => this.members.map((name) => this.servers.get(name)?.status ?? 'down'), () => this.stats());
     }
   }
 
@@ -111,6 +111,19 @@ export class KvClient extends EventEmitter<ClientEvents> {
 
   get status(): KvStatusName {
     return this._status;
+  }
+
+  /** Counters since the client was created, summed over its current servers (read on demand). */
+  stats(): ClientStats {
+    const locationCache = { hits: 0, misses: 0, validationFailures: 0 };
+    for (const server of this.servers.values()) {
+      const s = server.locationStats;
+      locationCache.hits += s.hits;
+      locationCache.misses += s.misses;
+      locationCache.validationFailures += s.validationFailures;
+    }
+    const gets = locationCache.hits + locationCache.misses + locationCache.validationFailures;
+    return { gets, oneRoundTripGets: locationCache.hits, locationCache };
   }
 
   /** The largest value every connected server accepts, in bytes. */

@@ -7,6 +7,7 @@ import { KvOp, KvStatus } from '../protocol/constants.js';
 import type { KvError } from '../protocol/errors.js';
 import { opName } from './op-names.js';
 import type { OpResult } from './op-queue.js';
+import type { ClientStats } from './types.js';
 
 /** Microseconds to a second: RDMA round trips are a few µs, a lost server seconds. */
 const LATENCY_BUCKETS = [5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1, 0.25, 1];
@@ -21,6 +22,7 @@ export class ClientMetrics {
   private readonly retries: Counter<'op'>;
   private readonly lockContended: Counter;
   private readonly serverStates = new Set<() => string[]>();
+  private readonly clientStats = new Set<() => ClientStats>();
 
   constructor(registry: Registry) {
     const registers = [registry];
@@ -49,12 +51,34 @@ export class ClientMetrics {
         for (const read of states) for (const state of read()) this.inc({ state });
       },
     }));
+    const stats = this.clientStats;
+    metric(registry, 'rdmakv_client_get_location_cache_total', () => new Counter({
+      name: 'rdmakv_client_get_location_cache_total',
+      help: 'GETs by location-cache result: hit (one READ), miss (two round trips), validation_failure (the cached item was stale: two round trips).',
+      labelNames: ['result'], registers,
+      collect() {
+        this.reset();
+        for (const read of stats) {
+          const { hits, misses, validationFailures } = read().locationCache;
+          this.inc({ result: 'hit' }, hits);
+          this.inc({ result: 'miss' }, misses);
+          this.inc({ result: 'validation_failure' }, validationFailures);
+        }
+      },
+    }));
   }
 
-  /** Counts a client's servers (their states) in rdmakv_client_servers until the returned function is called. */
-  watchServers(read: () => string[]): () => void {
+  /**
+   * Counts a client's servers (their states) in rdmakv_client_servers, and its GETs by the
+   * path they took in rdmakv_client_get_location_cache_total, until the returned function is called.
+   */
+  watchServers(read: () => string[], stats: () => ClientStats): () => void {
     this.serverStates.add(read);
-    return () => this.serverStates.delete(read);
+    this.clientStats.add(stats);
+    return () => {
+      this.serverStates.delete(read);
+      this.clientStats.delete(stats);
+    };
   }
 
   observe(type: KvOp, pending: Promise<OpResult>): Promise<OpResult> {

@@ -14,7 +14,7 @@ const U64_LIMIT = 2n ** 64n;
 
 // Every option by name (the compiler holds these lists to the interfaces).
 const OPTIONS = Object.keys({
-  url: 0, servers: 0, etcd: 0, token: 0, pollMode: 0, timeoutMs: 0, reconnect: 0, requireReady: 0, scratchBytes: 0, history: 0, metrics: 0,
+  url: 0, servers: 0, etcd: 0, token: 0, pollMode: 0, timeoutMs: 0, reconnect: 0, requireReady: 0, scratchBytes: 0, locationCacheEntries: 0, history: 0, metrics: 0,
 } satisfies Record<keyof KvClientOptions, 0>);
 const ETCD_OPTIONS = Object.keys({ hosts: 0, prefix: 0 } satisfies Record<keyof EtcdOptions, 0>);
 
@@ -78,6 +78,10 @@ export function checkOptions(options: KvClientOptions): void {
   // A Buffer views the scratch memory: 4 GiB at most.
   if (scratchBytes !== undefined && !(Number.isSafeInteger(scratchBytes) && scratchBytes > 0 && scratchBytes <= 2 ** 32)) {
     throw new KvInvalidArgumentError(`scratchBytes must be a positive integer, at most 2^32 (got ${show(scratchBytes)})`);
+  }
+  const { locationCacheEntries } = options;
+  if (locationCacheEntries !== undefined && !(Number.isSafeInteger(locationCacheEntries) && locationCacheEntries >= 0 && locationCacheEntries <= 2 ** 24)) {
+    throw new KvInvalidArgumentError(`locationCacheEntries must be an integer from 0 to 2^24 (got ${show(locationCacheEntries)})`);
   }
   if (options.token !== undefined && typeof options.token !== 'string') throw new KvInvalidArgumentError('token must be a string');
   for (const flag of ['reconnect', 'requireReady'] as const) {

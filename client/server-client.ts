@@ -5,7 +5,7 @@
 // operations themselves run in an OpQueue. KvClient routes keys to these.
 import { EventEmitter } from 'node:events';
 
-import type { Completion } from '../native/index.js';
+import type { Completion, LocationStats } from '../native/index.js';
 import { KvLayout, KvOp, KvStatus } from '../protocol/constants.js';
 import type { ControlMessage, Hello } from '../protocol/control.js';
 import {
@@ -44,6 +44,8 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   private reconnectTimer: NodeJS.Timeout | undefined;
   private closing: Promise<void> | undefined;
   private hello: Hello | undefined;
+  /** The location-cache counts of connections that ended (each session's core counts its own). */
+  private pastLocations: LocationStats = { hits: 0, misses: 0, validationFailures: 0 };
 
   constructor(readonly options: ServerClientOptions) {
     super();
@@ -72,6 +74,13 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   /** post_send calls by the native core of the current connection. */
   get doorbells(): number {
     return this.session?.core.doorbells ?? 0;
+  }
+
+  /** The location cache's counts over every connection so far. */
+  get locationStats(): LocationStats {
+    const now = this.session?.core.locationStats();
+    const r = this.pastLocations;
+    return now ? { hits: r.hits + now.hits, misses: r.misses + now.misses, validationFailures: r.validationFailures + now.validationFailures } : { ...r };
   }
 
   /** Connects once; rejects with why not. */
@@ -241,6 +250,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   private lost(session: Session, reason: string): void {
     if (this.session !== session) return;
     this.queue.lose(session, reason); // fails what is in flight, then the core can close
+    this.pastLocations = this.locationStats;
     session.abandon();
     this.session = undefined;
     if (this._status === 'closed') return;
@@ -273,6 +283,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     session.stopKeepalive();
     // In-flight ops may hold bucket locks: let them finish rather than abandon them.
     await this.queue.drain(wasReady ? performance.now() + this.timeoutMs : 0, new KvDisconnectedError('the client was closed'));
+    this.pastLocations = this.locationStats;
     this.session = undefined;
     session.close(); // nothing in flight is the queue's any more: the core closes too
   }

@@ -34,6 +34,8 @@ export interface SessionOptions {
   scratchBytes?: number;
   /** Event mode: the core re-arms the CQ after each submit and poll. @default 'busy' */
   pollMode?: 'busy' | 'event';
+  /** @default KvLayout.DEFAULT_LOCATION_CACHE_ENTRIES */
+  locationCacheEntries?: number;
 }
 
 /** Control wr_ids carry this bit; the core hands their completions back apart from op results. */
@@ -74,7 +76,8 @@ export class Session {
       connection,
       cq,
       { ...region, bucketCount, indexOffset, heapOffset, heapBytes, seed, ringOffset, maxValueBytes, clientId: hello.clientId, versionBase: hello.versionBase, graceMs: hello.graceMs },
-      { scratchBytes: options.scratchBytes ?? 16 << 20, opTimeoutMs: timeoutMs, arenaBytes: ARENA_BYTES + maxValueBytes + KvLayout.MAX_KEY_BYTES, armWhenDone: options.pollMode === 'event' },
+      { scratchBytes: options.scratchBytes ?? 16 << 20, opTimeoutMs: timeoutMs, arenaBytes: ARENA_BYTES + maxValueBytes + KvLayout.MAX_KEY_BYTES,
+        armWhenDone: options.pollMode === 'event', locationCacheEntries: options.locationCacheEntries },
     );
     this.pools = new BlockPools(layout.classes, Number(heapBytes), (message) => this.sendControl(message));
     this.sendBuffers = new SendBuffers(CONTROL_SENDS, (buffer, bytes) => {

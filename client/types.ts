@@ -50,6 +50,14 @@ export interface KvClientOptions {
    */
   scratchBytes?: number;
   /**
+   * Entries of the location cache, per server: where the items of keys this
+   * client read or wrote recently are, so a GET of such a key takes one READ
+   * (the item, checked to be the key's current one) instead of two round trips.
+   * 32 bytes each, allocated once; 0 turns the cache off.
+   * @default 65536 (KvLayout.DEFAULT_LOCATION_CACHE_ENTRIES)
+   */
+  locationCacheEntries?: number;
+  /**
    * Records every operation's invocation and completion (for checking
    * linearizability): a JSONL file path, or a function given each event.
    * @default undefined (nothing is recorded)
@@ -118,4 +126,19 @@ export interface VersionedValue {
   value: Buffer;
   /** Changes with every write of the key (a CAS token). */
   version: bigint;
+}
+
+/** KvClient.stats(): counters since the client was created, summed over its servers. */
+export interface ClientStats {
+  /** GETs that reached a server's data path (found or not). */
+  gets: number;
+  /** GETs answered by one READ: location-cache hits. */
+  oneRoundTripGets: number;
+  locationCache: {
+    hits: number;
+    /** GETs with no usable entry: they took the two round trips. */
+    misses: number;
+    /** Entries whose READ failed a check (the item moved, changed, or was deleted): those GETs took the two round trips too. */
+    validationFailures: number;
+  };
 }

@@ -25,6 +25,13 @@ import type { Provider } from './provider.js';
 
 export type { CoreOptions, CoreRegion };
 
+/** ClientCore.locationStats(). */
+export interface LocationStats {
+  hits: number;
+  misses: number;
+  validationFailures: number;
+}
+
 export class ClientCore {
   /** Op descriptors for submit(), OpLayout words, Limit.MAX_POST_BATCH ops. */
   readonly opWords: Uint32Array;
@@ -82,6 +89,15 @@ export class ClientCore {
    */
   close(waitMs?: number): boolean {
     return waitMs === undefined ? this.#native.close() : this.#native.close(waitMs);
+  }
+  /**
+   * The location cache's counts since the core was made: GETs answered by one READ (hits),
+   * GETs with no usable entry (misses), entries whose READ failed a check (those GETs then
+   * took the two round trips). Read on demand, not per operation.
+   */
+  locationStats(): LocationStats {
+    const [hits, misses, validationFailures] = this.#native.locationStats();
+    return { hits, misses, validationFailures };
   }
   /** Ops submitted and not yet handed back (a native call: not for the hot path). */
   get inflight(): number {

@@ -52,6 +52,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
                         InstanceMethod<&ClientCoreWrap::poll>("poll"),
                         InstanceMethod<&ClientCoreWrap::fail_all>("failAll"),
                         InstanceMethod<&ClientCoreWrap::close>("close"),
+                        InstanceMethod<&ClientCoreWrap::location_stats>("locationStats"),
                         InstanceAccessor<&ClientCoreWrap::inflight>("inflight"),
                         InstanceAccessor<&ClientCoreWrap::doorbells>("doorbells"),
                         InstanceAccessor<&ClientCoreWrap::op_words>("opWords"),
@@ -86,9 +87,12 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
     const uint32_t timeout = static_cast<uint32_t>(bigint_field(o, "opTimeoutMs"));
     arena_bytes_ = static_cast<size_t>(bigint_field(o, "arenaBytes"));
     const bool arm_when_done = o.Get("armWhenDone").ToBoolean();
+    const size_t locations = o.Has("locationCacheEntries") && !o.Get("locationCacheEntries").IsUndefined()
+                                 ? static_cast<size_t>(bigint_field(o, "locationCacheEntries"))
+                                 : ClientCore::kDefaultLocationEntries;
     std::string error;
     core_ = ClientCore::create(provider_of(info[0]), connection_of(info[1]), cq_of(info[2]), region, scratch_bytes,
-                               timeout, &error);
+                               timeout, &error, locations);
     if (!core_) throw_error(env, "ERR_RKV_CLIENT", error);
     core_->set_arm_when_done(arm_when_done);
     op_words_ = std::make_shared<std::vector<uint32_t>>(kMaxBatch * u32(OpLayout::WORDS));
@@ -193,6 +197,16 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
   Napi::Value close(const Napi::CallbackInfo& info) {
     const uint32_t wait = info[0].IsNumber() ? info[0].As<Napi::Number>().Uint32Value() : ClientCore::kCloseWaitMs;
     return Napi::Boolean::New(info.Env(), core_->close(wait));
+  }
+  // locationStats() -> [hits, misses, validation failures] of the location
+  // cache since the core was made (read on demand: stats, metrics).
+  Napi::Value location_stats(const Napi::CallbackInfo& info) {
+    const kv::LocationCache::Stats& s = core_->location_stats();
+    Napi::Array a = Napi::Array::New(info.Env(), 3);
+    a.Set(0u, static_cast<double>(s.hits));
+    a.Set(1u, static_cast<double>(s.misses));
+    a.Set(2u, static_cast<double>(s.failures));
+    return a;
   }
   Napi::Value doorbells(const Napi::CallbackInfo& info) {
     return Napi::Number::New(info.Env(), static_cast<double>(core_->doorbells()));

@@ -39,7 +39,7 @@ std::unique_ptr<ClientCore> ClientCore::create(std::shared_ptr<transport::Provid
                                                std::shared_ptr<transport::Connection> connection,
                                                std::shared_ptr<transport::CompletionQueue> cq,
                                                const RegionInfo& region, size_t scratch_bytes,
-                                               uint32_t op_timeout_ms, std::string* error) {
+                                               uint32_t op_timeout_ms, std::string* error, size_t location_entries) {
   if (region.bucket_count < 2 || (region.bucket_count & (region.bucket_count - 1)) != 0) {
     *error = "the server's bucket count is not a power of two >= 2";
     return nullptr;
@@ -72,6 +72,8 @@ std::unique_ptr<ClientCore> ClientCore::create(std::shared_ptr<transport::Provid
   core->controls_.reserve(kControlsReserve);
   core->lent_.reserve(kReadyReserve);
   core->rng_.seed(region.client_id * 2654435761u + 1);
+  core->locations_.init(location_entries);
+  core->unchecked_ = unchecked_locations_from_env();
   return core;
 }
 
@@ -263,6 +265,7 @@ void ClientCore::phase_done(Op& op) {
     case Phase::G_BUCKETS:
     case Phase::G_CONFIRM: return get_buckets_done(op);
     case Phase::G_ITEM: return get_item_done(op);
+    case Phase::G_CACHED: return get_cached_done(op);
     case Phase::W_CREDIT: return credit_done(op);
     case Phase::W_READ: return write_lock(op);
     case Phase::W_LOCK: return write_locked(op);
@@ -317,6 +320,7 @@ void ClientCore::finish(Op& op, KvStatus status, uint32_t detail) {
   r.result.version = status != KvStatus::OK ? 0 : op.is_atomic() ? op.atomic().result : op.version;
   r.result.block_unused = op.block.held && !(status == KvStatus::OK && op.block.published);
   if (op.type == KvOp::DELETE || status == KvStatus::TYPE_MISMATCH) cache_forget(op);
+  location_after(op, status);
   free_item(op);
   release_op(op);
 }

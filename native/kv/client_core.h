@@ -8,6 +8,7 @@
 // in from JS), get.cc (GET's round trips, and the lookup atomics start with),
 // write.cc (PUT, DELETE, CAS and creation under the bucket locks),
 // atomics.{h,cc} (INCR, LOCK, UNLOCK on an item's word; the address cache),
+// location_cache.{h,cc} (GET in one READ where the client knows the item),
 // buffer_pool.{h,cc} (item buffers), posting.{h,cc} (the send list), op.h
 // (per-operation state).
 //
@@ -31,6 +32,7 @@
 #include "atomics.h"
 #include "buffer_pool.h"
 #include "layout.h"
+#include "location_cache.h"
 #include "posting.h"
 
 namespace rkv::kv {
@@ -89,11 +91,13 @@ constexpr uint64_t kControlTag = 1ull << u32(KvLayout::CONTROL_TAG_SHIFT);
 class ClientCore {
  public:
   static constexpr uint32_t kCloseWaitMs = 2000;
+  static constexpr size_t kDefaultLocationEntries = u32(KvLayout::DEFAULT_LOCATION_CACHE_ENTRIES);
 
   static std::unique_ptr<ClientCore> create(std::shared_ptr<transport::Provider> provider,
                                             std::shared_ptr<transport::Connection> connection,
                                             std::shared_ptr<transport::CompletionQueue> cq, const RegionInfo& region,
-                                            size_t scratch_bytes, uint32_t op_timeout_ms, std::string* error);
+                                            size_t scratch_bytes, uint32_t op_timeout_ms, std::string* error,
+                                            size_t location_entries = kDefaultLocationEntries);
   // Closes (if not yet closed), then frees scratch unless the NIC might still write it.
   ~ClientCore();
 
@@ -129,6 +133,7 @@ class ClientCore {
 
   size_t inflight() const { return busy_; }
   uint64_t doorbells() const { return sends_.doorbells(); }
+  const LocationCache::Stats& location_stats() const { return locations_.stats; }
   uint8_t* scratch() const { return scratch_->data(); }
   size_t scratch_length() const { return scratch_->length(); }
 
@@ -182,6 +187,15 @@ class ClientCore {
   void get_buckets_done(Op& op);
   void get_item_next(Op& op);
   void get_item_done(Op& op);
+  void lend_value(Op& op, uint32_t key_len, uint32_t value_len);
+  // GET on a location-cache hit, and what ops teach the cache (location_cache.cc).
+  static constexpr uint32_t kSkipVersion = 1, kSkipState = 2, kSkipAge = 4;  // test hook: checks a hit skips
+  static uint32_t unchecked_locations_from_env();
+  std::chrono::milliseconds location_trust() const;
+  bool get_cached(Op& op);
+  void get_cached_done(Op& op);
+  void location_found(const Op& op, uint64_t slot, const uint8_t* item, Clock::time_point started);
+  void location_after(Op& op, KvStatus status);
   // PUT, DELETE, CAS, creation (write.cc).
   void write_read_buckets(Op& op);
   void credit_done(Op& op);
@@ -233,6 +247,8 @@ class ClientCore {
   uint32_t broken_detail_ = 0;
   std::minstd_rand rng_;
   AddressCache cache_;
+  LocationCache locations_;
+  uint32_t unchecked_ = 0;  // kSkip*: a test hook, 0 in use
 };
 
 }  // namespace rkv::kv

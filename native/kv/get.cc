@@ -110,14 +110,19 @@ void ClientCore::get_item_done(Op& op) {
     return atomic_step(op);
   }
   op.version = load_le<uint64_t>(item + u32(ItemHeader::VERSION));
+  location_found(op, c.slot, item, s.started);
+  lend_value(op, key_len, value_len);
+}
+
+// A GET's answer: the value stays in the item buffer, in scratch, until JS
+// has copied it: lent until the poll after the one that hands it out.
+void ClientCore::lend_value(Op& op, uint32_t key_len, uint32_t value_len) {
   Ready& r = ready_.emplace_back();
   r.result.id = op.id;
   r.result.status = KvStatus::OK;
   r.result.value_offset = op.item.offset + kHeader + key_len;
   r.result.value_len = value_len;
   r.result.version = op.version;
-  // The value stays in scratch until JS has copied it: lent until the poll
-  // after the one that hands it out.
   r.lent = op.item;
   op.item.held = false;
   release_op(op);

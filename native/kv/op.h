@@ -10,6 +10,7 @@
 
 #include "buffer_pool.h"
 #include "client_core.h"
+#include "location_cache.h"
 
 namespace rkv::kv {
 
@@ -24,6 +25,7 @@ constexpr size_t CAS = 320;                  // CAS results: b1, b2, alt
 constexpr size_t FAA = 344;                  // FAA results: b1, b2, alt
 constexpr size_t RECORD = 368;               // notification record (32 B)
 constexpr size_t SLOT_NEW = 400, SLOT_MOVE = 408, CREDIT = 416, ATOM = 424;
+constexpr size_t MARK = 432;                 // ItemState::SUPERSEDED, the mark a write puts on the item it unlinks
 constexpr size_t ALT = 512;                  // up to 14 candidate displacement buckets
 constexpr size_t CAND = 1536;                // candidate headers: 48 + key bytes each
 constexpr size_t kCandStride = kHeader + kMaxKey;  // 1072
@@ -64,11 +66,12 @@ inline ItemType type_for(KvOp op) {
 }
 
 // Where an op is. G_*: finding the key's item (GET, and the first step of
-// INCR, LOCK, UNLOCK); W_*: changing a slot under the bucket locks (PUT,
+// INCR, LOCK, UNLOCK; G_CACHED: a GET's one READ of the item the location
+// cache names); W_*: changing a slot under the bucket locks (PUT,
 // DELETE, CAS, creating a counter or lock); A_ATOMIC: one atomic on an item's
 // word; BACKOFF: waiting to retry (resume says where).
 enum class ClientCore::Phase : uint8_t {
-  IDLE, G_BUCKETS, G_CONFIRM, G_ITEM,
+  IDLE, G_BUCKETS, G_CONFIRM, G_ITEM, G_CACHED,
   W_CREDIT, W_READ, W_LOCK, W_VERIFY, W_ALT, W_ALT_LOCK, W_COMMIT, W_RELEASE,
   A_ATOMIC,
   BACKOFF,
@@ -98,6 +101,7 @@ struct LookupState {
   uint32_t nruled_out = 0;
   uint64_t seen_locks[2] = {0, 0};  // a miss is final when a second read agrees, unlocked
   bool confirming = false;
+  LocationCache::Entry cached;  // G_CACHED: the entry whose item is being read
 };
 
 // A bucket lock a write takes: CAS (version, 0) -> (version, us).
@@ -128,6 +132,7 @@ struct WriteState {
   int alt_index = -1;
   uint32_t alt_buckets[2 * kSlots];
   uint32_t nalt = 0;
+  Clock::time_point committed_at;  // the commit's post: the new slot landed after it
   // After W_RELEASE: finish with this instead of retrying (OK: retry).
   KvStatus final_status = KvStatus::OK;
   bool then_atomic = false;  // creation found the key already there: do the atomic on it

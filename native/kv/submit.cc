@@ -113,6 +113,7 @@ KvStatus ClientCore::refusal(const Op& op, const OpDesc& d) const {
 void ClientCore::start(Op& op, const OpDesc& d) {
   switch (d.type) {
     case KvOp::GET:
+      if (get_cached(op)) return;  // one READ of the item the location cache names
       return get_read_buckets(op, Phase::G_BUCKETS);
     case KvOp::INCR:
     case KvOp::LOCK:

@@ -7,7 +7,8 @@
 //               a fence, read the header and key of same-fingerprint items
 //   W_VERIFY    items whose slots appeared between the reads
 //   W_ALT(_LOCK) both buckets full: lock the emptiest bucket an entry can move to
-//   W_COMMIT    the slot(s), the lock releases, the notification record
+//   W_COMMIT    the mark on the item unlinked, the slot(s), the lock releases,
+//               the notification record
 //   W_RELEASE   give the locks back, then retry or finish
 #include <algorithm>
 
@@ -242,10 +243,18 @@ void ClientCore::write_alt_locked(Op& op) {
 void ClientCore::write_commit(Op& op) {
   WriteState& w = op.write();
   op.begin(Phase::W_COMMIT);
+  w.committed_at = Clock::now();
   const bool seal = op.type == KvOp::DELETE && w.seal_add != 0;
   if (seal) {
     // Sealed before it is unlinked (the slot WRITE below waits for the atomic: FENCE).
     sends_.faa(op.tag(), op.area(area::ATOM), heap_addr(slot_offset(w.old_slot)) + kAtomicWord, w.seal_add);
+  }
+  if (w.old_slot != 0) {
+    // Marked before it is unlinked (same queue pair: the mark lands first), so
+    // a client READing it through its location cache never takes it for the
+    // key's current item (location_cache.cc).
+    store_le<uint64_t>(mem(op.area(area::MARK)), u32(ItemState::SUPERSEDED));
+    sends_.write(op.tag(), op.area(area::MARK), 8, heap_addr(slot_offset(w.old_slot)) + kStateAt);
   }
   if (w.moving) {
     // The moved entry is written to its new home before its old slot is reused.

@@ -6,12 +6,13 @@
 import type { Logger } from 'pino';
 
 import { Opcode } from '../../native/index.js';
-import { KvLayout } from '../../protocol/constants.js';
+import { ItemState, KvLayout } from '../../protocol/constants.js';
 import {
   EMPTY_SLOT,
   atomicWordOffset,
   itemAtomicWord,
   itemSealed,
+  itemStateOffset,
   itemType,
   lockOwner,
   lockSealed,
@@ -73,8 +74,10 @@ export class LockRelease {
    * A DELETE of a counter or lock item seals the item's word, then unlinks it, under the key's
    * bucket locks. A holder that died between the two left a sealed item linked, on which every
    * atomic would start over until its timeout. While the dead holder's locks are still held
-   * (nobody else writes these buckets), finish its DELETE: clear the slot — a CPU store, safe
-   * because no RDMA atomic ever changes a slot — and retire the block as its notice would have.
+   * (nobody else writes these buckets), finish its DELETE: mark the item SUPERSEDED, then clear
+   * the slot — CPU stores, safe because no RDMA atomic ever changes a slot or a STATE word; the
+   * mark first, as a client's commit does, so no location-cache hit takes the item for current
+   * (docs/protocol.md, "GET on a cache hit") — and retire the block as its notice would have.
    */
   private finishSealedDeletes(buckets: number[]): void {
     const { store } = this;
@@ -87,6 +90,7 @@ export class LockRelease {
         const block = slotBlock(slot);
         const item = store.itemAt(block);
         if (!itemSealed(itemType(region, item), itemAtomicWord(region, item))) continue;
+        region.writeBigUInt64LE(BigInt(ItemState.SUPERSEDED), itemStateOffset(item));
         store.index.clearSlot(bucket, i);
         store.retireSlot(slot);
         store.lockItems.delete(block);

@@ -1,15 +1,14 @@
 /**
  * The 1-RTT GET hit rate: the share of GETs that took one READ round trip instead of two
- * (bucket, then item). Only a client that remembers where keys are (a cache of bucket or item
- * locations, checked by the item READ itself) can answer in one; KvClient has no such cache
- * yet, so the row reads "not built".
- *
- * What this benchmark expects the client to offer once it has one (public API, read before
- * and after a phase; counters since the client was created):
+ * (bucket, then item): the client's location cache (docs/protocol.md, "GET on a cache hit")
+ * answers a GET of a key it read or wrote within half the grace period with one READ of the
+ * item. The counters are KvClient.stats() (read before and after the phases; counters since
+ * the client was created):
  *
  *   client.stats(): { gets: number; oneRoundTripGets: number; ... }
  *
- * gets: GETs finished (found or not); oneRoundTripGets: those answered by one READ.
+ * gets: GETs that reached the data path (found or not); oneRoundTripGets: those answered by one
+ * READ. A client without stats() (an older build) leaves the row "not built".
  */
 import type { KvClient } from '../../../client/index.js';
 

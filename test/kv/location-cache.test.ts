@@ -1,0 +1,255 @@
+// GET in one round trip on a location-cache hit (docs/protocol.md, "GET on a cache hit"): a
+// client that read or wrote a key READs its item directly, and answers with it only if the
+// READ proves it is the key's current item. Deterministic cases: client A caches a key's
+// address; client B rewrites it, deletes it, displaces it, or its block comes back holding a
+// write that never committed; A's next GET returns the current value or a miss, and A's
+// counters show the path it took. With a check switched off (the core's test hook,
+// RKV_TEST_UNCHECKED_LOCATIONS, read when a client connects) the same steps return the stale
+// value: the checks are what the cases test.
+import test, { type ExecutionContext } from 'ava';
+import { Registry } from 'prom-client';
+
+import { type ClientStats, type KvClient } from '../../client/index.js';
+import { hashKey } from '../../native/index.js';
+import { KvLayout } from '../../protocol/constants.js';
+import { itemKey, readItemHeader, slotBlock, slotFingerprint } from '../../protocol/index-format.js';
+import type { KvServer } from '../../server/kv-server.js';
+import { readSuperblock } from '../../server/store/layout.js';
+import { connect, startServer } from '../helpers/kv.js';
+import { providersUnderTest } from '../helpers/providers.js';
+
+/** A trusts what it cached for half the grace period: long here, unless a case wants reuse. */
+const LONG_GRACE = { graceMs: 60_000 };
+
+/** A client whose core skips the named checks of a hit (the hook is read when the core is made). */
+async function connectUnchecked(server: KvServer, checks: string): Promise<KvClient> {
+  process.env.RKV_TEST_UNCHECKED_LOCATIONS = checks;
+  try {
+    return await connect(server);
+  } finally {
+    delete process.env.RKV_TEST_UNCHECKED_LOCATIONS;
+  }
+}
+
+async function clients(t: ExecutionContext, server: KvServer, unchecked?: string): Promise<[KvClient, KvClient]> {
+  const pair = await Promise.all([unchecked ? connectUnchecked(server, unchecked) : connect(server), connect(server)]);
+  t.teardown(() => Promise.all(pair.map((c) => c.close())));
+  return pair;
+}
+
+/** A's counters since `before`. */
+function delta(kv: KvClient, before: ClientStats): { hits: number; misses: number; failures: number } {
+  const now = kv.stats().locationCache;
+  return { hits: now.hits - before.locationCache.hits, misses: now.misses - before.locationCache.misses, failures: now.validationFailures - before.locationCache.validationFailures };
+}
+
+/** post_send calls of the client's one server connection. */
+function doorbells(kv: KvClient): number {
+  const [server] = (kv as unknown as { servers: Map<string, { doorbells: number }> }).servers.values();
+  return server!.doorbells;
+}
+
+/** Where the key's slot is (read from the server's region): its bucket and its item's block, in units. */
+function locate(server: KvServer, key: string): { bucket: number; block: number } | undefined {
+  const { layout, region } = server;
+  const k = Buffer.from(key);
+  const { b1, b2, fingerprint } = hashKey(k, readSuperblock(region).seed, layout.bucketCount);
+  for (const bucket of [b1, b2]) {
+    for (let i = 1; i <= KvLayout.SLOTS_PER_BUCKET; i++) {
+      const slot = region.readBigUInt64LE(layout.indexOffset + bucket * KvLayout.BUCKET_BYTES + 8 * i);
+      if (slot === 0n || slotFingerprint(slot) !== fingerprint) continue;
+      const at = layout.heapOffset + slotBlock(slot) * KvLayout.UNIT_BYTES;
+      if (itemKey(region, at, readItemHeader(region, at).keyLength).equals(k)) return { bucket, block: slotBlock(slot) };
+    }
+  }
+  return undefined;
+}
+
+/** The key and value of the item in a heap block (whatever it holds now). */
+function blockHolds(server: KvServer, block: number): { key: string; value: string } {
+  const { layout, region } = server;
+  const at = layout.heapOffset + block * KvLayout.UNIT_BYTES;
+  const h = readItemHeader(region, at);
+  const key = itemKey(region, at, h.keyLength);
+  const valueAt = at + KvLayout.ITEM_HEADER_BYTES + h.keyLength;
+  return { key: key.toString(), value: region.subarray(valueAt, valueAt + h.valueLength).toString() };
+}
+
+for (const scheme of providersUnderTest()) {
+  test.serial(`${scheme}: a GET of a key the client read or wrote takes one READ; a cold one two round trips`, async (t) => {
+    const server = await startServer(scheme, LONG_GRACE);
+    t.teardown(() => server.close());
+    const [a, b] = await clients(t, server);
+    await a.put('hot', 'value 1');
+    let before = a.stats();
+    let bells = doorbells(a);
+    for (let i = 0; i < 20; i++) t.is((await a.get('hot'))?.toString(), 'value 1');
+    t.deepEqual(delta(a, before), { hits: 20, misses: 0, failures: 0 }, 'its own PUT told A where the item is');
+    t.is(doorbells(a) - bells, 20, 'one doorbell (one READ round trip) per GET');
+    t.is(a.stats().oneRoundTripGets - before.oneRoundTripGets, 20);
+
+    before = b.stats();
+    bells = doorbells(b);
+    t.is((await b.get('hot'))?.toString(), 'value 1');
+    t.deepEqual(delta(b, before), { hits: 0, misses: 1, failures: 0 });
+    t.is(doorbells(b) - bells, 2, 'a miss: buckets, then item');
+    bells = doorbells(b);
+    t.is((await b.get('hot'))?.toString(), 'value 1');
+    t.deepEqual(delta(b, before), { hits: 1, misses: 1, failures: 0 }, 'the GET taught B the address');
+    t.is(doorbells(b) - bells, 1);
+    t.is(await b.get('absent'), undefined);
+    t.is(await b.get('absent'), undefined);
+    t.deepEqual(delta(b, before), { hits: 1, misses: 3, failures: 0 }, 'a missing key is never cached');
+  });
+
+  test.serial(`${scheme}: a client's metrics count GETs by the path they took`, async (t) => {
+    const server = await startServer(scheme, LONG_GRACE);
+    t.teardown(() => server.close());
+    const registry = new Registry();
+    const kv = await connect(server, { metrics: registry });
+    t.teardown(() => kv.close());
+    await kv.put('k', 'v');
+    await kv.get('k');
+    await kv.get('k');
+    await kv.get('other');
+    const counted = (await registry.getSingleMetric('rdmakv_client_get_location_cache_total')!.get()).values;
+    const by = (result: string) => counted.find((v) => v.labels.result === result)?.value;
+    t.is(by('hit'), 2);
+    t.is(by('miss'), 1);
+    t.is(by('validation_failure'), 0);
+  });
+
+  test.serial(`${scheme}: locationCacheEntries 0 turns the cache off: every GET takes two round trips`, async (t) => {
+    const server = await startServer(scheme, LONG_GRACE);
+    t.teardown(() => server.close());
+    const kv = await connect(server, { locationCacheEntries: 0 });
+    t.teardown(() => kv.close());
+    await kv.put('k', 'v');
+    const bells = doorbells(kv);
+    for (let i = 0; i < 5; i++) t.is((await kv.get('k'))?.toString(), 'v');
+    t.is(doorbells(kv) - bells, 10);
+    t.deepEqual(kv.stats().locationCache, { hits: 0, misses: 5, validationFailures: 0 });
+    const error = await t.throwsAsync(connect(server, { locationCacheEntries: -1 }));
+    t.is((error as { code?: string }).code, 'KV_INVALID_ARGUMENT');
+  });
+
+  test.serial(`${scheme}: an entry proven more than half the grace period ago is not tried: two round trips prove it again`, async (t) => {
+    const server = await startServer(scheme, { graceMs: 40 });
+    t.teardown(() => server.close());
+    const kv = await connect(server);
+    t.teardown(() => kv.close());
+    await kv.put('k', 'v');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const before = kv.stats();
+    const bells = doorbells(kv);
+    t.is((await kv.get('k'))?.toString(), 'v');
+    t.deepEqual(delta(kv, before), { hits: 0, misses: 1, failures: 0 }, 'too old to trust: the block could have been reused since');
+    t.is(doorbells(kv) - bells, 2);
+  });
+
+  for (const unchecked of [undefined, 'state']) {
+    const how = unchecked ? ' (STATE check off: stale, as it must be without it)' : '';
+    test.serial(`${scheme}: a key rewritten behind A's cached address${how}`, async (t) => {
+      const server = await startServer(scheme, LONG_GRACE);
+      t.teardown(() => server.close());
+      const [a, b] = await clients(t, server, unchecked);
+      await b.put('k', 'old value');
+      t.is((await a.get('k'))?.toString(), 'old value'); // A learns the address
+      await b.put('k', 'new value');
+      const before = a.stats();
+      if (unchecked) {
+        t.is((await a.get('k'))?.toString(), 'old value', 'without the STATE check the superseded item passes every other check');
+        return;
+      }
+      t.is((await a.get('k'))?.toString(), 'new value');
+      t.deepEqual(delta(a, before), { hits: 0, misses: 0, failures: 1 }, 'the hit failed its check and fell back');
+      t.is((await a.get('k'))?.toString(), 'new value');
+      t.deepEqual(delta(a, before), { hits: 1, misses: 0, failures: 1 }, 'the fallback taught A the new address');
+    });
+
+    test.serial(`${scheme}: a key deleted behind A's cached address${how}`, async (t) => {
+      const server = await startServer(scheme, LONG_GRACE);
+      t.teardown(() => server.close());
+      const [a, b] = await clients(t, server, unchecked);
+      await b.put('k', 'deleted value');
+      t.is((await a.get('k'))?.toString(), 'deleted value');
+      t.true(await b.delete('k'));
+      const before = a.stats();
+      if (unchecked) {
+        t.is((await a.get('k'))?.toString(), 'deleted value');
+        return;
+      }
+      t.is(await a.get('k'), undefined);
+      t.deepEqual(delta(a, before), { hits: 0, misses: 0, failures: 1 });
+      t.is(await a.get('k'), undefined);
+      t.deepEqual(delta(a, before), { hits: 0, misses: 1, failures: 1 }, 'the entry was forgotten');
+    });
+  }
+
+  test.serial(`${scheme}: a key displaced to its other bucket is still found through the cache, and its rewrite is not missed`, async (t) => {
+    const buckets = 16;
+    const server = await startServer(scheme, { ...LONG_GRACE, buckets, memoryBytes: 16 << 20 });
+    t.teardown(() => server.close());
+    const [a, b] = await clients(t, server);
+    await b.put('k', 'moved value');
+    t.is((await a.get('k'))?.toString(), 'moved value');
+    const home = locate(server, 'k')!;
+    // B fills k's bucket with keys that hash to it, until an insert moves k to its other bucket.
+    const seed = readSuperblock(server.region).seed;
+    let moved = false;
+    for (let i = 0, puts = 0; !moved && puts < buckets * KvLayout.SLOTS_PER_BUCKET; i++) {
+      const { b1, b2 } = hashKey(Buffer.from(`f${i}`), seed, buckets);
+      if (b1 !== home.bucket && b2 !== home.bucket) continue;
+      await b.put(`f${i}`, 'filler');
+      puts++;
+      moved = locate(server, 'k')?.bucket !== home.bucket;
+    }
+    t.true(moved, 'k was displaced');
+    t.is(locate(server, 'k')?.block, home.block, 'a displacement moves the slot, not the item');
+    let before = a.stats();
+    t.is((await a.get('k'))?.toString(), 'moved value');
+    t.deepEqual(delta(a, before), { hits: 1, misses: 0, failures: 0 }, 'the item is unchanged and current: a hit is right');
+    await b.put('k', 'rewritten after the move');
+    before = a.stats();
+    t.is((await a.get('k'))?.toString(), 'rewritten after the move');
+    t.deepEqual(delta(a, before), { hits: 0, misses: 0, failures: 1 });
+  });
+
+  // The block A cached comes back (small heap, short grace) holding B's item of the same key
+  // from a CAS that failed: intact, LIVE, of A's key, never committed. Only the version check
+  // tells it from the current item. A's age check is off here (the hook), else A would not even
+  // try its entry after the short grace period.
+  for (const unchecked of ['age', 'age,version']) {
+    const how = unchecked === 'age' ? '' : ' (version check off: a value never written comes back, as it must without it)';
+    test.serial(`${scheme}: A's cached block reused for an uncommitted write of the key${how}`, async (t) => {
+      const server = await startServer(scheme, { memoryBytes: 4 << 20, maxClients: 4, maxValueBytes: 4096, buckets: 1024, graceMs: 5 });
+      t.teardown(() => server.close());
+      const [a, b] = await clients(t, server, unchecked);
+      // 'committed' and 'neverdone': one length, so one size class, so the CAS's block is one a PUT of k could use
+      const value = (tag: 'committed' | 'neverdone', i: number) => `${tag}-${String(i).padStart(6, '0')}`;
+      await b.put('k', value('committed', 0));
+      t.is((await a.get('k'))?.toString(), value('committed', 0));
+      const cached = locate(server, 'k')!.block;
+      let last = 0;
+      let phantom: string | undefined;
+      for (let i = 1; i <= 4000 && phantom === undefined; i++) {
+        await b.put('k', value('committed', i));
+        last = i;
+        t.false(await b.cas('k', 1n, value('neverdone', i)), 'the CAS expects a version k never had');
+        const held = blockHolds(server, cached);
+        if (held.key === 'k' && held.value === value('neverdone', i)) phantom = held.value;
+        if (i % 50 === 0) await new Promise((resolve) => setTimeout(resolve, 10)); // let retired blocks through their grace
+      }
+      t.truthy(phantom, "A's block came back holding an uncommitted write of k");
+      t.not(locate(server, 'k')!.block, cached, 'and no slot names it');
+      const before = a.stats();
+      const got = (await a.get('k'))?.toString();
+      if (unchecked === 'age,version') {
+        t.is(got, phantom);
+        return;
+      }
+      t.is(got, value('committed', last));
+      t.deepEqual(delta(a, before), { hits: 0, misses: 0, failures: 1 });
+    });
+  }
+}
