@@ -69,11 +69,6 @@ export class KvServer extends EventEmitter {
     this.store = RegionStore.open(this.settings);
     this.layout = this.store.layout;
     const { store, log } = this;
-    if (this.settings.regionFile === undefined) {
-      const pages = store.memory.pages;
-      if (pages.kind === '4k') log?.info({ why: pages.note }, 'region on 4 KiB pages: no huge pages for it');
-      else log?.info({ pages: pages.kind }, 'region on huge pages');
-    }
     const stats = this.counters;
     const isClosed = () => this.closed;
     const notices = new Notices(store, stats, log);
@@ -154,7 +149,9 @@ export class KvServer extends EventEmitter {
     const listener = listenOn(fabric, url);
     this.listening.push(listener);
     this.urls.push(listener.url);
-    this.log?.info({ url: listener.url, regionBytes: this.layout.regionBytes, buckets: this.layout.bucketCount }, 'listening');
+    // The region's pages are said here, with its size: huge pages, or why not ('4k' and pagesWhy).
+    const { kind: pages, note: pagesWhy } = this.store.memory.pages;
+    this.log?.info({ url: listener.url, regionBytes: this.layout.regionBytes, buckets: this.layout.bucketCount, pages, ...(pagesWhy ? { pagesWhy } : {}) }, 'listening');
   }
 
   /** Each fabric's connection to this server itself (to its first listener of that scheme). */

@@ -1,5 +1,5 @@
 // Huge pages for the region when the host has them (native/transport/memory.cc):
-// what a memory got, why not when it did not, and the server saying so once.
+// what a memory got, why not when it did not, and the server saying so on its listening line.
 import { Writable } from 'node:stream';
 
 import test from 'ava';
@@ -28,7 +28,7 @@ test('a memory asked for huge pages says what it got, and why not when it is on 
 });
 
 for (const scheme of providersUnderTest()) {
-  test(`${scheme}: the server says once which pages its region is on, and serves either way`, async (t) => {
+  test(`${scheme}: the server's listening line says which pages its region is on, and it serves either way`, async (t) => {
     const lines: Array<Record<string, unknown>> = [];
     const sink = new Writable({
       write(chunk, _encoding, done) {
@@ -42,8 +42,11 @@ for (const scheme of providersUnderTest()) {
     t.teardown(() => client.close());
     await client.put('paged', 'value');
     t.is((await client.get('paged'))?.toString(), 'value');
-    const said = lines.filter((l) => String(l.msg).startsWith('region on'));
+    // On its listening line (one URL: one line), with the region's size.
+    const said = lines.filter((l) => l.pages !== undefined);
     t.is(said.length, 1);
-    if (said[0]!.msg !== 'region on huge pages') t.truthy(said[0]!.why, 'the 4 KiB fallback says why');
+    t.is(said[0]!.msg, 'listening');
+    t.true(['hugetlb', 'thp', '4k'].includes(String(said[0]!.pages)));
+    if (said[0]!.pages === '4k') t.truthy(said[0]!.pagesWhy, 'the 4 KiB fallback says why');
   });
 }
