@@ -36,8 +36,6 @@ export { decodeFields, decodeRecord, encodeFields, encodeRecord, mergeRecord } f
 export const DEFAULT_URL = 'shm:///run/rdma-kv/kv.sock';
 /** cas attempts of one update before it reports ERROR (only reached under extreme contention). */
 const MAX_UPDATE_ATTEMPTS = 64;
-/** Keys whose bytes are kept (then the cache starts over): the hot keys of a run, in bounded memory. */
-const KEY_CACHE_ENTRIES = 1 << 16;
 
 /**
  * A buffer a record is written into, and the view of it handed to the client (kept while the
@@ -55,9 +53,6 @@ export default class RdmaKvClient implements DB {
   private client: KvClient | undefined;
   /** The workload's field names, when an update that writes all of them can skip the read. */
   private schema: ReadonlySet<string> | undefined;
-  /** key -> the bytes of "<table>-<key>", for keyTable's keys (no string and no Buffer per op) */
-  private readonly keys = new Map<string, Buffer>();
-  private keyTable = '';
   /** Record buffers not in use; one is taken per write in flight (kvbench.inflight of them). */
   private readonly spare: RecordBuffer[] = [];
   private readonly seen = new Set<string>();
@@ -185,19 +180,13 @@ export default class RdmaKvClient implements DB {
     return true;
   }
 
-  /** The bytes of qualifiedKey(table, key), cached: a run asks for the same keys again and again. */
+  /**
+   * The key's bytes. Not cached: a Map of key -> bytes (tried) made a worker's median READ about
+   * a microsecond slower in the main job (a run touches most of its 10,000 keys for the first
+   * time, and the map's lookups miss the cache), for ~150 B of garbage saved per operation.
+   */
   private keyBytes(table: string, key: string): Buffer {
-    if (table !== this.keyTable) {
-      this.keys.clear();
-      this.keyTable = table;
-    }
-    let bytes = this.keys.get(key);
-    if (bytes === undefined) {
-      if (this.keys.size >= KEY_CACHE_ENTRIES) this.keys.clear();
-      bytes = Buffer.from(qualifiedKey(table, key), 'utf8');
-      this.keys.set(key, bytes);
-    }
-    return bytes;
+    return Buffer.from(qualifiedKey(table, key), 'utf8');
   }
 }
 
