@@ -47,8 +47,9 @@ export async function recoverRegionFile(parts: RestartParts, fabric: Fabric): Pr
  * The live blocks (block -> units) of a region file's index. A slot is trusted only when its
  * block lies inside the heap, its units are those of a possible item, its item's header fits
  * the slot exactly (units = the item's length, as clients write them), and the item's key
- * hashes to the slot's fingerprint and bucket. (The checksum's hash is not exported to
- * TypeScript: a damaged value is left for clients' checksum, KV_CORRUPT.) Of two trusted slots
+ * hashes to the slot's fingerprint and bucket. (The item's checksum is not checked here: a
+ * damaged value stays linked and its readers answer KV_CORRUPT, loudly, rather than the key
+ * vanishing at a restart.) Of two trusted slots
  * whose blocks overlap, the lower block wins. Every other slot is skipped, counted, and
  * cleared: slots are written by RDMA WRITE, never touched by atomics, and no client is
  * served during recovery, so this CPU store races with nobody — and a slot left pointing
