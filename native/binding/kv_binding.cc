@@ -90,6 +90,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
     const size_t locations = o.Has("locationCacheEntries") && !o.Get("locationCacheEntries").IsUndefined()
                                  ? static_cast<size_t>(bigint_field(o, "locationCacheEntries"))
                                  : ClientCore::kDefaultLocationEntries;
+    if (locations > (1u << 24)) throw_error(env, "ERR_OUT_OF_RANGE", "locationCacheEntries is at most 2^24");
     std::string error;
     core_ = ClientCore::create(provider_of(info[0]), connection_of(info[1]), cq_of(info[2]), region, scratch_bytes,
                                timeout, &error, locations);

@@ -109,6 +109,18 @@ export function readSuperblock(region: Buffer): SuperblockFields {
   };
 }
 
+/**
+ * Why a region file of another region format cannot be served ("" when it is of this one): no
+ * option makes it readable, so this is said apart from compareLayout's option mismatches.
+ */
+export function formatMismatch(found: SuperblockFields): string {
+  if (found.magic !== KvLayout.MAGIC || found.version === KvLayout.REGION_FORMAT) return '';
+  return (
+    `holds region format ${found.version}; this kv-server reads region format ${KvLayout.REGION_FORMAT} only ` +
+    '(there is no converter): serve it with the release that wrote it, or start on a new file and load the data again'
+  );
+}
+
 /** How an existing region's superblock differs from the planned layout ("" when it does not). */
 export function compareLayout(found: SuperblockFields, planned: RegionLayout): string {
   if (found.magic !== KvLayout.MAGIC) return 'no rdma-kv superblock (not a region file)';

@@ -10,7 +10,7 @@ import { KvLayout } from '../../protocol/constants.js';
 import { IndexView, EMPTY_SLOT, slotBlock, slotUnits } from '../../protocol/index-format.js';
 import { KvConfigError, type ServerSettings } from '../options.js';
 import { Heap } from './heap.js';
-import { type RegionLayout, LayoutError, compareLayout, planLayout, readSuperblock, writeSuperblock } from './layout.js';
+import { type RegionLayout, LayoutError, compareLayout, formatMismatch, planLayout, readSuperblock, writeSuperblock } from './layout.js';
 
 export class RegionStore {
   readonly index: IndexView;
@@ -33,12 +33,8 @@ export class RegionStore {
     this.existed = memory.existed;
     if (this.existed) {
       const found = readSuperblock(memory.bytes);
-      if (found.magic === KvLayout.MAGIC && found.version !== KvLayout.REGION_FORMAT) {
-        throw new KvConfigError(
-          `${regionFile} holds region format ${found.version}; this kv-server reads region format ${KvLayout.REGION_FORMAT} only ` +
-            '(there is no converter): serve it with the release that wrote it, or start on a new file and load the data again',
-        );
-      }
+      const format = formatMismatch(found);
+      if (format) throw new KvConfigError(`${regionFile} ${format}`);
       const mismatch = compareLayout(found, layout);
       if (mismatch) throw new KvConfigError(`${regionFile} was created with ${mismatch}: start with the options it was created with`);
       this.seed = found.seed;

@@ -3,8 +3,9 @@
 // fenced by the server, and nothing it does when it resumes can replace a
 // value acknowledged to another client. The pause is deterministic: the
 // provider's test hook (RKV_SHM_TEST_STOP_BEFORE) stops the child process with
-// SIGSTOP right before it executes the 8-byte slot WRITE of its PUT, while it
-// holds the key's bucket locks. On verbs the fence is the NIC's: the queue pair
+// SIGSTOP right before it executes the first 8-byte WRITE of its PUT's commit
+// (the SUPERSEDED mark on the item it replaces; the slot WRITE follows in the
+// same post), while it holds the key's bucket locks. On verbs the fence is the NIC's: the queue pair
 // in error executes nothing more.
 import { readFileSync } from 'node:fs';
 
