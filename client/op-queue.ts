@@ -1,16 +1,12 @@
 // One server's operations: queued, submitted to the native core, finished.
-// Operations issued in one tick are written into the core's buffers and
-// submitted with one crossing (one doorbell per pass); the core drives every
-// RDMA round trip and hands back one result per operation. Where completions
-// are synchronous (shm) they come back from that same submit; the rest the
-// queue polls for, in busy mode (a short spin after each submit, then a
-// setImmediate loop while anything is pending) or in event mode (the CQ's
-// event wakes it; the core re-arms the CQ itself). Each poll also hands back
-// the completions of the session's control requests, which go to the owner's
-// onControl. A batch (getMany, putMany) is one record with one promise.
-//
-// Nothing is allocated per operation here beyond its record and promise (a
-// batch: one of each for all its keys) and a GET's value: ops in the core are
+// Operations issued in one tick go to the core with one crossing (one doorbell
+// per pass); the core drives every round trip and hands back one result per
+// operation, from that same submit where completions are synchronous (shm),
+// else from a poll: busy mode spins briefly after each submit, then polls on
+// setImmediate; event mode waits for the CQ's event (the core re-arms it). Each
+// call also hands back the session's control completions (to onControl). A
+// batch (getMany, putMany) is one record with one promise. Nothing is allocated
+// per op beyond its record and promise and a GET's value; ops in the core are
 // found by slot (the op id's low bits), not in a Map.
 //
 // Ownership: a record is the queue's from add() until its promise settles; an
@@ -30,12 +26,14 @@ export type { Bytes, OpRequest, OpResult, Submission } from './op-records.js';
 /** How long flush() polls before leaving the rest to the event loop (busy mode). */
 const SPIN_MS = 0.02;
 /**
- * Submits per event-loop turn that run at once (and spin). On shm an op
- * finishes inside its submit, so a caller that issues its next op as each one
- * resolves would chain microtasks forever: timers (keepalive, deadlines) and
- * I/O would starve. Past the budget the next flush waits for setImmediate.
+ * Submits per event-loop turn that run at once (and spin), and the time they
+ * may take. On shm an op finishes inside its submit, so a caller that issues
+ * its next op as each one resolves would chain microtasks forever: timers
+ * (keepalive, deadlines), I/O and a server in the same process would starve.
+ * Past either budget the next flush waits for setImmediate.
  */
 const SPINS_PER_TURN = 256;
+const TURN_MS = 1;
 const SLOTS = KvLayout.MAX_INFLIGHT;
 /** Op ids: the slot in the low bits, a use count above (a stale result is told apart). */
 const SLOT_BITS = 31 - Math.clz32(SLOTS);
@@ -63,6 +61,8 @@ export class OpQueue {
   private polling = false;
   private timer: NodeJS.Timeout | undefined;
   private spinsLeft = SPINS_PER_TURN;
+  /** When this turn's first submit ran (performance.now()). */
+  private turnStart = 0;
   private readonly flushTask = (): void => {
     this.flushScheduled = false;
     this.flush();
@@ -258,7 +258,12 @@ export class OpQueue {
     if (count > 0) {
       const taken = core.submit(count);
       this.submits++;
-      if (this.spinsLeft-- === SPINS_PER_TURN) setImmediate(this.newTurn);
+      if (this.spinsLeft-- === SPINS_PER_TURN) {
+        setImmediate(this.newTurn);
+        this.turnStart = performance.now();
+      } else if ((this.spinsLeft & 15) === 0 && performance.now() - this.turnStart > TURN_MS) {
+        this.spinsLeft = 0; // this turn's time is spent
+      }
       // What the core could not take goes back to the front, in order.
       for (let i = count - 1; i >= taken; i--) this.giveBack(this.submitted[i]!, pools);
     }
@@ -324,12 +329,7 @@ export class OpQueue {
     else this.queue.unshift(work);
   }
 
-  /**
-   * Polls right after posting, for a few microseconds: a round trip often
-   * completes within that (~2 µs on a NIC), and finishing here saves a turn
-   * of the event loop, which costs more than the trip. Only SPINS_PER_TURN
-   * submits per turn spin (see there).
-   */
+  /** Polls right after posting, a few µs: a NIC's round trip often ends within that, saving a turn of the event loop. */
   private spin(session: Session): void {
     const end = performance.now() + SPIN_MS;
     do {

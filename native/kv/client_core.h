@@ -14,7 +14,7 @@
 //
 // Ownership: the core owns its scratch memory (bucket images, item buffers,
 // atomics results) and its ops (64, made once). A GET's value stays in scratch until the
-// next poll(), so JS must copy it out before calling poll() again. The
+// next poll() or submit(), so JS must copy it out before calling either again. The
 // connection and its CQ are shared with JS, which posts control SENDs and
 // receives control messages on them (the wr_id bit KvLayout::CONTROL_TAG_SHIFT
 // marks control requests; their completions go back to JS as they came).
