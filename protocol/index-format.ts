@@ -129,7 +129,7 @@ export interface ItemHeaderFields {
   epoch: number;
   /** Absolute Unix time in ms after which the item is gone, 0 = never (recorded, not enforced yet). */
   expiry: bigint;
-  /** ItemState: LIVE, or SUPERSEDED once a later write replaced or deleted it. */
+  /** The item's own version while it is linked; ItemState.SUPERSEDED (0) once a later write replaced or deleted it. */
   state: bigint;
 }
 

@@ -189,12 +189,12 @@ class ClientCore {
   void get_item_done(Op& op);
   void lend_value(Op& op, uint32_t key_len, uint32_t value_len);
   // GET on a location-cache hit, and what ops teach the cache (location_cache.cc).
-  static constexpr uint32_t kSkipVersion = 1, kSkipState = 2, kSkipAge = 4;  // test hook: checks a hit skips
+  static constexpr uint32_t kSkipVersion = 1, kSkipState = 2;  // test hook: checks a hit skips
   static uint32_t unchecked_locations_from_env();
   std::chrono::milliseconds location_trust() const;
   bool get_cached(Op& op);
   void get_cached_done(Op& op);
-  void location_found(const Op& op, uint64_t slot, const uint8_t* item, Clock::time_point started);
+  void location_found(const Op& op, uint64_t slot, const uint8_t* item);
   void location_after(Op& op, KvStatus status);
   // PUT, DELETE, CAS, creation (write.cc).
   void write_read_buckets(Op& op);

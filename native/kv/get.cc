@@ -110,7 +110,7 @@ void ClientCore::get_item_done(Op& op) {
     return atomic_step(op);
   }
   op.version = load_le<uint64_t>(item + u32(ItemHeader::VERSION));
-  location_found(op, c.slot, item, s.started);
+  location_found(op, c.slot, item);
   lend_value(op, key_len, value_len);
 }
 

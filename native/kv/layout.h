@@ -122,6 +122,12 @@ constexpr uint32_t kChecksumAt = u32(ItemHeader::CHECKSUM);
 constexpr uint32_t kAtomicWordAt = u32(ItemHeader::ATOMIC_WORD);
 constexpr uint32_t kStateAt = u32(ItemHeader::STATE);
 static_assert(kHeader == 48 && kChecksumAt == 16 && kAtomicWordAt == 24 && kStateAt == 40, "the v3 item header");
+// Linked as far as its STATE says: STATE still equals the item's own version
+// (no writer has marked it SUPERSEDED, and the word is not another item's).
+inline bool item_state_live(const uint8_t* item) {
+  const uint64_t version = load_le<uint64_t>(item + u32(ItemHeader::VERSION));
+  return version != u32(ItemState::SUPERSEDED) && load_le<uint64_t>(item + kStateAt) == version;
+}
 inline uint32_t item_checksum(const uint8_t* item, uint32_t key_len, uint32_t value_len) {
   uint8_t header[kHeader];
   std::memcpy(header, item, kHeader);
@@ -132,8 +138,8 @@ inline uint32_t item_checksum(const uint8_t* item, uint32_t key_len, uint32_t va
 }
 
 // Writes a complete item (header, key, value, checksum) into dst: epoch 0 (no
-// replication yet), no expiry, state LIVE, atomic word 0 (the caller sets a
-// counter's or lock's after: the checksum does not cover it).
+// replication yet), no expiry, STATE live (its own version), atomic word 0
+// (the caller sets a counter's or lock's after: the checksum does not cover it).
 inline void build_item(uint8_t* dst, ItemType type, const uint8_t* key, uint32_t key_len, const uint8_t* value,
                        uint32_t value_len, uint64_t version) {
   std::memset(dst, 0, kHeader);
@@ -141,6 +147,7 @@ inline void build_item(uint8_t* dst, ItemType type, const uint8_t* key, uint32_t
   store_le<uint16_t>(dst + u32(ItemHeader::KEY_LEN), static_cast<uint16_t>(key_len));
   store_le<uint32_t>(dst + u32(ItemHeader::VALUE_LEN), value_len);
   store_le<uint64_t>(dst + u32(ItemHeader::VERSION), version);
+  store_le<uint64_t>(dst + kStateAt, version);
   std::memcpy(dst + kHeader, key, key_len);
   if (value_len > 0) std::memcpy(dst + kHeader + key_len, value, value_len);
   store_le<uint32_t>(dst + kChecksumAt, item_checksum(dst, key_len, value_len));

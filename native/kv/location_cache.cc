@@ -13,7 +13,7 @@
 
 namespace rkv::kv {
 
-// RKV_TEST_UNCHECKED_LOCATIONS=version,state,age: a test hook that skips
+// RKV_TEST_UNCHECKED_LOCATIONS=version,state: a test hook that skips
 // those checks of a hit, so a test can show that without them a stale value
 // comes back (the checks are what the tests of the cache test).
 uint32_t ClientCore::unchecked_locations_from_env() {
@@ -23,13 +23,13 @@ uint32_t ClientCore::unchecked_locations_from_env() {
   uint32_t skip = 0;
   if (s.find("version") != std::string::npos) skip |= kSkipVersion;
   if (s.find("state") != std::string::npos) skip |= kSkipState;
-  if (s.find("age") != std::string::npos) skip |= kSkipAge;
   return skip;
 }
 
-// How long a proof that an item is linked lasts: a block is reused only a
-// grace period after its item was unlinked, and, as for GET's item READ, we
-// keep half of it as margin.
+// How long a hit's READ may take, from its post to its completion: a block is
+// reused only a grace period after its item was unlinked, so a READ shorter
+// than that cannot overlap both the item and a reuse that follows its unlink.
+// Half of it, as for GET's item READ (get.cc), is the margin.
 std::chrono::milliseconds ClientCore::location_trust() const { return std::chrono::milliseconds(region_.grace_ms / 2); }
 
 // A GET's first round trip when the cache knows where the key's item was:
@@ -38,15 +38,14 @@ bool ClientCore::get_cached(Op& op) {
   const auto now = Clock::now();
   const LocationCache::Entry* e = locations_.find(location_tag(op.kh));
   const uint64_t bytes = e ? static_cast<uint64_t>(e->units) * kUnit : 0;
-  const bool usable = e != nullptr && ((unchecked_ & kSkipAge) != 0 || now - e->proven < location_trust()) &&
-                      slot_in_heap(make_slot(op.kh.fp, e->units, e->offset)) && bytes >= kHeader &&
+  const bool usable = e != nullptr && slot_in_heap(make_slot(op.kh.fp, e->units, e->offset)) && bytes >= kHeader &&
                       bytes <= largest_item();
   if (!usable || !take_item(op, bytes)) {
     locations_.stats.misses++;
     return false;
   }
   LookupState& s = op.lookup();
-  s.started = now;  // the READ starts after this: a LIVE item it reads was linked then
+  s.started = now;  // the READ starts after this (its duration is bounded below)
   s.cached = *e;
   op.begin(Phase::G_CACHED);
   sends_.read(op.tag(), op.item.offset, static_cast<uint32_t>(bytes), heap_addr(e->offset));
@@ -55,10 +54,10 @@ bool ClientCore::get_cached(Op& op) {
 }
 
 // The hit's checks: the bytes are an intact item of our key, the version is
-// the one cached (so not a newer item in a reused block), no writer has
-// marked it SUPERSEDED (so its slot still named it when the READ read the
-// mark), and the proof is young enough that the block cannot have been
-// reused while the READ ran.
+// the one cached (so not a newer item in a reused block), its STATE still
+// equals that version (no writer marked it SUPERSEDED, so its slot still named
+// it when the READ read the word; and the word is not a reused block's new
+// item's), and the READ was short enough that no reuse can have overlapped it.
 void ClientCore::get_cached_done(Op& op) {
   LookupState& s = op.lookup();
   const uint8_t* item = mem(op.item.offset);
@@ -71,7 +70,7 @@ void ClientCore::get_cached_done(Op& op) {
       ((unchecked_ & kSkipVersion) != 0 || load_le<uint64_t>(item + u32(ItemHeader::VERSION)) == s.cached.version) &&
       ((unchecked_ & kSkipState) != 0 || item_live(item)) &&
       load_le<uint32_t>(item + kChecksumAt) == item_checksum(item, key_len, value_len) &&
-      ((unchecked_ & kSkipAge) != 0 || Clock::now() - s.cached.proven < location_trust());
+      Clock::now() - s.started < location_trust();
   if (!valid) {
     locations_.stats.failures++;
     locations_.forget(location_tag(op.kh));
@@ -81,22 +80,20 @@ void ClientCore::get_cached_done(Op& op) {
   }
   locations_.stats.hits++;
   op.version = load_le<uint64_t>(item + u32(ItemHeader::VERSION));
-  locations_.prove(location_tag(op.kh), op.version, s.started);
   lend_value(op, key_len, value_len);
 }
 
-// A GET's two round trips found the key's item in `slot`, its bucket READ
-// posted at `started`: the slot named it then. A SUPERSEDED item (its
+// A GET's two round trips found the key's item in `slot`. A SUPERSEDED item (its
 // writer's slot WRITE is about to land, or its writer died before it) is not
 // worth remembering.
-void ClientCore::location_found(const Op& op, uint64_t slot, const uint8_t* item, Clock::time_point started) {
+void ClientCore::location_found(const Op& op, uint64_t slot, const uint8_t* item) {
   if (!item_live(item)) return;
   locations_.store(location_tag(op.kh), slot_offset(slot), slot_units(slot),
-                   load_le<uint64_t>(item + u32(ItemHeader::VERSION)), started);
+                   load_le<uint64_t>(item + u32(ItemHeader::VERSION)));
 }
 
 // What an op that ends tells the cache: a PUT or CAS that committed its item
-// (the commit was posted at committed_at, before its slot WRITE landed);
+// (its slot WRITE has landed: the commit completed);
 // a DELETE, a key found missing or of another type: forget it.
 void ClientCore::location_after(Op& op, KvStatus status) {
   if (op.is_atomic() || op.key_len > kMaxKey) return;
@@ -106,7 +103,7 @@ void ClientCore::location_after(Op& op, KvStatus status) {
     case KvOp::CAS:
       if (status == KvStatus::OK && op.block.published) {
         const WriteState& w = op.write();
-        locations_.store(tag, op.block.offset, w.item_units, op.version, w.committed_at);
+        locations_.store(tag, op.block.offset, w.item_units, op.version);
       }
       return;
     case KvOp::DELETE: return locations_.forget(tag);

@@ -5,7 +5,7 @@
 // hit") says why an item that passes the checks is the key's current value.
 //
 // An entry is only a guess: the hit's READ proves or disproves it (key,
-// checksum, version, the STATE mark, and the proof's age), and a wrong guess
+// checksum, version, and the STATE word), and a wrong guess
 // costs the two round trips a miss costs anyway. So an entry keeps no key:
 // it is found by the key's hash (bucket and fingerprint), and two keys that
 // share it share the entry; the loser's READ fails the key check.
@@ -30,7 +30,6 @@ class LocationCache {
   struct Entry {
     uint64_t tag = 0;      // the key's hash, as location_tag(); 0: empty
     uint64_t version = 0;  // the item's: versions are unique per write for the region's life
-    Clock::time_point proven;  // a moment the item was known to be linked (its slot named it)
     uint32_t offset = 0;   // the item's block, in units from the heap's start
     uint32_t units = 0;    // the item's length, in units
   };
@@ -52,15 +51,9 @@ class LocationCache {
     const Entry& e = entries_[position(tag)];
     return e.tag == tag ? &e : nullptr;
   }
-  void store(uint64_t tag, uint32_t offset, uint32_t units, uint64_t version, Clock::time_point proven) {
+  void store(uint64_t tag, uint32_t offset, uint32_t units, uint64_t version) {
     if (entries_.empty()) return;
-    entries_[position(tag)] = {tag, version, proven, offset, units};
-  }
-  // A later proof that the same item is still linked.
-  void prove(uint64_t tag, uint64_t version, Clock::time_point proven) {
-    if (entries_.empty()) return;
-    Entry& e = entries_[position(tag)];
-    if (e.tag == tag && e.version == version && proven > e.proven) e.proven = proven;
+    entries_[position(tag)] = {tag, version, offset, units};
   }
   void forget(uint64_t tag) {
     if (entries_.empty()) return;
@@ -81,7 +74,8 @@ class LocationCache {
 inline uint64_t location_tag(const KeyHash& kh) { return static_cast<uint64_t>(kh.fp) << 32 | kh.b1; }
 
 // No writer has marked the item SUPERSEDED (write.cc marks what it unlinks,
-// before the slot WRITE that unlinks it).
-inline bool item_live(const uint8_t* item) { return load_le<uint64_t>(item + kStateAt) == u32(ItemState::LIVE); }
+// before the slot WRITE that unlinks it), and the STATE word read is this
+// item's (layout.h: live STATE is the item's own version).
+inline bool item_live(const uint8_t* item) { return item_state_live(item); }
 
 }  // namespace rkv::kv

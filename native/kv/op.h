@@ -132,7 +132,6 @@ struct WriteState {
   int alt_index = -1;
   uint32_t alt_buckets[2 * kSlots];
   uint32_t nalt = 0;
-  Clock::time_point committed_at;  // the commit's post: the new slot landed after it
   // After W_RELEASE: finish with this instead of retrying (OK: retry).
   KvStatus final_status = KvStatus::OK;
   bool then_atomic = false;  // creation found the key already there: do the atomic on it

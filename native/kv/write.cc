@@ -243,7 +243,6 @@ void ClientCore::write_alt_locked(Op& op) {
 void ClientCore::write_commit(Op& op) {
   WriteState& w = op.write();
   op.begin(Phase::W_COMMIT);
-  w.committed_at = Clock::now();
   const bool seal = op.type == KvOp::DELETE && w.seal_add != 0;
   if (seal) {
     // Sealed before it is unlinked (the slot WRITE below waits for the atomic: FENCE).
