@@ -25,28 +25,9 @@ import { MAX_TIMEOUT_MS, casVersion, checkOptions, incrDelta } from './options.j
 import type { HistoryRecorder } from './history.js';
 import type { OpResult } from './op-queue.js';
 import { type Bytes, ServerClient } from './server-client.js';
-import type { ClientStats, HistoryEvent, Key, KvClientOptions, KvStatusName, Value, VersionedValue } from './types.js';
+import type { ClientEvents, ClientStats, HistoryEvent, Key, KvClientOptions, KvStatusName, MemberLayout, Value, VersionedValue } from './types.js';
 
-export type { ClientStats, HistoryEvent, Key, KvClientOptions, KvStatusName, Value, VersionedValue } from './types.js';
-
-/** One member of the current map, as `layout()` reports it. */
-export interface MemberLayout {
-  name: string;
-  /** Where it listens now; undefined when etcd has no live registration for it. */
-  url?: string;
-  status: KvStatusName | 'down';
-  /** How many of the 16,384 slots it owns. */
-  slots: number;
-}
-
-type ClientEvents = {
-  status: [status: KvStatusName];
-  /** The slot map changed (members joined or left). */
-  layout: [members: MemberLayout[]];
-  /** A member's connection changed state. */
-  member: [name: string, status: KvStatusName];
-  error: [error: Error];
-};
+export type { ClientStats, HistoryEvent, Key, KvClientOptions, KvStatusName, MemberLayout, Value, VersionedValue } from './types.js';
 
 export class KvClient extends EventEmitter<ClientEvents> {
   private _status: KvStatusName = 'connecting';

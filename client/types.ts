@@ -142,3 +142,23 @@ export interface ClientStats {
     validationFailures: number;
   };
 }
+
+/** One member of the current map, as `layout()` reports it. */
+export interface MemberLayout {
+  name: string;
+  /** Where it listens now; undefined when etcd has no live registration for it. */
+  url?: string;
+  status: KvStatusName | 'down';
+  /** How many of the 16,384 slots it owns. */
+  slots: number;
+}
+
+/** KvClient's events. */
+export type ClientEvents = {
+  status: [status: KvStatusName];
+  /** The slot map changed (members joined or left). */
+  layout: [members: MemberLayout[]];
+  /** A member's connection changed state. */
+  member: [name: string, status: KvStatusName];
+  error: [error: Error];
+};
