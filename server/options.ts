@@ -73,7 +73,8 @@ export function checkOptions(options: KvServerOptions): ServerSettings {
   };
   const { graceMs, keepaliveMs, maxClients } = settings;
   if (options.listen.length === 0) throw new KvConfigError('nothing to listen on: give at least one --listen URL');
-  if (!(graceMs >= 0)) throw new KvConfigError('--grace-ms must be >= 0');
+  // Readers start over after any READ slower than half of it (docs/protocol.md): below 2 ms that is every READ.
+  if (!(graceMs >= 2)) throw new KvConfigError(`--grace-ms must be at least 2 ms (got ${graceMs}): readers retry every READ slower than half of it`);
   if (!(keepaliveMs >= 10)) throw new KvConfigError('--keepalive-ms must be >= 10');
   if (!Number.isInteger(maxClients) || maxClients < 1 || maxClients > 65536) throw new KvConfigError('--max-clients must be between 1 and 65536');
   return settings;

@@ -84,11 +84,12 @@ void ClientCore::get_item_done(Op& op) {
                       load_le<uint32_t>(item + kChecksumAt) == item_checksum(item, key_len, value_len);
   const bool late = Clock::now() - s.started > std::chrono::milliseconds(region_.grace_ms / 2);
   if (!intact || late) {
-    // Torn, or a block that may have been freed and reused under us: start over.
+    // Torn, or a block that may have been freed and reused under us: start
+    // over, through the backoff, which counts the retry and ends the op at its
+    // deadline (a grace period too short for any READ made every start late).
     free_item(op);
-    if (!intact && ++op.retries > kMaxGetRetries) return finish(op, KvStatus::CORRUPT, op.retries);
-    op.start_lookup();
-    return get_read_buckets(op, Phase::G_BUCKETS);
+    if (!intact && op.retries + 1 > kMaxGetRetries) return finish(op, KvStatus::CORRUPT, op.retries + 1);
+    return retry_later(op, Phase::G_BUCKETS);
   }
   if (key_len != op.key_len || std::memcmp(item + kHeader, op.key, key_len) != 0) {
     // Same fingerprint, another key. (Should the list fill, the slot is

@@ -13,7 +13,9 @@ import { runInNewContext } from 'node:vm';
 import test from 'ava';
 
 import { ControlWords, KvLayout, KvOp, KvStatus, OpLayout, Opcode, ResultLayout, SendFlag, WcStatus } from '../../native/constants.generated.js';
-import { type Completion, readCompletion } from '../../native/index.js';
+import { type Completion, hashKey, nativeBuildItem, readCompletion } from '../../native/index.js';
+import { ItemType } from '../../protocol/constants.js';
+import { packSlot } from '../../protocol/index-format.js';
 import { type Pair, connectPair } from '../helpers/pair.js';
 import { providersUnderTest } from '../helpers/providers.js';
 
@@ -36,13 +38,14 @@ setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
 
 // A region of the pair's 1 MiB server memory: 1024 empty buckets, a heap, our ring.
-function newCore(p: Pair): NativeCore {
-  const index = 4096, heap = index + 1024 * 64, heapBytes = 512 << 10;
+const INDEX = 4096, HEAP = INDEX + 1024 * 64;
+function newCore(p: Pair, { graceMs = 1000, opTimeoutMs = 2000 } = {}): NativeCore {
+  const heapBytes = 512 << 10;
   const region = {
-    addr: p.region.addr, rkey: p.region.rkey, length: 1 << 20, bucketCount: 1024, indexOffset: index, heapOffset: heap,
-    heapBytes, seed: 7n, ringOffset: heap + heapBytes, clientId: 1, versionBase: 1n << 40n, maxValueBytes: 4096, graceMs: 1000,
+    addr: p.region.addr, rkey: p.region.rkey, length: 1 << 20, bucketCount: 1024, indexOffset: INDEX, heapOffset: HEAP,
+    heapBytes, seed: 7n, ringOffset: HEAP + heapBytes, clientId: 1, versionBase: 1n << 40n, maxValueBytes: 4096, graceMs,
   };
-  return new addon.ClientCore(p.client.native, p.clientConn.native, p.clientCq.native, region, { scratchBytes: 1 << 20, opTimeoutMs: 2000, arenaBytes: 1 << 16 });
+  return new addon.ClientCore(p.client.native, p.clientConn.native, p.clientCq.native, region, { scratchBytes: 1 << 20, opTimeoutMs, arenaBytes: 1 << 16 });
 }
 
 // Every bucket's lock word held by client 1: a GET of a missing key waits
@@ -109,6 +112,30 @@ for (const scheme of providersUnderTest()) {
     t.is(core.inflight, 0);
     t.is(core.poll(), 0);
     t.true(core.close(), 'idempotent');
+  });
+
+  // An item READ later than half the grace period after its bucket READ starts the GET over (the
+  // block may have been reused). A grace period too short for any READ made every restart late:
+  // the GET looped in the core forever and its promise never settled. Restarts go through the
+  // backoff now, which ends the op at its deadline.
+  test(`${scheme}: a GET whose every item READ is late (grace period 0) ends at its deadline with TIMEOUT`, async (t) => {
+    const p = await connectPair(scheme);
+    t.teardown(() => p.close());
+    const core = newCore(p, { graceMs: 0, opTimeoutMs: 200 });
+    const key = Buffer.from('k1');
+    const item = nativeBuildItem(ItemType.BYTES, key, Buffer.from('value'), (1n << 40n) | 1n);
+    item.copy(p.region.bytes, HEAP);
+    const { b1, fingerprint } = hashKey(key, 7n, 1024);
+    p.region.bytes.writeBigUInt64LE(packSlot(fingerprint, Math.ceil(item.length / KvLayout.UNIT_BYTES), 0), INDEX + b1 * 64 + 8);
+    const { taken, done } = submitGets(core, 1, 1);
+    t.is(taken, 1);
+    const deadline = performance.now() + 5000;
+    while (done.length === 0 && performance.now() < deadline) {
+      done.push(...results(core, core.poll()));
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    t.deepEqual(done, [{ id: 1, status: KvStatus.TIMEOUT }]);
+    core.close();
   });
 
   test(`${scheme}: a core collected with ops in flight and never closed leaves JS's scratch view readable`, async (t) => {

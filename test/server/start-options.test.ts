@@ -36,3 +36,10 @@ test('every known option is accepted, undefined ones too', async (t) => {
   t.teardown(() => server.close());
   t.is(server.stats().clients, 0);
 });
+
+// Readers start a GET over after an item READ slower than half the grace period: below 2 ms every
+// READ is, and GETs of existing keys could only time out. Refused before anything listens.
+for (const graceMs of [0, 1, 1.5, -1, Number.NaN]) {
+  test(`a grace period of ${graceMs} ms is refused`, (t) =>
+    startRejects(t, { graceMs }, `--grace-ms must be at least 2 ms (got ${graceMs}): readers retry every READ slower than half of it`));
+}
