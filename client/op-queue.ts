@@ -26,11 +26,10 @@ export type { Bytes, OpRequest, OpResult, Submission } from './op-records.js';
 /** How long flush() polls before leaving the rest to the event loop (busy mode). */
 const SPIN_MS = 0.02;
 /**
- * Submits per event-loop turn that run at once (and spin), and the time they
- * may take. On shm an op finishes inside its submit, so a caller that issues
- * its next op as each one resolves would chain microtasks forever: timers
- * (keepalive, deadlines), I/O and a server in the same process would starve.
- * Past either budget the next flush waits for setImmediate.
+ * Submits per event-loop turn that run at once (and spin), and the time they may take. On shm
+ * an op finishes inside its submit, so a caller that issues its next op as each one resolves
+ * would chain microtasks forever: timers (keepalive, deadlines), I/O and a server in the same
+ * process would starve. Past either budget the next flush waits for setImmediate.
  */
 const SPINS_PER_TURN = 256;
 const TURN_MS = 1;
@@ -255,8 +254,8 @@ export class OpQueue {
       }
     }
     if (waiting) for (let i = waiting.length - 1; i >= 0; i--) this.unshift(waiting[i]!);
+    const taken = count > 0 ? core.submit(count) : 0;
     if (count > 0) {
-      const taken = core.submit(count);
       this.submits++;
       if (this.spinsLeft-- === SPINS_PER_TURN) {
         setImmediate(this.newTurn);
@@ -278,8 +277,9 @@ export class OpQueue {
     for (let i = queue.length - 1; i >= this.head && queue[i]!.deadline === 0; i--) queue[i]!.deadline = performance.now() + this.timeoutMs;
     if (count > 0) this.onPolled(session, core.submittedResults, core.controlCount);
     if (this.session === session && this.inflightCount > 0 && this.pollMode === 'busy' && this.spinsLeft > 0) this.spin(session);
-    // Ops that finished inside the submit freed their slots: the rest of the queue goes next.
-    if (count > 0 && this.freeCount > 0 && this.head < this.queue.length) this.scheduleFlush();
+    // Ops that finished inside the submit freed their slots: the rest goes next (not after a refusal:
+    // an op in flight holds the item buffer, and its completion flushes).
+    if (count > 0 && this.freeCount > 0 && this.head < this.queue.length && (taken === count || this.inflightCount === 0)) this.scheduleFlush();
     this.startPolling();
     this.armTimer();
   }
@@ -325,6 +325,7 @@ export class OpQueue {
   }
 
   private unshift(work: Work): void {
+    if (work.deadline === 0) work.deadline = performance.now() + this.timeoutMs;
     if (this.head > 0) this.queue[--this.head] = work;
     else this.queue.unshift(work);
   }
