@@ -59,6 +59,7 @@ bool ClientCore::get_cached(Op& op) {
 // it when the READ read the word; and the word is not a reused block's new
 // item's), and the READ was short enough that no reuse can have overlapped it.
 void ClientCore::get_cached_done(Op& op) {
+  const auto completed = Clock::now();  // before the checks: the READ's duration, not theirs (get.cc)
   LookupState& s = op.lookup();
   const uint8_t* item = mem(op.item.offset);
   const uint64_t bytes = static_cast<uint64_t>(s.cached.units) * kUnit;
@@ -70,7 +71,7 @@ void ClientCore::get_cached_done(Op& op) {
       ((unchecked_ & kSkipVersion) != 0 || load_le<uint64_t>(item + u32(ItemHeader::VERSION)) == s.cached.version) &&
       ((unchecked_ & kSkipState) != 0 || item_live(item)) &&
       load_le<uint32_t>(item + kChecksumAt) == item_checksum(item, key_len, value_len) &&
-      Clock::now() - s.started < location_trust();
+      completed - s.started < location_trust();
   if (!valid) {
     locations_.stats.failures++;
     locations_.forget(location_tag(op.kh));
