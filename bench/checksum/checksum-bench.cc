@@ -24,27 +24,16 @@ namespace {
 using namespace rkv;
 using namespace rkv::kv;
 
-// ---- protocol v2's item checksum (region format 1), verbatim but for names ----
+// ---- protocol v2's item checksum (region format 1) ----
 constexpr uint32_t kV2Header = 32, kV2Checksum = 16, kV2AtomicWord = 24;
-uint64_t v2_hash_bytes(const uint8_t* p, size_t n, uint64_t seed) {
-  uint64_t h = mix64(seed ^ (n * 0x9e3779b97f4a7c15ull));
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h = mix64(h ^ w) + 0x9e3779b97f4a7c15ull;
-  }
-  uint64_t tail = 0;
-  for (size_t k = 0; i < n; i++, k++) tail |= static_cast<uint64_t>(p[i]) << (8 * k);
-  return mix64(h ^ tail ^ 0xa0761d6478bd642full);
-}
+// v2 hashed items with hash_bytes (layout.h), which keys still use for buckets.
 uint64_t v2_item_checksum(const uint8_t* item, uint32_t key_len, uint32_t value_len) {
   uint8_t header[kV2Header];
   std::memcpy(header, item, kV2Header);
   std::memset(header + kV2Checksum, 0, 8);
   std::memset(header + kV2AtomicWord, 0, 8);
-  uint64_t h = v2_hash_bytes(header, kV2Header, 0x636865636b73756dull);
-  return v2_hash_bytes(item + kV2Header, static_cast<size_t>(key_len) + value_len, h);
+  uint64_t h = hash_bytes(header, kV2Header, 0x636865636b73756dull);
+  return hash_bytes(item + kV2Header, static_cast<size_t>(key_len) + value_len, h);
 }
 
 #if defined(__x86_64__)
