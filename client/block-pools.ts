@@ -39,11 +39,12 @@ export class BlockPools {
 
   /**
    * A block of size class `cls`, or undefined when there is none until a grant
-   * arrives. Asks for a batch when the pool is down to a quarter of one.
+   * arrives. Asks for a batch when the pool is down to half of one: the answer comes a
+   * moderation interval or more later (server/fabric.ts), and the half left must outlast it.
    */
   take(cls: number): number | undefined {
     const pool = this.pools[cls]!;
-    if (pool.length < this.batches[cls]! / 4) this.request(cls); // a batch of one: when empty
+    if (pool.length < this.batches[cls]!) this.request(cls); // a batch of one: when empty
     return pool.pop();
   }
 
