@@ -4,7 +4,9 @@
 #pragma once
 #include <napi.h>
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "../transport/transport.h"
 
@@ -42,5 +44,16 @@ void write_completion(uint32_t* words, const transport::Completion& c);
 Napi::Error make_error(Napi::Env env, const char* code, const std::string& message);
 // Throws make_error(env, code, message).
 [[noreturn]] void throw_error(Napi::Env env, const char* code, const std::string& message);
+
+// A Uint32Array over words a wrapper shares with JS (the client core's op, result and
+// control words, the notice drain's lists): the view holds its own reference, so the
+// vector lives as long as either the wrapper or some view of it.
+inline Napi::Uint32Array words_view(Napi::Env env, const std::shared_ptr<std::vector<uint32_t>>& words) {
+  auto* held = new std::shared_ptr<std::vector<uint32_t>>(words);
+  auto buffer = Napi::ArrayBuffer::New(
+      env, words->data(), words->size() * sizeof(uint32_t),
+      [](Napi::Env, void*, std::shared_ptr<std::vector<uint32_t>>* h) { delete h; }, held);
+  return Napi::Uint32Array::New(env, words->size(), buffer, 0);
+}
 
 }  // namespace rkv::binding

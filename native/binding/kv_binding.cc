@@ -110,12 +110,6 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
   }
 
  private:
-  template <typename T>
-  static Napi::ArrayBuffer hold(Napi::Env env, void* data, size_t bytes, std::shared_ptr<T> owner) {
-    auto* h = new std::shared_ptr<T>(std::move(owner));
-    return Napi::ArrayBuffer::New(env, data, bytes, [](Napi::Env, void*, std::shared_ptr<T>* p) { delete p; }, h);
-  }
-
   // submit(count) -> taken + results * 65536: how many ops were taken (the
   // rest stay with the caller), and how many results it left in resultWords
   // (both at most MAX_POST_BATCH); control completions are in controlWords.
@@ -215,12 +209,9 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
   Napi::Value inflight(const Napi::CallbackInfo& info) {
     return Napi::Number::New(info.Env(), static_cast<double>(core_->inflight()));
   }
-  Napi::Value op_words(const Napi::CallbackInfo& info) { return words(info.Env(), op_words_); }
-  Napi::Value result_words(const Napi::CallbackInfo& info) { return words(info.Env(), result_words_); }
-  Napi::Value control_words(const Napi::CallbackInfo& info) { return words(info.Env(), control_words_); }
-  static Napi::Value words(Napi::Env env, const std::shared_ptr<std::vector<uint32_t>>& v) {
-    return Napi::Uint32Array::New(env, v->size(), hold(env, v->data(), v->size() * 4, v), 0);
-  }
+  Napi::Value op_words(const Napi::CallbackInfo& info) { return words_view(info.Env(), op_words_); }
+  Napi::Value result_words(const Napi::CallbackInfo& info) { return words_view(info.Env(), result_words_); }
+  Napi::Value control_words(const Napi::CallbackInfo& info) { return words_view(info.Env(), control_words_); }
   Napi::Value arena(const Napi::CallbackInfo& info) {
     return Napi::Buffer<uint8_t>::New(info.Env(), arena_->data(), arena_->size(),
                                       [](Napi::Env, uint8_t*, std::shared_ptr<std::vector<uint8_t>>* p) { delete p; },

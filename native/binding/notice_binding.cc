@@ -21,14 +21,6 @@ uint64_t number(const Napi::Object& o, const char* key) {
   return static_cast<uint64_t>(d);
 }
 
-// An ArrayBuffer over a vector this wrapper owns (shared, so JS may outlive the wrapper).
-Napi::Uint32Array words_view(Napi::Env env, const std::shared_ptr<std::vector<uint32_t>>& words) {
-  auto* hold = new std::shared_ptr<std::vector<uint32_t>>(words);
-  auto buffer = Napi::ArrayBuffer::New(env, words->data(), words->size() * 4,
-                                       [](Napi::Env, void*, std::shared_ptr<std::vector<uint32_t>>* h) { delete h; }, hold);
-  return Napi::Uint32Array::New(env, words->size(), buffer, 0);
-}
-
 class NoticeDrainWrap : public Napi::ObjectWrap<NoticeDrainWrap> {
  public:
   static Napi::Function define(Napi::Env env) {
