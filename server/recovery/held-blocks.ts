@@ -30,8 +30,9 @@ export class HeldBlocks {
     let reclaimed = 0;
     const published: number[] = [];
     const { heap } = this.store;
-    for (const [block, cls] of client.held) {
+    for (const [block, cls] of client.held.entries()) {
       if (this.isClosed()) return;
+      if (client.held.get(block) !== cls) continue; // published or returned while this awaited
       // Only an item this client wrote can have been published by it: its version carries the
       // writer's session. Blocks it never wrote to need no look at the index.
       const { version } = readItemHeader(this.store.bytes, this.store.itemAt(block));

@@ -15,6 +15,7 @@ import { type Fabric, RECVS_PER_CLIENT } from '../fabric.js';
 import type { ServerSettings } from '../options.js';
 import type { ServerStats } from '../stats.js';
 import type { RegionStore } from '../store/region.js';
+import { UnitTable } from '../store/unit-table.js';
 import { recvRequest, send, sendBuffersFor } from './channel.js';
 import type { Client, ClientTable } from './clients.js';
 import { helloFor } from './hello.js';
@@ -109,7 +110,7 @@ export class Acceptor {
       log?.error({ err: error }, 'accept failed');
       return;
     }
-    const client: Client = { id, session, ring, fabric, connection, recvBase, sendBuffers: sendBuffersFor(fabric, ring, connection), lastSeen: performance.now(), rejectedOnce: new Set(), held: new Map() };
+    const client: Client = { id, session, ring, fabric, connection, recvBase, sendBuffers: sendBuffersFor(fabric, ring, connection), lastSeen: performance.now(), rejectedOnce: new Set(), held: new UnitTable() };
     clients.add(client);
     connection.once('established', () => {
       const rest = Array.from({ length: RECVS_PER_CLIENT - recvs.length }, (_, i) => recvRequest(fabric, recvBase + recvs.length + i));

@@ -6,6 +6,7 @@
 import type { Connection } from '../../native/index.js';
 import type { SendBuffers } from '../../protocol/send-buffers.js';
 import type { Fabric } from '../fabric.js';
+import type { UnitTable } from '../store/unit-table.js';
 
 export interface Client {
   id: number;
@@ -24,7 +25,7 @@ export interface Client {
   /** kinds of bad messages already logged for it (see channel.ts, complain) */
   rejectedOnce: Set<string>;
   /** block -> size class: granted to this client and not yet published (by a notice) or returned */
-  held: Map<number, number>;
+  held: UnitTable;
 }
 
 export class ClientTable {

@@ -13,6 +13,8 @@
 // The notice drain (native/server/notice_drain.cc) reads and clears the
 // granted bitmap of retired blocks in native code (bitmaps()), then hands
 // them to enqueueRetired(): retire() is that check, that bit and that queue.
+import { UnitTable } from './unit-table.js';
+
 export interface HeapStats {
   /** Bytes granted to clients and not freed, by class size in bytes. */
   usedBytesByClass: Map<number, number>;
@@ -22,35 +24,6 @@ export interface HeapStats {
   /** Free extents (a freed block merges with its free neighbours into one). */
   freeBlocks: number;
   waitingForGrace: number;
-}
-
-/** Keys are unit offsets (< 2^32); one Map holds at most 2^24 entries, so each shard covers 2^22 units (256 MiB). */
-const SHARD_SHIFT = 22;
-
-/** A Map from unit offset to number, past V8's per-Map size limit. */
-class UnitMap {
-  private readonly shards: Array<Map<number, number> | undefined> = [];
-  size = 0;
-
-  get(key: number): number | undefined {
-    return this.shards[key >>> SHARD_SHIFT]?.get(key);
-  }
-
-  set(key: number, value: number): void {
-    const shard = (this.shards[key >>> SHARD_SHIFT] ??= new Map());
-    const before = shard.size;
-    shard.set(key, value);
-    this.size += shard.size - before;
-  }
-
-  delete(key: number): void {
-    if (this.shards[key >>> SHARD_SHIFT]?.delete(key)) this.size--;
-  }
-
-  clear(): void {
-    this.shards.length = 0;
-    this.size = 0;
-  }
 }
 
 /**
@@ -155,8 +128,8 @@ class GraceQueue {
 
 export class Heap {
   /** Free extents: start -> length, and end -> start (to merge with the one before). */
-  private readonly freeLength = new UnitMap();
-  private readonly freeEndingAt = new UnitMap();
+  private readonly freeLength = new UnitTable();
+  private readonly freeEndingAt = new UnitTable();
   /**
    * Free extents by length: bin i holds those at least classes[i] and shorter than
    * classes[i + 1] (so any of them fits a class-i block); the last bin those longer than
