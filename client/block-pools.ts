@@ -58,7 +58,9 @@ export class BlockPools {
     this.granting.delete(message.c);
     const pool = this.pools[message.c];
     if (!pool) return false;
-    pool.push(...message.blocks);
+    // Beneath the blocks still in hand (take() pops from the top): a grant arrives while up to
+    // a batch is left, and on top it would leave those at the bottom unused for good.
+    this.pools[message.c] = message.blocks.slice().reverse().concat(pool);
     return true;
   }
 

@@ -100,7 +100,7 @@ export const GRANT_BYTES = 1 << 20;
  * PUT of small values; past 16 KiB blocks the value's own transfer outweighs that round
  * trip, and a batch of large blocks would only reserve memory other clients need (a 1 MiB
  * value's grant is that one block). With 1/64 of the heap, 64 clients' batches of one class
- * fit in it.
+ * fit in it (a client holds up to two: the one it uses and the one it asked for ahead).
  */
 export function grantBatch(blockBytes: number, heapBytes: number): number {
   const budget = Math.min(GRANT_BYTES, heapBytes / 64);

@@ -7,6 +7,7 @@ import test from 'ava';
 import type { ExecutionContext } from 'ava';
 
 import type { KvServer } from '../../server/kv-server.js';
+import type { UnitTable } from '../../server/store/unit-table.js';
 import { connect, forkKvChild, startServer, validate } from '../helpers/kv.js';
 import { eventually, providersUnderTest, slow, testScale } from '../helpers/providers.js';
 
@@ -114,7 +115,8 @@ for (const scheme of providersUnderTest()) {
     t.teardown(() => server.close());
     const { alive, gone } = await killedAfterPuts(t, server, 10, 100);
     t.true(alive.blocksGranted > 10, 'a grant is a batch, larger than what the client used');
-    t.is(gone.blocksReclaimed, alive.blocksGranted - 10);
+    // gone, not alive: the client asks for its next grant ahead, which may be answered up to the kill
+    t.is(gone.blocksReclaimed, gone.blocksGranted - 10);
     // one size class: after the grace period only the 10 items hold heap
     const blockBytes = alive.heapUsedBytes / alive.blocksGranted;
     await eventually(() => server.stats().heapUsedBytes === 10 * blockBytes, 'the grace period passes');
@@ -128,9 +130,9 @@ for (const scheme of providersUnderTest()) {
     // Its notices were drained; make the server forget them, as if the client had died after
     // writing its slots and before its notices: the live slots' blocks count as held again.
     const forgetNotices = (): void => {
-      const clients = (server as unknown as { clients: Map<unknown, { held: Map<number, number> }> }).clients;
+      const clients = (server as unknown as { clients: Map<unknown, { held: UnitTable }> }).clients;
       const client = [...clients.values()].find((c) => c.held.size > 0)!;
-      const cls = [...client.held.values()][0]!;
+      const cls = client.held.entries()[0]![1];
       const { region, layout } = server;
       for (let b = 0; b < layout.bucketCount; b++) {
         for (let i = 1; i <= 7; i++) {
@@ -141,7 +143,7 @@ for (const scheme of providersUnderTest()) {
       t.is(client.held.size, server.stats().blocksGranted, 'every granted block is held again');
     };
     const { alive, gone } = await killedAfterPuts(t, server, 10, 100, forgetNotices);
-    t.is(gone.blocksReclaimed, alive.blocksGranted - 10, 'the 10 published blocks are recognised and kept');
+    t.is(gone.blocksReclaimed, gone.blocksGranted - 10, 'the 10 published blocks are recognised and kept');
     const blockBytes = alive.heapUsedBytes / alive.blocksGranted;
     await eventually(() => server.stats().heapUsedBytes === 10 * blockBytes, 'the grace period passes');
     t.is(server.stats().heapUsedBytes, 10 * blockBytes);
