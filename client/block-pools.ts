@@ -39,8 +39,8 @@ export class BlockPools {
 
   /**
    * A block of size class `cls`, or undefined when there is none until a grant
-   * arrives. Asks for a batch when the pool is down to half of one: the answer comes a
-   * moderation interval or more later (server/fabric.ts), and the half left must outlast it.
+   * arrives. Asks for the next batch as soon as less than one is left: the answer comes a
+   * moderation interval or more later (server/fabric.ts), and what is left must outlast it.
    */
   take(cls: number): number | undefined {
     const pool = this.pools[cls]!;
