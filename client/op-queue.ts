@@ -66,11 +66,10 @@ export class OpQueue {
     this.flushScheduled = false;
     this.flush();
   };
-  private readonly newTurn = (): void => {
-    this.spinsLeft = SPINS_PER_TURN;
-  };
-  /** core.submit calls (for tests and metrics). */
+  private readonly newTurn = (): number => (this.spinsLeft = SPINS_PER_TURN);
+  /** core.submit calls (for tests and metrics), and the retries of the ops that resolved, by KvOp (metrics read them). */
   submits = 0;
+  readonly retried = new Float64Array(KvOp.UNLOCK + 1);
 
   /** `onControl` hears every control-channel completion the core hands back (after the op results of the same call). */
   constructor(
@@ -397,6 +396,7 @@ export class OpQueue {
       if (words[o + ResultLayout.BLOCK_UNUSED] && this.blocks[slot]! >= 0) session.pools.giveBack(this.classes[slot]!, this.blocks[slot]!);
       this.release(slot);
       const status = words[o + ResultLayout.STATUS]!;
+      if (status === KvStatus.OK || status === KvStatus.NOT_FOUND || status === KvStatus.VERSION_MISMATCH) this.retried[owner.type] += words[o + ResultLayout.DETAIL]!;
       if (owner instanceof Batch) {
         if (owner.failed) continue;
         if (status === KvStatus.OK && owner.type === KvOp.GET) {
