@@ -17,7 +17,7 @@ import { KvLayout, KvOp, KvStatus, OpLayout, ResultLayout } from '../protocol/co
 import { KvDisconnectedError, KvTimeoutError, errorForStatus } from '../protocol/errors.js';
 import { describe } from './keys.js';
 import { opName } from './op-names.js';
-import { Answer, Batch, type Bytes, type OpRequest, PendingOp, type Submission, writeArgument } from './op-records.js';
+import { Answer, Batch, type Bytes, microtask, type OpRequest, PendingOp, type Submission, writeArgument } from './op-records.js';
 import type { Session } from './session.js';
 
 export { Answer, Batch } from './op-records.js';
@@ -128,7 +128,7 @@ export class OpQueue {
   scheduleFlush(): void {
     if (this.flushScheduled) return;
     this.flushScheduled = true;
-    if (this.spinsLeft > 0) queueMicrotask(this.flushTask);
+    if (this.spinsLeft > 0) microtask(this.flushTask);
     else setImmediate(this.flushTask); // this turn's budget is spent: let timers and I/O run first
   }
 
