@@ -65,7 +65,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
     }
     if (options.metrics) {
       this.metrics = new ClientMetrics(options.metrics);
-      this.unwatchMetrics = this.metrics.watchServers(() => this.members.map((name) => this.servers.get(name)?.status ?? 'down'), () => this.stats());
+      this.unwatchMetrics = this.metrics.watchServers(() => this.members.map((name) => this.servers.get(name)?.status ?? 'down'), () => this.stats(), () => Array.from(this.servers.values(), (s) => s.retried));
     }
   }
 
@@ -250,8 +250,8 @@ export class KvClient extends EventEmitter<ClientEvents> {
 
   /** The value, or undefined when the key does not exist. */
   get(key: Key): Promise<Buffer | undefined> {
-    if (this.metrics) return this.call(KvOp.GET, key).then((r) => (r.status === KvStatus.OK ? r.value : undefined));
-    return this.direct(key, undefined, getValue);
+    const pending = this.direct(key, undefined, getValue);
+    return this.metrics ? this.metrics.observeValue(KvOp.GET, pending) : pending;
   }
 
   /** The value with its version (a CAS token), or undefined. */
@@ -260,8 +260,8 @@ export class KvClient extends EventEmitter<ClientEvents> {
   }
 
   put(key: Key, value: Value): Promise<void> {
-    if (this.metrics) return this.call(KvOp.PUT, key, value).then(() => undefined);
-    return this.direct(key, value, putValue);
+    const pending = this.direct(key, value, putValue);
+    return this.metrics ? this.metrics.observeValue(KvOp.PUT, pending) : pending;
   }
 
   /** Resolves true when the key existed. */
@@ -350,9 +350,9 @@ export class KvClient extends EventEmitter<ClientEvents> {
     } catch (error) {
       return Promise.reject(error);
     }
-    if (this.metrics) return Promise.all(bytes.map((k) => this.get(k)));
     const out = new Array<Buffer | undefined>(bytes.length).fill(undefined);
-    return byServer(bytes, this.only, (k) => this.route(k), (server, keys, positions) => server.getMany(keys, out, positions)).then(() => out);
+    const pending = byServer(bytes, this.only, (k) => this.route(k), (server, keys, positions) => server.getMany(keys, out, positions)).then(() => out);
+    return this.metrics ? this.metrics.observeMany(KvOp.GET, bytes.length, pending, out) : pending;
   }
 
   /** Writes many keys: one batch per server, one promise. A malformed entry rejects the call before anything is written. */
@@ -364,8 +364,8 @@ export class KvClient extends EventEmitter<ClientEvents> {
     } catch (error) {
       return Promise.reject(error);
     }
-    if (this.metrics) return Promise.all(keys.map((k, i) => this.put(k, values[i]!))).then(() => undefined);
-    return byServer(keys, this.only, (k) => this.route(k), (server, part, positions) => server.putMany(part, positions ? Array.from(positions, (p) => values[p]!) : values)).then(() => undefined);
+    const pending = byServer(keys, this.only, (k) => this.route(k), (server, part, positions) => server.putMany(part, positions ? Array.from(positions, (p) => values[p]!) : values)).then(() => undefined);
+    return this.metrics ? this.metrics.observeMany(KvOp.PUT, keys.length, pending) : pending;
   }
 
   /** get and put without a result object or a then() between caller and queue. */

@@ -17,7 +17,7 @@ import { KvLayout, KvOp, KvStatus, OpLayout, ResultLayout } from '../protocol/co
 import { KvDisconnectedError, KvTimeoutError, errorForStatus } from '../protocol/errors.js';
 import { describe } from './keys.js';
 import { opName } from './op-names.js';
-import { Answer, Batch, type Bytes, type OpRequest, PendingOp, type Submission, writeArgument } from './op-records.js';
+import { Answer, Batch, type Bytes, microtask, type OpRequest, PendingOp, type Submission, writeArgument } from './op-records.js';
 import type { Session } from './session.js';
 
 export { Answer, Batch } from './op-records.js';
@@ -66,11 +66,10 @@ export class OpQueue {
     this.flushScheduled = false;
     this.flush();
   };
-  private readonly newTurn = (): void => {
-    this.spinsLeft = SPINS_PER_TURN;
-  };
-  /** core.submit calls (for tests and metrics). */
+  private readonly newTurn = (): number => (this.spinsLeft = SPINS_PER_TURN);
+  /** core.submit calls (for tests and metrics), and the retries of the ops that resolved, by KvOp (metrics read them). */
   submits = 0;
+  readonly retried = new Float64Array(KvOp.UNLOCK + 1);
 
   /** `onControl` hears every control-channel completion the core hands back (after the op results of the same call). */
   constructor(
@@ -129,7 +128,7 @@ export class OpQueue {
   scheduleFlush(): void {
     if (this.flushScheduled) return;
     this.flushScheduled = true;
-    if (this.spinsLeft > 0) queueMicrotask(this.flushTask);
+    if (this.spinsLeft > 0) microtask(this.flushTask);
     else setImmediate(this.flushTask); // this turn's budget is spent: let timers and I/O run first
   }
 
@@ -397,6 +396,7 @@ export class OpQueue {
       if (words[o + ResultLayout.BLOCK_UNUSED] && this.blocks[slot]! >= 0) session.pools.giveBack(this.classes[slot]!, this.blocks[slot]!);
       this.release(slot);
       const status = words[o + ResultLayout.STATUS]!;
+      if (status === KvStatus.OK || status === KvStatus.NOT_FOUND || status === KvStatus.VERSION_MISMATCH) this.retried[owner.type] += words[o + ResultLayout.DETAIL]!;
       if (owner instanceof Batch) {
         if (owner.failed) continue;
         if (status === KvStatus.OK && owner.type === KvOp.GET) {

@@ -71,6 +71,11 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     return this.hello?.layout.maxValueBytes;
   }
 
+  /** Retries of the ops that resolved, by KvOp, over every connection (metrics). */
+  get retried(): Float64Array {
+    return this.queue.retried;
+  }
+
   /** post_send calls by the native core of the current connection. */
   get doorbells(): number {
     return this.session?.core.doorbells ?? 0;

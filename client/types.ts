@@ -53,8 +53,9 @@ export interface KvClientOptions {
    * Entries of the location cache, per server: where the items of keys this
    * client read or wrote recently are, so a GET of such a key takes one READ
    * (the item, checked to be the key's current one) instead of two round trips.
-   * 32 bytes each, allocated once; 0 turns the cache off.
-   * @default 65536 (KvLayout.DEFAULT_LOCATION_CACHE_ENTRIES)
+   * 24 bytes each, in 4-way sets (the count is rounded down to a multiple of 4),
+   * allocated once; 0 turns the cache off.
+   * @default 262144, 6 MiB (KvLayout.DEFAULT_LOCATION_CACHE_ENTRIES)
    */
   locationCacheEntries?: number;
   /**

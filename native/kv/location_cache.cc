@@ -4,14 +4,49 @@
 // current item; anything else forgets the entry and takes GET's two round
 // trips (get.cc). What the client learns from its GETs and writes is stored
 // here too.
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "client_core.h"
 #include "op.h"
 
 namespace rkv::kv {
+
+namespace {
+constexpr size_t kHugePage = 2u << 20;
+}  // namespace
+
+void LocationCache::init(size_t entries) {
+  release();
+  ways_ = entries < kWays ? static_cast<uint32_t>(entries) : kWays;
+  sets_ = ways_ == 0 ? 0 : entries / ways_;
+  if (sets_ == 0) return;
+  const size_t bytes = sets_ * ways_ * sizeof(Entry) + sets_;
+  mapped_ = bytes + kHugePage;  // room to align the table to a huge page
+  void* p = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    ways_ = 0, sets_ = 0, mapped_ = 0;
+    throw std::bad_alloc();
+  }
+  mapping_ = p;
+  const uintptr_t aligned = (reinterpret_cast<uintptr_t>(p) + kHugePage - 1) & ~(kHugePage - 1);
+  // A hint: without transparent huge pages (or with them off) the table works the same.
+  (void)madvise(reinterpret_cast<void*>(aligned), bytes, MADV_HUGEPAGE);
+  entries_ = reinterpret_cast<Entry*>(aligned);  // zeroed by the kernel: every tag 0, empty
+  used_ = reinterpret_cast<uint8_t*>(entries_ + sets_ * ways_);
+}
+
+void LocationCache::release() {
+  if (mapping_ != nullptr) munmap(mapping_, mapped_);
+  mapping_ = nullptr;
+  entries_ = nullptr;
+  used_ = nullptr;
+  ways_ = 0, sets_ = 0, mapped_ = 0;
+}
 
 // RKV_TEST_UNCHECKED_LOCATIONS=version,state: a test hook that skips
 // those checks of a hit, so a test can show that without them a stale value

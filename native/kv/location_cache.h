@@ -11,13 +11,24 @@
 // share it share the entry; the loser's READ fails the key check.
 //
 // Ownership: the core owns the cache; its entries are allocated once, at
-// creation (a fixed count, direct-mapped; 0 entries disables it), and nothing
-// is allocated per operation.
+// creation (a fixed count; 0 entries disables it), and nothing is allocated
+// per operation. The table is mapped on its own, 2 MiB-aligned, and asks for
+// transparent huge pages: a lookup is one cache miss on a random set, and with
+// 4 KiB pages most lookups also missed the TLB (a page walk, dear in a VM).
+//
+// Sets of kWays entries (4-way set-associative): a key's entry may sit in any
+// way of its set, so a key set smaller than the cache stays in it (a
+// direct-mapped table of the same size holds about 1 - 1/e of a key set as big
+// as itself). Replacement is not-recently-used: one byte per set keeps a bit
+// per way, set when the way is stored or found; a new tag takes an empty way,
+// else the first way whose bit is clear (all set: all are cleared first).
+// Any way may be evicted at any time: an entry is a guess the hit's READ
+// proves, so an evicted key costs a miss, never a stale answer.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
-#include <vector>
+#include <cstddef>
 
 #include "layout.h"
 
@@ -26,6 +37,7 @@ namespace rkv::kv {
 class LocationCache {
  public:
   using Clock = std::chrono::steady_clock;
+  static constexpr uint32_t kWays = 4;
 
   struct Entry {
     uint64_t tag = 0;      // the key's hash, as location_tag(); 0: empty
@@ -41,32 +53,79 @@ class LocationCache {
     uint64_t hits = 0, misses = 0, failures = 0;
   };
 
-  // Allocates the entries (once).
-  void init(size_t entries) { entries_.assign(entries, Entry{}); }
-  size_t capacity() const { return entries_.size(); }
+  LocationCache() = default;
+  LocationCache(const LocationCache&) = delete;
+  LocationCache& operator=(const LocationCache&) = delete;
+  ~LocationCache() { release(); }
 
-  // The entry for tag, or nullptr.
-  const Entry* find(uint64_t tag) const {
-    if (entries_.empty()) return nullptr;
-    const Entry& e = entries_[position(tag)];
-    return e.tag == tag ? &e : nullptr;
+  // Allocates the entries (once): sets of kWays (fewer below kWays entries),
+  // the count rounded down to whole sets. Throws std::bad_alloc.
+  void init(size_t entries);
+  size_t capacity() const { return sets_ * ways_; }
+
+  // The entry for tag, or nullptr (marks it used).
+  const Entry* find(uint64_t tag) {
+    if (sets_ == 0) return nullptr;
+    const size_t set = set_of(tag);
+    Entry* e = &entries_[set * ways_];
+    for (uint32_t w = 0; w < ways_; w++) {
+      if (e[w].tag == tag) {
+        used_[set] |= static_cast<uint8_t>(1u << w);
+        return &e[w];
+      }
+    }
+    return nullptr;
   }
   void store(uint64_t tag, uint32_t offset, uint32_t units, uint64_t version) {
-    if (entries_.empty()) return;
-    entries_[position(tag)] = {tag, version, offset, units};
+    if (sets_ == 0) return;
+    const size_t set = set_of(tag);
+    Entry* e = &entries_[set * ways_];
+    uint32_t way = ways_;
+    for (uint32_t w = 0; w < ways_; w++) {
+      if (e[w].tag == tag) {  // a tag has one way: update it in place
+        way = w;
+        break;
+      }
+      if (e[w].tag == 0 && way == ways_) way = w;
+    }
+    if (way == ways_) way = victim(set);
+    e[way] = {tag, version, offset, units};
+    used_[set] |= static_cast<uint8_t>(1u << way);
   }
   void forget(uint64_t tag) {
-    if (entries_.empty()) return;
-    Entry& e = entries_[position(tag)];
-    if (e.tag == tag) e.tag = 0;
+    if (sets_ == 0) return;
+    const size_t set = set_of(tag);
+    Entry* e = &entries_[set * ways_];
+    for (uint32_t w = 0; w < ways_; w++) {
+      if (e[w].tag == tag) {
+        e[w].tag = 0;
+        used_[set] &= static_cast<uint8_t>(~(1u << w));
+        return;
+      }
+    }
   }
 
   Stats stats;
 
  private:
-  size_t position(uint64_t tag) const { return mix64(tag) % entries_.size(); }
+  size_t set_of(uint64_t tag) const { return mix64(tag) % sets_; }
+  // A full set's way to evict: the first not used since the bits were last cleared.
+  uint32_t victim(size_t set) {
+    const uint8_t all = static_cast<uint8_t>((1u << ways_) - 1);
+    if ((used_[set] & all) == all) used_[set] = 0;
+    uint32_t w = 0;
+    while (used_[set] & (1u << w)) w++;
+    return w;
+  }
 
-  std::vector<Entry> entries_;
+  void release();
+
+  uint32_t ways_ = 0;
+  size_t sets_ = 0;
+  Entry* entries_ = nullptr;  // sets_ * ways_, then used_
+  uint8_t* used_ = nullptr;   // per set: a bit per way, used since the last clearing
+  void* mapping_ = nullptr;   // what init() mapped (entries_ is in it, 2 MiB-aligned)
+  size_t mapped_ = 0;
 };
 
 // The cache's name for a key: its fingerprint and first bucket (never 0: a
