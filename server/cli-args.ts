@@ -47,7 +47,7 @@ function parser(argv: string[]) {
     .option('token-file', {
       requiresArg: true,
       defaultDescription: 'none',
-      describe: 'file holding the token (whitespace around it is trimmed)',
+      describe: 'file of tokens, one `<token> <role>` per line (role read or write; # comments), or one bare token (write); reread on SIGHUP',
     })
     .option('buckets', {
       requiresArg: true,

@@ -39,6 +39,12 @@ export interface Fabric {
   cq: CompletionQueue;
   /** the region, registered with this provider (its own rkey) */
   region: MemoryRegion;
+  /**
+   * The same memory registered a second time with REMOTE_READ alone: the rkey read clients get.
+   * The NIC (or the shm provider, checking as a NIC does) refuses a WRITE or an atomic with it:
+   * REM_ACCESS_ERR, nothing changed.
+   */
+  readOnly: MemoryRegion;
   recv: MemoryRegion;
   send: MemoryRegion;
   /** The server's connection to itself: lock recovery goes through it, as RDMA atomics. */
@@ -62,10 +68,11 @@ export function openFabric(scheme: string, url: string, store: RegionStore): Fab
   }
   const { maxClients } = store.layout;
   const region = provider.register(store.memory, 0, store.memory.length, access.REMOTE_ALL);
+  const readOnly = provider.register(store.memory, 0, store.memory.length, Access.REMOTE_READ);
   const cq = provider.createCq(8192);
   const recv = provider.allocate(maxClients * RECVS_PER_CLIENT * KvLayout.SERVER_RECV_BYTES, Access.LOCAL_WRITE);
   const send = provider.allocate(maxClients * SEND_BUFFERS * KvLayout.CONTROL_RECV_BYTES, Access.LOCAL_WRITE);
-  return { provider, cq, region, recv, send };
+  return { provider, cq, region, readOnly, recv, send };
 }
 
 /** Listens on `url` (making an shm socket's directory first). */
