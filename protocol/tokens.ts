@@ -33,6 +33,7 @@ export interface TokenFile {
  * whitespace (so a token holds none).
  */
 export function parseTokenFile(text: string, path: string): TokenEntry[] {
+  if (text.trim() === '') throw new StartupError(`--token-file ${path} is empty`);
   const lines = text.split('\n').map((line, i) => ({ n: i + 1, fields: line.trim().split(/\s+/).filter((f) => f !== '') }));
   const used = lines.filter(({ fields }) => fields.length > 0 && !fields[0]!.startsWith('#'));
   if (used.length === 0) throw new StartupError(`--token-file ${path} holds no token`);

@@ -30,7 +30,8 @@ test('roles, the default namespace, comments and blank lines', (t) => {
 
 test('malformed lines: a StartupError naming the file and the line', (t) => {
   const cases: Array<[string, RegExp]> = [
-    ['', /tokens holds no token$/],
+    ['', /tokens is empty$/],
+    [' \n\t\n', /tokens is empty$/],
     ['# nothing but comments\n\n', /holds no token/],
     ['a write\nb\n', /line 2: a token without a role/],
     ['a write\nb admin\n', /line 2: unknown role 'admin': expected read or write/],
