@@ -8,7 +8,7 @@ import test from 'ava';
 
 import { KvClient, type KvError } from '../../client/index.js';
 import { eventually } from '../helpers/providers.js';
-import { kvServer, logLines, socketPath, socketUrl, startServerProcess } from './helpers.js';
+import { kvServer, kvctl, logLines, socketPath, socketUrl, startServerProcess } from './helpers.js';
 
 test('a malformed token file: exit 1 with the file and the line', async (t) => {
   const url = socketUrl();
@@ -38,6 +38,13 @@ test('roles from the file; a file others can read is warned about; SIGHUP reload
   await w1.put('k', 'v');
   t.is((await r1.get('k'))?.toString(), 'v');
   t.is(((await t.throwsAsync(r1.put('k', 'x'))) as KvError).code, 'KV_READ_ONLY');
+  // kvctl with a read token: get works, put is refused by name.
+  const got = await kvctl(['--url', url, '--token', 'r1', 'get', 'k']);
+  t.is(got.code, 0, got.stderr);
+  t.is(got.stdout, 'v');
+  const put = await kvctl(['--url', url, '--token', 'r1', 'put', 'k', 'x']);
+  t.is(put.code, 1);
+  t.regex(put.stderr, /^kvctl: put refused: .* gave this client a read token .*\(KV_READ_ONLY\)\n$/);
   const statuses: Record<string, string[]> = { w1: [], r1: [], gone: [] };
   w1.on('status', (s) => statuses.w1!.push(s));
   r1.on('status', (s) => statuses.r1!.push(s));
