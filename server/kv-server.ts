@@ -11,7 +11,7 @@ import { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
 
 import type { Listener } from '../native/index.js';
-import { CQ_MODERATION_US, type Fabric, listenOn, openFabric, openLoopback, listenScheme } from './fabric.js';
+import { CQ_MODERATION_US, type Fabric, listenOn, openFabric, openLoopback, listenScheme, registerReadOnly } from './fabric.js';
 import { Grants } from './grants.js';
 import { sweep } from './keepalive.js';
 import { Notices } from './notices.js';
@@ -147,6 +147,7 @@ export class KvServer extends EventEmitter {
     if (!fabric) {
       const opened = openFabric(scheme, url, this.store);
       this.fabrics.set(scheme, opened);
+      if (this.settings.tokens?.some((e) => e.role === 'read')) registerReadOnly(opened, this.store);
       opened.provider.on('connectRequest', (request) => this.acceptor.onConnectRequest(opened, request));
       opened.cq.watch(() => this.completions.drain(opened), CQ_MODERATION_US);
       opened.cq.arm();
@@ -203,6 +204,7 @@ export class KvServer extends EventEmitter {
    */
   setTokens(entries: TokenEntry[]): number {
     checkTokens(entries);
+    if (entries.some((e) => e.role === 'read')) for (const fabric of this.fabrics.values()) registerReadOnly(fabric, this.store);
     this.tokens.replace(entries);
     let fenced = 0;
     for (const client of [...this.clients.values()]) {

@@ -90,6 +90,8 @@ export class Acceptor {
     }
     const role = this.parts.tokens.roleOf(digest);
     if (role === undefined) return reject(RejectReason.AUTH, 'wrong token');
+    // Registered before any read token was accepted (KvServer); a defect if missing: never hand out the writable rkey.
+    if (role === 'read' && !fabric.readOnly) return reject(RejectReason.FULL, 'no READ-only registration for a read token');
     if (this.parts.sessions.exhausted) {
       return reject(RejectReason.FULL, `the region's ${KvLayout.MAX_SESSIONS} sessions are used up: versions would repeat; copy the data into a new region`);
     }

@@ -13,7 +13,8 @@ import type { Client } from './clients.js';
 export function helloFor(client: Client, store: RegionStore, settings: Pick<ServerSettings, 'graceMs' | 'keepaliveMs'>): Hello {
   const { layout } = store;
   const writes = client.role === 'write';
-  const region = writes ? client.fabric.region : client.fabric.readOnly;
+  // Accept takes a read client only where the READ-only registration exists.
+  const region = writes ? client.fabric.region : client.fabric.readOnly!;
   return {
     t: 'hello',
     v: KvLayout.PROTOCOL_VERSION,

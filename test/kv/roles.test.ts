@@ -130,6 +130,23 @@ for (const scheme of providersUnderTest()) {
     t.is((await reader.get('target'))?.toString(), 'written again');
   });
 
+  test(`${scheme}: a server started with write tokens only takes a read token added later, with a READ-only rkey`, async (t) => {
+    const server = await startServer(scheme, { token: 'writer' });
+    t.teardown(() => server.close());
+    const writer = await connect(server, { token: 'writer' });
+    t.teardown(() => writer.close());
+    await writer.put('k', 'v');
+    t.is(server.setTokens(TOKENS), 0, 'the writer keeps its role: not fenced');
+    const hostile = await rawClient(t, scheme, server, 'reader');
+    t.is(hostile.hello.role, 'read');
+    t.not(hostile.hello.region.rkey, (await rawClient(t, scheme, server, 'writer')).hello.region.rkey);
+    t.is(await hostile.post({ opcode: Opcode.CMP_AND_SWP, length: 8, remoteAddr: hostile.hello.region.addr + BigInt(server.layout.indexOffset), compareAdd: 0n, swap: 1n }), 'REM_ACCESS_ERR');
+    const reader = await connect(server, { token: 'reader' });
+    t.teardown(() => reader.close());
+    t.is((await reader.get('k'))?.toString(), 'v');
+    await writer.put('k', 'still writes');
+  });
+
   test(`${scheme}: a wrong token is still KV_AUTH with several tokens`, async (t) => {
     const server = await startServer(scheme, { tokens: TOKENS });
     t.teardown(() => server.close());
