@@ -25,7 +25,7 @@ test('an option like none lists them all', (t) =>
   startRejects(
     t,
     { verbose: true },
-    "unknown option 'verbose': the options are listen, memoryBytes, token, buckets, maxValueBytes, graceMs, maxClients, keepaliveMs, regionFile, logger, beforeRecovery",
+    "unknown option 'verbose': the options are listen, memoryBytes, token, tokens, buckets, maxValueBytes, graceMs, maxClients, keepaliveMs, regionFile, logger, beforeRecovery",
   ));
 
 test('every known option is accepted, undefined ones too', async (t) => {
