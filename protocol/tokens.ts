@@ -18,7 +18,8 @@ export const DEFAULT_NAMESPACE = 'default';
 export interface TokenEntry {
   token: string;
   role: Role;
-  namespace: string;
+  /** absent: the default namespace (the only one today) */
+  namespace?: string;
 }
 
 /** What a token file holds, and the warning its permissions deserve (undefined: none). */
