@@ -26,7 +26,14 @@ export function reloadTokens(path: string, server: KvServer, logger: Logger): bo
   }
   if (file.warning) logger.warn(file.warning);
   const read = file.entries.filter((e) => e.role === 'read').length;
-  const fenced = server.setTokens(file.entries);
+  let fenced: number;
+  try {
+    fenced = server.setTokens(file.entries);
+  } catch (error) {
+    // The device refused the READ-only registration the first read token needs (ulimit -l?).
+    logger.error({ err: (error as Error).message }, 'token file not reloaded: the old tokens stay in force');
+    return false;
+  }
   logger.info({ path, write: file.entries.length - read, read, fenced }, 'token file reloaded');
   return true;
 }
