@@ -1,6 +1,6 @@
 // Running kv-server: check the configuration, start the metrics HTTP server,
 // the store and the etcd registration, print what it serves, and stop cleanly
-// on SIGTERM or SIGINT; SIGHUP rereads --token-file (tokens.ts's reload).
+// on SIGTERM or SIGINT; SIGHUP rereads --token-file (token-reload.ts).
 // Bad configuration ends with one line on stderr,
 // `kv-server: <reason>`: exit code 2 when the command line itself is wrong
 // (cli-args.ts), 1 when this machine cannot do what it asks (socket in use,

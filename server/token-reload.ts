@@ -5,7 +5,7 @@
 // A file readable by others is warned about on every reload, as at start.
 import type { Logger } from 'pino';
 
-import { loadTokenFile } from '../protocol/tokens.js';
+import { type TokenFile, loadTokenFile } from '../protocol/tokens.js';
 import type { KvServer } from './kv-server.js';
 
 /** Starts listening for SIGHUP (without a token file, it is logged and ignored); returns the function that stops it. */
@@ -17,7 +17,7 @@ export function watchTokenFile(path: string | undefined, server: KvServer, logge
 
 /** One reload; true if the new tokens are in force. */
 export function reloadTokens(path: string, server: KvServer, logger: Logger): boolean {
-  let file;
+  let file: TokenFile;
   try {
     file = loadTokenFile(path);
   } catch (error) {
