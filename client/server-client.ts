@@ -10,6 +10,7 @@ import { KvLayout, KvOp, KvStatus } from '../protocol/constants.js';
 import type { ControlMessage, Hello } from '../protocol/control.js';
 import {
   KvDisconnectedError,
+  type KvError,
   KvKeyTooLargeError,
   KvOutOfMemoryError,
   KvProtocolError,
@@ -18,6 +19,7 @@ import {
 import { classFor, itemUnits } from '../protocol/size-classes.js';
 import { type HistoryRecorder, recorded } from './history.js';
 import { toBuffer } from './keys.js';
+import { roleRefusal } from './roles.js';
 import { Answer, Batch, type Bytes, type OpRequest, type OpResult, OpQueue } from './op-queue.js';
 import { Session, type SessionOptions } from './session.js';
 import type { KvClientOptions, KvStatusName, Value } from './types.js';
@@ -150,7 +152,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
 
   /** Many PUTs as one batch (one promise); every entry is checked before anything is queued. */
   putMany(keys: Bytes[], values: Bytes[]): Promise<unknown> {
-    const refused = this.refusal();
+    const refused = this.refusal(KvOp.PUT);
     if (refused) return Promise.reject(refused);
     const { classes, maxValueBytes } = this.session!.hello.layout;
     const n = keys.length;
@@ -170,9 +172,12 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     return batch.promise;
   }
 
-  /** Why no operation can be queued now (undefined: it can). */
-  private refusal(): KvDisconnectedError | undefined {
+  /** Why no operation (of `type`) can be queued now (undefined: it can). */
+  private refusal(type: KvOp = KvOp.GET): KvError | undefined {
     if (this._status === 'closed') return new KvDisconnectedError('the client is closed');
+    // The last hello's role, reconnecting too: a read client's write is refused as such.
+    const refused = this.hello && roleRefusal(this.hello, type, this.options.url);
+    if (refused) return refused;
     if (this._status !== 'ready' || !this.session) return new KvDisconnectedError(`not connected to ${this.options.url} (${this._status})`);
     return undefined;
   }
@@ -184,7 +189,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   }
 
   private request(type: KvOp, key: Bytes, value: Value | undefined, arg: bigint, mismatchResolves: boolean, answer: Answer): Promise<unknown> {
-    const refused = this.refusal();
+    const refused = this.refusal(type);
     if (refused) return Promise.reject(refused);
     const keyBytes = typeof key === 'string' ? Buffer.byteLength(key) : key.length;
     if (keyBytes > KvLayout.MAX_KEY_BYTES) {

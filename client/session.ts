@@ -70,7 +70,8 @@ export class Session {
     timeoutMs: number,
   ) {
     const { region, layout } = hello;
-    const { bucketCount, indexOffset, heapOffset, heapBytes, seed, ringOffset, maxValueBytes } = layout;
+    // A read client has no ring; its core never writes one (its writes are refused first: roles.ts).
+    const { bucketCount, indexOffset, heapOffset, heapBytes, seed, ringOffset = 0n, maxValueBytes } = layout;
     this.core = new ClientCore(
       provider,
       connection,

@@ -22,7 +22,11 @@ export interface KvClientOptions {
   servers?: string[];
   /** A cluster whose members register in etcd (kv-server --etcd); the map follows them. @default undefined */
   etcd?: EtcdOptions;
-  /** The servers' token (kv-server --token); undefined for servers without one. @default undefined */
+  /**
+   * One of the servers' tokens (kv-server --token, --token-file); undefined for servers without
+   * one. A read token's client may get, getMany and getWithVersion; its writes reject with
+   * KV_READ_ONLY (KvReadOnlyError) before anything is sent. @default undefined
+   */
   token?: string;
   /**
    * busy: poll the completion queue from a setImmediate loop while operations

@@ -2,12 +2,16 @@
 // and how many blocks one grant hands out. docs/protocol.md lists them.
 import { Packr } from 'msgpackr';
 
+import type { Role } from './tokens.js';
+
 const packr = new Packr({ useRecords: false, int64AsType: 'bigint' });
 
 /** The layout and addresses a client needs, sent by the server after accepting. */
 export interface Hello {
   t: 'hello';
   v: number;
+  /** What the client's token allows. A read client's rkey is READ-only and it has no ring. */
+  role: Role;
   /** Owner id in lock words: unique among connected clients (reused after a restart). */
   clientId: number;
   /** session << 40: the base of this session's write versions, unique for the region's life. */
@@ -19,7 +23,8 @@ export interface Hello {
     heapOffset: bigint;
     heapBytes: bigint;
     seed: bigint;
-    ringOffset: bigint;
+    /** This client's ring (a write client's; a read client has none). */
+    ringOffset?: bigint;
     /** Heap block sizes, in 64-byte units, smallest first. */
     classes: number[];
     maxKeyBytes: number;

@@ -21,6 +21,7 @@ export type KvErrorCode =
   | 'KV_VERSION_MISMATCH'
   | 'KV_CORRUPT'
   | 'KV_INVALID_ARGUMENT'
+  | 'KV_READ_ONLY'
   | `RDMA_${string}`;
 
 export class KvError extends Error {
@@ -92,6 +93,15 @@ export class KvCorruptError extends KvError {
 export class KvInvalidArgumentError extends KvError {
   constructor(message: string) {
     super('KV_INVALID_ARGUMENT', message);
+  }
+}
+/**
+ * The server gave this client a read token: put, delete, cas, incr, lock and putMany are refused
+ * before anything is sent (the client's rkey could not write anyway: the NIC would refuse it).
+ */
+export class KvReadOnlyError extends KvError {
+  constructor(message: string) {
+    super('KV_READ_ONLY', message);
   }
 }
 /** An RDMA error completion: `code` is RDMA_<ibv_wc_status name>, e.g. RDMA_REM_ACCESS_ERR. */

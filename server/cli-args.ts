@@ -12,6 +12,8 @@ const EPILOG = [
   'Sizes are bytes with an optional binary unit: K, M, G, T (KB, KiB, ... mean the same; 1K = 1024).',
   'Durations are milliseconds, or a number with ms, s, m or h (250ms, 2s).',
   'Exit codes: 0 stopped by SIGTERM/SIGINT, 1 could not start or failed, 2 bad command line.',
+  'SIGHUP rereads --token-file: new tokens work at once; clients of removed or re-roled tokens are disconnected.',
+  'A token file: one `<token> <role>` per line, role read (get, getMany, getWithVersion) or write (everything).',
   '',
   'Examples:',
   '  kv-server --memory 4GiB --token-file /etc/rdma-kv/token --metrics-port 9464',
@@ -47,7 +49,7 @@ function parser(argv: string[]) {
     .option('token-file', {
       requiresArg: true,
       defaultDescription: 'none',
-      describe: 'file holding the token (whitespace around it is trimmed)',
+      describe: 'file of tokens, one `<token> <role>` per line (role read or write; # comments), or one bare token (write); reread on SIGHUP',
     })
     .option('buckets', {
       requiresArg: true,

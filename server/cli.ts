@@ -1,6 +1,7 @@
 // Running kv-server: check the configuration, start the metrics HTTP server,
 // the store and the etcd registration, print what it serves, and stop cleanly
-// on SIGTERM or SIGINT. Bad configuration ends with one line on stderr,
+// on SIGTERM or SIGINT; SIGHUP rereads --token-file (token-reload.ts).
+// Bad configuration ends with one line on stderr,
 // `kv-server: <reason>`: exit code 2 when the command line itself is wrong
 // (cli-args.ts), 1 when this machine cannot do what it asks (socket in use,
 // no RDMA device, port busy, unreadable token file).
@@ -14,6 +15,7 @@ import { type RawServerArgs, type ServerConfig, resolveConfig, unroutable } from
 import { KvConfigError, KvServer } from './kv-server.js';
 import { type ServerLogging, createLogging } from './logging.js';
 import { EtcdRegistration } from './membership.js';
+import { watchTokenFile } from './token-reload.js';
 import { type MetricsServer, createRegistry, startMetricsServer } from './metrics.js';
 
 /** A stuck close() must not keep a service manager waiting forever. */
@@ -40,6 +42,7 @@ export async function main(argv: string[]): Promise<number> {
     return 1;
   }
   logging.stream.release();
+  const stopReloading = watchTokenFile(config.tokenFile?.path, running.server, logger);
   const startMs = performance.now() - startedAt;
   process.stdout.write(banner(config, running, startMs));
   logger.info({ urls: running.server.urls, regionBytes: running.server.layout.regionBytes, startMs: Math.round(startMs) }, 'ready');
@@ -48,6 +51,7 @@ export async function main(argv: string[]): Promise<number> {
   const alive = setInterval(() => {}, 1 << 30);
   const signal = await stop.requested;
   clearInterval(alive);
+  stopReloading();
   await shutDown(running, logger, signal);
   process.stdout.write(`kv-server: stopped (${signal})\n`);
   return 0;
@@ -102,7 +106,7 @@ function logStarting(logger: Logger, config: ServerConfig): void {
       maxClients: config.maxClients,
       graceMs: config.graceMs,
       keepaliveMs: config.keepaliveMs,
-      auth: config.token === undefined ? 'none' : 'token',
+      auth: config.tokenFile ? 'token-file' : config.token === undefined ? 'none' : 'token',
       regionFile: config.regionFile,
       metricsPort: config.metricsPort,
     },
@@ -134,10 +138,12 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
       }
       logger.info({ url: `${metrics.url}/metrics` }, 'metrics listening');
     }
+    if (config.tokenFile?.warning) logger.warn(config.tokenFile.warning);
     server = await KvServer.start({
       listen: config.listen,
       memoryBytes: config.memoryBytes,
       token: config.token,
+      tokens: config.tokenFile?.entries,
       buckets: config.buckets,
       maxValueBytes: config.maxValueBytes,
       graceMs: config.graceMs,
@@ -172,11 +178,20 @@ function banner(config: ServerConfig, { server, metrics }: Running, startMs: num
       `${layout.maxClients} clients` +
       (config.regionFile ? `, kept in ${config.regionFile}` : ''),
   );
-  out.push(config.token === undefined ? 'kv-server: no token: every client that reaches a URL is accepted' : 'kv-server: clients must present the token');
+  out.push(authLine(config));
   if (config.etcd) out.push(`kv-server: member '${config.etcd.name}' of the cluster at etcd ${config.etcd.hosts.join(',')} (prefix ${config.etcd.prefix})`);
   if (metrics) out.push(`kv-server: metrics on ${metrics.url}/metrics, stats on ${metrics.url}/stats`);
   out.push(`kv-server: ready in ${Math.round(startMs)} ms`);
   return out.join('\n') + '\n';
+}
+
+function authLine({ token, tokenFile }: ServerConfig): string {
+  if (tokenFile) {
+    const read = tokenFile.entries.filter((e) => e.role === 'read').length;
+    const write = tokenFile.entries.length - read;
+    return `kv-server: clients must present a token of ${tokenFile.path} (${write} write, ${read} read; SIGHUP rereads it)`;
+  }
+  return token === undefined ? 'kv-server: no token: every client that reaches a URL is accepted' : 'kv-server: clients must present the token';
 }
 
 /** Leaves the cluster first (clients stop dialing us), then stops serving; exits 1 if that takes too long. */

@@ -5,7 +5,8 @@
 import { hostname } from 'node:os';
 import { basename } from 'node:path';
 
-import { UsageError, parseCount, parseDuration, parseSize, readTokenFile } from '../protocol/operator-input.js';
+import { UsageError, parseCount, parseDuration, parseSize } from '../protocol/operator-input.js';
+import { type TokenEntry, loadTokenFile } from '../protocol/tokens.js';
 import { checkListenUrl } from '../protocol/providers.js';
 import { DEFAULT_ETCD_PREFIX, checkMemberName } from '../protocol/registry.js';
 
@@ -33,7 +34,10 @@ export const DEFAULTS = {
 export interface ServerConfig {
   listen: string[];
   memoryBytes: number;
+  /** --token: one token that may write. */
   token: string | undefined;
+  /** --token-file: its path (reread on SIGHUP), its tokens and roles, and what its permissions deserve. */
+  tokenFile: { path: string; entries: TokenEntry[]; warning: string | undefined } | undefined;
   buckets: number | undefined;
   maxValueBytes: number;
   graceMs: number;
@@ -99,6 +103,7 @@ export function resolveConfig(args: RawServerArgs): ServerConfig {
     listen,
     memoryBytes: parseSize(args.memory, '--memory'),
     token: args.token?.trim(),
+    tokenFile: undefined,
     buckets,
     maxValueBytes: parseSize(args.maxValue, '--max-value'),
     graceMs: parseDuration(args.graceMs, '--grace-ms'),
@@ -113,7 +118,7 @@ export function resolveConfig(args: RawServerArgs): ServerConfig {
   if (config.maxValueBytes < 1) throw new UsageError('--max-value must be at least 1 byte');
   if (config.keepaliveMs < 10) throw new UsageError('--keepalive-ms must be at least 10 ms');
   planRegion(config);
-  if (args.tokenFile !== undefined) config.token = readTokenFile(args.tokenFile);
+  if (args.tokenFile !== undefined) config.tokenFile = { path: args.tokenFile, ...loadTokenFile(args.tokenFile) };
   return config;
 }
 

@@ -41,6 +41,13 @@ export interface Fabric {
   cq: CompletionQueue;
   /** the region, registered with this provider (its own rkey) */
   region: MemoryRegion;
+  /**
+   * The same memory registered a second time with REMOTE_READ alone: the rkey read clients get.
+   * The NIC (or the shm provider, checking as a NIC does) refuses a WRITE or an atomic with it:
+   * REM_ACCESS_ERR, nothing changed. Registered only once a read token exists (registerReadOnly):
+   * a NIC's second registration counts against `ulimit -l` again.
+   */
+  readOnly?: MemoryRegion;
   recv: MemoryRegion;
   send: MemoryRegion;
   /** The server's connection to itself: lock recovery goes through it, as RDMA atomics. */
@@ -68,6 +75,16 @@ export function openFabric(scheme: string, url: string, store: RegionStore): Fab
   const recv = provider.allocate(maxClients * RECVS_PER_CLIENT * KvLayout.SERVER_RECV_BYTES, Access.LOCAL_WRITE);
   const send = provider.allocate(maxClients * SEND_BUFFERS * KvLayout.CONTROL_RECV_BYTES, Access.LOCAL_WRITE);
   return { provider, cq, region, recv, send };
+}
+
+/** Registers the region READ-only for read clients, once; throws KvConfigError when the device refuses. */
+export function registerReadOnly(fabric: Fabric, store: RegionStore): void {
+  if (fabric.readOnly) return;
+  try {
+    fabric.readOnly = fabric.provider.register(store.memory, 0, store.memory.length, Access.REMOTE_READ);
+  } catch (error) {
+    throw new KvConfigError(`cannot register the region READ-only for read tokens on ${fabric.provider.scheme}://: ${(error as Error).message}`);
+  }
 }
 
 /** Listens on `url` (making an shm socket's directory first). */

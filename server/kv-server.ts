@@ -11,11 +11,12 @@ import { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
 
 import type { Listener } from '../native/index.js';
-import { CQ_MODERATION_US, type Fabric, listenOn, openFabric, openLoopback, listenScheme } from './fabric.js';
+import { CQ_MODERATION_US, type Fabric, listenOn, openFabric, openLoopback, listenScheme, registerReadOnly } from './fabric.js';
 import { Grants } from './grants.js';
 import { sweep } from './keepalive.js';
 import { Notices } from './notices.js';
-import { type KvServerOptions, type ServerSettings, checkOptions } from './options.js';
+import { type KvServerOptions, type ServerSettings, checkOptions, checkTokens } from './options.js';
+import type { TokenEntry } from '../protocol/tokens.js';
 import { Chain } from './recovery/chain.js';
 import { Departures } from './recovery/departures.js';
 import { HeldBlocks } from './recovery/held-blocks.js';
@@ -27,6 +28,7 @@ import { ClientTable } from './sessions/clients.js';
 import { Completions } from './sessions/completions.js';
 import { ControlMessages } from './sessions/control.js';
 import { SessionNumbers } from './sessions/session-numbers.js';
+import { TokenTable } from './sessions/tokens.js';
 import { type KvServerStats, ServerStats } from './stats.js';
 import type { RegionLayout } from './store/layout.js';
 import { RegionStore } from './store/region.js';
@@ -58,6 +60,7 @@ export class KvServer extends EventEmitter {
   private readonly departures: Departures;
   private readonly orphanScan: OrphanScan;
   private readonly sessions: SessionNumbers;
+  private readonly tokens: TokenTable;
   private reclaimTimer: NodeJS.Timeout | undefined;
   private keepaliveTimer: NodeJS.Timeout | undefined;
   private closed = false;
@@ -101,8 +104,11 @@ export class KvServer extends EventEmitter {
       events: this,
       isClosed,
     });
+    const { token, tokens } = this.settings;
+    this.tokens = new TokenTable(token !== undefined ? [{ token, role: 'write', namespace: 'default' }] : tokens);
     this.acceptor = new Acceptor({
       settings: this.settings,
+      tokens: this.tokens,
       store,
       clients: this.clients,
       sessions: this.sessions,
@@ -141,6 +147,7 @@ export class KvServer extends EventEmitter {
     if (!fabric) {
       const opened = openFabric(scheme, url, this.store);
       this.fabrics.set(scheme, opened);
+      if (this.settings.tokens?.some((e) => e.role === 'read')) registerReadOnly(opened, this.store);
       opened.provider.on('connectRequest', (request) => this.acceptor.onConnectRequest(opened, request));
       opened.cq.watch(() => this.completions.drain(opened), CQ_MODERATION_US);
       opened.cq.arm();
@@ -185,6 +192,29 @@ export class KvServer extends EventEmitter {
       forget: (client, reason) => this.departures.forget(client, reason),
       afterSweep: () => this.orphanScan.queue(),
     });
+  }
+
+  /**
+   * Replaces the tokens (kv-server's SIGHUP reload of --token-file). New connections are checked
+   * against the new ones at once. A connected client whose token is gone, or whose token's role
+   * changed, is fenced and forgotten as a departed client is (recovery/departures.ts): a
+   * downgraded client must not keep the writable rkey's connection, and an upgraded one gets its
+   * new rkey by reconnecting. Clients of unchanged tokens are not touched. Returns how many
+   * clients were fenced. Throws KvConfigError for bad entries (the old tokens stay).
+   */
+  setTokens(entries: TokenEntry[]): number {
+    checkTokens(entries);
+    if (entries.some((e) => e.role === 'read')) for (const fabric of this.fabrics.values()) registerReadOnly(fabric, this.store);
+    this.tokens.replace(entries);
+    let fenced = 0;
+    for (const client of [...this.clients.values()]) {
+      const role = this.tokens.roleOf(client.digest);
+      if (role === client.role) continue;
+      this.departures.forget(client, role === undefined ? 'its token was removed' : `its token's role is now ${role}`);
+      fenced++;
+    }
+    this.log?.info({ tokens: entries.length, fenced }, 'tokens replaced');
+    return fenced;
   }
 
   /** Resolves when every departed client's locks have been released and its blocks taken back. */

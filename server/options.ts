@@ -6,14 +6,20 @@ import type { Logger } from 'pino';
 
 import { KvLayout } from '../protocol/constants.js';
 import { closestMatch } from '../protocol/operator-input.js';
+import { DEFAULT_NAMESPACE, ROLES, type TokenEntry } from '../protocol/tokens.js';
 
 export interface KvServerOptions {
   /** URLs to listen on: shm:///path/to.sock, rdma://host:port. */
   listen: string[];
   /** Region size in bytes (index + heap + rings). */
   memoryBytes: number;
-  /** Clients must present this token; none: no authentication. */
+  /** Clients must present this token (it may write); none: no authentication. */
   token?: string;
+  /**
+   * Clients must present one of these tokens; each gives its role (read or write). Excludes
+   * `token`. Replace them while serving with KvServer.setTokens.
+   */
+  tokens?: TokenEntry[];
   /** Bucket count (a power of two). @default about memoryBytes / 1024 */
   buckets?: number;
   /** @default 1 MiB */
@@ -48,7 +54,7 @@ export type ServerSettings = KvServerOptions & Required<Pick<KvServerOptions, 'm
 
 /** Every option name (a Record, so the compiler keeps it complete). */
 const OPTION_NAMES: Record<keyof KvServerOptions, true> = {
-  listen: true, memoryBytes: true, token: true, buckets: true, maxValueBytes: true, graceMs: true,
+  listen: true, memoryBytes: true, token: true, tokens: true, buckets: true, maxValueBytes: true, graceMs: true,
   maxClients: true, keepaliveMs: true, regionFile: true, logger: true, beforeRecovery: true,
 };
 
@@ -77,5 +83,21 @@ export function checkOptions(options: KvServerOptions): ServerSettings {
   if (!(graceMs >= 2)) throw new KvConfigError(`--grace-ms must be at least 2 ms (got ${graceMs}): readers retry every READ slower than half of it`);
   if (!(keepaliveMs >= 10)) throw new KvConfigError('--keepalive-ms must be >= 10');
   if (!Number.isInteger(maxClients) || maxClients < 1 || maxClients > 65536) throw new KvConfigError('--max-clients must be between 1 and 65536');
+  if (options.token !== undefined && options.tokens !== undefined) throw new KvConfigError('token and tokens exclude each other');
+  if (options.tokens !== undefined) checkTokens(options.tokens);
   return settings;
+}
+
+/** Tokens as programs pass them (the CLI's come checked from protocol/tokens.ts); throws KvConfigError. */
+export function checkTokens(tokens: readonly TokenEntry[]): void {
+  if (!Array.isArray(tokens) || tokens.length === 0) throw new KvConfigError('tokens: give at least one { token, role }');
+  const seen = new Set<string>();
+  for (const entry of tokens) {
+    const { token, role, namespace } = entry ?? {};
+    if (typeof token !== 'string' || token === '') throw new KvConfigError('tokens: every token is a non-empty string');
+    if (!ROLES.includes(role)) throw new KvConfigError(`tokens: unknown role '${String(role)}': expected read or write`);
+    if (namespace !== undefined && namespace !== DEFAULT_NAMESPACE) throw new KvConfigError(`tokens: namespace '${String(namespace)}': namespaces are not available yet`);
+    if (seen.has(token)) throw new KvConfigError('tokens: a token is given twice');
+    seen.add(token);
+  }
 }

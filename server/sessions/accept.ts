@@ -10,7 +10,7 @@ import type { Logger } from 'pino';
 
 import type { Connection, ConnectionRequest } from '../../native/index.js';
 import { KvLayout } from '../../protocol/constants.js';
-import { RejectReason, parseConnectData, tokenDigest } from '../../protocol/connect.js';
+import { RejectReason, parseConnectData } from '../../protocol/connect.js';
 import { type Fabric, RECVS_PER_CLIENT } from '../fabric.js';
 import type { ServerSettings } from '../options.js';
 import type { ServerStats } from '../stats.js';
@@ -20,9 +20,12 @@ import { recvRequest, send, sendBuffersFor } from './channel.js';
 import type { Client, ClientTable } from './clients.js';
 import { helloFor } from './hello.js';
 import type { SessionNumbers } from './session-numbers.js';
+import type { TokenTable } from './tokens.js';
 
 export interface AcceptorParts {
   settings: ServerSettings;
+  /** the tokens and their roles (replaced on a reload: KvServer.setTokens) */
+  tokens: TokenTable;
   store: RegionStore;
   clients: ClientTable;
   sessions: SessionNumbers;
@@ -38,7 +41,6 @@ export interface AcceptorParts {
 }
 
 export class Acceptor {
-  private readonly tokenHash: Buffer | undefined;
   /** the accepted ends of the fabrics' loopback queue pairs */
   private readonly loopbacks = new Set<Connection>();
   /** true from construction on an existing region file until its recovery has finished (see open) */
@@ -47,7 +49,6 @@ export class Acceptor {
   private readonly held: Array<{ fabric: Fabric; request: ConnectionRequest }> = [];
 
   constructor(private readonly parts: AcceptorParts) {
-    if (parts.settings.token !== undefined) this.tokenHash = tokenDigest(parts.settings.token);
     this.holding = parts.store.existed;
   }
 
@@ -88,7 +89,10 @@ export class Acceptor {
       log?.warn({ peer: request.peerAddress, why: `protocol version ${version}, this server ${KvLayout.PROTOCOL_VERSION}` }, 'connection rejected');
       return request.reject(Buffer.from([RejectReason.VERSION, KvLayout.PROTOCOL_VERSION]));
     }
-    if (this.tokenHash && (!digest || !timingSafeEqual(digest, this.tokenHash))) return reject(RejectReason.AUTH, 'wrong token');
+    const role = this.parts.tokens.roleOf(digest);
+    if (role === undefined) return reject(RejectReason.AUTH, 'wrong token');
+    // Registered before any read token was accepted (KvServer); a defect if missing: never hand out the writable rkey.
+    if (role === 'read' && !fabric.readOnly) return reject(RejectReason.FULL, 'no READ-only registration for a read token');
     if (this.parts.sessions.exhausted) {
       return reject(RejectReason.FULL, `the region's ${KvLayout.MAX_SESSIONS} sessions are used up: versions would repeat; copy the data into a new region`);
     }
@@ -110,13 +114,13 @@ export class Acceptor {
       log?.error({ err: error }, 'accept failed');
       return;
     }
-    const client: Client = { id, session, ring, fabric, connection, recvBase, sendBuffers: sendBuffersFor(fabric, ring, connection), lastSeen: performance.now(), rejectedOnce: new Set(), held: new UnitTable() };
+    const client: Client = { id, role, digest: digest && Buffer.from(digest), session, ring, fabric, connection, recvBase, sendBuffers: sendBuffersFor(fabric, ring, connection), lastSeen: performance.now(), rejectedOnce: new Set(), held: new UnitTable() };
     clients.add(client);
     connection.once('established', () => {
       const rest = Array.from({ length: RECVS_PER_CLIENT - recvs.length }, (_, i) => recvRequest(fabric, recvBase + recvs.length + i));
       if (rest.length > 0) connection.postRecv(rest);
       send(client, helloFor(client, store, this.parts.settings));
-      log?.info({ clientId: id, peer: connection.peerAddress }, 'client connected');
+      log?.info({ clientId: id, peer: connection.peerAddress, role }, 'client connected');
       this.parts.events.emit('clientConnected', id);
     });
     connection.once('disconnected', (reason) => this.parts.onDisconnected(client, reason));

@@ -5,11 +5,16 @@
 // ring only once its locks are released.
 import type { Connection } from '../../native/index.js';
 import type { SendBuffers } from '../../protocol/send-buffers.js';
+import type { Role } from '../../protocol/tokens.js';
 import type { Fabric } from '../fabric.js';
 import type { UnitTable } from '../store/unit-table.js';
 
 export interface Client {
   id: number;
+  /** what its token allows: a read client has the region's READ-only rkey, no grants and no notices */
+  role: Role;
+  /** sha256 of the token it presented (undefined: none), checked again when the tokens are replaced */
+  digest: Buffer | undefined;
   /** the high bits of every version it writes (see session-numbers.ts) */
   session: bigint;
   /** its client ring: where its notices' records land, and its slice of receive buffers and send buffers */

@@ -24,6 +24,8 @@ export class ControlMessages {
       case 'ping':
         return send(client, { t: 'pong' });
       case 'grant':
+        // A read client has no use for blocks: its rkey cannot write them.
+        if (client.role !== 'write') return complain(this.log, client, 'grant', 'a read client asked for blocks');
         return this.grants.onRequest(client, message);
       case 'return':
         return this.grants.onReturn(client, message);

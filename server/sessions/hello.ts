@@ -1,6 +1,8 @@
 // The hello: the first message a client gets once connected, all it needs to
 // work alone: its id and version base, where the region is (its rkey on this
-// fabric), the layout, its client ring, the hash seed, and the timings.
+// fabric), the layout, its client ring, the hash seed, and the timings. A read
+// client's hello says so: its rkey is the READ-only registration's, and it
+// has no client ring (it leaves no notices and is granted no blocks).
 import { KvLayout } from '../../protocol/constants.js';
 import type { Hello } from '../../protocol/control.js';
 import { sessionVersionBase } from '../../protocol/index-format.js';
@@ -10,10 +12,13 @@ import type { Client } from './clients.js';
 
 export function helloFor(client: Client, store: RegionStore, settings: Pick<ServerSettings, 'graceMs' | 'keepaliveMs'>): Hello {
   const { layout } = store;
-  const { region } = client.fabric;
+  const writes = client.role === 'write';
+  // Accept takes a read client only where the READ-only registration exists.
+  const region = writes ? client.fabric.region : client.fabric.readOnly!;
   return {
     t: 'hello',
     v: KvLayout.PROTOCOL_VERSION,
+    role: client.role,
     clientId: client.id,
     versionBase: sessionVersionBase(client.session),
     region: { addr: region.addr, rkey: region.rkey, length: BigInt(layout.regionBytes) },
@@ -23,7 +28,7 @@ export function helloFor(client: Client, store: RegionStore, settings: Pick<Serv
       heapOffset: BigInt(layout.heapOffset),
       heapBytes: BigInt(layout.heapBytes),
       seed: store.seed,
-      ringOffset: BigInt(store.ringAt(client.ring)),
+      ...(writes ? { ringOffset: BigInt(store.ringAt(client.ring)) } : {}),
       classes: layout.classes,
       maxKeyBytes: KvLayout.MAX_KEY_BYTES,
       maxValueBytes: layout.maxValueBytes,

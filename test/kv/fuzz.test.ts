@@ -61,7 +61,7 @@ for (const scheme of providersUnderTest()) {
       if (dice < 0.9) return encode({ t: 'return', c: Math.floor(random() * 40), blocks: [Math.floor(random() * 1e9)] } as never);
       return encode({ t: ['hello', 'granted', 'nonsense', 'error'][Math.floor(random() * 4)] } as never);
     };
-    const ringAddr = hello.region.addr + hello.layout.ringOffset + BigInt(KvLayout.RING_HEADER_BYTES);
+    const ringAddr = hello.region.addr + hello.layout.ringOffset! + BigInt(KvLayout.RING_HEADER_BYTES);
     let sent = 0;
     while (sent < total) {
       const batch = Math.min(64, total - sent);

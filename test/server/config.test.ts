@@ -106,6 +106,7 @@ test('the defaults make a valid configuration: 1 GiB on shm:///run/rdma-kv/kv.so
     listen: ['shm:///run/rdma-kv/kv.sock'],
     memoryBytes: 2 ** 30,
     token: undefined,
+    tokenFile: undefined,
     buckets: undefined,
     maxValueBytes: 2 ** 20,
     graceMs: 1000,

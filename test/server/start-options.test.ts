@@ -25,12 +25,25 @@ test('an option like none lists them all', (t) =>
   startRejects(
     t,
     { verbose: true },
-    "unknown option 'verbose': the options are listen, memoryBytes, token, buckets, maxValueBytes, graceMs, maxClients, keepaliveMs, regionFile, logger, beforeRecovery",
+    "unknown option 'verbose': the options are listen, memoryBytes, token, tokens, buckets, maxValueBytes, graceMs, maxClients, keepaliveMs, regionFile, logger, beforeRecovery",
   ));
+
+test('token and tokens exclude each other', (t) => startRejects(t, { token: 'a', tokens: [{ token: 'b', role: 'read' }] }, 'token and tokens exclude each other'));
+
+test('tokens: a bad role, a namespace, an empty token, a repeated token and an empty list are refused', async (t) => {
+  const cases: Array<[unknown, string]> = [
+    [[{ token: 'a', role: 'admin' }], "tokens: unknown role 'admin': expected read or write"],
+    [[{ token: 'a', role: 'read', namespace: 'tenant-b' }], "tokens: namespace 'tenant-b': namespaces are not available yet"],
+    [[{ token: '', role: 'write' }], 'tokens: every token is a non-empty string'],
+    [[{ token: 'a', role: 'write' }, { token: 'a', role: 'read' }], 'tokens: a token is given twice'],
+    [[], 'tokens: give at least one { token, role }'],
+  ];
+  for (const [tokens, message] of cases) await startRejects(t, { tokens }, message);
+});
 
 test('every known option is accepted, undefined ones too', async (t) => {
   const server = await KvServer.start({
-    listen: [socketUrl()], memoryBytes: 64 << 20, token: undefined, buckets: undefined, maxValueBytes: 4096, graceMs: 100,
+    listen: [socketUrl()], memoryBytes: 64 << 20, token: undefined, tokens: undefined, buckets: undefined, maxValueBytes: 4096, graceMs: 100,
     maxClients: 4, keepaliveMs: 1000, regionFile: undefined, logger: undefined, beforeRecovery: undefined,
   });
   t.teardown(() => server.close());

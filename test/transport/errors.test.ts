@@ -2,7 +2,7 @@
 // connection flushes what follows, and the target process serves on.
 import test from 'ava';
 
-import { Access, Opcode, SendFlag, WcStatus, type WorkRequest } from '../../native/index.js';
+import { Access, Opcode, SendFlag, WcStatus, type WorkRequest, access } from '../../native/index.js';
 import { type Pair, connectPair } from '../helpers/pair.js';
 import { listenUrl, providersUnderTest, testTimeoutMs } from '../helpers/providers.js';
 
@@ -53,6 +53,38 @@ for (const scheme of providersUnderTest()) {
     t.is(wc!.statusName, 'REM_ACCESS_ERR');
     t.is(p.region.bytes.readBigUInt64LE(0), 0n);
   });
+
+  // kv-server's read clients: the same memory registered a second time, READ-only (docs/operations.md, roles).
+  for (const [what, opcode] of [['WRITE', Opcode.WRITE], ['WRITE_WITH_IMM', Opcode.WRITE_WITH_IMM], ['CMP_AND_SWP', Opcode.CMP_AND_SWP], ['FETCH_AND_ADD', Opcode.FETCH_AND_ADD]] as const) {
+    test(`${scheme}: a second, READ-only registration of writable memory: READ works, ${what} fails with REM_ACCESS_ERR and changes nothing`, async (t) => {
+      // Receives posted: a NIC checks for one (RNR) before the rkey of a WRITE_WITH_IMM.
+      const p = await connectPair(scheme, { serverRecvs: 4 });
+      t.teardown(() => p.close());
+      const readOnly = p.server.register(p.region.memory, p.region.offset, p.region.length, Access.REMOTE_READ);
+      t.not(readOnly.rkey, p.region.rkey);
+      p.region.bytes.write('untouched', 64);
+      const at = { remoteAddr: readOnly.addr + 64n, rkey: readOnly.rkey, local: p.scratch, length: 8 };
+      p.clientConn.postSend([{ ...at, wrId: 1, opcode: Opcode.READ, flags: SendFlag.SIGNALED }]);
+      const [read] = await p.clientCq.take(1);
+      t.is(read!.statusName, 'SUCCESS');
+      t.is(p.scratch.bytes.subarray(0, 8).toString(), 'untouche');
+      p.scratch.bytes.fill(0x5a, 0, 8);
+      p.clientConn.postSend([{ ...at, wrId: 2, opcode, flags: SendFlag.SIGNALED, compareAdd: 0x6863756f746e75n, swap: 1n, imm: 7 }]);
+      const [bad] = await p.clientCq.take(1);
+      t.is(bad!.statusName, 'REM_ACCESS_ERR');
+      t.is(p.region.bytes.subarray(64, 73).toString(), 'untouched');
+      t.regex(p.clientConn.firstError, /REM_ACCESS_ERR/);
+      // The writable registration of the same memory still takes a WRITE, on a fresh connection.
+      const q = await connectPair(scheme);
+      t.teardown(() => q.close());
+      const writable = q.server.register(p.region.memory, p.region.offset, p.region.length, access.REMOTE_ALL);
+      q.scratch.bytes.write('written!', 0);
+      q.clientConn.postSend([{ wrId: 3, opcode: Opcode.WRITE, flags: SendFlag.SIGNALED, local: q.scratch, length: 8, remoteAddr: writable.addr + 64n, rkey: writable.rkey }]);
+      const [good] = await q.clientCq.take(1);
+      t.is(good!.statusName, 'SUCCESS');
+      t.is(p.region.bytes.subarray(64, 72).toString(), 'written!');
+    });
+  }
 
   test(`${scheme}: after one client's access error the server serves another client`, async (t) => {
     const p = await connectPair(scheme);

@@ -1,0 +1,89 @@
+// Tokens and roles: kv-server's --token-file, one `<token> <role> [<namespace>]`
+// per line, and the digests the acceptor compares in constant time. A file
+// that holds one bare token keeps the meaning it had before roles: that token
+// may write. Namespaces are named here so a later version can add them without
+// another file format; today only the default one exists and any other is
+// refused by name (docs/operations.md, "Tokens and roles").
+import { readFileSync, statSync } from 'node:fs';
+
+import { StartupError } from './operator-input.js';
+import { tokenDigest } from './connect.js';
+
+/** read: get, getMany, getWithVersion, watch, stats. write: everything. */
+export type Role = 'read' | 'write';
+export const ROLES: readonly Role[] = ['read', 'write'];
+/** The one namespace this version serves. */
+export const DEFAULT_NAMESPACE = 'default';
+
+export interface TokenEntry {
+  token: string;
+  role: Role;
+  /** absent: the default namespace (the only one today) */
+  namespace?: string;
+}
+
+/** What a token file holds, and the warning its permissions deserve (undefined: none). */
+export interface TokenFile {
+  entries: TokenEntry[];
+  warning: string | undefined;
+}
+
+/**
+ * The entries of a token file's text; a StartupError naming `path` and the line for the first
+ * thing wrong. `#` starts a comment line; blank lines are skipped; fields are separated by
+ * whitespace (so a token holds none).
+ */
+export function parseTokenFile(text: string, path: string): TokenEntry[] {
+  if (text.trim() === '') throw new StartupError(`--token-file ${path} is empty`);
+  const lines = text.split('\n').map((line, i) => ({ n: i + 1, fields: line.trim().split(/\s+/).filter((f) => f !== '') }));
+  const used = lines.filter(({ fields }) => fields.length > 0 && !fields[0]!.startsWith('#'));
+  if (used.length === 0) throw new StartupError(`--token-file ${path} holds no token`);
+  const at = (n: number, why: string) => new StartupError(`--token-file ${path} line ${n}: ${why}`);
+  // One bare token: the file as it was before roles.
+  if (used.length === 1 && used[0]!.fields.length === 1) return [{ token: used[0]!.fields[0]!, role: 'write', namespace: DEFAULT_NAMESPACE }];
+  const entries: TokenEntry[] = [];
+  const seen = new Map<string, number>();
+  for (const { n, fields } of used) {
+    const [token, role, namespace = DEFAULT_NAMESPACE, ...rest] = fields as [string, string | undefined, string | undefined, ...string[]];
+    if (role === undefined) throw at(n, 'a token without a role: with more than one token, every line is `<token> <role> [<namespace>]` (role read or write)');
+    if (rest.length > 0) throw at(n, `${fields.length} fields: expected \`<token> <role> [<namespace>]\``);
+    if (!ROLES.includes(role as Role)) throw at(n, `unknown role '${role}': expected read or write`);
+    if (namespace !== DEFAULT_NAMESPACE) {
+      throw at(n, `namespace '${namespace}': namespaces are not available yet; only '${DEFAULT_NAMESPACE}' (or none) is accepted`);
+    }
+    const first = seen.get(token);
+    if (first !== undefined) throw at(n, `the token of line ${first} again: each token has one role`);
+    seen.set(token, n);
+    entries.push({ token, role: role as Role, namespace });
+  }
+  return entries;
+}
+
+/** Reads and parses a token file; a StartupError for a file that cannot be read or parsed. */
+export function loadTokenFile(path: string): TokenFile {
+  let text: string;
+  let mode: number;
+  try {
+    text = readFileSync(path, 'utf8');
+    mode = statSync(path).mode;
+  } catch (error) {
+    const e = error as NodeJS.ErrnoException;
+    const why = e.code === 'ENOENT' ? 'no such file' : e.code === 'EACCES' ? 'permission denied' : e.code === 'EISDIR' ? 'it is a directory' : e.message;
+    throw new StartupError(`cannot read --token-file ${path}: ${why}`);
+  }
+  const entries = parseTokenFile(text, path);
+  const warning = (mode & 0o044) !== 0
+    ? `--token-file ${path} is readable by ${(mode & 0o004) !== 0 ? 'everyone' : 'its group'} (mode ${(mode & 0o777).toString(8).padStart(3, '0')}): anyone who reads it can use its tokens; chmod 600 it`
+    : undefined;
+  return { entries, warning };
+}
+
+/** A token as the acceptor keeps it: its digest (what a client's connect data carries) and role. */
+export interface TokenKey {
+  digest: Buffer;
+  role: Role;
+}
+
+export function tokenKeys(entries: readonly TokenEntry[]): TokenKey[] {
+  return entries.map(({ token, role }) => ({ digest: tokenDigest(token), role }));
+}
