@@ -1,4 +1,4 @@
-// The region's layout (protocol v3, region format 2) and the pure functions both ends agree on
+// The region's layout (protocol v4, region format 3) and the pure functions both ends agree on
 // (hashing, slot and lock-word packing, item headers, checksums). The byte
 // offsets themselves live in constants.def; docs/protocol.md explains them.
 #pragma once
@@ -65,17 +65,39 @@ inline KeyHash hash_key(const uint8_t* key, size_t len, uint64_t seed, uint32_t 
   return k;
 }
 
-// Slot: [fingerprint:16 | item length in units:16 | heap offset in units:32]; 0 is empty.
+// Slot: [fingerprint:16 | item length:16 | heap offset in units:32]; 0 is empty.
 // (The bit positions are constants.def's IndexWord; protocol/index-format.ts is the TS twin.)
+// The length field is fine (64-byte units, exact) up to kSlotFineMax units and
+// coarse above (top bit set, whole granules of kSlotCoarse units, rounded up):
+// slot_units() is the one decoder, slot_length_units() what an item of `units`
+// reads as once in a slot. Every user of a slot's length goes through them.
 constexpr uint32_t kSlotFpShift = u32(IndexWord::SLOT_FINGERPRINT_SHIFT);
 constexpr uint32_t kSlotUnitsShift = u32(IndexWord::SLOT_UNITS_SHIFT);
 constexpr uint64_t kSlotUnitsMask = u32(IndexWord::SLOT_UNITS_MASK);
+constexpr uint32_t kSlotCoarseFlag = u32(IndexWord::SLOT_COARSE_FLAG);
+constexpr uint32_t kSlotFineMax = u32(IndexWord::SLOT_FINE_MAX_UNITS);
+constexpr uint32_t kSlotCoarse = u32(IndexWord::SLOT_COARSE_UNITS);
+constexpr uint32_t kSlotMaxUnits = u32(IndexWord::SLOT_MAX_UNITS);
+static_assert(kSlotFineMax == kSlotCoarseFlag - 1 && kSlotMaxUnits == kSlotFineMax * kSlotCoarse, "the slot's length field");
 constexpr uint32_t kLockVersionShift = u32(IndexWord::LOCK_VERSION_SHIFT);
+// The 16-bit length field for an item of `units` (at most kSlotMaxUnits; callers check).
+inline uint32_t slot_length_field(uint32_t units) {
+  return units <= kSlotFineMax ? units : kSlotCoarseFlag | (units + kSlotCoarse - 1) / kSlotCoarse;
+}
+inline uint32_t slot_field_units(uint32_t field) {
+  return (field & kSlotCoarseFlag) == 0 ? field : (field & kSlotFineMax) * kSlotCoarse;
+}
+// The length a slot gives an item of `units`: exact when fine, rounded up to a granule when coarse.
+inline uint32_t slot_length_units(uint32_t units) { return slot_field_units(slot_length_field(units)); }
 inline uint64_t make_slot(uint16_t fp, uint32_t units, uint32_t offset_units) {
-  return static_cast<uint64_t>(fp) << kSlotFpShift | (units & kSlotUnitsMask) << kSlotUnitsShift | offset_units;
+  return static_cast<uint64_t>(fp) << kSlotFpShift | static_cast<uint64_t>(slot_length_field(units)) << kSlotUnitsShift |
+         offset_units;
 }
 inline uint16_t slot_fp(uint64_t s) { return static_cast<uint16_t>(s >> kSlotFpShift); }
-inline uint32_t slot_units(uint64_t s) { return static_cast<uint32_t>((s >> kSlotUnitsShift) & kSlotUnitsMask); }
+// The item's length in units as the slot gives it (rounded up to a granule when coarse).
+inline uint32_t slot_units(uint64_t s) {
+  return slot_field_units(static_cast<uint32_t>((s >> kSlotUnitsShift) & kSlotUnitsMask));
+}
 inline uint32_t slot_offset(uint64_t s) { return static_cast<uint32_t>(s); }
 
 // Lock word: [version:32 | owner:32], owner 0 = free. Acquire: CAS (v, 0) ->
@@ -121,7 +143,7 @@ inline void store_le(uint8_t* p, T v) {
 constexpr uint32_t kChecksumAt = u32(ItemHeader::CHECKSUM);
 constexpr uint32_t kAtomicWordAt = u32(ItemHeader::ATOMIC_WORD);
 constexpr uint32_t kStateAt = u32(ItemHeader::STATE);
-static_assert(kHeader == 48 && kChecksumAt == 16 && kAtomicWordAt == 24 && kStateAt == 40, "the v3 item header");
+static_assert(kHeader == 48 && kChecksumAt == 16 && kAtomicWordAt == 24 && kStateAt == 40, "the item header (region formats 2 and 3)");
 // Linked as far as its STATE says: STATE still equals the item's own version
 // (no writer has marked it SUPERSEDED, and the word is not another item's).
 inline bool item_state_live(const uint8_t* item) {

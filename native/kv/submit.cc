@@ -101,8 +101,8 @@ KvStatus ClientCore::refusal(const Op& op, const OpDesc& d) const {
     case KvOp::UNLOCK:
       return KvStatus::OK;
     case KvOp::PUT:
-    case KvOp::CAS:  // the caller's block must hold the item
-      return item_units(item_bytes(d.key_len, d.value_len)) > d.block_units ? KvStatus::PROTOCOL : KvStatus::OK;
+    case KvOp::CAS:  // the caller's block must hold the item, as long as its slot will say
+      return slot_length_units(item_units(item_bytes(d.key_len, d.value_len))) > d.block_units ? KvStatus::PROTOCOL : KvStatus::OK;
     default:
       return KvStatus::PROTOCOL;  // not an operation
   }
