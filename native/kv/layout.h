@@ -150,20 +150,26 @@ inline bool item_state_live(const uint8_t* item) {
   const uint64_t version = load_le<uint64_t>(item + u32(ItemHeader::VERSION));
   return version != u32(ItemState::SUPERSEDED) && load_le<uint64_t>(item + kStateAt) == version;
 }
-inline uint32_t item_checksum(const uint8_t* item, uint32_t key_len, uint32_t value_len) {
+// The checksum of an item whose value lies apart from its header and key
+// (a large value in the caller's registered buffer): the same CRC, chained.
+inline uint32_t item_checksum_parts(const uint8_t* header_and_key, uint32_t key_len, const uint8_t* value,
+                                    uint32_t value_len) {
   uint8_t header[kHeader];
-  std::memcpy(header, item, kHeader);
+  std::memcpy(header, header_and_key, kHeader);
   std::memset(header + kChecksumAt, 0, 4);
   std::memset(header + kAtomicWordAt, 0, 8);
   std::memset(header + kStateAt, 0, 8);
-  return crc32c(crc32c(0, header, kHeader), item + kHeader, static_cast<size_t>(key_len) + value_len);
+  const uint32_t crc = crc32c(crc32c(0, header, kHeader), header_and_key + kHeader, key_len);
+  return value_len == 0 ? crc : crc32c(crc, value, value_len);
+}
+inline uint32_t item_checksum(const uint8_t* item, uint32_t key_len, uint32_t value_len) {
+  return item_checksum_parts(item, key_len, item + kHeader + key_len, value_len);
 }
 
-// Writes a complete item (header, key, value, checksum) into dst: epoch 0 (no
-// replication yet), no expiry, STATE live (its own version), atomic word 0
-// (the caller sets a counter's or lock's after: the checksum does not cover it).
-inline void build_item(uint8_t* dst, ItemType type, const uint8_t* key, uint32_t key_len, const uint8_t* value,
-                       uint32_t value_len, uint64_t version) {
+// Writes an item's header and key into dst, its checksum covering `value`,
+// which the caller writes right after the key (build_item) or from elsewhere.
+inline void build_item_header(uint8_t* dst, ItemType type, const uint8_t* key, uint32_t key_len, const uint8_t* value,
+                              uint32_t value_len, uint64_t version) {
   std::memset(dst, 0, kHeader);
   store_le<uint16_t>(dst + u32(ItemHeader::TYPE), static_cast<uint16_t>(type));
   store_le<uint16_t>(dst + u32(ItemHeader::KEY_LEN), static_cast<uint16_t>(key_len));
@@ -171,8 +177,16 @@ inline void build_item(uint8_t* dst, ItemType type, const uint8_t* key, uint32_t
   store_le<uint64_t>(dst + u32(ItemHeader::VERSION), version);
   store_le<uint64_t>(dst + kStateAt, version);
   std::memcpy(dst + kHeader, key, key_len);
+  store_le<uint32_t>(dst + kChecksumAt, item_checksum_parts(dst, key_len, value, value_len));
+}
+
+// Writes a complete item (header, key, value, checksum) into dst: epoch 0 (no
+// replication yet), no expiry, STATE live (its own version), atomic word 0
+// (the caller sets a counter's or lock's after: the checksum does not cover it).
+inline void build_item(uint8_t* dst, ItemType type, const uint8_t* key, uint32_t key_len, const uint8_t* value,
+                       uint32_t value_len, uint64_t version) {
   if (value_len > 0) std::memcpy(dst + kHeader + key_len, value, value_len);
-  store_le<uint32_t>(dst + kChecksumAt, item_checksum(dst, key_len, value_len));
+  build_item_header(dst, type, key, key_len, dst + kHeader + key_len, value_len, version);
 }
 
 }  // namespace rkv::kv
