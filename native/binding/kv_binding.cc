@@ -269,7 +269,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
       }
       cached = external_.emplace(id, External{memory, std::move(mr)}).first;
     }
-    if (len == 0 || offset + len > memory->length()) {
+    if (offset + len > memory->length() || (len == 0 && d.type != KvOp::GET)) {
       d.ext_bad = true;
       return;
     }

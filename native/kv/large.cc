@@ -61,7 +61,7 @@ void ClientCore::get_large_done(Op& op) {
     // The value does not fit where it was to land. Its length is the header's,
     // unchecked (the checksum needs the value): a hint the caller's retry with a
     // buffer that size verifies.
-    finish(op, KvStatus::BUFFER_TOO_SMALL);
+    finish(op, KvStatus::BUFFER_TOO_SMALL, value_len);  // the result's DETAIL: the bytes needed
     ready_.back().result.value_len = value_len;
     return;
   }
