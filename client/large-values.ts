@@ -56,6 +56,16 @@ export function extOf(buffer: Buffer): ExtRef | 'freed' | undefined {
 
 export const freedError = (what: string): KvBadBufferError => new KvBadBufferError(`${what}: a registered buffer used after freeBuffer()`);
 
+/**
+ * Settles after a turn of the event loop. On shm a large op runs inside its submit (tens of ms
+ * for 64 MiB: the copy and its checksum), and the op queue looks at the clock only every 16
+ * submits: a caller awaiting large ops back to back would keep timers (keepalive) from running
+ * for a second or more. A turn per large op costs microseconds against its milliseconds.
+ */
+function afterTurn<T>(value: T): Promise<T> {
+  return new Promise((resolve) => setImmediate(resolve, value));
+}
+
 /** Keeps `ref`'s registration for as long as `op` runs. */
 export function holding<T>(ref: ExtRef, op: () => Promise<T>): Promise<T> {
   const entry = ref.entry;
@@ -66,11 +76,11 @@ export function holding<T>(ref: ExtRef, op: () => Promise<T>): Promise<T> {
   return op().then(
     (value) => {
       done();
-      return value;
+      return afterTurn(value);
     },
     (error: unknown) => {
       done();
-      throw error;
+      return afterTurn(undefined).then(() => Promise.reject(error as Error));
     },
   );
 }

@@ -254,7 +254,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     const large = type === KvOp.GET && answer === Answer.VALUE ? this : undefined; // a value past scratch: getLarge
     const request: OpRequest = { type, key, keyBytes, value: bytes, valueBytes, arg, cls, mismatchResolves, ext: into, large };
     const { recorder } = this.options;
-    if (recorder) {
+    if (recorder && into === undefined) { // a getInto is not recorded: its answer is a length, not a value
       const r = recorded(recorder, request, (op) => this.queue.add(op));
       return answer === Answer.FULL ? r : r.then((x) => (answer === Answer.VALUE && x.status === KvStatus.OK ? x.value : undefined));
     }

@@ -23,10 +23,15 @@ import { providersUnderTest } from '../helpers/providers.js';
 const MiB = 1 << 20;
 const LARGE = { maxValueBytes: 64 * MiB, memoryBytes: 320 * MiB };
 
-/** A value whose every 4 KiB page differs (a torn or shifted read shows). */
+/** A value whose every 4 KiB page differs (a torn or shifted read shows); cheap to make (the suite shares the CPU). */
 function pattern(bytes: number, seed: number): Buffer {
+  const page = Buffer.allocUnsafe(4096);
+  for (let at = 0; at < 4096; at += 4) page.writeUInt32LE((Math.imul(at >>> 2, 2654435761) + seed) >>> 0, at);
   const v = Buffer.allocUnsafe(bytes + 4);
-  for (let at = 0; at < bytes; at += 4) v.writeUInt32LE((Math.imul(at >>> 2, 2654435761) + seed) >>> 0, at);
+  for (let at = 0; at < bytes; at += 4096) {
+    page.copy(v, at);
+    v.writeUInt32LE((at / 4096) ^ seed, at); // the page's number
+  }
   return v.subarray(0, bytes);
 }
 
