@@ -4,7 +4,8 @@
 // bandwidth of the same sizes measured in the same run (the transport
 // microbenchmark, batch 1: one request, its completion awaited, in a child
 // process of its own, as bench/kv/data-path/floor.ts does for the data path).
-// One op at a time, awaited: bandwidth = value bytes / wall time per op.
+// One op at a time, awaited: bandwidth = value bytes / wall time per op; each
+// cell the better of two rounds (the four client cells interleaved).
 //
 //   node dist/bench/kv/large-values.js [--sizes 1,4,16,64] [--seconds 2] [--quick] [--json FILE]
 //
@@ -65,11 +66,16 @@ try {
     const plain = Buffer.alloc(bytes, 9);
     const key = `v${bytes}`;
     await kv.put(key, registered);
-    const getIntoGBs = await bandwidth(bytes, () => kv.getInto(key, registered));
-    const getGBs = await bandwidth(bytes, () => kv.get(key));
-    // PUTs of one key: each takes a new block, and the one it replaces is retired (after the grace period).
-    const putRegisteredGBs = await bandwidth(bytes, () => kv.put(key, registered));
-    const putGBs = await bandwidth(bytes, () => kv.put(key, plain));
+    // Two rounds of the four, the better of each kept: the first PUTs of a size touch heap pages
+    // for the first time (page faults), which would count against whichever ran first.
+    let getIntoGBs = 0, getGBs = 0, putRegisteredGBs = 0, putGBs = 0;
+    for (let round = 0; round < 2; round++) {
+      getIntoGBs = Math.max(getIntoGBs, await bandwidth(bytes, () => kv.getInto(key, registered)));
+      getGBs = Math.max(getGBs, await bandwidth(bytes, () => kv.get(key)));
+      // PUTs of one key: each takes a new block, and the one it replaces is retired (after the grace period).
+      putRegisteredGBs = Math.max(putRegisteredGBs, await bandwidth(bytes, () => kv.put(key, registered)));
+      putGBs = Math.max(putGBs, await bandwidth(bytes, () => kv.put(key, plain)));
+    }
     kv.freeBuffer(registered);
     const gbs = (usPerOp: number) => bytes / (usPerOp * 1000);
     rows.push({ bytes, rawReadGBs: gbs(raw.read.usPerRead), rawWriteGBs: gbs(raw.write.usPerRead), getIntoGBs, getGBs, putRegisteredGBs, putGBs });
