@@ -17,7 +17,7 @@ import { IndexWord, KvLayout } from '../../protocol/constants.js';
 import { itemKey, readItemHeader, slotBlock, slotFingerprint, slotUnits } from '../../protocol/index-format.js';
 import type { KvServer } from '../../server/kv-server.js';
 import { readSuperblock } from '../../server/store/layout.js';
-import { connect, startServer } from '../helpers/kv.js';
+import { connect, runKvChild, startServer } from '../helpers/kv.js';
 import { providersUnderTest } from '../helpers/providers.js';
 
 const MiB = 1 << 20;
@@ -164,6 +164,32 @@ for (const scheme of providersUnderTest()) {
     server.region.copy(server.region, at, other.at, other.at + KvLayout.ITEM_HEADER_BYTES + 5 + 8 * MiB);
     t.is(await kv.getInto('big', buffer), null);
     t.is(await kv.get('big'), undefined);
+  });
+
+  test.serial(`${scheme}: a large key rewritten by another process while this one reads it: every read is one whole write`, async (t) => {
+    const server = await startServer(scheme, LARGE);
+    t.teardown(() => server.close());
+    const kv = await connect(server);
+    t.teardown(() => kv.close());
+    const bytes = 3 * MiB; // a coarse slot; both sides through registered buffers
+    const writer = runKvChild(t, ['large', server.urls[0]!, 'hot', String(bytes), '3000']);
+    const buffer = kv.allocBuffer(bytes);
+    let reads = 0;
+    const seen = new Set<number>();
+    let done = false;
+    void writer.finally(() => (done = true));
+    while (!done) {
+      const n = await kv.getInto('hot', buffer);
+      if (n === null) continue;
+      t.is(n, bytes);
+      const stamp = buffer.readUInt32LE(0);
+      for (let at = 4096; at < bytes; at += 4096) if (buffer.readUInt32LE(at) !== stamp) t.fail(`read ${reads}: page ${at / 4096} of write ${buffer.readUInt32LE(at)} in write ${stamp}`);
+      seen.add(stamp);
+      reads++;
+    }
+    const { writes } = await writer;
+    t.log(`${reads} reads saw ${seen.size} of ${String(writes)} writes`);
+    t.true(reads > 0 && seen.size > 1);
   });
 
   test.serial(`${scheme}: large items survive a restart on a region file`, async (t) => {
