@@ -14,6 +14,7 @@ import test from 'ava';
 import { KvBadBufferError, KvBufferTooSmallError, type KvClient, type KvError } from '../../client/index.js';
 import { crc32c, hashKey } from '../../native/index.js';
 import { IndexWord, KvLayout } from '../../protocol/constants.js';
+import { grantBatch } from '../../protocol/control.js';
 import { itemKey, readItemHeader, slotBlock, slotFingerprint, slotUnits } from '../../protocol/index-format.js';
 import type { KvServer } from '../../server/kv-server.js';
 import { readSuperblock } from '../../server/store/layout.js';
@@ -79,6 +80,10 @@ for (const scheme of providersUnderTest()) {
     t.is(crc32c(other.subarray(0, 64 * MiB)), changed);
     t.is(crc32c((await kv.get('registered'))!), changed);
     t.is(await kv.getInto('missing', other), null);
+    // Large blocks are granted one at a time: the heap holds the two items and at most one
+    // spare 64 MiB block for this client's next PUT (plus its small classes' grants, 1 MiB at most each).
+    t.is(grantBatch(64 * MiB + 4096, server.layout.heapBytes), 1);
+    t.true(server.stats().heapUsedBytes <= 3 * (64 * MiB + 4096) + 8 * MiB, String(server.stats().heapUsedBytes));
     // One byte over the limit is a typed rejection, from a registered buffer too.
     t.is(((await t.throwsAsync(kv.put('over', other.subarray(0, 64 * MiB + 1)))) as KvError).code, 'KV_VALUE_TOO_LARGE');
     kv.freeBuffer(buffer);
