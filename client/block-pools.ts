@@ -39,11 +39,14 @@ export class BlockPools {
 
   /**
    * A block of size class `cls`, or undefined when there is none until a grant
-   * arrives. Asks for a batch when the pool is down to a quarter of one.
+   * arrives. Asks for a batch when the take leaves the pool under a quarter of one: for a
+   * batch of one (blocks of 16 KiB and more), the next block is asked for as the last one is
+   * taken, so back-to-back PUTs of large values do not each wait for a grant's round trip,
+   * and the client holds at most one spare block of such a class.
    */
   take(cls: number): number | undefined {
     const pool = this.pools[cls]!;
-    if (pool.length < this.batches[cls]! / 4) this.request(cls); // a batch of one: when empty
+    if (pool.length - 1 < this.batches[cls]! / 4) this.request(cls);
     return pool.pop();
   }
 
