@@ -16,6 +16,7 @@
 // its scratch is freed only when the last of them goes; the wrapper closes
 // the core when it is collected, if JS did not.
 #include <cstring>
+#include <iterator>
 #include <mutex>
 #include <unordered_map>
 
@@ -260,6 +261,12 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
       return;
     }
     if (cached == external_.end()) {
+      // A new buffer: first drop the registrations of buffers freed since (their
+      // memory goes with the last JS view), so a client that allocates and frees
+      // buffers keeps registered only those still allocated, plus this one.
+      for (auto it = external_.begin(); it != external_.end();) {
+        it = registered_find(it->first) ? std::next(it) : external_.erase(it);
+      }
       std::string error;
       std::unique_ptr<transport::MemoryRegion> mr =
           provider_->register_memory(*memory, 0, memory->length(), u32(Access::LOCAL_WRITE), &error);

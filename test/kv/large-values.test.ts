@@ -5,9 +5,11 @@
 // granules; a damaged or reused large item is never returned; large items
 // survive a restart on a region file; bad input is a typed rejection.
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 
 import test from 'ava';
 
@@ -57,6 +59,22 @@ function coreOf(kv: KvClient): { scratch: Buffer; arena: Buffer; itemLimit: numb
   const servers = (kv as unknown as { servers: Map<string, { session: { core: { scratch: Buffer; arena: Buffer; itemLimit: number } } }> }).servers;
   return [...servers.values()][0]!.session.core;
 }
+
+/** This process's open memfds (every Memory is one: regions, scratch, registered buffers). */
+function memfds(): number {
+  let n = 0;
+  for (const fd of readdirSync('/proc/self/fd')) {
+    try {
+      if (readlinkSync(`/proc/self/fd/${fd}`).startsWith('/memfd:rdma-kv')) n++;
+    } catch {
+      // closed meanwhile
+    }
+  }
+  return n;
+}
+
+setFlagsFromString('--expose-gc');
+const gc = runInNewContext('gc') as () => void;
 
 for (const scheme of providersUnderTest()) {
   test.serial(`${scheme}: a 64 MiB value round-trips through put, get and getInto, checksum intact`, async (t) => {
@@ -195,6 +213,29 @@ for (const scheme of providersUnderTest()) {
     const { writes } = await writer;
     t.log(`${reads} reads saw ${seen.size} of ${String(writes)} writes`);
     t.true(reads > 0 && seen.size > 1);
+  });
+
+  test.serial(`${scheme}: buffers allocated, used and freed over and over do not stay registered`, async (t) => {
+    const server = await startServer(scheme, LARGE);
+    t.teardown(() => server.close());
+    const kv = await connect(server);
+    t.teardown(() => kv.close());
+    await kv.put('k', pattern(MiB, 9));
+    const cycle = async (): Promise<void> => {
+      const buffer = kv.allocBuffer(MiB);
+      t.is(await kv.getInto('k', buffer), MiB); // the core registers it with its provider
+      kv.freeBuffer(buffer);
+    };
+    await cycle();
+    gc();
+    const before = memfds();
+    for (let i = 0; i < 20; i++) await cycle();
+    for (let i = 0; i < 3; i++) {
+      gc();
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    // The core keeps the registration of the last buffer it registered at most (until its next new one).
+    t.true(memfds() <= before + 1, `${memfds() - before} more memfds open after 20 buffers were freed`);
   });
 
   test.serial(`${scheme}: large items survive a restart on a region file`, async (t) => {
