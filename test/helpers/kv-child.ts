@@ -162,6 +162,9 @@ async function main(): Promise<void> {
       writes++;
       for (let at = 0; at < bytes; at += 4096) value.writeUInt32LE(writes, at);
       await kv.put(key, value);
+      // Each rewrite retires a block for the grace period: at most ~200 rewrites a second
+      // keep the retired ones well inside the heap (a 3 MiB value, 200 ms: ~40 blocks).
+      await new Promise((resolve) => setTimeout(resolve, 5));
     }
     send({ writes });
   } else if (mode === 'hold') {
