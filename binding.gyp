@@ -16,6 +16,7 @@
         "native/kv/client_core.cc",
         "native/kv/crc32c.cc",
         "native/kv/get.cc",
+        "native/kv/large.cc",
         "native/kv/location_cache.cc",
         "native/kv/posting.cc",
         "native/kv/submit.cc",

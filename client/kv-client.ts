@@ -10,15 +10,9 @@ import { appendFileSync } from 'node:fs';
 import { EtcdMembership, type Member, type MembershipSource, StaticMembership } from './cluster/membership.js';
 import { SLOT_COUNT, assignSlots, keySlot } from '../protocol/hash-slots.js';
 import { KvLayout, KvOp, KvStatus } from '../protocol/constants.js';
-import {
-  KvAuthError,
-  KvDisconnectedError,
-  KvError,
-  KvInvalidArgumentError,
-  KvLockContendedError,
-  KvProtocolError,
-} from '../protocol/errors.js';
+import { KvAuthError, KvDisconnectedError, KvError, KvInvalidArgumentError, KvLockContendedError, KvProtocolError } from '../protocol/errors.js';
 import { describe, keyBytes, show, toBuffer } from './keys.js';
+import { allocBuffer, freeBuffer } from './large-values.js';
 import { byServer, splitEntries } from './many.js';
 import { ClientMetrics } from './metrics.js';
 import { MAX_TIMEOUT_MS, casVersion, checkOptions, incrDelta } from './options.js';
@@ -263,6 +257,15 @@ export class KvClient extends EventEmitter<ClientEvents> {
     const pending = this.direct(key, value, putValue);
     return this.metrics ? this.metrics.observeValue(KvOp.PUT, pending) : pending;
   }
+
+  /** The value into `buffer` (no copy if allocBuffer's): its length, or null if absent; too long: KV_BUFFER_TOO_SMALL with `needed`. */
+  getInto(key: Key, buffer: Buffer): Promise<number | null> {
+    return this.direct(key, buffer, (server, k) => server.getInto(k, buffer));
+  }
+  /** A registered, reusable buffer for large values: getInto() reads into it, put() writes from it (or a subarray), no copy. */
+  allocBuffer = allocBuffer;
+  /** Ends an allocBuffer's registration (after the ops in flight on it); later ops on it reject with KV_BAD_BUFFER. */
+  freeBuffer = freeBuffer;
 
   /** Resolves true when the key existed. */
   delete(key: Key): Promise<boolean> {

@@ -227,7 +227,7 @@ export class OpQueue {
         }
         arenaUsed = this.describe(words, arena, count++, arenaUsed, work, 0, work.type, work.key, work.keyBytes, work.value, work.valueBytes, work.cls, block);
         work.sent = true;
-        if (work.type === KvOp.CAS || work.type === KvOp.INCR || work.type === KvOp.LOCK || work.type === KvOp.UNLOCK) writeArgument(words, (count - 1) * OpLayout.WORDS, work);
+        if (work.type !== KvOp.DELETE) writeArgument(words, (count - 1) * OpLayout.WORDS, work);
         continue;
       }
       if (work.failed) {
@@ -414,14 +414,14 @@ export class OpQueue {
       }
       if (status === KvStatus.OK || status === KvStatus.NOT_FOUND || (status === KvStatus.VERSION_MISMATCH && owner.mismatchResolves)) {
         let value: Buffer | undefined;
-        if (owner.type === KvOp.GET && status === KvStatus.OK) {
+        if (owner.type === KvOp.GET && status === KvStatus.OK && owner.ext === undefined) {
           const at = words[o + ResultLayout.VALUE_OFFSET]!;
           const len = words[o + ResultLayout.VALUE_LEN]!;
           value = Buffer.allocUnsafe(len); // a copy: scratch is reused
           scratch.copy(value, 0, at, at + len);
         }
-        if (owner.answer === Answer.VALUE) owner.resolve(value);
-        else if (owner.answer === Answer.NONE) owner.resolve(undefined);
+        if (owner.answer === Answer.VALUE || owner.answer === Answer.NONE) owner.resolve(value); // undefined but for a GET's value
+        else if (owner.answer === Answer.LENGTH) owner.resolve(status === KvStatus.OK ? words[o + ResultLayout.VALUE_LEN]! : null); // in the registered buffer
         else {
           const version = BigInt(words[o + ResultLayout.VERSION_LO]!) | (BigInt(words[o + ResultLayout.VERSION_HI]!) << 32n);
           const retries = words[o + ResultLayout.DETAIL]!;

@@ -8,6 +8,8 @@
 // A Batch's result array is the caller's once it resolves; the values in it
 // are views of one Buffer per hand-out (one copy out of the core's scratch).
 import { KvOp, OpLayout } from '../protocol/constants.js';
+import { KvBufferTooSmallError } from '../protocol/errors.js';
+import type { ExtRef } from './large-values.js';
 
 /** Key or value bytes as the queue takes them. */
 export type Bytes = Buffer | string;
@@ -20,6 +22,8 @@ export const Answer = {
   VALUE: 1,
   /** undefined (a PUT). */
   NONE: 2,
+  /** A GET into a registered buffer (getInto): the value's length, or null when the key does not exist. */
+  LENGTH: 3,
 } as const;
 export type Answer = (typeof Answer)[keyof typeof Answer];
 
@@ -47,6 +51,15 @@ export interface OpRequest {
   cls: number;
   /** CAS and UNLOCK: a version mismatch is an answer, not an error. */
   mismatchResolves: boolean;
+  /** The value's registered buffer (large-values.ts): GET reads into it, PUT and CAS write from it (value then undefined, valueBytes 0). */
+  ext?: ExtRef | undefined;
+  /** A GET of a value too large for the core's scratch gets it this way instead (get() of a large value). */
+  large?: LargeFallback | undefined;
+}
+
+/** Where a GET whose value is larger than the core's scratch holds goes for it: a registered buffer of `needed` bytes. */
+export interface LargeFallback {
+  getLarge(key: Bytes, needed: number): Promise<Buffer | undefined>;
 }
 
 /** A submitted operation: its result, and whether it reached the native core. */
@@ -67,12 +80,14 @@ export class PendingOp implements OpRequest, Submission {
   readonly arg: bigint;
   readonly cls: number;
   readonly mismatchResolves: boolean;
+  readonly ext: ExtRef | undefined;
+  readonly large: LargeFallback | undefined;
   readonly answer: Answer;
   /** When it must have been submitted by (performance.now() ms); 0 until the queue first keeps it waiting. */
   deadline = 0;
   readonly result: Promise<OpResult>;
   resolve!: (value: unknown) => void;
-  reject!: (error: Error) => void;
+  private rejectPromise!: (error: Error) => void;
   sent = false;
 
   constructor(r: OpRequest, answer: Answer) {
@@ -84,11 +99,22 @@ export class PendingOp implements OpRequest, Submission {
     this.arg = r.arg;
     this.cls = r.cls;
     this.mismatchResolves = r.mismatchResolves;
+    this.ext = r.ext;
+    this.large = r.large;
     this.answer = answer;
     this.result = new Promise<OpResult>((resolve, reject) => {
       this.resolve = resolve as Settle as (value: unknown) => void;
-      this.reject = reject;
+      this.rejectPromise = reject;
     });
+  }
+
+  /** Fails the op; a plain GET whose value is larger than scratch holds fetches it through a registered buffer instead. */
+  reject(error: Error): void {
+    if (this.large !== undefined && this.answer === Answer.VALUE && error instanceof KvBufferTooSmallError) {
+      this.large.getLarge(this.key, error.needed).then(this.resolve, this.rejectPromise);
+    } else {
+      this.rejectPromise(error);
+    }
   }
 }
 
@@ -154,7 +180,7 @@ export function microtask(task: () => void): void {
   void RESOLVED.then(task);
 }
 
-/** The argument of the op's type, in OpLayout's words of its name (the other types have none). */
+/** The argument of the op's type, in OpLayout's words of its name (the other types have none), and its registered buffer. */
 export function writeArgument(words: Uint32Array, o: number, op: OpRequest): void {
   switch (op.type) {
     case KvOp.CAS:
@@ -171,5 +197,10 @@ export function writeArgument(words: Uint32Array, o: number, op: OpRequest): voi
     case KvOp.UNLOCK:
       words[o + OpLayout.TOKEN] = Number(op.arg & 0xffffffffn);
       break;
+  }
+  if (op.ext !== undefined) {
+    words[o + OpLayout.EXT_BUFFER] = op.ext.id; // the binding clears it once read
+    words[o + OpLayout.EXT_OFFSET] = op.ext.offset;
+    words[o + OpLayout.EXT_LEN] = op.ext.length;
   }
 }

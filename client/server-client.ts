@@ -11,6 +11,7 @@ import type { ControlMessage, Hello } from '../protocol/control.js';
 import {
   KvDisconnectedError,
   type KvError,
+  KvInvalidArgumentError,
   KvKeyTooLargeError,
   KvOutOfMemoryError,
   KvProtocolError,
@@ -20,6 +21,7 @@ import { classFor, itemUnits } from '../protocol/size-classes.js';
 import { type HistoryRecorder, recorded } from './history.js';
 import { toBuffer } from './keys.js';
 import { roleRefusal } from './roles.js';
+import { type ExtRef, extOf, freedError, holding, withBounce } from './large-values.js';
 import { Answer, Batch, type Bytes, type OpRequest, type OpResult, OpQueue } from './op-queue.js';
 import { Session, type SessionOptions } from './session.js';
 import type { KvClientOptions, KvStatusName, Value } from './types.js';
@@ -127,6 +129,31 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     return this.request(KvOp.GET, key, undefined, 0n, false, Answer.VALUE) as Promise<Buffer | undefined>;
   }
 
+  /**
+   * A GET into `buffer` (large-values.ts): the value's length, or null when the key does not
+   * exist. A registered buffer's bytes are READ straight into it; a plain Buffer's go through a
+   * registered bounce buffer (one copy).
+   */
+  getInto(key: Bytes, buffer: Buffer): Promise<number | null> {
+    if (!Buffer.isBuffer(buffer)) return Promise.reject(new KvInvalidArgumentError('getInto: the buffer must be a Buffer'));
+    const ext = extOf(buffer);
+    if (ext === 'freed') return Promise.reject(freedError('getInto'));
+    if (ext) return holding(ext, () => this.request(KvOp.GET, key, undefined, 0n, false, Answer.LENGTH, ext) as Promise<number | null>);
+    return withBounce(buffer.length, async (bounce) => {
+      const len = (await this.getInto(key, bounce.subarray(0, buffer.length))) as number | null;
+      if (len !== null) bounce.copy(buffer, 0, 0, len);
+      return len;
+    });
+  }
+
+  /** get() of a value larger than the core's scratch holds: through a registered buffer of its size, then one copy. */
+  getLarge(key: Bytes, needed: number): Promise<Buffer | undefined> {
+    return withBounce(needed, async (bounce) => {
+      const len = await this.getInto(key, bounce);
+      return len === null ? undefined : Buffer.from(bounce.subarray(0, len));
+    });
+  }
+
   /** A PUT that resolves undefined. */
   putValue(key: Bytes, value: Value): Promise<void> {
     return this.request(KvOp.PUT, key, value, 0n, false, Answer.NONE) as Promise<void>;
@@ -165,6 +192,8 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       const value = values[i]!;
       const vb = (valueBytes[i] = typeof value === 'string' ? Buffer.byteLength(value) : value.length);
       if (vb > maxValueBytes) return Promise.reject(new KvValueTooLargeError(`value of ${vb} bytes: the limit is ${maxValueBytes}`));
+      const limit = this.session!.core.itemLimit - KvLayout.ITEM_HEADER_BYTES - keyBytes[i]!; // a batch's values go through scratch
+      if (vb > limit) return Promise.reject(new KvValueTooLargeError(`value of ${vb} bytes: putMany takes values up to ${limit} bytes here; put() takes larger ones`));
       sizes[i] = classFor(classes, itemUnits(keyBytes[i]!, vb));
     }
     const batch = new Batch(KvOp.PUT, keys, keyBytes, values, valueBytes, sizes, undefined, undefined);
@@ -188,7 +217,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     return n > KvLayout.MAX_KEY_BYTES ? new KvKeyTooLargeError(`key of ${n} bytes: the limit is ${KvLayout.MAX_KEY_BYTES}`) : undefined;
   }
 
-  private request(type: KvOp, key: Bytes, value: Value | undefined, arg: bigint, mismatchResolves: boolean, answer: Answer): Promise<unknown> {
+  private request(type: KvOp, key: Bytes, value: Value | undefined, arg: bigint, mismatchResolves: boolean, answer: Answer, into?: ExtRef): Promise<unknown> {
     const refused = this.refusal(type);
     if (refused) return Promise.reject(refused);
     const keyBytes = typeof key === 'string' ? Buffer.byteLength(key) : key.length;
@@ -213,12 +242,29 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       }
       if (valueBytes > maxValueBytes) return Promise.reject(new KvValueTooLargeError(`value of ${valueBytes} bytes: the limit is ${maxValueBytes}`));
       cls = classFor(classes, itemUnits(keyBytes, valueBytes));
+      const ext = typeof bytes === 'string' || valueBytes === 0 ? undefined : extOf(bytes!);
+      if (ext === 'freed') return Promise.reject(freedError('value'));
+      if (ext) {
+        // Written from the caller's registered buffer, without a copy.
+        const request: OpRequest = { type, key, keyBytes, value: undefined, valueBytes: 0, arg, cls, mismatchResolves, ext };
+        return holding(ext, () => this.queue.add(request, answer).result);
+      }
+      if (KvLayout.ITEM_HEADER_BYTES + keyBytes + valueBytes > this.session!.core.itemLimit) {
+        // Larger than the core's scratch holds: through a registered bounce buffer (one copy).
+        const from = bytes!;
+        return withBounce(valueBytes, (bounce) => {
+          if (typeof from === 'string') bounce.write(from, 0, valueBytes);
+          else from.copy(bounce, 0);
+          return this.request(type, key, bounce.subarray(0, valueBytes), arg, mismatchResolves, answer);
+        });
+      }
     } else if (type === KvOp.INCR || type === KvOp.LOCK) {
       cls = classFor(classes, itemUnits(keyBytes, 0)); // in case it must be created
     }
-    const request: OpRequest = { type, key, keyBytes, value: bytes, valueBytes, arg, cls, mismatchResolves };
+    const large = type === KvOp.GET && answer === Answer.VALUE ? this : undefined; // a value past scratch: getLarge
+    const request: OpRequest = { type, key, keyBytes, value: bytes, valueBytes, arg, cls, mismatchResolves, ext: into, large };
     const { recorder } = this.options;
-    if (recorder) {
+    if (recorder && into === undefined) { // a getInto is not recorded: its answer is a length, not a value
       const r = recorded(recorder, request, (op) => this.queue.add(op));
       return answer === Answer.FULL ? r : r.then((x) => (answer === Answer.VALUE && x.status === KvStatus.OK ? x.value : undefined));
     }

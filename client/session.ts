@@ -77,7 +77,7 @@ export class Session {
       connection,
       cq,
       { ...region, bucketCount, indexOffset, heapOffset, heapBytes, seed, ringOffset, maxValueBytes, clientId: hello.clientId, versionBase: hello.versionBase, graceMs: hello.graceMs },
-      { scratchBytes: options.scratchBytes ?? 16 << 20, opTimeoutMs: timeoutMs, arenaBytes: ARENA_BYTES + maxValueBytes + KvLayout.MAX_KEY_BYTES,
+      { scratchBytes: options.scratchBytes ?? 16 << 20, opTimeoutMs: timeoutMs, arenaBytes: ARENA_BYTES + Math.min(maxValueBytes, (options.scratchBytes ?? 16 << 20) / 2) + KvLayout.MAX_KEY_BYTES,
         armWhenDone: options.pollMode === 'event', locationCacheEntries: options.locationCacheEntries },
     );
     this.pools = new BlockPools(layout.classes, Number(heapBytes), (message) => this.sendControl(message));

@@ -120,6 +120,8 @@ export interface CoreOptions {
 }
 /** native/binding/kv_binding.cc: the client data-path core over one connection. */
 export interface NativeClientCore {
+  /** The largest item (header + key + value) its scratch holds; larger ones need a registered buffer. */
+  readonly itemLimit: number;
   /** taken + results * 65536 (see ClientCore.submit in native/client-core.ts). */
   submit(count: number): number;
   poll(): number;
@@ -158,6 +160,10 @@ export interface Addon {
   providers: ProviderInfo[];
   Provider: new (scheme: string, onEvents: () => void) => NativeProvider;
   Memory: new (length: number, path?: string, hugePages?: boolean) => NativeMemory;
+  /** A registered buffer for large values: its id and its memory (native/kv_binding.cc). */
+  registeredBuffer(bytes: number): [id: number, memory: ArrayBuffer];
+  /** Forgets a registered buffer: ops naming it fail with BAD_BUFFER. False if it was not registered. */
+  freeRegistered(id: number): boolean;
   ClientCore: new (provider: NativeProvider, connection: NativeConnection, cq: NativeCq, region: CoreRegion, options: CoreOptions) => NativeClientCore;
   hashKey(key: Buffer, seed: bigint, bucketCount: number): [number, number, number];
   NoticeDrain: new (region: Buffer, layout: NoticeDrainLayout, classes: readonly number[], recv: Buffer, recvLkey: number, recvBytes: number, provider: NativeProvider, cq: NativeCq) => NativeNoticeDrain;

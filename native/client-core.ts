@@ -32,6 +32,19 @@ export interface LocationStats {
   validationFailures: number;
 }
 
+/**
+ * Memory for large values, registered with each core's provider the first time an op names it
+ * (OpLayout.EXT_BUFFER = id). The Buffer stays valid after freeRegistered(id); ops naming the id
+ * then fail with BAD_BUFFER.
+ */
+export function registeredBuffer(bytes: number): { id: number; buffer: Buffer } {
+  const [id, memory] = addon.registeredBuffer(bytes);
+  return { id, buffer: Buffer.from(memory) };
+}
+export function freeRegistered(id: number): boolean {
+  return addon.freeRegistered(id);
+}
+
 export class ClientCore {
   /** Op descriptors for submit(), OpLayout words, Limit.MAX_POST_BATCH ops. */
   readonly opWords: Uint32Array;
@@ -43,6 +56,8 @@ export class ClientCore {
   readonly arena: Buffer;
   /** The core's memory: GET values at the offsets poll() reports. Copy them out before the next poll() or submit(). */
   readonly scratch: Buffer;
+  /** The largest item (header + key + value) scratch holds: larger values move only through registered buffers. */
+  readonly itemLimit: number;
   readonly #native: NativeClientCore;
 
   constructor(provider: Provider, connection: Connection, cq: CompletionQueue, region: CoreRegion, options: CoreOptions) {
@@ -52,6 +67,7 @@ export class ClientCore {
     this.controlWords = this.#native.controlWords;
     this.arena = this.#native.arena;
     this.scratch = this.#native.scratch;
+    this.itemLimit = this.#native.itemLimit;
   }
 
   /** Results the last submit() left in resultWords (its control completions: controlCount). */

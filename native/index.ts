@@ -17,7 +17,7 @@
 export { Access, ConnEvent, ConnState, Limit, Opcode, SendFlag, WcStatus, WcFlag, constants } from './constants.generated.js';
 
 export type { DeviceInfo, ProviderInfo } from './addon.js';
-export { ClientCore, type CoreOptions, type CoreRegion, type LocationStats } from './client-core.js';
+export { ClientCore, type CoreOptions, type CoreRegion, type LocationStats, freeRegistered, registeredBuffer } from './client-core.js';
 // Where the client core's controlWords hold their completions.
 export { ControlWords } from './constants.generated.js';
 export { CompletionQueue, type PollMode } from './completion-queue.js';

@@ -22,6 +22,8 @@ export type KvErrorCode =
   | 'KV_CORRUPT'
   | 'KV_INVALID_ARGUMENT'
   | 'KV_READ_ONLY'
+  | 'KV_BUFFER_TOO_SMALL'
+  | 'KV_BAD_BUFFER'
   | `RDMA_${string}`;
 
 export class KvError extends Error {
@@ -114,6 +116,26 @@ export class KvRdmaError extends KvError {
   }
 }
 
+/**
+ * A value does not fit where it was to land: the buffer given to getInto(), or (get() of a value
+ * larger than the client's scratch holds) no buffer at all. `needed` is the value's length.
+ */
+export class KvBufferTooSmallError extends KvError {
+  constructor(
+    readonly needed: number,
+    message: string,
+  ) {
+    super('KV_BUFFER_TOO_SMALL', message);
+  }
+}
+
+/** A registered buffer (allocBuffer) used after free(), or a range outside it. */
+export class KvBadBufferError extends KvError {
+  constructor(message: string) {
+    super('KV_BAD_BUFFER', message);
+  }
+}
+
 export function isRetryable(error: unknown): boolean {
   return error instanceof KvError && error[retryable];
 }
@@ -131,6 +153,8 @@ export function errorForStatus(status: number, detail: number, what: string): Kv
     case KvStatus.TYPE_MISMATCH: return new KvTypeMismatchError(`${what}: the key holds another kind of item (bytes, a counter, a lock) than this operation works on`);
     case KvStatus.VERSION_MISMATCH: return new KvError('KV_VERSION_MISMATCH', `${what}: the version did not match`);
     case KvStatus.CORRUPT: return new KvCorruptError(`${what}: the item failed its checksum ${detail} times`);
+    case KvStatus.BUFFER_TOO_SMALL: return new KvBufferTooSmallError(detail, `${what}: the value is ${detail} bytes: it needs a buffer of at least ${detail} bytes (getInto with an allocBuffer of that size)`);
+    case KvStatus.BAD_BUFFER: return new KvBadBufferError(`${what}: the registered buffer was freed, or the range lies outside it`);
     case KvStatus.RDMA_ERROR: {
       const name = statusName(detail);
       return new KvRdmaError(name, `${what}: RDMA error completion ${name}`);

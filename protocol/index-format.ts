@@ -3,8 +3,10 @@
 // IndexWord; test/protocol/index-format.test.ts holds the two together).
 //
 // Vocabulary: a *bucket* is one 64-byte line of the index: word 0 its lock
-// word, words 1-7 its *slots*. A slot is [fingerprint:16 | units:16 | block:32]
-// (0 = empty): the item's length and its heap offset, both in 64-byte units.
+// word, words 1-7 its *slots*. A slot is [fingerprint:16 | length:16 | block:32]
+// (0 = empty): the item's length (64-byte units, exact, up to 32,767 of them;
+// above, top bit set, 4 KiB granules rounded up: slotUnits decodes both) and its
+// heap offset in 64-byte units.
 // Who may write which word is docs/protocol.md's "atomics rule": lock words
 // and items' atomic words change only by RDMA atomics, slots only by the
 // holder of their bucket's lock (or by the server while no client is served).
@@ -21,11 +23,21 @@ const SESSION_SHIFT = BigInt(KvLayout.SESSION_VERSION_BITS);
 
 export const EMPTY_SLOT = 0n;
 
+/** The 16-bit length field of an item of `units` (at most IndexWord.SLOT_MAX_UNITS): exact when fine, granules when coarse. */
+export function slotLengthField(units: number): number {
+  return units <= IndexWord.SLOT_FINE_MAX_UNITS ? units : IndexWord.SLOT_COARSE_FLAG | Math.ceil(units / IndexWord.SLOT_COARSE_UNITS);
+}
+const fieldUnits = (field: number): number =>
+  (field & IndexWord.SLOT_COARSE_FLAG) === 0 ? field : (field & IndexWord.SLOT_FINE_MAX_UNITS) * IndexWord.SLOT_COARSE_UNITS;
+/** The length a slot gives an item of `units`: the same when fine, rounded up to a 4 KiB granule when coarse. */
+export const slotLengthUnits = (units: number): number => fieldUnits(slotLengthField(units));
+
 export function packSlot(fingerprint: number, units: number, block: number): bigint {
-  return (BigInt(fingerprint) << FP_SHIFT) | ((BigInt(units) & UNITS_MASK) << UNITS_SHIFT) | BigInt(block >>> 0);
+  return (BigInt(fingerprint) << FP_SHIFT) | (BigInt(slotLengthField(units)) << UNITS_SHIFT) | BigInt(block >>> 0);
 }
 export const slotFingerprint = (slot: bigint): number => Number(slot >> FP_SHIFT);
-export const slotUnits = (slot: bigint): number => Number((slot >> UNITS_SHIFT) & UNITS_MASK);
+/** The item's length in units as the slot gives it (the one decoder: coarse lengths come rounded up to a granule). */
+export const slotUnits = (slot: bigint): number => fieldUnits(Number((slot >> UNITS_SHIFT) & UNITS_MASK));
 /** The item's heap block: its offset from the heap's start, in units. */
 export const slotBlock = (slot: bigint): number => Number(slot & LOW32);
 

@@ -1,7 +1,7 @@
 // Heap size classes: the block sizes (in 64-byte units) the server grants,
 // and the class an item of a given key and value length needs. "Class" in
 // rdma-kv means this and nothing else.
-import { KvLayout } from './constants.js';
+import { IndexWord, KvLayout } from './constants.js';
 
 /** The smallest class whose blocks hold `units`, or -1. */
 export function classFor(classes: readonly number[], units: number): number {
@@ -15,15 +15,21 @@ export function classFor(classes: readonly number[], units: number): number {
   return lo < classes.length ? lo : -1;
 }
 
-/** Block sizes in units: 1, 2, 3, … growing by 1.25× (memcached's slab factor) up to maxUnits. */
+/**
+ * Block sizes in units: 1, 2, 3, … growing by 1.25× (memcached's slab factor) up to maxUnits.
+ * Past a slot's fine length range (IndexWord.SLOT_FINE_MAX_UNITS) every class is whole 4 KiB
+ * granules, so the rounded length a slot gives a large item never runs past its block.
+ */
 export function sizeClasses(maxUnits: number): number[] {
   const classes: number[] = [];
+  const granule = IndexWord.SLOT_COARSE_UNITS;
+  const fit = (units: number): number => (units <= IndexWord.SLOT_FINE_MAX_UNITS ? units : Math.ceil(units / granule) * granule);
   for (let size = 1; ; size = Math.max(size + 1, Math.ceil(size * 1.25))) {
-    if (size >= maxUnits) {
-      classes.push(maxUnits);
+    if (fit(size) >= fit(maxUnits)) {
+      classes.push(fit(maxUnits));
       return classes;
     }
-    classes.push(size);
+    classes.push(fit(size));
   }
 }
 

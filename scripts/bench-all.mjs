@@ -10,6 +10,7 @@ const benchmarks = [
   ['kv-bench harness (basic binding)', 'dist/bench/ycsb/harness-bench.js', []],
   ['the data path: floor, rdma-kv, ioredis, npm start, goals', 'dist/bench/kv/data-path.js', []],
   ['the item checksum: v2 hash64 vs CRC32C (C++, g++ -O2)', 'scripts/bench-checksum.mjs', []],
+  ['large values: getInto and put from registered buffers vs raw READ and WRITE bandwidth', 'dist/bench/kv/large-values.js', []],
 ];
 
 let failed = 0;

@@ -1,4 +1,4 @@
-// Transport microbenchmark: READ (64 B, or --bytes) and CAS through the JS
+// Transport microbenchmark: READ and WRITE (64 B, or --bytes) and CAS through the JS
 // binding with batch sizes 1, 16 and 64, one Node process (server and client
 // providers in it, like perftest's loopback). Each batch is one postSendRaw()
 // with the last request signaled, then busy polling for that one completion.
@@ -6,6 +6,7 @@
 //
 //   node dist/bench/transport/microbench.js [--url shm:///tmp/x.sock | rdma://ADDR:0]
 //        [--batch 1,16,64] [--ops READ,CAS] [--bytes 64] [--seconds 2] [--quick] [--json FILE]
+// (--ops takes WRITE too; --bytes up to 128 MiB: bench/kv/large-values.ts measures raw bandwidth so.)
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -27,7 +28,7 @@ import {
 
 interface Result {
   op: string;
-  /** bytes per request: --bytes for READ, 8 for CAS */
+  /** bytes per request: --bytes for READ and WRITE, 8 for CAS */
   bytes: number;
   batch: number;
   ops: number;
@@ -59,9 +60,9 @@ const readBytes = Number(values.bytes);
 const stride = Math.max(64, readBytes);
 const batchBytes = Math.max(...batches) * stride;
 for (const b of batches) if (!(b >= 1 && b <= 256)) throw new Error(`--batch: ${b} is not between 1 and 256`);
-for (const op of ops) if (op !== 'READ' && op !== 'CAS') throw new Error(`--ops: unknown op ${op} (READ or CAS)`);
+for (const op of ops) if (op !== 'READ' && op !== 'WRITE' && op !== 'CAS') throw new Error(`--ops: unknown op ${op} (READ, WRITE or CAS)`);
 if (!(seconds > 0)) throw new Error('--seconds must be positive');
-if (!(Number.isInteger(readBytes) && readBytes >= 1 && readBytes <= 1 << 20)) throw new Error(`--bytes: ${values.bytes} is not between 1 and 1048576`);
+if (!(Number.isInteger(readBytes) && readBytes >= 1 && readBytes <= 128 << 20)) throw new Error(`--bytes: ${values.bytes} is not between 1 and 134217728`);
 
 const socketDir = values.url === undefined ? mkdtempSync(join(tmpdir(), 'rkv-bench-')) : undefined;
 const url = values.url ?? `shm://${join(socketDir!, 'bench.sock')}`;
@@ -83,11 +84,11 @@ async function connect(): Promise<{ client: Provider; server: Provider; conn: Co
   const conn = await client.connect(listener.url, { cq });
   const wrFor = (op: string, i: number, last: boolean): WorkRequest => ({
     wrId: i,
-    opcode: op === 'READ' ? Opcode.READ : Opcode.CMP_AND_SWP,
+    opcode: op === 'READ' ? Opcode.READ : op === 'WRITE' ? Opcode.WRITE : Opcode.CMP_AND_SWP,
     flags: last ? SendFlag.SIGNALED : 0,
     local: scratch,
     localOffset: i * stride,
-    length: op === 'READ' ? readBytes : 8,
+    length: op === 'CAS' ? 8 : readBytes,
     remoteAddr: region.addr + BigInt(i * stride),
     rkey: region.rkey,
     compareAdd: 0n,
@@ -133,7 +134,7 @@ function run(ctx: Awaited<ReturnType<typeof connect>>, op: string, batch: number
   const total = batchesDone * batch;
   return {
     op,
-    bytes: op === 'READ' ? readBytes : 8,
+    bytes: op === 'CAS' ? 8 : readBytes,
     batch,
     ops: total,
     seconds: elapsed,

@@ -16,6 +16,9 @@
 // its scratch is freed only when the last of them goes; the wrapper closes
 // the core when it is collected, if JS did not.
 #include <cstring>
+#include <iterator>
+#include <mutex>
+#include <unordered_map>
 
 #include "../kv/client_core.h"
 #include "addon.h"
@@ -44,6 +47,52 @@ uint64_t bigint_field(const Napi::Object& o, const char* name) {
   throw_error(o.Env(), "ERR_INVALID_ARG_TYPE", std::string("region.") + name + " must be a number or bigint");
 }
 
+// Registered buffers (client/large-values.ts): memory the caller's large
+// values live in, by id. An id is never reused; freeRegistered() forgets it,
+// so an op that names it later fails with BAD_BUFFER (the memory itself stays
+// mapped while a JS view of it lives). Each core registers a buffer with its
+// own provider the first time an op names it. Shared by every thread's addon.
+std::mutex registered_mutex;
+std::unordered_map<uint32_t, std::shared_ptr<transport::Memory>> registered;
+uint32_t registered_next = 1;
+
+std::shared_ptr<transport::Memory> registered_find(uint32_t id) {
+  std::lock_guard<std::mutex> lock(registered_mutex);
+  auto it = registered.find(id);
+  return it == registered.end() ? nullptr : it->second;
+}
+
+// registeredBuffer(bytes) -> [id, ArrayBuffer over the memory]
+Napi::Value registered_buffer(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const double bytes = info[0].IsNumber() ? info[0].As<Napi::Number>().DoubleValue() : -1;
+  if (!(bytes >= 1 && bytes <= 4294967295.0)) throw_error(env, "ERR_OUT_OF_RANGE", "a registered buffer is 1 byte to 4 GiB");
+  std::string error;
+  std::shared_ptr<transport::Memory> memory = transport::Memory::allocate(static_cast<size_t>(bytes), "", &error);
+  if (!memory) throw_error(env, "ERR_RKV_MEMORY", error);
+  uint32_t id;
+  {
+    std::lock_guard<std::mutex> lock(registered_mutex);
+    id = registered_next++;
+    registered[id] = memory;
+  }
+  auto* holder = new std::shared_ptr<transport::Memory>(memory);
+  Napi::ArrayBuffer buffer = Napi::ArrayBuffer::New(
+      env, memory->data(), static_cast<size_t>(bytes),
+      [](Napi::Env, void*, std::shared_ptr<transport::Memory>* p) { delete p; }, holder);
+  Napi::Array out = Napi::Array::New(env, 2);
+  out.Set(0u, Napi::Number::New(env, id));
+  out.Set(1u, buffer);
+  return out;
+}
+
+// freeRegistered(id) -> whether it was registered
+Napi::Value free_registered(const Napi::CallbackInfo& info) {
+  const uint32_t id = info[0].As<Napi::Number>().Uint32Value();
+  std::lock_guard<std::mutex> lock(registered_mutex);
+  return Napi::Boolean::New(info.Env(), registered.erase(id) > 0);
+}
+
 class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
  public:
   static Napi::Function define(Napi::Env env) {
@@ -55,6 +104,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
                         InstanceMethod<&ClientCoreWrap::location_stats>("locationStats"),
                         InstanceAccessor<&ClientCoreWrap::inflight>("inflight"),
                         InstanceAccessor<&ClientCoreWrap::doorbells>("doorbells"),
+                        InstanceAccessor<&ClientCoreWrap::item_limit>("itemLimit"),
                         InstanceAccessor<&ClientCoreWrap::op_words>("opWords"),
                         InstanceAccessor<&ClientCoreWrap::result_words>("resultWords"),
                         InstanceAccessor<&ClientCoreWrap::control_words>("controlWords"),
@@ -92,7 +142,8 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
                                  : ClientCore::kDefaultLocationEntries;
     if (locations > (1u << 24)) throw_error(env, "ERR_OUT_OF_RANGE", "locationCacheEntries is at most 2^24");
     std::string error;
-    core_ = ClientCore::create(provider_of(info[0]), connection_of(info[1]), cq_of(info[2]), region, scratch_bytes,
+    provider_ = provider_of(info[0]);
+    core_ = ClientCore::create(provider_, connection_of(info[1]), cq_of(info[2]), region, scratch_bytes,
                                timeout, &error, locations);
     if (!core_) throw_error(env, "ERR_RKV_CLIENT", error);
     core_->set_arm_when_done(arm_when_done);
@@ -116,7 +167,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
   Napi::Value submit(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     const uint32_t count = std::min<uint32_t>(info[0].As<Napi::Number>().Uint32Value(), kMaxBatch);
-    const uint32_t* w = op_words_->data();
+    uint32_t* w = op_words_->data();
     const uint8_t* arena = arena_->data();
     for (uint32_t i = 0; i < count; i++, w += u32(OpLayout::WORDS)) {
       OpDesc& d = descs_[i];
@@ -134,8 +185,12 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
       d.block = w[u32(OpLayout::BLOCK)];
       d.block_units = w[u32(OpLayout::BLOCK_UNITS)];
       read_argument(d, w);
+      read_external(d, w);
     }
     const size_t taken = core_->submit(descs_.data(), count);
+    // An op that does not name a buffer leaves these words alone: clear them.
+    w = op_words_->data();
+    for (uint32_t i = 0; i < count; i++, w += u32(OpLayout::WORDS)) w[u32(OpLayout::EXT_BUFFER)] = 0;
     const size_t n = write_out(core_->take_results(results_.data(), kMaxBatch));
     return Napi::Number::New(env, static_cast<double>(taken + n * 65536));
   }
@@ -183,6 +238,53 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
     }
   }
 
+  // The op's registered buffer (OpLayout EXT_*), registered with this core's
+  // provider on first use. Gone or out of range: ext_bad (BAD_BUFFER).
+  void read_external(OpDesc& d, const uint32_t* w) {
+    d.ext = nullptr;
+    d.ext_len = d.ext_lkey = 0;
+    d.ext_bad = false;
+    const uint32_t id = w[u32(OpLayout::EXT_BUFFER)];
+    if (id == 0) return;
+    const uint64_t offset = w[u32(OpLayout::EXT_OFFSET)], len = w[u32(OpLayout::EXT_LEN)];
+    std::shared_ptr<transport::Memory> memory = registered_find(id);
+    auto cached = external_.find(id);
+    if (!memory) {
+      if (cached != external_.end()) external_.erase(cached);
+      d.ext_bad = true;
+      return;
+    }
+    if (cached == external_.end()) {
+      // A new buffer: first drop the registrations of buffers freed since (their
+      // memory goes with the last JS view), so a client that allocates and frees
+      // buffers keeps registered only those still allocated, plus this one.
+      for (auto it = external_.begin(); it != external_.end();) {
+        it = registered_find(it->first) ? std::next(it) : external_.erase(it);
+      }
+      std::string error;
+      std::unique_ptr<transport::MemoryRegion> mr =
+          provider_->register_memory(*memory, 0, memory->length(), u32(Access::LOCAL_WRITE), &error);
+      if (!mr) {
+        d.ext_bad = true;
+        return;
+      }
+      cached = external_.emplace(id, External{memory, std::move(mr)}).first;
+    }
+    if (offset + len > memory->length() || (len == 0 && d.type != KvOp::GET)) {
+      d.ext_bad = true;
+      return;
+    }
+    d.ext = memory->data() + offset;
+    d.ext_len = static_cast<uint32_t>(len);
+    d.ext_lkey = cached->second.mr->lkey();
+    if (d.type == KvOp::PUT || d.type == KvOp::CAS) {
+      d.value = d.ext;
+      d.value_len = d.ext_len;
+    }
+  }
+  Napi::Value item_limit(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), static_cast<double>(core_->item_limit()));
+  }
   Napi::Value fail_all(const Napi::CallbackInfo& info) {
     core_->fail_all(static_cast<KvStatus>(info[0].As<Napi::Number>().Uint32Value()), 0);
     return info.Env().Undefined();
@@ -224,6 +326,12 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
                                       new std::shared_ptr<ClientCore>(core_));
   }
 
+  struct External {
+    std::shared_ptr<transport::Memory> memory;
+    std::unique_ptr<transport::MemoryRegion> mr;
+  };
+  std::shared_ptr<transport::Provider> provider_;  // before external_: registrations go first
+  std::unordered_map<uint32_t, External> external_;  // registered buffers, registered here
   std::shared_ptr<ClientCore> core_;
   std::shared_ptr<std::vector<uint32_t>> op_words_, result_words_, control_words_;
   std::shared_ptr<std::vector<uint8_t>> arena_;
@@ -239,6 +347,8 @@ void init_kv(Napi::Env env, Napi::Object exports, AddonData* data) {
   Napi::Function fn = ClientCoreWrap::define(env);
   data->client_core = Napi::Persistent(fn);
   exports.Set("ClientCore", fn);
+  exports.Set("registeredBuffer", Napi::Function::New(env, registered_buffer, "registeredBuffer"));
+  exports.Set("freeRegistered", Napi::Function::New(env, free_registered, "freeRegistered"));
 }
 
 }  // namespace rkv::binding

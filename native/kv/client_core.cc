@@ -17,6 +17,8 @@ using transport::Completion;
 namespace {
 
 constexpr size_t kMaxOps = u32(KvLayout::MAX_INFLIGHT);
+// The smallest largest-item the buffer pool is made for (client_core.h, item_limit).
+constexpr uint64_t kPooledItemFloor = 2ull << 20;
 // The most requests one phase adds (W_ALT: one READ per displacement
 // bucket). An op adds at most one phase per pass and adds none while its
 // phase is unposted, so the send list never holds more than every op's
@@ -51,7 +53,13 @@ std::unique_ptr<ClientCore> ClientCore::create(std::shared_ptr<transport::Provid
   core->region_ = region;
   core->op_timeout_ms_ = op_timeout_ms;
   const size_t items_begin = kMaxOps * area::kBytes;
-  scratch_bytes = std::max<size_t>(scratch_bytes, items_begin + 2 * core->largest_item());
+  // The pool holds two of the largest items, or of 2 MiB ones (every item of the
+  // default 1 MiB --max-value) when items are larger than that: items past
+  // what scratch holds two of move through the caller's registered buffers.
+  const uint64_t largest = core->largest_item();
+  scratch_bytes = std::max<size_t>(scratch_bytes, items_begin + 2 * std::min<uint64_t>(largest, kPooledItemFloor));
+  core->item_limit_ = largest;
+  while (core->item_limit_ > kPooledItemFloor && items_begin + 2 * core->item_limit_ > scratch_bytes) core->item_limit_ /= 2;
   core->scratch_ = transport::Memory::allocate(scratch_bytes, "", error);
   if (!core->scratch_) return nullptr;
   core->mr_ = core->provider_->register_memory(*core->scratch_, 0, core->scratch_->length(),
@@ -266,6 +274,7 @@ void ClientCore::phase_done(Op& op) {
     case Phase::G_CONFIRM: return get_buckets_done(op);
     case Phase::G_ITEM: return get_item_done(op);
     case Phase::G_CACHED: return get_cached_done(op);
+    case Phase::G_LARGE: return get_large_done(op);
     case Phase::W_CREDIT: return credit_done(op);
     case Phase::W_READ: return write_lock(op);
     case Phase::W_LOCK: return write_locked(op);

@@ -72,6 +72,14 @@ struct OpDesc {
     uint32_t lock_timeout_ms;       // LOCK: how long to wait for the lock (0: the op timeout)
     uint32_t token;                 // UNLOCK: the fencing token LOCK returned
   };
+  // A registered buffer of the caller's for a large value (ext_lkey 0: none):
+  // GET reads the value straight into ext (up to ext_len bytes); PUT and CAS
+  // write it from there (value and value_len then point at it). ext_bad: the
+  // op named a buffer that is gone (it fails with BAD_BUFFER).
+  uint8_t* ext = nullptr;
+  uint32_t ext_len = 0;
+  uint32_t ext_lkey = 0;
+  bool ext_bad = false;
 };
 
 struct OpResult {
@@ -135,6 +143,10 @@ class ClientCore {
   uint64_t doorbells() const { return sends_.doorbells(); }
   const LocationCache::Stats& location_stats() const { return locations_.stats; }
   uint8_t* scratch() const { return scratch_->data(); }
+  // The largest item the buffer pool holds: larger ones move only through a
+  // registered buffer of the caller's (OpDesc::ext); without one a GET answers
+  // BUFFER_TOO_SMALL with the value's length, a PUT is refused so.
+  uint64_t item_limit() const { return item_limit_; }
   size_t scratch_length() const { return scratch_->length(); }
 
  private:
@@ -188,6 +200,10 @@ class ClientCore {
   void get_item_next(Op& op);
   void get_item_done(Op& op);
   void lend_value(Op& op, uint32_t key_len, uint32_t value_len);
+  // GET of an item read in two pieces: header and key into the op's area, the
+  // value straight into the caller's registered buffer (large.cc).
+  void get_large_next(Op& op, uint64_t slot);
+  void get_large_done(Op& op);
   // GET on a location-cache hit, and what ops teach the cache (location_cache.cc).
   static constexpr uint32_t kSkipVersion = 1, kSkipState = 2;  // test hook: checks a hit skips
   static uint32_t unchecked_locations_from_env();
@@ -249,6 +265,7 @@ class ClientCore {
   AddressCache cache_;
   LocationCache locations_;
   uint32_t unchecked_ = 0;  // kSkip*: a test hook, 0 in use
+  uint64_t item_limit_ = 0;  // item_limit()
 };
 
 }  // namespace rkv::kv

@@ -1,5 +1,5 @@
 // CRC32C (Castagnoli, reflected polynomial 0x82f63b78): the item checksum of
-// protocol v3 (docs/protocol.md, "The item checksum"). One function the data
+// protocol v3 and v4 (docs/protocol.md, "The item checksum"). One function the data
 // path calls, which uses SSE4.2's crc32 instruction when the CPU has it and a
 // slice-by-8 table otherwise; both give the same bits, so a region written on
 // one machine checks on any other.

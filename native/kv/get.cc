@@ -65,6 +65,7 @@ void ClientCore::get_item_next(Op& op) {
   // (slots are written whole), and a READ there would break the connection for
   // every operation on it. Only this operation fails.
   if (!slot_in_heap(c.slot)) return finish(op, KvStatus::CORRUPT);
+  if (op.ext.lkey != 0 || bytes > item_limit_) return get_large_next(op, c.slot);  // large.cc
   if (bytes < kHeader || bytes > largest_item() || !take_item(op, bytes)) {
     return retry_later(op, Phase::G_BUCKETS);  // no scratch now, or a slot from the future: read again later
   }

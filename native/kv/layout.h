@@ -1,4 +1,4 @@
-// The region's layout (protocol v3, region format 2) and the pure functions both ends agree on
+// The region's layout (protocol v4, region format 3) and the pure functions both ends agree on
 // (hashing, slot and lock-word packing, item headers, checksums). The byte
 // offsets themselves live in constants.def; docs/protocol.md explains them.
 #pragma once
@@ -65,17 +65,39 @@ inline KeyHash hash_key(const uint8_t* key, size_t len, uint64_t seed, uint32_t 
   return k;
 }
 
-// Slot: [fingerprint:16 | item length in units:16 | heap offset in units:32]; 0 is empty.
+// Slot: [fingerprint:16 | item length:16 | heap offset in units:32]; 0 is empty.
 // (The bit positions are constants.def's IndexWord; protocol/index-format.ts is the TS twin.)
+// The length field is fine (64-byte units, exact) up to kSlotFineMax units and
+// coarse above (top bit set, whole granules of kSlotCoarse units, rounded up):
+// slot_units() is the one decoder, slot_length_units() what an item of `units`
+// reads as once in a slot. Every user of a slot's length goes through them.
 constexpr uint32_t kSlotFpShift = u32(IndexWord::SLOT_FINGERPRINT_SHIFT);
 constexpr uint32_t kSlotUnitsShift = u32(IndexWord::SLOT_UNITS_SHIFT);
 constexpr uint64_t kSlotUnitsMask = u32(IndexWord::SLOT_UNITS_MASK);
+constexpr uint32_t kSlotCoarseFlag = u32(IndexWord::SLOT_COARSE_FLAG);
+constexpr uint32_t kSlotFineMax = u32(IndexWord::SLOT_FINE_MAX_UNITS);
+constexpr uint32_t kSlotCoarse = u32(IndexWord::SLOT_COARSE_UNITS);
+constexpr uint32_t kSlotMaxUnits = u32(IndexWord::SLOT_MAX_UNITS);
+static_assert(kSlotFineMax == kSlotCoarseFlag - 1 && kSlotMaxUnits == kSlotFineMax * kSlotCoarse, "the slot's length field");
 constexpr uint32_t kLockVersionShift = u32(IndexWord::LOCK_VERSION_SHIFT);
+// The 16-bit length field for an item of `units` (at most kSlotMaxUnits; callers check).
+inline uint32_t slot_length_field(uint32_t units) {
+  return units <= kSlotFineMax ? units : kSlotCoarseFlag | (units + kSlotCoarse - 1) / kSlotCoarse;
+}
+inline uint32_t slot_field_units(uint32_t field) {
+  return (field & kSlotCoarseFlag) == 0 ? field : (field & kSlotFineMax) * kSlotCoarse;
+}
+// The length a slot gives an item of `units`: exact when fine, rounded up to a granule when coarse.
+inline uint32_t slot_length_units(uint32_t units) { return slot_field_units(slot_length_field(units)); }
 inline uint64_t make_slot(uint16_t fp, uint32_t units, uint32_t offset_units) {
-  return static_cast<uint64_t>(fp) << kSlotFpShift | (units & kSlotUnitsMask) << kSlotUnitsShift | offset_units;
+  return static_cast<uint64_t>(fp) << kSlotFpShift | static_cast<uint64_t>(slot_length_field(units)) << kSlotUnitsShift |
+         offset_units;
 }
 inline uint16_t slot_fp(uint64_t s) { return static_cast<uint16_t>(s >> kSlotFpShift); }
-inline uint32_t slot_units(uint64_t s) { return static_cast<uint32_t>((s >> kSlotUnitsShift) & kSlotUnitsMask); }
+// The item's length in units as the slot gives it (rounded up to a granule when coarse).
+inline uint32_t slot_units(uint64_t s) {
+  return slot_field_units(static_cast<uint32_t>((s >> kSlotUnitsShift) & kSlotUnitsMask));
+}
 inline uint32_t slot_offset(uint64_t s) { return static_cast<uint32_t>(s); }
 
 // Lock word: [version:32 | owner:32], owner 0 = free. Acquire: CAS (v, 0) ->
@@ -121,27 +143,33 @@ inline void store_le(uint8_t* p, T v) {
 constexpr uint32_t kChecksumAt = u32(ItemHeader::CHECKSUM);
 constexpr uint32_t kAtomicWordAt = u32(ItemHeader::ATOMIC_WORD);
 constexpr uint32_t kStateAt = u32(ItemHeader::STATE);
-static_assert(kHeader == 48 && kChecksumAt == 16 && kAtomicWordAt == 24 && kStateAt == 40, "the v3 item header");
+static_assert(kHeader == 48 && kChecksumAt == 16 && kAtomicWordAt == 24 && kStateAt == 40, "the item header (region formats 2 and 3)");
 // Linked as far as its STATE says: STATE still equals the item's own version
 // (no writer has marked it SUPERSEDED, and the word is not another item's).
 inline bool item_state_live(const uint8_t* item) {
   const uint64_t version = load_le<uint64_t>(item + u32(ItemHeader::VERSION));
   return version != u32(ItemState::SUPERSEDED) && load_le<uint64_t>(item + kStateAt) == version;
 }
-inline uint32_t item_checksum(const uint8_t* item, uint32_t key_len, uint32_t value_len) {
+// The checksum of an item whose value lies apart from its header and key
+// (a large value in the caller's registered buffer): the same CRC, chained.
+inline uint32_t item_checksum_parts(const uint8_t* header_and_key, uint32_t key_len, const uint8_t* value,
+                                    uint32_t value_len) {
   uint8_t header[kHeader];
-  std::memcpy(header, item, kHeader);
+  std::memcpy(header, header_and_key, kHeader);
   std::memset(header + kChecksumAt, 0, 4);
   std::memset(header + kAtomicWordAt, 0, 8);
   std::memset(header + kStateAt, 0, 8);
-  return crc32c(crc32c(0, header, kHeader), item + kHeader, static_cast<size_t>(key_len) + value_len);
+  const uint32_t crc = crc32c(crc32c(0, header, kHeader), header_and_key + kHeader, key_len);
+  return value_len == 0 ? crc : crc32c(crc, value, value_len);
+}
+inline uint32_t item_checksum(const uint8_t* item, uint32_t key_len, uint32_t value_len) {
+  return item_checksum_parts(item, key_len, item + kHeader + key_len, value_len);
 }
 
-// Writes a complete item (header, key, value, checksum) into dst: epoch 0 (no
-// replication yet), no expiry, STATE live (its own version), atomic word 0
-// (the caller sets a counter's or lock's after: the checksum does not cover it).
-inline void build_item(uint8_t* dst, ItemType type, const uint8_t* key, uint32_t key_len, const uint8_t* value,
-                       uint32_t value_len, uint64_t version) {
+// Writes an item's header and key into dst, its checksum covering `value`,
+// which the caller writes right after the key (build_item) or from elsewhere.
+inline void build_item_header(uint8_t* dst, ItemType type, const uint8_t* key, uint32_t key_len, const uint8_t* value,
+                              uint32_t value_len, uint64_t version) {
   std::memset(dst, 0, kHeader);
   store_le<uint16_t>(dst + u32(ItemHeader::TYPE), static_cast<uint16_t>(type));
   store_le<uint16_t>(dst + u32(ItemHeader::KEY_LEN), static_cast<uint16_t>(key_len));
@@ -149,8 +177,16 @@ inline void build_item(uint8_t* dst, ItemType type, const uint8_t* key, uint32_t
   store_le<uint64_t>(dst + u32(ItemHeader::VERSION), version);
   store_le<uint64_t>(dst + kStateAt, version);
   std::memcpy(dst + kHeader, key, key_len);
+  store_le<uint32_t>(dst + kChecksumAt, item_checksum_parts(dst, key_len, value, value_len));
+}
+
+// Writes a complete item (header, key, value, checksum) into dst: epoch 0 (no
+// replication yet), no expiry, STATE live (its own version), atomic word 0
+// (the caller sets a counter's or lock's after: the checksum does not cover it).
+inline void build_item(uint8_t* dst, ItemType type, const uint8_t* key, uint32_t key_len, const uint8_t* value,
+                       uint32_t value_len, uint64_t version) {
   if (value_len > 0) std::memcpy(dst + kHeader + key_len, value, value_len);
-  store_le<uint32_t>(dst + kChecksumAt, item_checksum(dst, key_len, value_len));
+  build_item_header(dst, type, key, key_len, dst + kHeader + key_len, value_len, version);
 }
 
 }  // namespace rkv::kv

@@ -71,7 +71,7 @@ inline ItemType type_for(KvOp op) {
 // DELETE, CAS, creating a counter or lock); A_ATOMIC: one atomic on an item's
 // word; BACKOFF: waiting to retry (resume says where).
 enum class ClientCore::Phase : uint8_t {
-  IDLE, G_BUCKETS, G_CONFIRM, G_ITEM, G_CACHED,
+  IDLE, G_BUCKETS, G_CONFIRM, G_ITEM, G_CACHED, G_LARGE,
   W_CREDIT, W_READ, W_LOCK, W_VERIFY, W_ALT, W_ALT_LOCK, W_COMMIT, W_RELEASE,
   A_ATOMIC,
   BACKOFF,
@@ -173,7 +173,13 @@ struct ClientCore::Op {
   uint8_t key[kMaxKey];
   uint32_t key_len = 0;
   KeyHash kh;
-  BufferPool::Buffer item;  // the item read (GET) or built (PUT, CAS, creation)
+  BufferPool::Buffer item;  // the item read (GET) or built (PUT, CAS, creation); with ext, its header and key only
+  // The caller's registered buffer for the value (lkey 0: none): OpDesc::ext.
+  struct External {
+    uint8_t* data = nullptr;
+    uint32_t len = 0;
+    uint32_t lkey = 0;
+  } ext;
   uint64_t version = 0;     // the item's version: read (GET) or written
   GrantedBlock block;
   bool ring_credit = false;  // a record of our notification ring is promised to this op (writes)

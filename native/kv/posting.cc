@@ -36,6 +36,20 @@ void SendList::write(uint64_t wr_id, uint64_t local, uint32_t length, uint64_t r
   add(wr_id, Opcode::WRITE, local, length, remote).send_flags = length <= max_inline_ ? u32(SendFlag::INLINE) : 0;
 }
 
+void SendList::read_into(uint64_t wr_id, uint8_t* local, uint32_t lkey, uint32_t length, uint64_t remote) {
+  WorkRequest& wr = add(wr_id, Opcode::READ, 0, length, remote);
+  wr.local_addr = reinterpret_cast<uint64_t>(local);
+  wr.lkey = lkey;
+  wr.send_flags = 0;
+}
+
+void SendList::write_from(uint64_t wr_id, const uint8_t* local, uint32_t lkey, uint32_t length, uint64_t remote) {
+  WorkRequest& wr = add(wr_id, Opcode::WRITE, 0, length, remote);
+  wr.local_addr = reinterpret_cast<uint64_t>(local);
+  wr.lkey = lkey;
+  wr.send_flags = length <= max_inline_ ? u32(SendFlag::INLINE) : 0;
+}
+
 void SendList::write_imm(uint64_t wr_id, uint64_t local, uint32_t length, uint64_t remote, uint32_t imm) {
   write(wr_id, local, length, remote);
   wrs_.back().opcode = Opcode::WRITE_WITH_IMM;

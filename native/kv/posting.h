@@ -38,6 +38,9 @@ class SendList {
 
   void read(uint64_t wr_id, uint64_t local, uint32_t length, uint64_t remote, bool fence = false);
   void write(uint64_t wr_id, uint64_t local, uint32_t length, uint64_t remote);
+  // READ into / WRITE from memory outside scratch, registered with `lkey` (a caller's buffer).
+  void read_into(uint64_t wr_id, uint8_t* local, uint32_t lkey, uint32_t length, uint64_t remote);
+  void write_from(uint64_t wr_id, const uint8_t* local, uint32_t lkey, uint32_t length, uint64_t remote);
   void write_imm(uint64_t wr_id, uint64_t local, uint32_t length, uint64_t remote, uint32_t imm);
   void cas(uint64_t wr_id, uint64_t result, uint64_t remote, uint64_t expect, uint64_t swap);
   void faa(uint64_t wr_id, uint64_t result, uint64_t remote, uint64_t add);

@@ -39,9 +39,12 @@ size_t ClientCore::submit(const OpDesc* descs, size_t count) {
 ClientCore::Op* ClientCore::claim(const OpDesc& d) {
   if (free_ops_.empty()) return nullptr;
   Op& op = ops_[free_ops_.back()];
+  // With the caller's buffer only the header and key are built here; an item
+  // past item_limit_ without one is refused (refusal), not waited for.
+  const uint64_t bytes = d.ext_lkey != 0 ? kHeader + d.key_len : item_bytes(d.key_len, d.value_len);
   const bool builds_item = (d.type == KvOp::PUT || d.type == KvOp::CAS) && d.key_len <= kMaxKey &&
-                           d.value_len <= region_.max_value;
-  if (builds_item && !take_item(op, item_bytes(d.key_len, d.value_len))) return nullptr;
+                           d.value_len <= region_.max_value && bytes <= item_limit_;
+  if (builds_item && !take_item(op, bytes)) return nullptr;
   free_ops_.pop_back();
   busy_++;
   op.busy = true;
@@ -58,6 +61,7 @@ void ClientCore::adopt(Op& op, const OpDesc& d, Clock::time_point now) {
   const bool granted = d.type == KvOp::PUT || d.type == KvOp::CAS || d.type == KvOp::INCR || d.type == KvOp::LOCK;
   op.block = {d.block, d.block_units, granted, false};
   op.key_len = d.key_len;
+  op.ext = {d.ext, d.ext_len, d.ext_lkey};
   if (d.key_len <= kMaxKey) {
     std::memcpy(op.key, d.key, d.key_len);
     op.kh = hash_key(op.key, op.key_len, region_.seed, region_.bucket_count);
@@ -89,6 +93,7 @@ void ClientCore::adopt(Op& op, const OpDesc& d, Clock::time_point now) {
 KvStatus ClientCore::refusal(const Op& op, const OpDesc& d) const {
   if (d.key_len > kMaxKey) return KvStatus::KEY_TOO_LARGE;
   if (d.value_len > region_.max_value) return KvStatus::VALUE_TOO_LARGE;
+  if (d.ext_bad) return KvStatus::BAD_BUFFER;
   if (broken_) return KvStatus::DISCONNECTED;
   if (op.block.held && (static_cast<uint64_t>(d.block) + d.block_units) * kUnit > region_.heap_bytes) {
     return KvStatus::PROTOCOL;  // a block outside the heap
@@ -101,8 +106,9 @@ KvStatus ClientCore::refusal(const Op& op, const OpDesc& d) const {
     case KvOp::UNLOCK:
       return KvStatus::OK;
     case KvOp::PUT:
-    case KvOp::CAS:  // the caller's block must hold the item
-      return item_units(item_bytes(d.key_len, d.value_len)) > d.block_units ? KvStatus::PROTOCOL : KvStatus::OK;
+    case KvOp::CAS:  // the caller's block must hold the item, as long as its slot will say
+      if (d.ext_lkey == 0 && item_bytes(d.key_len, d.value_len) > item_limit_) return KvStatus::BUFFER_TOO_SMALL;
+      return slot_length_units(item_units(item_bytes(d.key_len, d.value_len))) > d.block_units ? KvStatus::PROTOCOL : KvStatus::OK;
     default:
       return KvStatus::PROTOCOL;  // not an operation
   }
@@ -113,7 +119,7 @@ KvStatus ClientCore::refusal(const Op& op, const OpDesc& d) const {
 void ClientCore::start(Op& op, const OpDesc& d) {
   switch (d.type) {
     case KvOp::GET:
-      if (get_cached(op)) return;  // one READ of the item the location cache names
+      if (op.ext.lkey == 0 && get_cached(op)) return;  // one READ of the item the location cache names
       return get_read_buckets(op, Phase::G_BUCKETS);
     case KvOp::INCR:
     case KvOp::LOCK:
@@ -125,7 +131,11 @@ void ClientCore::start(Op& op, const OpDesc& d) {
       op.write().item_units = item_units(item_bytes(d.key_len, d.value_len));
       op.version = next_version();
       if (op.version == 0) return finish(op, KvStatus::DISCONNECTED);
-      build_item(mem(op.item.offset), ItemType::BYTES, op.key, op.key_len, d.value, d.value_len, op.version);
+      if (op.ext.lkey != 0) {  // the value stays in the caller's buffer: W_READ writes it from there
+        build_item_header(mem(op.item.offset), ItemType::BYTES, op.key, op.key_len, d.value, d.value_len, op.version);
+      } else {
+        build_item(mem(op.item.offset), ItemType::BYTES, op.key, op.key_len, d.value, d.value_len, op.version);
+      }
       return write_read_buckets(op);
     }
   }

@@ -37,9 +37,19 @@ void ClientCore::write_read_buckets(Op& op) {
   op.begin(Phase::W_READ);
   if (op.item.held && !w.item_written) {
     const uint8_t* item = mem(op.item.offset);
-    const uint32_t bytes = static_cast<uint32_t>(item_bytes(load_le<uint16_t>(item + u32(ItemHeader::KEY_LEN)),
-                                                            load_le<uint32_t>(item + u32(ItemHeader::VALUE_LEN))));
-    sends_.write(op.tag(), op.item.offset, bytes, heap_addr(op.block.offset));
+    const uint32_t key_len = load_le<uint16_t>(item + u32(ItemHeader::KEY_LEN));
+    const uint32_t value_len = load_le<uint32_t>(item + u32(ItemHeader::VALUE_LEN));
+    if (op.ext.lkey != 0) {
+      // Header and key from scratch, the value from the caller's registered
+      // buffer: two WRITEs of one doorbell, in order before the slot's.
+      sends_.write(op.tag(), op.item.offset, kHeader + key_len, heap_addr(op.block.offset));
+      if (value_len > 0) {
+        sends_.write_from(op.tag(), op.ext.data, op.ext.lkey, value_len, heap_addr(op.block.offset) + kHeader + key_len);
+      }
+    } else {
+      sends_.write(op.tag(), op.item.offset, static_cast<uint32_t>(item_bytes(key_len, value_len)),
+                   heap_addr(op.block.offset));
+    }
     w.item_written = true;
   }
   sends_.read(op.tag(), op.area(area::B1), kBucketBytes, bucket_addr(w.locks[0].bucket));

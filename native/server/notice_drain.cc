@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "../common/constants.generated.h"
+#include "../kv/layout.h"
 
 namespace rkv::server {
 
@@ -34,9 +35,9 @@ bool any_bit(const uint32_t* bits, uint64_t from, uint64_t to) {
   return false;
 }
 
-constexpr uint64_t kUnitsMask = u32(IndexWord::SLOT_UNITS_MASK);
-
-uint32_t slot_units(uint64_t slot) { return static_cast<uint32_t>((slot >> u32(IndexWord::SLOT_UNITS_SHIFT)) & kUnitsMask); }
+// The slot's length, decoded by the one decoder (layout.h): rounded up to a
+// granule for a coarse length, which its block (a class of whole granules) covers.
+using kv::slot_units;
 uint32_t slot_block(uint64_t slot) { return static_cast<uint32_t>(slot); }
 
 static_assert(u32(NoticeOut::RETIRED_AT) == u32(NoticeOut::HEADER_WORDS), "NoticeOut sections");

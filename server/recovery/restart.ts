@@ -7,7 +7,7 @@ import type { Logger } from 'pino';
 
 import { hashKey } from '../../native/index.js';
 import { ItemType, KvLayout } from '../../protocol/constants.js';
-import { EMPTY_SLOT, itemKey, itemType, readItemHeader, slotBlock, slotFingerprint, slotUnits } from '../../protocol/index-format.js';
+import { EMPTY_SLOT, itemKey, itemType, readItemHeader, slotBlock, slotFingerprint, slotLengthUnits, slotUnits } from '../../protocol/index-format.js';
 import { itemUnits } from '../../protocol/size-classes.js';
 import type { Fabric } from '../fabric.js';
 import type { SessionNumbers } from '../sessions/session-numbers.js';
@@ -106,7 +106,7 @@ function untrustedSlot(store: RegionStore, slot: bigint, bucket: number): string
   const { type, keyLength, valueLength } = readItemHeader(store.bytes, at);
   if (type !== ItemType.BYTES && type !== ItemType.COUNTER && type !== ItemType.LOCK) return 'no item type';
   if (keyLength > KvLayout.MAX_KEY_BYTES || valueLength > layout.maxValueBytes) return 'item lengths out of range';
-  if (itemUnits(keyLength, valueLength) !== units) return 'item length does not match the slot';
+  if (slotLengthUnits(itemUnits(keyLength, valueLength)) !== units) return 'item length does not match the slot';
   const { b1, b2, fingerprint } = hashKey(itemKey(store.bytes, at, keyLength), store.seed, layout.bucketCount);
   if (fingerprint !== slotFingerprint(slot) || (bucket !== b1 && bucket !== b2)) return 'item key does not hash to the slot';
   return undefined;

@@ -37,7 +37,9 @@ export function planLayout(options: { regionBytes: number; buckets?: number; max
   }
   const heapOffset = align(indexOffset + bucketCount * KvLayout.BUCKET_BYTES, 4096);
   const maxItemUnits = Math.ceil((KvLayout.ITEM_HEADER_BYTES + KvLayout.MAX_KEY_BYTES + maxValueBytes) / KvLayout.UNIT_BYTES);
-  if (maxItemUnits > 0xffff) throw new LayoutError(`the largest value must be under 4 MiB (got ${maxValueBytes} bytes)`);
+  if (maxValueBytes > KvLayout.MAX_VALUE_LIMIT) {
+    throw new LayoutError(`the largest value may be at most ${KvLayout.MAX_VALUE_LIMIT} bytes (127 MiB; got ${maxValueBytes} bytes)`);
+  }
   const heapBytes = Math.floor((regionBytes - heapOffset) / KvLayout.UNIT_BYTES) * KvLayout.UNIT_BYTES;
   if (heapBytes < 4 * maxItemUnits * KvLayout.UNIT_BYTES) {
     const need = heapOffset + 4 * maxItemUnits * KvLayout.UNIT_BYTES;

@@ -9,6 +9,7 @@
 //   lin    URL PROCESS COUNT FILE   random get/put/delete/cas on 3 keys, history in FILE
 //   put    URL KEY VALUE            one put; reports { acked } or its error, then exits
 //   del    URL KEY                  one delete; reports { deleted } or its error, then exits
+//   large  URL KEY BYTES MS         rewrites KEY from a registered buffer, every 4 KiB page stamped with the write's number
 import { KvClient } from '../../client/index.js';
 import { selfValidating, validate } from './kv.js';
 import { testTimeoutMs } from './providers.js';
@@ -152,6 +153,20 @@ async function main(): Promise<void> {
     send(outcome);
   } else if (mode === 'del') {
     send(await kv.delete(args[0]!).then((deleted) => ({ deleted }), (error: Error) => ({ failed: error.name })));
+  } else if (mode === 'large') {
+    const [key, bytes, ms] = [args[0]!, Number(args[1]), Number(args[2])];
+    const value = kv.allocBuffer(bytes);
+    const end = Date.now() + ms;
+    let writes = 0;
+    while (Date.now() < end) {
+      writes++;
+      for (let at = 0; at < bytes; at += 4096) value.writeUInt32LE(writes, at);
+      await kv.put(key, value);
+      // Each rewrite retires a block for the grace period: at most ~200 rewrites a second
+      // keep the retired ones well inside the heap (a 3 MiB value, 200 ms: ~40 blocks).
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    send({ writes });
   } else if (mode === 'hold') {
     const lock = await kv.lock(args[0]!);
     send({ token: lock.token.toString() });

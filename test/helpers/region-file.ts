@@ -4,6 +4,7 @@
 import { closeSync, openSync, readFileSync, writeSync } from 'node:fs';
 
 import { ItemHeader, KvLayout } from '../../protocol/constants.js';
+import { packSlot, slotBlock, slotUnits } from '../../protocol/index-format.js';
 import { hashKey } from '../../native/index.js';
 import { type SuperblockFields, readSuperblock } from '../../server/store/layout.js';
 
@@ -36,12 +37,12 @@ export function slotOfKeyIn(region: Buffer, key: string): SlotOfKey {
       const slotAt = sb.indexOffset + bucket * KvLayout.BUCKET_BYTES + 8 * i;
       const slot = region.readBigUInt64LE(slotAt);
       if (slot === 0n || Number(slot >> 48n) !== fingerprint) continue;
-      const block = Number(slot & 0xffffffffn);
+      const block = slotBlock(slot);
       const itemAt = sb.heapOffset + block * KvLayout.UNIT_BYTES;
       const keyLength = region.readUInt16LE(itemAt + ItemHeader.KEY_LEN);
       const keyAt = itemAt + KvLayout.ITEM_HEADER_BYTES;
       if (region.subarray(keyAt, keyAt + keyLength).toString() !== key) continue;
-      return { slotAt, slot, bucket, itemAt, units: Number((slot >> 32n) & 0xffffn), block };
+      return { slotAt, slot, bucket, itemAt, units: slotUnits(slot), block };
     }
   }
   throw new Error(`no slot holds '${key}'`);
@@ -67,7 +68,7 @@ export function readAt(file: string, at: number, length: number): Buffer {
   return readFileSync(file).subarray(at, at + length);
 }
 
-/** A slot word: [fingerprint:16 | units:16 | block:32]. */
+/** A slot word: [fingerprint:16 | length:16 | block:32] (protocol/index-format.ts encodes the length). */
 export function makeSlot(fingerprint: number, units: number, block: number): bigint {
-  return (BigInt(fingerprint) << 48n) | (BigInt(units & 0xffff) << 32n) | BigInt(block >>> 0);
+  return packSlot(fingerprint, units, block);
 }

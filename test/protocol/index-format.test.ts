@@ -4,7 +4,8 @@ import test from 'ava';
 import fc from 'fast-check';
 
 import { nativeBuildItem, nativeIndexWords } from '../../native/index.js';
-import { ItemHeader, ItemState, ItemType, KvLayout } from '../../protocol/constants.js';
+import { IndexWord, ItemHeader, ItemState, ItemType, KvLayout } from '../../protocol/constants.js';
+import { classFor, itemUnits, sizeClasses } from '../../protocol/size-classes.js';
 import {
   IndexView,
   counterValue,
@@ -19,16 +20,57 @@ import {
   releasedBucketWord,
   slotBlock,
   slotFingerprint,
+  slotLengthUnits,
   slotUnits,
 } from '../../protocol/index-format.js';
 
 const u32 = fc.integer({ min: 0, max: 0xffffffff });
 
+test('the slot length field: exact 64 B units up to 32,767 of them (2 MiB - 64 B), then 4 KiB granules up to 128 MiB - 4 KiB', (t) => {
+  const fine = IndexWord.SLOT_FINE_MAX_UNITS;
+  const cases: [units: number, decoded: number][] = [
+    [1, 1],
+    [fine - 1, fine - 1],
+    [fine, fine], // 2 MiB - 64 B: the last exact length
+    [fine + 1, 32768], // 2 MiB: the first coarse one, 512 granules
+    [32769, 32832], // 2 MiB + 64 B rounds up to 2 MiB + 4 KiB
+    [32832, 32832],
+    [1 << 20, 1 << 20], // 64 MiB
+    [(1 << 20) + 1, (1 << 20) + 64],
+    [IndexWord.SLOT_MAX_UNITS, IndexWord.SLOT_MAX_UNITS],
+  ];
+  for (const [units, decoded] of cases) {
+    const slot = packSlot(7, units, 5);
+    t.is(slotUnits(slot), decoded, `${units} units`);
+    t.is(slotLengthUnits(units), decoded);
+    t.is(nativeIndexWords(7, units, 5, 0, 0, 0n)[5], decoded, `native, ${units} units`);
+    t.is(slotBlock(slot), 5);
+    t.is(slotFingerprint(slot), 7);
+  }
+  // The largest value an operator may configure still fits, with the longest key.
+  t.true(itemUnits(KvLayout.MAX_KEY_BYTES, KvLayout.MAX_VALUE_LIMIT) <= IndexWord.SLOT_MAX_UNITS);
+});
+
+test("size classes past the fine range are whole granules, so a slot's rounded length stays inside the block", (t) => {
+  const max = itemUnits(KvLayout.MAX_KEY_BYTES, 64 << 20);
+  const classes = sizeClasses(max);
+  t.true(classes[classes.length - 1]! >= slotLengthUnits(max));
+  for (const c of classes) if (c > IndexWord.SLOT_FINE_MAX_UNITS) t.is(c % IndexWord.SLOT_COARSE_UNITS, 0);
+  fc.assert(
+    fc.property(fc.integer({ min: 1, max }), (units) => {
+      const cls = classFor(classes, units);
+      t.true(cls >= 0 && classes[cls]! >= slotLengthUnits(units));
+      t.is(classFor(classes, slotLengthUnits(units)), cls); // the server's class of a slot is the client's of its item
+    }),
+    { numRuns: 2000 },
+  );
+});
+
 test('slots, lock words, release addends and counter words are the native ones', (t) => {
   fc.assert(
     fc.property(
       fc.integer({ min: 1, max: 0xffff }),
-      fc.integer({ min: 0, max: 0xffff }),
+      fc.oneof(fc.integer({ min: 0, max: 0xffff }), fc.integer({ min: 0, max: IndexWord.SLOT_MAX_UNITS })),
       u32,
       u32,
       u32,
@@ -37,7 +79,11 @@ test('slots, lock words, release addends and counter words are the native ones',
         const [slot, word, addend, counterWord, nativeFp, nativeUnits, nativeBlock] = nativeIndexWords(fp, units, block, version, owner, counter);
         t.is(packSlot(fp, units, block), slot);
         t.deepEqual([slotFingerprint(slot), slotUnits(slot), slotBlock(slot)], [nativeFp, nativeUnits, nativeBlock]);
-        t.deepEqual([slotFingerprint(slot), slotUnits(slot), slotBlock(slot)], [fp, units, block]);
+        t.deepEqual([slotFingerprint(slot), slotUnits(slot), slotBlock(slot)], [fp, slotLengthUnits(units), block]);
+        // Exact in the fine range; above, rounded up to the next 4 KiB granule, never down.
+        const decoded = slotUnits(slot);
+        if (units <= IndexWord.SLOT_FINE_MAX_UNITS) t.is(decoded, units);
+        else t.true(decoded >= units && decoded - units < IndexWord.SLOT_COARSE_UNITS && decoded % IndexWord.SLOT_COARSE_UNITS === 0);
         t.is(lockWord(version, owner), word);
         t.deepEqual([lockVersion(word), lockOwner(word)], [version, owner]);
         t.is(releaseAddend(owner), addend);

@@ -120,12 +120,18 @@ test('the defaults make a valid configuration: 1 GiB on shm:///run/rdma-kv/kv.so
   });
 });
 
+test('resolveConfig: --max-value reaches 127 MiB (the slot\'s coarse length), given the memory for it', (t) => {
+  t.is(resolveConfig({ ...defaults(), memory: '320MiB', maxValue: '64MiB' }).maxValueBytes, 64 << 20);
+  t.is(resolveConfig({ ...defaults(), memory: '600MiB', maxValue: '127MiB' }).maxValueBytes, 127 << 20);
+});
+
 test('resolveConfig: the first thing wrong, as a UsageError', (t) => {
   const bad: Array<[Partial<RawServerArgs>, RegExp]> = [
     [{ listen: [] }, /at least one URL/],
     [{ listen: ['shm:///a.sock', 'shm:///a.sock'] }, /given twice/],
     [{ memory: '1MiB' }, /memory too small/],
-    [{ memory: '64M', maxValue: '8MiB' }, /under 4 MiB/],
+    [{ memory: '1GiB', maxValue: '128MiB' }, /at most 133169152 bytes \(127 MiB; got 134217728/],
+    [{ memory: '64M', maxValue: '64MiB' }, /memory too small/], // the heap holds at least 4 of the largest items
     [{ buckets: '1000' }, /not a power of two/],
     [{ buckets: '1' }, /out of range/],
     [{ maxValue: '0' }, /at least 1 byte/],

@@ -46,16 +46,17 @@ function floorUrl(serverUrl: string): string[] {
   return rdma ? ['--url', `rdma://${rdma[1]}:0`] : [];
 }
 
-async function measure(serverUrl: string, bytes: number, batch: number, seconds: number): Promise<FloorCase & { provider: string }> {
+/** One microbenchmark case in a child process: `op` (READ or WRITE) of `bytes`, `batch` per doorbell. */
+export async function measure(serverUrl: string, bytes: number, batch: number, seconds: number, op = 'READ'): Promise<FloorCase & { provider: string }> {
   const dir = mkdtempSync(join(tmpdir(), 'rkv-floor-'));
   try {
     const json = join(dir, 'floor.json');
-    const args = [...floorUrl(serverUrl), '--ops', 'READ', '--batch', String(batch), '--bytes', String(bytes), '--seconds', String(seconds), '--json', json];
+    const args = [...floorUrl(serverUrl), '--ops', op, '--batch', String(batch), '--bytes', String(bytes), '--seconds', String(seconds), '--json', json];
     const { code, stderr } = await runScript('dist/bench/transport/microbench.js', args, 120_000 + seconds * 10_000);
-    if (code !== 0) throw new Error(`the transport microbenchmark (READ ${bytes} B, batch ${batch}) failed (code ${code}): ${stderr.trim().split('\n').pop()}`);
+    if (code !== 0) throw new Error(`the transport microbenchmark (${op} ${bytes} B, batch ${batch}) failed (code ${code}): ${stderr.trim().split('\n').pop()}`);
     const doc = JSON.parse(readFileSync(json, 'utf8')) as { provider: string; results: MicrobenchResult[] };
-    const r = doc.results.find((x) => x.op === 'READ' && x.batch === batch);
-    if (r === undefined) throw new Error(`the transport microbenchmark wrote no READ batch-${batch} result to ${json}`);
+    const r = doc.results.find((x) => x.op === op && x.batch === batch);
+    if (r === undefined) throw new Error(`the transport microbenchmark wrote no ${op} batch-${batch} result to ${json}`);
     return { provider: doc.provider, bytes, batch, usPerRead: r.nsPerOp / 1000, p50Us: r.medianLatencyUs, p99Us: r.p99LatencyUs };
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -1,0 +1,87 @@
+// GET of an item in two pieces (docs/protocol.md, "Large values"): the header
+// and key into the op's area, the value straight into the caller's registered
+// buffer, in one doorbell, so a 64 MiB value is never copied through scratch.
+// Also what a GET without such a buffer does with an item larger than the
+// buffer pool holds: it reads the header and key alone and answers
+// BUFFER_TOO_SMALL with the value's length, so the caller can bring a buffer.
+//
+// The READ of the value piece may run past the item up to the length its slot
+// gives (a coarse length is rounded up to 4 KiB); it never runs past the block,
+// whose class is whole granules (protocol/size-classes.ts). The header's exact
+// VALUE_LEN, the key and the checksum over both pieces decide.
+#include <algorithm>
+
+#include "client_core.h"
+#include "op.h"
+
+namespace rkv::kv {
+
+namespace {
+constexpr uint32_t kMaxGetRetries = 64;  // as get.cc's
+}  // namespace
+
+void ClientCore::get_large_next(Op& op, uint64_t slot) {
+  LookupState& s = op.lookup();
+  const uint64_t bytes = static_cast<uint64_t>(slot_units(slot)) * kUnit;
+  const uint32_t head = kHeader + op.key_len;
+  if (bytes < head) {  // too short to be our key's
+    if (s.nruled_out < std::size(s.ruled_out)) s.ruled_out[s.nruled_out++] = slot;
+    s.next++;
+    return get_item_next(op);
+  }
+  if (bytes > largest_item()) return retry_later(op, Phase::G_BUCKETS);  // a slot from the future, as get.cc
+  const uint64_t item = heap_addr(slot_offset(slot));
+  const uint32_t into = static_cast<uint32_t>(std::min<uint64_t>(bytes - head, op.ext.len));
+  op.begin(Phase::G_LARGE);
+  sends_.read(op.tag(), op.area(area::CAND), head, item);
+  if (op.ext.lkey != 0 && into > 0) sends_.read_into(op.tag(), op.ext.data, op.ext.lkey, into, item + head);
+  sends_.signal_last();
+}
+
+void ClientCore::get_large_done(Op& op) {
+  const auto completed = Clock::now();  // before the checksum, as get.cc
+  LookupState& s = op.lookup();
+  const SlotRef& c = s.candidates[s.next];
+  const uint8_t* head = mem(op.area(area::CAND));
+  const uint32_t key_len = load_le<uint16_t>(head + u32(ItemHeader::KEY_LEN));
+  const uint32_t value_len = load_le<uint32_t>(head + u32(ItemHeader::VALUE_LEN));
+  const uint64_t bytes = static_cast<uint64_t>(slot_units(c.slot)) * kUnit;
+  if (completed - s.started > std::chrono::milliseconds(region_.grace_ms / 2)) {
+    return retry_later(op, Phase::G_BUCKETS);  // the block may have been reused under us
+  }
+  if (key_len != op.key_len || std::memcmp(head + kHeader, op.key, key_len) != 0) {
+    if (s.nruled_out < std::size(s.ruled_out)) s.ruled_out[s.nruled_out++] = c.slot;  // another key
+    s.next++;
+    return get_item_next(op);
+  }
+  if (load_le<uint16_t>(head + u32(ItemHeader::TYPE)) != u32(type_for(op.type))) {
+    return finish(op, KvStatus::TYPE_MISMATCH);
+  }
+  if (op.ext.lkey == 0 || value_len > op.ext.len) {
+    // The value does not fit where it was to land. Its length is the header's,
+    // unchecked (the checksum needs the value): a hint the caller's retry with a
+    // buffer that size verifies.
+    finish(op, KvStatus::BUFFER_TOO_SMALL, value_len);  // the result's DETAIL: the bytes needed
+    ready_.back().result.value_len = value_len;
+    return;
+  }
+  const uint64_t read = std::min<uint64_t>(bytes - kHeader - key_len, op.ext.len);
+  const bool intact = item_bytes(key_len, value_len) <= bytes && value_len <= read &&
+                      load_le<uint32_t>(head + kChecksumAt) == item_checksum_parts(head, key_len, op.ext.data, value_len);
+  if (!intact) {
+    if (op.retries + 1 > kMaxGetRetries) return finish(op, KvStatus::CORRUPT, op.retries + 1);
+    return retry_later(op, Phase::G_BUCKETS);
+  }
+  op.version = load_le<uint64_t>(head + u32(ItemHeader::VERSION));
+  location_found(op, c.slot, head);
+  Ready& r = ready_.emplace_back();
+  r.result.id = op.id;
+  r.result.status = KvStatus::OK;
+  r.result.value_offset = 0;  // in the caller's buffer, at its offset
+  r.result.value_len = value_len;
+  r.result.version = op.version;
+  r.result.detail = op.retries;
+  release_op(op);
+}
+
+}  // namespace rkv::kv
