@@ -39,15 +39,15 @@ export class BlockPools {
 
   /**
    * A block of size class `cls`, or undefined when there is none until a grant
-   * arrives. Asks for the next batch when the take leaves less than one batch: the answer
-   * comes a moderation interval or more later (server/fabric.ts), and what is left must
-   * outlast it. For a batch of one (blocks of 16 KiB and more) that is as the last block is
-   * taken, so back-to-back PUTs of large values do not each wait for a grant's round trip,
-   * and the client holds at most one spare block of such a class.
+   * arrives. Asks for the next batch as soon as less than one is left: the answer comes a
+   * moderation interval or more later (server/fabric.ts), and what is left must outlast it.
+   * For a batch of one (blocks of 16 KiB and more) that is as the last block is taken, so
+   * back-to-back PUTs of large values do not each wait for a grant's round trip, and the
+   * client holds at most one spare block of such a class.
    */
   take(cls: number): number | undefined {
     const pool = this.pools[cls]!;
-    if (pool.length - 1 < this.batches[cls]!) this.request(cls);
+    if (pool.length < Math.max(this.batches[cls]!, 2)) this.request(cls);
     return pool.pop();
   }
 

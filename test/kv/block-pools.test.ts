@@ -1,7 +1,7 @@
 // A session's pools of granted blocks (client/block-pools.ts): the next grant is asked for
 // while a batch is still in hand, so a PUT does not wait for a grant's answer (which waits
 // out the server's CQ moderation); one request per size class at a time; a batch of one
-// (large values) is asked for only when the pool is empty.
+// (large values) is asked for as the last block is taken.
 import test from 'ava';
 
 import { BlockPools } from '../../client/block-pools.js';
@@ -38,16 +38,19 @@ test('a grant is a batch of up to GRANT_BATCH blocks, asked for again while a ba
   t.is(grants().length, 2, 'still one request at a time');
 });
 
-test('a size class whose grant is one block asks only when its pool is empty', (t) => {
+test('a size class whose grant is one block asks for the next as its last block is taken, never holding two spares', (t) => {
   const { p, grants } = pools();
   t.is(grantBatch(LARGE * KvLayout.UNIT_BYTES, HEAP), 1);
   t.is(p.take(1), undefined);
   t.is(grants().length, 1);
   t.true(p.granted({ t: 'granted', c: 1, blocks: [0] }));
   t.is(p.take(1), 0);
-  t.is(grants().length, 1, 'a block in hand: no request yet');
-  t.is(p.take(1), undefined);
+  t.deepEqual(grants()[1], { t: 'grant', c: 1, n: 1 }, 'the next block is on its way while this one is written');
+  t.true(p.granted({ t: 'granted', c: 1, blocks: [16_384] }));
+  t.false(p.awaitingGrants, 'one spare block in hand: nothing more is asked for');
   t.is(grants().length, 2);
+  t.is(p.take(1), 16_384);
+  t.is(grants().length, 3);
 });
 
 test('blocks are used oldest grant first: a grant that arrives while blocks are left goes beneath them', (t) => {
