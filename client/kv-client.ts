@@ -258,8 +258,8 @@ export class KvClient extends EventEmitter<ClientEvents> {
     return this.metrics ? this.metrics.observeValue(KvOp.PUT, pending) : pending;
   }
 
-  /** The value into `buffer` (no copy if allocBuffer's): its length, or null if absent; too long: KV_BUFFER_TOO_SMALL with `needed`. */
-  getInto(key: Key, buffer: Buffer): Promise<number | null> {
+  /** The value into `buffer` (no copy if allocBuffer's): its length, or undefined if absent (as get); too long: KV_BUFFER_TOO_SMALL with `needed`. */
+  getInto(key: Key, buffer: Buffer): Promise<number | undefined> {
     return this.direct(key, buffer, (server, k) => server.getInto(k, buffer));
   }
   /** A registered, reusable buffer for large values: getInto() reads into it, put() writes from it (or a subarray), no copy. */

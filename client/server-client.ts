@@ -130,18 +130,18 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   }
 
   /**
-   * A GET into `buffer` (large-values.ts): the value's length, or null when the key does not
+   * A GET into `buffer` (large-values.ts): the value's length, or undefined when the key does not
    * exist. A registered buffer's bytes are READ straight into it; a plain Buffer's go through a
    * registered bounce buffer (one copy).
    */
-  getInto(key: Bytes, buffer: Buffer): Promise<number | null> {
+  getInto(key: Bytes, buffer: Buffer): Promise<number | undefined> {
     if (!Buffer.isBuffer(buffer)) return Promise.reject(new KvInvalidArgumentError('getInto: the buffer must be a Buffer'));
     const ext = extOf(buffer);
     if (ext === 'freed') return Promise.reject(freedError('getInto'));
-    if (ext) return holding(ext, () => this.request(KvOp.GET, key, undefined, 0n, false, Answer.LENGTH, ext) as Promise<number | null>);
+    if (ext) return holding(ext, () => this.request(KvOp.GET, key, undefined, 0n, false, Answer.LENGTH, ext) as Promise<number | undefined>);
     return withBounce(buffer.length, async (bounce) => {
-      const len = (await this.getInto(key, bounce.subarray(0, buffer.length))) as number | null;
-      if (len !== null) bounce.copy(buffer, 0, 0, len);
+      const len = (await this.getInto(key, bounce.subarray(0, buffer.length))) as number | undefined;
+      if (len !== undefined) bounce.copy(buffer, 0, 0, len);
       return len;
     });
   }
@@ -150,7 +150,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   getLarge(key: Bytes, needed: number): Promise<Buffer | undefined> {
     return withBounce(needed, async (bounce) => {
       const len = await this.getInto(key, bounce);
-      return len === null ? undefined : Buffer.from(bounce.subarray(0, len));
+      return len === undefined ? undefined : Buffer.from(bounce.subarray(0, len));
     });
   }
 

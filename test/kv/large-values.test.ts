@@ -97,7 +97,7 @@ for (const scheme of providersUnderTest()) {
     t.is(await kv.getInto('registered', other), 64 * MiB);
     t.is(crc32c(other.subarray(0, 64 * MiB)), changed);
     t.is(crc32c((await kv.get('registered'))!), changed);
-    t.is(await kv.getInto('missing', other), null);
+    t.is(await kv.getInto('missing', other), undefined);
     // Large blocks are granted one at a time: the heap holds the two items and at most one
     // spare 64 MiB block for this client's next PUT (plus its small classes' grants, 1 MiB at most each).
     t.is(grantBatch(64 * MiB + 4096, server.layout.heapBytes), 1);
@@ -185,7 +185,7 @@ for (const scheme of providersUnderTest()) {
     // Its block reused for another key's item (what a reuse after the grace period leaves): not 'big's value.
     const other = locate(server, 'other')!;
     server.region.copy(server.region, at, other.at, other.at + KvLayout.ITEM_HEADER_BYTES + 5 + 8 * MiB);
-    t.is(await kv.getInto('big', buffer), null);
+    t.is(await kv.getInto('big', buffer), undefined);
     t.is(await kv.get('big'), undefined);
   });
 
@@ -203,7 +203,7 @@ for (const scheme of providersUnderTest()) {
     void writer.finally(() => (done = true));
     while (!done) {
       const n = await kv.getInto('hot', buffer);
-      if (n === null) continue;
+      if (n === undefined) continue;
       t.is(n, bytes);
       const stamp = buffer.readUInt32LE(0);
       for (let at = 4096; at < bytes; at += 4096) if (buffer.readUInt32LE(at) !== stamp) t.fail(`read ${reads}: page ${at / 4096} of write ${buffer.readUInt32LE(at)} in write ${stamp}`);
