@@ -204,6 +204,8 @@ class ClientCore {
   // value straight into the caller's registered buffer (large.cc).
   void get_large_next(Op& op, uint64_t slot);
   void get_large_done(Op& op);
+  void get_large_live(Op& op);
+  void answer_large(Op& op, const uint8_t* head, uint32_t value_len);
   // GET on a location-cache hit, and what ops teach the cache (location_cache.cc).
   static constexpr uint32_t kSkipVersion = 1, kSkipState = 2;  // test hook: checks a hit skips
   static uint32_t unchecked_locations_from_env();

@@ -9,6 +9,13 @@
 // gives (a coarse length is rounded up to 4 KiB); it never runs past the block,
 // whose class is whole granules (protocol/size-classes.ts). The header's exact
 // VALUE_LEN, the key and the checksum over both pieces decide.
+//
+// A large READ may take longer than half the grace period (64 MiB over a slow
+// link), after which the timing rule (get.cc) no longer proves its block was not
+// reused. Then the header is READ again once the value has landed: the same
+// VERSION with STATE still equal to it means the item was not superseded by
+// then, so its block had not been retired, let alone reused, while the value
+// was read (a reuse writes a new header; versions are never repeated).
 #include <algorithm>
 
 #include "client_core.h"
@@ -46,17 +53,18 @@ void ClientCore::get_large_done(Op& op) {
   const uint32_t key_len = load_le<uint16_t>(head + u32(ItemHeader::KEY_LEN));
   const uint32_t value_len = load_le<uint32_t>(head + u32(ItemHeader::VALUE_LEN));
   const uint64_t bytes = static_cast<uint64_t>(slot_units(c.slot)) * kUnit;
-  if (completed - s.started > std::chrono::milliseconds(region_.grace_ms / 2)) {
-    return retry_later(op, Phase::G_BUCKETS);  // the block may have been reused under us
-  }
+  const bool late = completed - s.started > std::chrono::milliseconds(region_.grace_ms / 2);
+  const bool ours = key_len == op.key_len && std::memcmp(head + kHeader, op.key, key_len) == 0 &&
+                    load_le<uint16_t>(head + u32(ItemHeader::TYPE)) == u32(type_for(op.type));
+  // Late, only our key's intact item can be confirmed live; anything else may be
+  // a reused block's, which says nothing of the key: start over.
+  if (late && (!ours || op.ext.lkey == 0)) return retry_later(op, Phase::G_BUCKETS);
   if (key_len != op.key_len || std::memcmp(head + kHeader, op.key, key_len) != 0) {
     if (s.nruled_out < std::size(s.ruled_out)) s.ruled_out[s.nruled_out++] = c.slot;  // another key
     s.next++;
     return get_item_next(op);
   }
-  if (load_le<uint16_t>(head + u32(ItemHeader::TYPE)) != u32(type_for(op.type))) {
-    return finish(op, KvStatus::TYPE_MISMATCH);
-  }
+  if (!ours) return finish(op, KvStatus::TYPE_MISMATCH);
   if (op.ext.lkey == 0 || value_len > op.ext.len) {
     // The value does not fit where it was to land. Its length is the header's,
     // unchecked (the checksum needs the value): a hint the caller's retry with a
@@ -73,6 +81,27 @@ void ClientCore::get_large_done(Op& op) {
     return retry_later(op, Phase::G_BUCKETS);
   }
   op.version = load_le<uint64_t>(head + u32(ItemHeader::VERSION));
+  if (late) {  // is the item still live now that the value has landed?
+    op.begin(Phase::G_LARGE_LIVE);
+    sends_.read(op.tag(), op.area(area::LIVE), kHeader, heap_addr(slot_offset(c.slot)));
+    sends_.signal_last();
+    return;
+  }
+  answer_large(op, head, value_len);
+}
+
+void ClientCore::get_large_live(Op& op) {
+  const uint8_t* now = mem(op.area(area::LIVE));
+  const uint64_t version = load_le<uint64_t>(now + u32(ItemHeader::VERSION));
+  if (version != op.version || load_le<uint64_t>(now + kStateAt) != version) {
+    return retry_later(op, Phase::G_BUCKETS);  // superseded (and maybe reused) while we read
+  }
+  const uint8_t* head = mem(op.area(area::CAND));
+  answer_large(op, head, load_le<uint32_t>(head + u32(ItemHeader::VALUE_LEN)));
+}
+
+void ClientCore::answer_large(Op& op, const uint8_t* head, uint32_t value_len) {
+  const SlotRef& c = op.lookup().candidates[op.lookup().next];
   location_found(op, c.slot, head);
   Ready& r = ready_.emplace_back();
   r.result.id = op.id;

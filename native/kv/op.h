@@ -27,6 +27,7 @@ constexpr size_t RECORD = 368;               // notification record (32 B)
 constexpr size_t SLOT_NEW = 400, SLOT_MOVE = 408, CREDIT = 416, ATOM = 424;
 constexpr size_t MARK = 432;                 // ItemState::SUPERSEDED, the mark a write puts on the item it unlinks
 constexpr size_t ALT = 512;                  // up to 14 candidate displacement buckets
+constexpr size_t LIVE = ALT;                 // a large GET's header read again (a GET never displaces)
 constexpr size_t CAND = 1536;                // candidate headers: 48 + key bytes each
 constexpr size_t kCandStride = kHeader + kMaxKey;  // 1072
 static_assert(ALT + 2 * kSlots * kBucketBytes <= CAND);
@@ -71,7 +72,7 @@ inline ItemType type_for(KvOp op) {
 // DELETE, CAS, creating a counter or lock); A_ATOMIC: one atomic on an item's
 // word; BACKOFF: waiting to retry (resume says where).
 enum class ClientCore::Phase : uint8_t {
-  IDLE, G_BUCKETS, G_CONFIRM, G_ITEM, G_CACHED, G_LARGE,
+  IDLE, G_BUCKETS, G_CONFIRM, G_ITEM, G_CACHED, G_LARGE, G_LARGE_LIVE,
   W_CREDIT, W_READ, W_LOCK, W_VERIFY, W_ALT, W_ALT_LOCK, W_COMMIT, W_RELEASE,
   A_ATOMIC,
   BACKOFF,
