@@ -62,6 +62,7 @@ void NoticeDrain::attach(uint32_t qp_num, uint32_t ring, std::shared_ptr<transpo
   client.reposts.clear();
   client.reposts.reserve(u32(Limit::MAX_POLL_BATCH));
   client.seen_stamp = 0;
+  client.consumed = 0;
 }
 
 void NoticeDrain::detach(uint32_t qp_num) { clients_.erase(qp_num); }
@@ -145,8 +146,17 @@ void NoticeDrain::on_notice(Client& client, uint32_t seq, uint32_t* out) {
     if (del) items--;
     out[u32(NoticeOut::ITEMS_DELTA)] = static_cast<uint32_t>(static_cast<int32_t>(out[u32(NoticeOut::ITEMS_DELTA)]) + items);
   }
-  // The client reads this counter (RDMA READ) when its ring looks full: one aligned 8-byte store.
-  __atomic_store_n(reinterpret_cast<uint64_t*>(ring), static_cast<uint64_t>(seq) + 1, __ATOMIC_RELEASE);
+  client.consumed = static_cast<uint64_t>(seq) + 1;  // published once its receive is posted again
+}
+
+// The client reads this counter (RDMA READ) when its ring looks full, and then
+// sends as many notices as it says were consumed: each takes a receive of ours,
+// so it must not run ahead of the receives posted again (a WRITE_WITH_IMM that
+// finds none is RNR-NAKed, and past the retries the connection breaks). One
+// aligned 8-byte store.
+void NoticeDrain::publish(Client& client) {
+  uint8_t* ring = layout_.region + layout_.ring_offset + client.ring * layout_.ring_bytes;
+  __atomic_store_n(reinterpret_cast<uint64_t*>(ring), client.consumed, __ATOMIC_RELEASE);
 }
 
 void NoticeDrain::notice(uint32_t qp_num, uint32_t seq, uint32_t* out) {
@@ -156,6 +166,7 @@ void NoticeDrain::notice(uint32_t qp_num, uint32_t seq, uint32_t* out) {
   stamp_++;
   seen(it->second, out);
   on_notice(it->second, seq, out);
+  publish(it->second);  // no receive of ours was taken
 }
 
 uint32_t NoticeDrain::poll(transport::CompletionQueue& cq, uint32_t max, uint32_t* out, Completion* others) {
@@ -179,19 +190,21 @@ uint32_t NoticeDrain::poll(transport::CompletionQueue& cq, uint32_t max, uint32_
       seen(client, out);
       on_notice(client, c.imm, out);
       // Its receive buffer goes back to its connection (a notice carries no payload).
+      if (client.reposts.empty()) touched_.push_back(&client);
       if (c.wr_id < recv_.count) {
-        if (client.reposts.empty()) touched_.push_back(&client);
         client.reposts.push_back(RecvRequest{c.wr_id, reinterpret_cast<uint64_t>(recv_.base + c.wr_id * recv_.bytes),
                                              recv_.bytes, recv_.lkey});
       }
     }
-    // One post per client per round.
+    // One post per client per round, then its consumed counter.
     for (Client* client : touched_) {
       size_t bad = 0;
-      if (client->connection->post_recv(client->reposts.data(), client->reposts.size(), &bad) != 0) {
+      if (!client->reposts.empty() &&
+          client->connection->post_recv(client->reposts.data(), client->reposts.size(), &bad) != 0) {
         out[u32(NoticeOut::REPOST_FAILED)] += static_cast<uint32_t>(client->reposts.size() - bad);
       }
       client->reposts.clear();
+      publish(*client);
     }
     touched_.clear();
     if (static_cast<uint32_t>(n) < std::min(max - (taken - n), u32(Limit::MAX_POLL_BATCH))) break;  // the CQ is empty

@@ -74,8 +74,10 @@ class NoticeDrain {
     std::shared_ptr<transport::Connection> connection;
     std::vector<transport::RecvRequest> reposts;  // this poll's, posted at the end of each round
     uint32_t seen_stamp = 0;
+    uint64_t consumed = 0;  // the ring's counter as of the notices handled, published after their reposts
   };
   void on_notice(Client& client, uint32_t seq, uint32_t* out);
+  void publish(Client& client);
   bool slot_in_heap(uint64_t slot) const;
   uint32_t class_of_units(uint32_t units) const;
   bool retire(uint64_t slot);
