@@ -17,7 +17,7 @@ import { KvLayout, KvOp, KvStatus, OpLayout, ResultLayout } from '../protocol/co
 import { KvDisconnectedError, KvTimeoutError, errorForStatus } from '../protocol/errors.js';
 import { describe } from './keys.js';
 import { opName } from './op-names.js';
-import { Answer, Batch, type Bytes, microtask, type OpRequest, PendingOp, type Submission, writeArgument } from './op-records.js';
+import { Answer, Batch, type Bytes, microtask, type OpRequest, PendingOp, type Submission, writeArgument, writeDescriptor } from './op-records.js';
 import type { Session } from './session.js';
 
 export { Answer, Batch } from './op-records.js';
@@ -59,6 +59,8 @@ export class OpQueue {
   private flushScheduled = false;
   private polling = false;
   private timer: NodeJS.Timeout | undefined;
+  /** Event mode: polls again while ops back off (nothing of theirs is posted, so no completion wakes us for them). */
+  private backoffTimer: NodeJS.Timeout | undefined;
   private spinsLeft = SPINS_PER_TURN;
   /** When this turn's first submit ran (performance.now()). */
   private turnStart = 0;
@@ -85,6 +87,11 @@ export class OpQueue {
       session.cq.watch(() => this.pollOnce());
       session.cq.arm();
     }
+  }
+
+  /** Ops in the core waiting out a backoff. */
+  get backoffs(): number {
+    return this.session?.core.backoffs ?? 0;
   }
 
   /** Ops in the core. */
@@ -143,6 +150,7 @@ export class OpQueue {
       this.onPolled(session, n, controls);
     }
     if (this.head < this.queue.length) this.flush();
+    else this.watchBackoffs(session);
   }
 
   /** The session's connection is lost: finish everything the core holds, then the rest of the queue. */
@@ -158,6 +166,7 @@ export class OpQueue {
   /** Fails what is queued and takes nothing more from the timer. */
   close(error: Error): void {
     if (this.timer) clearTimeout(this.timer);
+    if (this.backoffTimer) clearTimeout(this.backoffTimer);
     this.removeQueued(() => true, error);
   }
 
@@ -280,10 +289,17 @@ export class OpQueue {
     // an op in flight holds the item buffer, and its completion flushes).
     if (count > 0 && this.freeCount > 0 && this.head < this.queue.length && (taken === count || this.inflightCount === 0)) this.scheduleFlush();
     this.startPolling();
+    this.watchBackoffs(session);
     this.armTimer();
   }
 
-  /** Writes descriptor `i` (and its key and value into the arena) for key `k` of `owner`; returns the arena used. */
+  /** Event mode: ops waiting out a backoff (a held lock, a full ring) are retried by the next poll, a millisecond on. */
+  private watchBackoffs(session: Session): void {
+    if (this.pollMode !== 'event' || this.backoffTimer || this.session !== session || session.core.backoffs === 0) return;
+    this.backoffTimer = setTimeout(() => ((this.backoffTimer = undefined), this.pollOnce()), 1);
+  }
+
+  /** Writes descriptor `i` (and its key and value into the arena) for key `k` of `owner` in a free slot; returns the arena used. */
   private describe(words: Uint32Array, arena: Buffer, i: number, at: number, owner: Work, k: number, type: KvOp, key: Bytes, keyBytes: number, value: Bytes | undefined, valueBytes: number, cls: number, block: number): number {
     const slot = this.freeSlots[--this.freeCount]!;
     const id = ((++this.uses << SLOT_BITS) | slot) >>> 0; // OpLayout.ID is one word: ids wrap
@@ -293,24 +309,8 @@ export class OpQueue {
     this.blocks[slot] = block;
     this.classes[slot] = cls;
     this.submitted[i] = slot;
-    const o = i * OpLayout.WORDS;
-    words[o + OpLayout.TYPE] = type;
-    words[o + OpLayout.ID] = id;
-    words[o + OpLayout.KEY_OFFSET] = at;
-    words[o + OpLayout.KEY_LEN] = keyBytes;
-    if (typeof key === 'string') arena.write(key, at, keyBytes);
-    else key.copy(arena, at);
-    at += keyBytes;
-    words[o + OpLayout.VALUE_OFFSET] = at;
-    words[o + OpLayout.VALUE_LEN] = valueBytes;
-    if (value !== undefined) {
-      if (typeof value === 'string') arena.write(value, at, valueBytes);
-      else value.copy(arena, at);
-      at += valueBytes;
-    }
-    words[o + OpLayout.BLOCK] = block < 0 ? 0 : block;
-    words[o + OpLayout.BLOCK_UNITS] = cls >= 0 ? this.session!.pools.unitsOf(cls) : 0;
-    return at;
+    const units = cls >= 0 ? this.session!.pools.unitsOf(cls) : 0;
+    return writeDescriptor(words, arena, i * OpLayout.WORDS, at, type, id, key, keyBytes, value, valueBytes, block < 0 ? 0 : block, units);
   }
 
   /** An op the core did not take: its slot and block back, its record to the queue's front. */

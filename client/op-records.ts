@@ -180,6 +180,27 @@ export function microtask(task: () => void): void {
   void RESOLVED.then(task);
 }
 
+/** Writes the descriptor at word `o` and its key and value into the arena at `at`; returns the arena used after them. */
+export function writeDescriptor(words: Uint32Array, arena: Buffer, o: number, at: number, type: KvOp, id: number, key: Bytes, keyBytes: number, value: Bytes | undefined, valueBytes: number, block: number, blockUnits: number): number {
+  words[o + OpLayout.TYPE] = type;
+  words[o + OpLayout.ID] = id;
+  words[o + OpLayout.KEY_OFFSET] = at;
+  words[o + OpLayout.KEY_LEN] = keyBytes;
+  if (typeof key === 'string') arena.write(key, at, keyBytes);
+  else key.copy(arena, at);
+  at += keyBytes;
+  words[o + OpLayout.VALUE_OFFSET] = at;
+  words[o + OpLayout.VALUE_LEN] = valueBytes;
+  if (value !== undefined) {
+    if (typeof value === 'string') arena.write(value, at, valueBytes);
+    else value.copy(arena, at);
+    at += valueBytes;
+  }
+  words[o + OpLayout.BLOCK] = block;
+  words[o + OpLayout.BLOCK_UNITS] = blockUnits;
+  return at;
+}
+
 /** The argument of the op's type, in OpLayout's words of its name (the other types have none), and its registered buffer. */
 export function writeArgument(words: Uint32Array, o: number, op: OpRequest): void {
   switch (op.type) {

@@ -70,6 +70,11 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     return this.queue.submits;
   }
 
+  /** Ops waiting out a backoff (a held lock, a full ring). */
+  get backoffs(): number {
+    return this.queue.backoffs;
+  }
+
   /** The largest value the server accepts, in bytes (undefined before the first hello). */
   get maxValueBytes(): number | undefined {
     return this.hello?.layout.maxValueBytes;

@@ -131,6 +131,7 @@ export interface NativeClientCore {
   locationStats(): [number, number, number];
   readonly inflight: number;
   readonly doorbells: number;
+  readonly backoffs: number;
   // Each read of these makes a new external ArrayBuffer: read them once.
   readonly opWords: Uint32Array;
   readonly resultWords: Uint32Array;

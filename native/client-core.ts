@@ -120,6 +120,11 @@ export class ClientCore {
     return this.#native.inflight;
   }
   /** post_send calls so far. */
+  /** Ops waiting out a backoff (a held lock, a full ring): nothing of theirs is posted. */
+  get backoffs(): number {
+    return this.#native.backoffs;
+  }
+
   get doorbells(): number {
     return this.#native.doorbells;
   }

@@ -104,6 +104,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
                         InstanceMethod<&ClientCoreWrap::location_stats>("locationStats"),
                         InstanceAccessor<&ClientCoreWrap::inflight>("inflight"),
                         InstanceAccessor<&ClientCoreWrap::doorbells>("doorbells"),
+                        InstanceAccessor<&ClientCoreWrap::backoffs>("backoffs"),
                         InstanceAccessor<&ClientCoreWrap::item_limit>("itemLimit"),
                         InstanceAccessor<&ClientCoreWrap::op_words>("opWords"),
                         InstanceAccessor<&ClientCoreWrap::result_words>("resultWords"),
@@ -304,6 +305,9 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
     a.Set(1u, static_cast<double>(s.misses));
     a.Set(2u, static_cast<double>(s.failures));
     return a;
+  }
+  Napi::Value backoffs(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), static_cast<double>(core_->backoffs()));
   }
   Napi::Value doorbells(const Napi::CallbackInfo& info) {
     return Napi::Number::New(info.Env(), static_cast<double>(core_->doorbells()));

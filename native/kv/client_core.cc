@@ -185,10 +185,15 @@ size_t ClientCore::poll(OpResult* out, size_t max) {
 // within a microsecond or two) has the next answers ready at once. So a shm
 // GET's two round trips both finish in the call that posted the first one.
 // Bounded: a pass that finds nothing new ends it (one empty CQ poll on a NIC).
+// Due backoffs run in the first pass only: the passes chain round trips that
+// complete at once, and an op that keeps backing off (a full ring waiting for
+// the server's drain, a held lock) would otherwise post a retry in every pass,
+// as fast as a slow provider's doorbell, keeping the thread (and a server that
+// shares it, as in the tests) from running until the call's passes ran out.
 void ClientCore::advance() {
   for (int pass = 0; pass < kMaxPasses; pass++) {
     const int n = drain_completions(static_cast<int>(completions_.size()));
-    if (backoffs_ > 0) run_due_backoffs();
+    if (pass == 0 && backoffs_ > 0) run_due_backoffs();
     const bool posting = !sends_.empty();
     post_sends();
     if (n == 0 && !posting) return;

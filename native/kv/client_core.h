@@ -141,6 +141,9 @@ class ClientCore {
 
   size_t inflight() const { return busy_; }
   uint64_t doorbells() const { return sends_.doorbells(); }
+  // Ops waiting out a backoff: nothing of theirs is posted, so no completion
+  // wakes an event-mode client for them (its op queue polls again on a timer).
+  uint32_t backoffs() const { return backoffs_; }
   const LocationCache::Stats& location_stats() const { return locations_.stats; }
   uint8_t* scratch() const { return scratch_->data(); }
   // The largest item the buffer pool holds: larger ones move only through a

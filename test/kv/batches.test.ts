@@ -15,12 +15,7 @@ const modes = ['busy', 'event'] as const;
 
 for (const scheme of providersUnderTest()) {
   for (const pollMode of modes) {
-    // KNOWN DEFECT, open: on Soft-RoCE in event mode this case's putMany breaks the connection
-    // (KV_DISCONNECTED at 'b114' in three CI runs of the issue-14 second wave; it passed at
-    // 1cca6a2, and passes in busy mode and on shm). Marked failing so the rest lands; ava
-    // reports it should it start to pass. Cause not found yet: see the session's closing note.
-    const known = scheme === 'rdma' && pollMode === 'event' ? test.failing : test;
-    known(`${scheme} (${pollMode}): getMany keeps the order over ${3 * KvLayout.MAX_INFLIGHT + 5} keys, missing keys are undefined, and its values survive later operations`, async (t) => {
+    test(`${scheme} (${pollMode}): getMany keeps the order over ${3 * KvLayout.MAX_INFLIGHT + 5} keys, missing keys are undefined, and its values survive later operations`, async (t) => {
       const server = await startServer(scheme);
       t.teardown(() => server.close());
       const kv = await connect(server, { pollMode });
