@@ -9,10 +9,6 @@
 
 namespace rkv::kv {
 
-namespace {
-constexpr uint32_t kMaxGetRetries = 64;
-}  // namespace
-
 // RTT1: both candidate buckets in one doorbell.
 void ClientCore::get_read_buckets(Op& op, Phase phase) {
   op.begin(phase);

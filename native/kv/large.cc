@@ -23,10 +23,6 @@
 
 namespace rkv::kv {
 
-namespace {
-constexpr uint32_t kMaxGetRetries = 64;  // as get.cc's
-}  // namespace
-
 void ClientCore::get_large_next(Op& op, uint64_t slot) {
   LookupState& s = op.lookup();
   const uint64_t bytes = static_cast<uint64_t>(slot_units(slot)) * kUnit;

@@ -14,6 +14,11 @@
 
 namespace rkv::kv {
 
+// Reads of an item that fail its checks (checksum, key, state) before a GET
+// calls it damaged (KV_CORRUPT) rather than torn by a concurrent writer: the
+// small-item path (get.cc) and the large one (large.cc) alike.
+constexpr uint32_t kMaxGetRetries = 64;
+
 // Each op owns a fixed area of scratch for bucket images, atomics results and
 // small records; item buffers come from the buffer pool after the areas.
 namespace area {

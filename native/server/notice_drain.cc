@@ -58,6 +58,7 @@ NoticeDrain::NoticeDrain(NoticeLayout layout, RecvBuffers recv)
 void NoticeDrain::attach(uint32_t qp_num, uint32_t ring, std::shared_ptr<transport::Connection> connection) {
   Client& client = clients_[qp_num];
   client.ring = ring;
+  client.ring_base = layout_.region + layout_.ring_offset + static_cast<uint64_t>(ring) * layout_.ring_bytes;
   client.connection = std::move(connection);
   client.reposts.clear();
   client.reposts.reserve(u32(Limit::MAX_POLL_BATCH));
@@ -108,8 +109,7 @@ void NoticeDrain::seen(Client& client, uint32_t* out) {
 
 void NoticeDrain::on_notice(Client& client, uint32_t seq, uint32_t* out) {
   out[u32(NoticeOut::NOTICES)]++;
-  uint8_t* ring = layout_.region + layout_.ring_offset + client.ring * layout_.ring_bytes;
-  const uint8_t* record = ring + u32(KvLayout::RING_HEADER_BYTES) +
+  const uint8_t* record = client.ring_base + u32(KvLayout::RING_HEADER_BYTES) +
                           (seq % u32(KvLayout::RING_RECORDS)) * u32(KvLayout::RECORD_BYTES);
   // The client wrote this record: nothing in it is trusted.
   uint64_t kind = load64(record + u32(Record::KIND));
@@ -155,8 +155,7 @@ void NoticeDrain::on_notice(Client& client, uint32_t seq, uint32_t* out) {
 // finds none is RNR-NAKed, and past the retries the connection breaks). One
 // aligned 8-byte store.
 void NoticeDrain::publish(Client& client) {
-  uint8_t* ring = layout_.region + layout_.ring_offset + client.ring * layout_.ring_bytes;
-  __atomic_store_n(reinterpret_cast<uint64_t*>(ring), client.consumed, __ATOMIC_RELEASE);
+  __atomic_store_n(reinterpret_cast<uint64_t*>(client.ring_base), client.consumed, __ATOMIC_RELEASE);
 }
 
 void NoticeDrain::notice(uint32_t qp_num, uint32_t seq, uint32_t* out) {

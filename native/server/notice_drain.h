@@ -71,6 +71,7 @@ class NoticeDrain {
  private:
   struct Client {
     uint32_t ring = 0;
+    uint8_t* ring_base = nullptr;  // the ring in the region: its consumed counter, then its records
     std::shared_ptr<transport::Connection> connection;
     std::vector<transport::RecvRequest> reposts;  // this poll's, posted at the end of each round
     uint32_t seen_stamp = 0;
