@@ -27,7 +27,8 @@ export const CACHE_PROPERTY_HELP = [
   `  cache.memory (kv-server --memory, ${CACHE_DEFAULTS.memory}; its heap is the item memory both stores get),`,
   `  cache.valuebytes (${CACHE_DEFAULTS.valueBytes}), recordcount (keys: ${CACHE_DEFAULTS.oversize}× the item memory in values),`,
   '  cache.warmupcount (recordcount), operationcount (measured: 4 × recordcount),',
-  `  cache.inflight (${CACHE_DEFAULTS.lanes}), cache.theta (${CACHE_DEFAULTS.theta}), cache.kvserverargs (more kv-server flags, e.g. watermarks).`,
+  `  cache.inflight (${CACHE_DEFAULTS.lanes}), cache.theta (${CACHE_DEFAULTS.theta}),`,
+  '  cache.kvserverargs (more kv-server flags, e.g. its watermarks).',
 ];
 
 export interface CacheSettings {
