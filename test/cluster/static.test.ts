@@ -7,7 +7,7 @@ import test from 'ava';
 import { Registry } from 'prom-client';
 
 import { KvClient, type KvError } from '../../client/index.js';
-import { run } from '../server/helpers.js';
+import { run, seriesReader } from '../server/helpers.js';
 import { type Member, clusterDir, eventually, memberUrl, nextStatus, startMember, stats, stopAll } from './helpers.js';
 
 test.serial('a batch goes out as one doorbell per server', async (t) => {
@@ -95,7 +95,7 @@ test.serial('a client opted in to metrics counts its operations, retries and ser
     setTimeout(() => void lock.release(), 100);
     await (await waiter).release();
     const text = await registry.metrics();
-    const value = (series: string) => Number(new RegExp(`^${series.replace(/[{}"]/g, '\\$&')} (\\S+)$`, 'm').exec(text)?.[1]);
+    const value = seriesReader(text);
     t.is(value('rdmakv_client_operations_total{op="put",result="ok"}'), 50);
     t.is(value('rdmakv_client_operations_total{op="get",result="ok"}'), 50);
     t.is(value('rdmakv_client_operations_total{op="get",result="not_found"}'), 20);

@@ -146,11 +146,21 @@ export function logLines(stderr: string): Array<Record<string, unknown>> {
     .map((line) => JSON.parse(line) as Record<string, unknown>);
 }
 
-/** The value of an unlabeled sample in Prometheus text format. */
+/** The value of a sample in Prometheus text format: `name`, with `labels` as printed (op="get",result="ok"). */
 export function sample(metricsText: string, name: string, labels = ''): number | undefined {
-  const prefix = labels ? `${name}{${labels}} ` : `${name} `;
+  return seriesValue(metricsText, labels ? `${name}{${labels}}` : name);
+}
+
+/** The value of one series written as Prometheus prints it, name{labels}; undefined when absent. */
+function seriesValue(metricsText: string, series: string): number | undefined {
+  const prefix = `${series} `;
   const line = metricsText.split('\n').find((l) => l.startsWith(prefix));
   return line === undefined ? undefined : Number(line.slice(prefix.length));
+}
+
+/** A reader of one scrape (a registry's metrics() text): a series as Prometheus prints it → its value, NaN when absent. */
+export function seriesReader(metricsText: string): (series: string) => number {
+  return (series) => seriesValue(metricsText, series) ?? NaN;
 }
 
 export interface LiveProcess {
