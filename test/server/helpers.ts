@@ -2,11 +2,13 @@
 // the server suites: one-shot runs, a server process that is up once it has
 // printed "ready", temp socket URLs and free TCP ports.
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+
+import type { ExecutionContext } from 'ava';
 
 import { slow } from '../helpers/providers.js';
 
@@ -68,6 +70,22 @@ export function socketUrl(): string {
 
 export function socketPath(url: string): string {
   return url.slice('shm://'.length);
+}
+
+/** A fresh shm URL and a token file beside its socket holding `tokens` (file mode `mode`). */
+export function urlWithTokenFile(tokens: string, mode = 0o600): { url: string; file: string } {
+  const url = socketUrl();
+  const file = `${socketPath(url)}.tokens`;
+  writeFileSync(file, tokens, { mode });
+  return { url, file };
+}
+
+/** kv-server (64 MiB) on a fresh socket with a token file of `tokens`, once ready; killed when the test ends. */
+export async function serveWithTokenFile(t: ExecutionContext, tokens: string, mode = 0o600): Promise<{ url: string; file: string; server: ServerProcess }> {
+  const { url, file } = urlWithTokenFile(tokens, mode);
+  const server = await startServerProcess(['--listen', url, '--memory', '64M', '--token-file', file]);
+  t.teardown(() => server.stop('SIGKILL'));
+  return { url, file, server };
 }
 
 /** A TCP port nobody listens on right now. */
