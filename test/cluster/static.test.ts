@@ -119,12 +119,15 @@ test.serial('kv-bench loads a cluster with rdmakv.servers: the records spread ov
   const members = [await startMember(dir, 0), await startMember(dir, 1)];
   try {
     const bench = fileURLToPath(new URL('../../../bin/kv-bench.js', import.meta.url));
-    const load = await run(bench, ['load', '--db', 'rdma-kv', '-p', `rdmakv.servers=${members.map((m) => m.url).join(',')}`, '-p', 'recordcount=1000', '-p', 'fieldcount=2']);
+    // its reports go to the test's directory, not the checkout's bench/results
+    const reports = ['-p', `kvbench.resultsdir=${dir}`];
+    const load = await run(bench, ['load', '--db', 'rdma-kv', '-p', `rdmakv.servers=${members.map((m) => m.url).join(',')}`, '-p', 'recordcount=1000', '-p', 'fieldcount=2', ...reports]);
     t.is(load.code, 0, load.stderr);
+    t.regex(load.stderr, new RegExp(`^kv-bench: results ${dir}/ycsb-rdma-kv-default-load-\\S+\\.json$`, 'm'));
     t.regex(load.stdout, /^\[INSERT\], Return=OK, 1000$/m);
     await eventually(async () => (await Promise.all(members.map(stats))).reduce((sum, s) => sum + s.items, 0) === 1000, 'all 1000 records stored');
     for (const s of await Promise.all(members.map(stats))) t.true(s.items > 300, `${s.items} records on one member`);
-    const both = await run(bench, ['load', '--db', 'rdma-kv', '-p', `rdmakv.servers=${members[0]!.url}`, '-p', `rdmakv.url=${members[0]!.url}`]);
+    const both = await run(bench, ['load', '--db', 'rdma-kv', '-p', `rdmakv.servers=${members[0]!.url}`, '-p', `rdmakv.url=${members[0]!.url}`, ...reports]);
     t.not(both.code, 0);
     t.regex(both.stderr, /give one of rdmakv\.url, rdmakv\.servers, rdmakv\.etcd/);
   } finally {
