@@ -1,6 +1,7 @@
 /**
  * kv-bench command line. YCSB's options are accepted as YCSB spells them (-P file, -p k=v,
- * -threads n, -target n, -db name, -s, -l label), with `load`, `run` and `compare` as commands.
+ * -threads n, -target n, -db name, -s, -l label), with `load`, `run` and `compare` as commands,
+ * and `cache` (bench/ycsb/cache/: read-through against rdma-kv and Redis under eviction).
  * Bad input ends with one line on stderr and exit code 2; a failed run with exit code 1.
  */
 import { writeFileSync } from 'node:fs';
@@ -15,6 +16,8 @@ import { createExporter } from './measurements/exporters.js';
 import { defaultResultsDir, resultsBaseName, resultsPaths, toResultsDocument, writeFileEnsuringDir } from './report/results.js';
 import { compareReportHtml, phaseReportHtml } from './report/html.js';
 import { runCompare } from './compare/compare.js';
+import { CACHE_PROPERTY_HELP } from './cache/options.js';
+import { cacheCommand } from './cache/command.js';
 
 interface CommonArgs {
   P?: string[];
@@ -25,6 +28,7 @@ interface CommonArgs {
   s?: boolean;
   l?: string;
   seed?: string;
+  eviction?: string;
 }
 
 const PROPERTY_HELP = [
@@ -55,6 +59,8 @@ const PROPERTY_HELP = [
   '  kv-bench load -P bench/workloads/workloada -db redis -p redis.port=6379',
   '  kv-bench run -P bench/workloads/workloada -db redis -threads 2 -target 10000 -s',
   '  kv-bench compare -P bench/workloads/workloadb --db rdma-kv,redis,memcached,basic',
+  '  kv-bench cache --db rdma-kv,redis --eviction lru,lfu -p cache.memory=32MiB',
+  ...CACHE_PROPERTY_HELP,
 ].join('\n');
 
 /** YCSB writes -threads, -target, -db with one dash; yargs must not split them into letters. */
@@ -62,7 +68,7 @@ function parser(argv: string[]) {
   return yargs(argv)
     .scriptName('kv-bench')
     .parserConfiguration({ 'short-option-groups': false, 'camel-case-expansion': false, 'dot-notation': false, 'parse-numbers': false, 'parse-positional-numbers': false })
-    .usage('$0 <load|run|compare> [options]\n\nA YCSB-compatible load generator: same workloads, generators and output.')
+    .usage('$0 <load|run|compare|cache> [options]\n\nA YCSB-compatible load generator: same workloads, generators and output.')
     .option('P', { type: 'string', array: true, describe: 'property file (YCSB workload), several allowed, later override earlier', requiresArg: true })
     .option('p', { type: 'string', array: true, describe: 'property name=value, overrides the files', requiresArg: true })
     .option('threads', { type: 'string', describe: 'client threads (worker_threads), property threadcount', requiresArg: true })
@@ -71,10 +77,12 @@ function parser(argv: string[]) {
     .option('s', { type: 'boolean', describe: 'status line to stderr every status.interval seconds' })
     .option('l', { type: 'string', describe: 'label prefixed to status lines', requiresArg: true })
     .option('seed', { type: 'string', describe: 'seed the generators (reproducible key sequences)', requiresArg: true })
+    .option('eviction', { type: 'string', describe: 'cache: eviction policies, comma-separated: none, lru, lfu', requiresArg: true })
     .command('load', 'load phase: insert recordcount (or insertcount) records')
     .command('run', 'run (transaction) phase: operationcount operations')
     .command('compare', 'load + run on each --db (comma-separated), starting redis, memcached or kv-server on loopback; one table')
-    .demandCommand(1, 'name a command: load, run or compare')
+    .command('cache', 'read-through (GET, on a miss PUT) over zipfian keys larger than memory: rdma-kv --eviction vs redis allkeys-*; one table')
+    .demandCommand(1, 'name a command: load, run, compare or cache')
     .middleware(rejectMisspelledOptions(argv), true) // before .strictOptions() says only "Unknown argument"
     .strictCommands()
     .strictOptions()
@@ -202,7 +210,9 @@ export async function main(argv: string[], io?: Partial<CliIO>): Promise<number>
     return 2;
   }
   try {
+    if (args.eviction !== undefined && command !== 'cache') throw new UsageError('--eviction is an option of kv-bench cache');
     if (command === 'compare') await compareCommand(args, out);
+    else if (command === 'cache') await cacheCommand(propertiesFrom({ ...args, db: undefined }), { db: args.db, eviction: args.eviction, seed: parseIntArg('seed', args.seed) }, out);
     else await phaseCommand(command === 'load' ? 'load' : 'run', args, out);
     return 0;
   } catch (err) {

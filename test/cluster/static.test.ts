@@ -7,7 +7,7 @@ import test from 'ava';
 import { Registry } from 'prom-client';
 
 import { KvClient, type KvError } from '../../client/index.js';
-import { run } from '../server/helpers.js';
+import { run, seriesReader } from '../server/helpers.js';
 import { type Member, clusterDir, eventually, memberUrl, nextStatus, startMember, stats, stopAll } from './helpers.js';
 
 test.serial('a batch goes out as one doorbell per server', async (t) => {
@@ -95,7 +95,7 @@ test.serial('a client opted in to metrics counts its operations, retries and ser
     setTimeout(() => void lock.release(), 100);
     await (await waiter).release();
     const text = await registry.metrics();
-    const value = (series: string) => Number(new RegExp(`^${series.replace(/[{}"]/g, '\\$&')} (\\S+)$`, 'm').exec(text)?.[1]);
+    const value = seriesReader(text);
     t.is(value('rdmakv_client_operations_total{op="put",result="ok"}'), 50);
     t.is(value('rdmakv_client_operations_total{op="get",result="ok"}'), 50);
     t.is(value('rdmakv_client_operations_total{op="get",result="not_found"}'), 20);
@@ -119,12 +119,15 @@ test.serial('kv-bench loads a cluster with rdmakv.servers: the records spread ov
   const members = [await startMember(dir, 0), await startMember(dir, 1)];
   try {
     const bench = fileURLToPath(new URL('../../../bin/kv-bench.js', import.meta.url));
-    const load = await run(bench, ['load', '--db', 'rdma-kv', '-p', `rdmakv.servers=${members.map((m) => m.url).join(',')}`, '-p', 'recordcount=1000', '-p', 'fieldcount=2']);
+    // its reports go to the test's directory, not the checkout's bench/results
+    const reports = ['-p', `kvbench.resultsdir=${dir}`];
+    const load = await run(bench, ['load', '--db', 'rdma-kv', '-p', `rdmakv.servers=${members.map((m) => m.url).join(',')}`, '-p', 'recordcount=1000', '-p', 'fieldcount=2', ...reports]);
     t.is(load.code, 0, load.stderr);
+    t.regex(load.stderr, new RegExp(`^kv-bench: results ${dir}/ycsb-rdma-kv-default-load-\\S+\\.json$`, 'm'));
     t.regex(load.stdout, /^\[INSERT\], Return=OK, 1000$/m);
     await eventually(async () => (await Promise.all(members.map(stats))).reduce((sum, s) => sum + s.items, 0) === 1000, 'all 1000 records stored');
     for (const s of await Promise.all(members.map(stats))) t.true(s.items > 300, `${s.items} records on one member`);
-    const both = await run(bench, ['load', '--db', 'rdma-kv', '-p', `rdmakv.servers=${members[0]!.url}`, '-p', `rdmakv.url=${members[0]!.url}`]);
+    const both = await run(bench, ['load', '--db', 'rdma-kv', '-p', `rdmakv.servers=${members[0]!.url}`, '-p', `rdmakv.url=${members[0]!.url}`, ...reports]);
     t.not(both.code, 0);
     t.regex(both.stderr, /give one of rdmakv\.url, rdmakv\.servers, rdmakv\.etcd/);
   } finally {

@@ -1,6 +1,6 @@
 // A region file read and damaged with plain file I/O while no server runs on it
 // (the restart and recovery suites): where a key's slot and item are, and writes to them.
-// slotOfKeyIn reads a live server's region the same way.
+// slotOfKeyIn and findSlotIn read a live server's region the same way.
 import { closeSync, openSync, readFileSync, writeSync } from 'node:fs';
 
 import { ItemHeader, KvLayout } from '../../protocol/constants.js';
@@ -30,6 +30,13 @@ export function slotOfKey(file: string, key: string): SlotOfKey {
 
 /** slotOfKey in a region's bytes (offsets are region offsets). */
 export function slotOfKeyIn(region: Buffer, key: string): SlotOfKey {
+  const found = findSlotIn(region, key);
+  if (found === undefined) throw new Error(`no slot holds '${key}'`);
+  return found;
+}
+
+/** The slot that holds `key` in a region's bytes (a live server's `region` too), or undefined: none does. */
+export function findSlotIn(region: Buffer, key: string): SlotOfKey | undefined {
   const sb = readSuperblock(region);
   const { b1, b2, fingerprint } = hashKey(Buffer.from(key), sb.seed, sb.bucketCount);
   for (const bucket of [b1, b2]) {
@@ -45,7 +52,7 @@ export function slotOfKeyIn(region: Buffer, key: string): SlotOfKey {
       return { slotAt, slot, bucket, itemAt, units: slotUnits(slot), block };
     }
   }
-  throw new Error(`no slot holds '${key}'`);
+  return undefined;
 }
 
 /** Overwrites bytes of the file at `at`. */

@@ -14,13 +14,12 @@ import { runInNewContext } from 'node:vm';
 import test from 'ava';
 
 import { KvBadBufferError, KvBufferTooSmallError, type KvClient, type KvError } from '../../client/index.js';
-import { crc32c, hashKey } from '../../native/index.js';
+import { crc32c } from '../../native/index.js';
 import { IndexWord, KvLayout } from '../../protocol/constants.js';
 import { grantBatch } from '../../protocol/control.js';
-import { itemKey, readItemHeader, slotBlock, slotFingerprint, slotUnits } from '../../protocol/index-format.js';
-import type { KvServer } from '../../server/kv-server.js';
-import { readSuperblock } from '../../server/store/layout.js';
+import { readItemHeader, slotUnits } from '../../protocol/index-format.js';
 import { connect, runKvChild, startServer } from '../helpers/kv.js';
+import { slotOfKeyIn } from '../helpers/region-file.js';
 import { providersUnderTest, testTimeoutMs } from '../helpers/providers.js';
 
 const MiB = 1 << 20;
@@ -36,22 +35,6 @@ function pattern(bytes: number, seed: number): Buffer {
     v.writeUInt32LE((at / 4096) ^ seed, at); // the page's number
   }
   return v.subarray(0, bytes);
-}
-
-/** The key's slot and item, read from the server's region. */
-function locate(server: KvServer, key: string): { slot: bigint; at: number } | undefined {
-  const { layout, region } = server;
-  const k = Buffer.from(key);
-  const { b1, b2, fingerprint } = hashKey(k, readSuperblock(region).seed, layout.bucketCount);
-  for (const bucket of [b1, b2]) {
-    for (let i = 1; i <= KvLayout.SLOTS_PER_BUCKET; i++) {
-      const slot = region.readBigUInt64LE(layout.indexOffset + bucket * KvLayout.BUCKET_BYTES + 8 * i);
-      if (slot === 0n || slotFingerprint(slot) !== fingerprint) continue;
-      const at = layout.heapOffset + slotBlock(slot) * KvLayout.UNIT_BYTES;
-      if (itemKey(region, at, readItemHeader(region, at).keyLength).equals(k)) return { slot, at };
-    }
-  }
-  return undefined;
 }
 
 /** What the test reaches into: the one server's core (not a public API). */
@@ -146,7 +129,7 @@ for (const scheme of providersUnderTest()) {
     for (const size of sizes) {
       const value = pattern(size, ++seed);
       await kv.put(key, value);
-      const { slot, at } = locate(server, key)!;
+      const { slot, itemAt: at } = slotOfKeyIn(server.region, key);
       const exactUnits = Math.ceil((KvLayout.ITEM_HEADER_BYTES + key.length + size) / KvLayout.UNIT_BYTES);
       const coarse = exactUnits > IndexWord.SLOT_FINE_MAX_UNITS;
       t.is(slotUnits(slot), coarse ? Math.ceil(exactUnits / 64) * 64 : exactUnits, `${size}: the slot's length`);
@@ -176,7 +159,7 @@ for (const scheme of providersUnderTest()) {
     await kv.put('big', value);
     await kv.put('other', pattern(bytes, 4));
     const buffer = kv.allocBuffer(bytes);
-    const { at } = locate(server, 'big')!;
+    const at = slotOfKeyIn(server.region, 'big').itemAt;
     const valueAt = at + KvLayout.ITEM_HEADER_BYTES + 3;
     server.region[valueAt + 2.5 * MiB]! ^= 1; // one bit, deep in the value
     t.is(((await t.throwsAsync(kv.getInto('big', buffer))) as KvError).code, 'KV_CORRUPT');
@@ -185,8 +168,8 @@ for (const scheme of providersUnderTest()) {
     t.is(await kv.getInto('big', buffer), bytes);
     t.true(buffer.equals(value));
     // Its block reused for another key's item (what a reuse after the grace period leaves): not 'big's value.
-    const other = locate(server, 'other')!;
-    server.region.copy(server.region, at, other.at, other.at + KvLayout.ITEM_HEADER_BYTES + 5 + bytes);
+    const other = slotOfKeyIn(server.region, 'other');
+    server.region.copy(server.region, at, other.itemAt, other.itemAt + KvLayout.ITEM_HEADER_BYTES + 5 + bytes);
     t.is(await kv.getInto('big', buffer), undefined);
     t.is(await kv.get('big'), undefined);
   });

@@ -12,10 +12,11 @@ import { Registry } from 'prom-client';
 import { type ClientStats, type KvClient } from '../../client/index.js';
 import { hashKey } from '../../native/index.js';
 import { KvLayout } from '../../protocol/constants.js';
-import { itemKey, itemStateOffset, readItemHeader, slotBlock, slotFingerprint } from '../../protocol/index-format.js';
+import { itemKey, itemStateOffset, readItemHeader } from '../../protocol/index-format.js';
 import type { KvServer } from '../../server/kv-server.js';
 import { readSuperblock } from '../../server/store/layout.js';
 import { connect, startServer } from '../helpers/kv.js';
+import { findSlotIn, slotOfKeyIn } from '../helpers/region-file.js';
 import { providersUnderTest } from '../helpers/providers.js';
 
 /** Blocks are not reused within a case, unless it wants reuse. */
@@ -47,22 +48,6 @@ function delta(kv: KvClient, before: ClientStats): { hits: number; misses: numbe
 function doorbells(kv: KvClient): number {
   const [server] = (kv as unknown as { servers: Map<string, { doorbells: number }> }).servers.values();
   return server!.doorbells;
-}
-
-/** Where the key's slot is (read from the server's region): its bucket and its item's block, in units. */
-function locate(server: KvServer, key: string): { bucket: number; block: number } | undefined {
-  const { layout, region } = server;
-  const k = Buffer.from(key);
-  const { b1, b2, fingerprint } = hashKey(k, readSuperblock(region).seed, layout.bucketCount);
-  for (const bucket of [b1, b2]) {
-    for (let i = 1; i <= KvLayout.SLOTS_PER_BUCKET; i++) {
-      const slot = region.readBigUInt64LE(layout.indexOffset + bucket * KvLayout.BUCKET_BYTES + 8 * i);
-      if (slot === 0n || slotFingerprint(slot) !== fingerprint) continue;
-      const at = layout.heapOffset + slotBlock(slot) * KvLayout.UNIT_BYTES;
-      if (itemKey(region, at, readItemHeader(region, at).keyLength).equals(k)) return { bucket, block: slotBlock(slot) };
-    }
-  }
-  return undefined;
 }
 
 /** The key and value of the item in a heap block (whatever it holds now). */
@@ -199,7 +184,7 @@ for (const scheme of providersUnderTest()) {
       const [a, b] = await clients(t, server, unchecked);
       await b.put('k', 'value');
       t.is((await a.get('k'))?.toString(), 'value'); // A learns the address
-      const at = server.layout.heapOffset + locate(server, 'k')!.block * KvLayout.UNIT_BYTES;
+      const at = server.layout.heapOffset + slotOfKeyIn(server.region, 'k').block * KvLayout.UNIT_BYTES;
       const { version } = readItemHeader(server.region, at);
       server.region.writeBigUInt64LE(version + 1n, itemStateOffset(at)); // a later write's version: another item's live STATE
       const before = a.stats();
@@ -225,7 +210,7 @@ for (const scheme of providersUnderTest()) {
       const [a, b] = await clients(t, server);
       await b.put('k', 'moved value');
       t.is((await a.get('k'))?.toString(), 'moved value');
-      const home = locate(server, 'k')!;
+      const home = slotOfKeyIn(server.region, 'k');
       // B fills k's bucket with keys that hash to it, until an insert moves k to its other bucket.
       const seed = readSuperblock(server.region).seed;
       let moved = false;
@@ -241,14 +226,14 @@ for (const scheme of providersUnderTest()) {
           },
         );
         puts++;
-        moved = locate(server, 'k')?.bucket !== home.bucket;
+        moved = findSlotIn(server.region, 'k')?.bucket !== home.bucket;
       }
       if (!moved && attempt < 8) {
         t.log(`try ${attempt}: the table filled before k moved; a fresh region`);
         continue;
       }
       t.true(moved, 'k was displaced');
-      t.is(locate(server, 'k')?.block, home.block, 'a displacement moves the slot, not the item');
+      t.is(findSlotIn(server.region, 'k')?.block, home.block, 'a displacement moves the slot, not the item');
       let before = a.stats();
       t.is((await a.get('k'))?.toString(), 'moved value');
       t.deepEqual(delta(a, before), { hits: 1, misses: 0, failures: 0 }, 'the item is unchanged and current: a hit is right');
@@ -273,7 +258,7 @@ for (const scheme of providersUnderTest()) {
       const value = (tag: 'committed' | 'neverdone', i: number) => `${tag}-${String(i).padStart(6, '0')}`;
       await b.put('k', value('committed', 0));
       t.is((await a.get('k'))?.toString(), value('committed', 0));
-      const cached = locate(server, 'k')!.block;
+      const cached = slotOfKeyIn(server.region, 'k').block;
       let last = 0;
       let phantom: string | undefined;
       for (let i = 1; i <= 4000 && phantom === undefined; i++) {
@@ -285,7 +270,7 @@ for (const scheme of providersUnderTest()) {
         if (i % 50 === 0) await new Promise((resolve) => setTimeout(resolve, 10)); // let retired blocks through their grace
       }
       t.truthy(phantom, "A's block came back holding an uncommitted write of k");
-      t.not(locate(server, 'k')!.block, cached, 'and no slot names it');
+      t.not(slotOfKeyIn(server.region, 'k').block, cached, 'and no slot names it');
       const before = a.stats();
       const got = (await a.get('k'))?.toString();
       if (unchecked === 'version') {

@@ -7,11 +7,7 @@ import { Registry } from 'prom-client';
 
 import { connect, startServer } from '../helpers/kv.js';
 import { providersUnderTest } from '../helpers/providers.js';
-
-async function reader(registry: Registry): Promise<(series: string) => number> {
-  const text = await registry.metrics();
-  return (series) => Number(new RegExp(`^${series.replace(/[{}"]/g, '\\$&')} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
-}
+import { seriesReader } from '../server/helpers.js';
 
 for (const scheme of providersUnderTest()) {
   test.serial(`${scheme}: with metrics, getMany still answers with views of one Buffer, and a batch is counted per call`, async (t) => {
@@ -34,7 +30,7 @@ for (const scheme of providersUnderTest()) {
     t.is((await kv.get('k0'))?.toString(), 'new');
     t.is(await kv.get('absent 3'), undefined);
 
-    const value_ = await reader(registry);
+    const value_ = seriesReader(await registry.metrics());
     t.is(value_('rdmakv_client_operation_seconds_count{op="get_many"}'), 1);
     t.is(value_('rdmakv_client_operation_seconds_count{op="put_many"}'), 1);
     t.is(value_('rdmakv_client_operation_seconds_count{op="get"}'), 2);
@@ -54,7 +50,7 @@ for (const scheme of providersUnderTest()) {
     await new Promise((resolve) => setTimeout(resolve, 100));
     const error = await t.throwsAsync(kv.getMany(['k', 'k', 'k']));
     const code = (error as { code?: string }).code ?? 'error';
-    const value_ = await reader(registry);
+    const value_ = seriesReader(await registry.metrics());
     t.is(value_(`rdmakv_client_operations_total{op="get",result="${code}"}`), 3);
     t.is(value_('rdmakv_client_operation_seconds_count{op="get_many"}'), 1);
   });
@@ -70,7 +66,7 @@ for (const scheme of providersUnderTest()) {
     await b.put('kb', 'v');
     t.is((await a.get('ka'))?.toString(), 'v');
     t.is((await b.get('kb'))?.toString(), 'v');
-    const value_ = await reader(registry);
+    const value_ = seriesReader(await registry.metrics());
     t.is(value_('rdmakv_client_get_location_cache_total{result="hit"}'), 2, "both clients' hits");
     t.is(value_('rdmakv_client_operations_total{op="get",result="ok"}'), 2);
   });

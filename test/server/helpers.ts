@@ -2,11 +2,13 @@
 // the server suites: one-shot runs, a server process that is up once it has
 // printed "ready", temp socket URLs and free TCP ports.
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+
+import type { ExecutionContext } from 'ava';
 
 import { slow } from '../helpers/providers.js';
 
@@ -68,6 +70,22 @@ export function socketUrl(): string {
 
 export function socketPath(url: string): string {
   return url.slice('shm://'.length);
+}
+
+/** A fresh shm URL and a token file beside its socket holding `tokens` (file mode `mode`). */
+export function urlWithTokenFile(tokens: string, mode = 0o600): { url: string; file: string } {
+  const url = socketUrl();
+  const file = `${socketPath(url)}.tokens`;
+  writeFileSync(file, tokens, { mode });
+  return { url, file };
+}
+
+/** kv-server (64 MiB) on a fresh socket with a token file of `tokens`, once ready; killed when the test ends. */
+export async function serveWithTokenFile(t: ExecutionContext, tokens: string, mode = 0o600): Promise<{ url: string; file: string; server: ServerProcess }> {
+  const { url, file } = urlWithTokenFile(tokens, mode);
+  const server = await startServerProcess(['--listen', url, '--memory', '64M', '--token-file', file]);
+  t.teardown(() => server.stop('SIGKILL'));
+  return { url, file, server };
 }
 
 /** A TCP port nobody listens on right now. */
@@ -146,11 +164,21 @@ export function logLines(stderr: string): Array<Record<string, unknown>> {
     .map((line) => JSON.parse(line) as Record<string, unknown>);
 }
 
-/** The value of an unlabeled sample in Prometheus text format. */
+/** The value of a sample in Prometheus text format: `name`, with `labels` as printed (op="get",result="ok"). */
 export function sample(metricsText: string, name: string, labels = ''): number | undefined {
-  const prefix = labels ? `${name}{${labels}} ` : `${name} `;
+  return seriesValue(metricsText, labels ? `${name}{${labels}}` : name);
+}
+
+/** The value of one series written as Prometheus prints it, name{labels}; undefined when absent. */
+function seriesValue(metricsText: string, series: string): number | undefined {
+  const prefix = `${series} `;
   const line = metricsText.split('\n').find((l) => l.startsWith(prefix));
   return line === undefined ? undefined : Number(line.slice(prefix.length));
+}
+
+/** A reader of one scrape (a registry's metrics() text): a series as Prometheus prints it → its value, NaN when absent. */
+export function seriesReader(metricsText: string): (series: string) => number {
+  return (series) => seriesValue(metricsText, series) ?? NaN;
 }
 
 export interface LiveProcess {

@@ -1,5 +1,8 @@
 // Issue 7's check: after a kv-bench run, `curl /metrics` on the server shows
 // every metric an operator needs, with values that reflect the run.
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import test from 'ava';
@@ -14,14 +17,18 @@ test('after kv-bench load and run, /metrics shows the store, its heap, clients a
   const url = socketUrl();
   const port = await freePort();
   const server = await startServerProcess(['--listen', url, '--memory', '64M', '--metrics-port', String(port), '--grace-ms', '100ms', '--log-level', 'warn']);
+  // kv-bench's reports go to a directory of the test's own, not the checkout's bench/results
+  const results = mkdtempSync(join(tmpdir(), 'rkv-metrics-bench-'));
+  t.teardown(() => rmSync(results, { recursive: true, force: true }));
   try {
-    const common = ['-P', WORKLOAD_A, '--db', 'rdma-kv', '-p', `rdmakv.url=${url}`, '-p', 'recordcount=2000', '-p', 'fieldcount=2', '-p', 'fieldlength=50'];
+    const common = ['-P', WORKLOAD_A, '--db', 'rdma-kv', '-p', `rdmakv.url=${url}`, '-p', 'recordcount=2000', '-p', 'fieldcount=2', '-p', 'fieldlength=50', '-p', `kvbench.resultsdir=${results}`];
     const load = await run(KV_BENCH, ['load', ...common]);
     t.is(load.code, 0, load.stderr);
     const bench = await run(KV_BENCH, ['run', ...common, '-p', 'operationcount=4000']);
     t.is(bench.code, 0, bench.stderr);
     const updates = Number(/^\[UPDATE\], Operations, (\d+)$/m.exec(bench.stdout)?.[1]);
     t.true(updates > 0, 'workload a updated records');
+    t.is(readdirSync(results).length, 4, 'a JSON and an HTML report per phase, in the test\'s directory');
 
     // Notices are drained asynchronously, and superseded blocks freed after the grace period.
     let text = '';

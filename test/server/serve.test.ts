@@ -1,13 +1,13 @@
 // kv-server as a process: it starts a 1 GiB region, prints what it serves,
 // serves clients, metrics and /stats, checks tokens, logs lifecycle events
 // only, and stops cleanly on SIGTERM and SIGINT.
-import { existsSync, writeFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 
 import test from 'ava';
 
 import { KvAuthError, KvClient, type KvError } from '../../client/index.js';
 import { METRICS } from '../../server/metrics.js';
-import { freePort, kvServer, logLines, sample, socketPath, socketUrl, startServerProcess } from './helpers.js';
+import { freePort, kvServer, logLines, sample, serveWithTokenFile, socketPath, socketUrl, startServerProcess } from './helpers.js';
 
 test('a 1 GiB server prints its URL and region; a client puts and gets; /metrics and /stats agree', async (t) => {
   const url = socketUrl();
@@ -80,11 +80,7 @@ test('wrong token: KvAuthError (KV_AUTH); the right one works; the rejection is 
 });
 
 test('--token-file: the token is read and trimmed', async (t) => {
-  const url = socketUrl();
-  const file = `${socketPath(url)}.token`;
-  writeFileSync(file, '  from-a-file\n\n', { mode: 0o600 });
-  const server = await startServerProcess(['--listen', url, '--memory', '64M', '--token-file', file]);
-  t.teardown(() => server.stop('SIGKILL'));
+  const { url } = await serveWithTokenFile(t, '  from-a-file\n\n');
   const kv = await KvClient.connect({ url, token: 'from-a-file' });
   await kv.put('k', 'v');
   await kv.close();

@@ -8,23 +8,17 @@ import test from 'ava';
 
 import { KvClient, type KvError } from '../../client/index.js';
 import { eventually } from '../helpers/providers.js';
-import { kvServer, kvctl, logLines, socketPath, socketUrl, startServerProcess } from './helpers.js';
+import { kvServer, kvctl, logLines, serveWithTokenFile, urlWithTokenFile } from './helpers.js';
 
 test('a malformed token file: exit 1 with the file and the line', async (t) => {
-  const url = socketUrl();
-  const file = `${socketPath(url)}.tokens`;
-  writeFileSync(file, 'w write\nr reader\n', { mode: 0o600 });
+  const { url, file } = urlWithTokenFile('w write\nr reader\n');
   const result = await kvServer(['--listen', url, '--memory', '64M', '--token-file', file]);
   t.is(result.code, 1);
   t.is(result.stderr.trim(), `kv-server: --token-file ${file} line 2: unknown role 'reader': expected read or write`);
 });
 
 test('roles from the file; a file others can read is warned about; SIGHUP reloads it', async (t) => {
-  const url = socketUrl();
-  const file = `${socketPath(url)}.tokens`;
-  writeFileSync(file, '# test tokens\nw1 write\nr1 read\ngone write\n', { mode: 0o644 });
-  const server = await startServerProcess(['--listen', url, '--memory', '64M', '--token-file', file]);
-  t.teardown(() => server.stop('SIGKILL'));
+  const { url, file, server } = await serveWithTokenFile(t, '# test tokens\nw1 write\nr1 read\ngone write\n', 0o644);
   t.true(server.banner.includes(`kv-server: clients must present a token of ${file} (2 write, 1 read; SIGHUP rereads it)`), server.banner.join('\n'));
   const warnings = () => logLines(server.stderr()).filter((l) => typeof l.msg === 'string' && (l.msg as string).includes('is readable by everyone'));
   t.is(warnings().length, 1);

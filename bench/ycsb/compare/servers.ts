@@ -250,14 +250,15 @@ function waitForLine(child: ChildProcess, prefix: string, timeoutMs: number): Pr
  * This project's kv-server (bin/kv-server.js) on the shm transport: a unix socket in a fresh
  * private temporary directory (mode 0700, so no token is needed), removed once the server is
  * gone. It is ready when it prints "kv-server: ready" (docs/operations.md). The property
- * rdmakv.memory is passed as its --memory (the region size; kv-server's default otherwise).
+ * rdmakv.memory is passed as its --memory (the region size; kv-server's default otherwise);
+ * `extraArgs` go after it (kv-bench cache: --eviction, --metrics-port).
  */
-export async function startKvServer(props: Properties): Promise<PeerServer> {
+export async function startKvServer(props: Properties, extraArgs: readonly string[] = []): Promise<PeerServer> {
   if (!existsSync(KV_SERVER)) throw new Error(`kv-server did not start: ${KV_SERVER} is missing`);
   const dir = mkdtempSync(join(tmpdir(), 'kv-bench-rdma-kv-'));
   const url = `shm://${join(dir, 'kv.sock')}`;
   const memory = props.get('rdmakv.memory');
-  const args = [KV_SERVER, '--listen', url, '--log-level', 'warn', ...(memory !== undefined ? ['--memory', memory] : [])];
+  const args = [KV_SERVER, '--listen', url, '--log-level', 'warn', ...(memory !== undefined ? ['--memory', memory] : []), ...extraArgs];
   const peer = spawnPeer(process.execPath, args, {
     pipeStdout: true,
     env: { ...process.env, RKV_QUIET: '1' }, // the addon's warning about missing verbs libraries means nothing for shm
