@@ -147,6 +147,10 @@ export class KvServer extends EventEmitter {
     if (!fabric) {
       const opened = openFabric(scheme, url, this.store);
       this.fabrics.set(scheme, opened);
+      // Said once per provider: whether a leaked rkey is bound to its connection (docs/operations.md, threat model).
+      this.counters.memoryWindows.set(scheme, opened.windows ? 1 : 0);
+      if (opened.windows) this.log?.info({ provider: scheme, how: opened.windowsNote }, 'memory windows: each client gets an rkey of its own connection');
+      else this.log?.warn({ provider: scheme, why: opened.windowsNote }, 'no memory windows: clients get the region\'s rkey, which works on any connection');
       if (this.settings.tokens?.some((e) => e.role === 'read')) registerReadOnly(opened, this.store);
       opened.provider.on('connectRequest', (request) => this.acceptor.onConnectRequest(opened, request));
       opened.cq.watch(() => this.completions.drain(opened), CQ_MODERATION_US);
