@@ -35,8 +35,8 @@ async function rawClient(t: ExecutionContext, scheme: Scheme, server: KvServer, 
   const post = async (wr: Omit<WorkRequest, 'wrId' | 'flags' | 'local' | 'localOffset'>) => {
     conn.postSend([{ ...wr, wrId: 99, flags: SendFlag.SIGNALED, local: buffers, localOffset: 7 * 4096 }]);
     for (;;) {
-      const [wc] = await cq.take(1, { timeoutMs: 10_000 });
-      if (wc?.wrId === 99) return wc.statusName;
+      const wc = (await cq.next({ timeoutMs: 10_000 })).find((c) => c.wrId === 99);
+      if (wc) return wc.statusName;
     }
   };
   return { hello, post, conn, scratch: buffers.bytes.subarray(7 * 4096) };
