@@ -28,6 +28,14 @@ export interface NativeMemoryRegion {
   readonly access: number;
   deregister(): void;
 }
+export interface NativeWindow {
+  readonly rkey: number;
+  readonly addr: bigint;
+  readonly length: number;
+  readonly access: number;
+  readonly valid: boolean;
+  invalidate(): void;
+}
 export interface NativeCq {
   poll(max: number): number;
   arm(): void;
@@ -52,6 +60,7 @@ export interface NativeConnection {
   reject(privateData?: Buffer): void;
   disconnect(): void;
   fenceComplete(): boolean;
+  bindWindow(region: NativeMemoryRegion, offset: number, length: number, access: number): NativeWindow;
   readonly state: ConnState;
   readonly qpNum: number;
   readonly maxInline: number;
@@ -69,6 +78,10 @@ export interface DeviceInfo {
   maxQpInitRdAtom: number;
   atomicCap: 'NONE' | 'HCA' | 'GLOB';
   maxInline: number;
+  /** Connection.bindWindow works: per-connection rkeys (verbs: type 2B memory windows, probed at start). */
+  memoryWindows: boolean;
+  /** How that was found, or why not. */
+  memoryWindowsNote: string;
 }
 export interface NativeProvider {
   register(memory: NativeMemory, offset: number, length: number, access: number): NativeMemoryRegion;

@@ -7,6 +7,7 @@ import type { NativeConnection, NativeListener } from './addon.js';
 import type { CompletionQueue } from './completion-queue.js';
 import { type ConnState, Limit } from './constants.generated.js';
 import { TransportError } from './errors.js';
+import { type MemoryRegion, MemoryWindow } from './memory.js';
 import type { Provider } from './provider.js';
 import { type RecvRequest, type WorkRequest, writeRecvRequest, writeWorkRequest } from './work-requests.js';
 
@@ -79,7 +80,19 @@ export class Connection extends EventEmitter<ConnectionEvents> {
     rrs.forEach((rr, i) => writeRecvRequest(buffer, i, rr));
     this.native.postRecv(rrs.length);
   }
-  /** Moves the queue pair to the error state (everything outstanding is flushed) and tells the peer. */
+  /**
+   * Binds a memory window over `region` (all of it, or `offset`/`length`) for this connection's
+   * peer alone, with remote `access` (Access.REMOTE_READ, REMOTE_WRITE, REMOTE_ATOMIC). The region
+   * needs Access.MW_BIND (and LOCAL_WRITE for a writable window); the provider needs
+   * deviceInfo.memoryWindows. Throws a TransportError (ERR_RKV_WINDOW) when it cannot bind.
+   * The connection's end (disconnect, failure) invalidates it.
+   */
+  bindWindow(region: MemoryRegion, access: number, range: { offset?: number; length?: number } = {}): MemoryWindow {
+    const offset = range.offset ?? 0;
+    const length = range.length ?? region.length - offset;
+    return new MemoryWindow(this.native.bindWindow(region.native, offset, length, access), region);
+  }
+  /** Moves the queue pair to the error state (everything outstanding is flushed), invalidates its windows and tells the peer. */
   disconnect(): void {
     this.native.disconnect();
     this.closed();

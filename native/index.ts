@@ -4,7 +4,7 @@
 //
 //   transport   provider.ts (Provider, the provider list), connection.ts
 //               (Connection, ConnectionRequest, Listener), completion-queue.ts,
-//               memory.ts (Memory, MemoryRegion), work-requests.ts, errors.ts
+//               memory.ts (Memory, MemoryRegion, MemoryWindow), work-requests.ts, errors.ts
 //   client core client-core.ts: the KV data path over one connection
 //   layout      layout.ts: the key hash, and what the addon was compiled with
 //   server      notice-drain.ts: the server's notice path (records, blocks retired)
@@ -25,6 +25,6 @@ export { type ConnectOptions, Connection, ConnectionRequest, Listener, type Queu
 export { TransportError, opcodeName, statusName } from './errors.js';
 export { type Crc32cPath, crc32c, crc32cHardware, hashKey, itemChecksum, nativeBuildItem, nativeConstants, nativeIndexWords } from './layout.js';
 export { NoticeDrain, NoticeOut, NoticeProblem, type NoticeDrainLayout } from './notice-drain.js';
-export { Memory, MemoryRegion, type RemoteRegion, access } from './memory.js';
+export { Memory, MemoryRegion, MemoryWindow, type RemoteRegion, access } from './memory.js';
 export { Provider, builtProviders, knownProviders } from './provider.js';
 export { type Completion, type RecvRequest, type WorkRequest, readCompletion, writeWorkRequest } from './work-requests.js';

@@ -1,6 +1,6 @@
 // Memory and its registrations: what a work request's local buffer is, and
 // what a peer needs to reach a region (its RemoteRegion).
-import { type NativeMemory, type NativeMemoryRegion, addon } from './addon.js';
+import { type NativeMemory, type NativeMemoryRegion, type NativeWindow, addon } from './addon.js';
 import { Access } from './constants.generated.js';
 
 /** Shareable memory (a sealed memfd, or a file that survives restarts). */
@@ -58,6 +58,43 @@ export class MemoryRegion {
   }
   deregister(): void {
     this.native.deregister();
+  }
+}
+
+/**
+ * A memory window (Connection.bindWindow): an rkey of its own over part of a region, which only
+ * the peer of the connection it was bound on can use, with at most its access; any other use
+ * fails at the device with REM_ACCESS_ERR. It ends with invalidate() or with its connection
+ * (disconnect, failure).
+ */
+export class MemoryWindow {
+  constructor(
+    /** @internal */ readonly native: NativeWindow,
+    readonly region: MemoryRegion,
+  ) {}
+  get rkey(): number {
+    return this.native.rkey;
+  }
+  /** The address peers use for the window's first byte. */
+  get addr(): bigint {
+    return this.native.addr;
+  }
+  get length(): number {
+    return this.native.length;
+  }
+  get access(): number {
+    return this.native.access;
+  }
+  /** Bound, not yet invalidated (by invalidate() or by its connection's end). */
+  get valid(): boolean {
+    return this.native.valid;
+  }
+  /** Once it returns, the peer's requests with this rkey fail with REM_ACCESS_ERR. Idempotent. */
+  invalidate(): void {
+    this.native.invalidate();
+  }
+  remote(): RemoteRegion {
+    return { addr: this.native.addr, rkey: this.native.rkey, length: this.native.length };
   }
 }
 

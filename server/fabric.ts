@@ -2,12 +2,21 @@
 // event-mode completion queue, the region registered with it (its own rkey),
 // the receive buffers and send buffers of every client ring, and the server's
 // queue pair to itself through which locks are released (recovery/).
+//
+// Where the provider has memory windows (deviceInfo.memoryWindows: shm, and
+// verbs devices with type 2B windows), the region is registered for binding
+// windows and nothing else: its own rkey opens no remote access, and every
+// connection, the loopback's included, is given a window of its own
+// (bindClientWindow), which fencing invalidates. Without them, the region is
+// registered for remote access and its rkey (or the READ-only registration's)
+// is what clients get, as before windows.
 import {
   Access,
   type CompletionQueue,
   type Connection,
   type Listener,
   type MemoryRegion,
+  type MemoryWindow,
   Provider,
   type TransportError,
   access,
@@ -39,8 +48,17 @@ export const LOOPBACK_BATCH = 256;
 export interface Fabric {
   provider: Provider;
   cq: CompletionQueue;
-  /** the region, registered with this provider (its own rkey) */
+  /**
+   * The region, registered with this provider: for binding windows alone (windows true), or for
+   * READ, WRITE and atomics (its rkey is what write clients get).
+   */
   region: MemoryRegion;
+  /** Each client gets a memory window of its own (bindClientWindow), not the region's rkey. */
+  windows: boolean;
+  /** How the provider found that out, or why it has none (logged at start). */
+  windowsNote: string;
+  /** The window of the loopback's accepted end (sessions/accept.ts binds it; openLoopback reads it). */
+  loopbackWindow?: MemoryWindow;
   /**
    * The same memory registered a second time with REMOTE_READ alone: the rkey read clients get.
    * The NIC (or the shm provider, checking as a NIC does) refuses a WRITE or an atomic with it:
@@ -50,8 +68,8 @@ export interface Fabric {
   readOnly?: MemoryRegion;
   recv: MemoryRegion;
   send: MemoryRegion;
-  /** The server's connection to itself: lock recovery goes through it, as RDMA atomics. */
-  loopback?: { connection: Connection; cq: CompletionQueue; scratch: MemoryRegion };
+  /** The server's connection to itself: lock recovery goes through it, as RDMA atomics with `rkey` (its window's, or the region's). */
+  loopback?: { connection: Connection; cq: CompletionQueue; scratch: MemoryRegion; rkey: number };
 }
 
 /** The scheme of a URL the server can listen on; KvConfigError for any other. */
@@ -70,16 +88,29 @@ export function openFabric(scheme: string, url: string, store: RegionStore): Fab
     throw new KvConfigError(`cannot serve ${url}: ${(error as Error).message}`);
   }
   const { maxClients } = store.layout;
-  const region = provider.register(store.memory, 0, store.memory.length, access.REMOTE_ALL);
+  const { memoryWindows: windows, memoryWindowsNote: windowsNote } = provider.deviceInfo;
+  const region = provider.register(store.memory, 0, store.memory.length, windows ? Access.LOCAL_WRITE | Access.MW_BIND : access.REMOTE_ALL);
   const cq = provider.createCq(8192);
   const recv = provider.allocate(maxClients * RECVS_PER_CLIENT * KvLayout.SERVER_RECV_BYTES, Access.LOCAL_WRITE);
   const send = provider.allocate(maxClients * SEND_BUFFERS * KvLayout.CONTROL_RECV_BYTES, Access.LOCAL_WRITE);
-  return { provider, cq, region, recv, send };
+  return { provider, cq, region, windows, windowsNote, recv, send };
 }
 
-/** Registers the region READ-only for read clients, once; throws KvConfigError when the device refuses. */
+/** What a role may do with the region: READ alone, or READ, WRITE and atomics. */
+const WINDOW_ACCESS = { read: Access.REMOTE_READ, write: Access.REMOTE_READ | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC } as const;
+
+/**
+ * Binds `connection`'s window over the whole region (its end of the queue pair: only that peer can
+ * use the rkey), READ-only for a read client; undefined where the fabric has no windows. Throws
+ * what bindWindow throws. The connection's end (fence, failure) invalidates it.
+ */
+export function bindClientWindow(fabric: Fabric, connection: Connection, role: keyof typeof WINDOW_ACCESS): MemoryWindow | undefined {
+  return fabric.windows ? connection.bindWindow(fabric.region, WINDOW_ACCESS[role]) : undefined;
+}
+
+/** Registers the region READ-only for read clients, once (not with windows); throws KvConfigError when the device refuses. */
 export function registerReadOnly(fabric: Fabric, store: RegionStore): void {
-  if (fabric.readOnly) return;
+  if (fabric.readOnly || fabric.windows) return; // with windows, a read client's window is READ-only
   try {
     fabric.readOnly = fabric.provider.register(store.memory, 0, store.memory.length, Access.REMOTE_READ);
   } catch (error) {
@@ -109,5 +140,11 @@ export async function openLoopback(fabric: Fabric, url: string, secret: Buffer):
     privateData: loopbackData(secret),
     timeoutMs: 5000,
   });
-  fabric.loopback = { connection, cq, scratch };
+  // The acceptor bound the accepted end's window before this connect could complete.
+  const rkey = fabric.windows ? fabric.loopbackWindow?.rkey : fabric.region.rkey;
+  if (rkey === undefined) {
+    connection.disconnect();
+    throw new Error('the loopback connection has no window');
+  }
+  fabric.loopback = { connection, cq, scratch, rkey };
 }

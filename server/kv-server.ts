@@ -147,6 +147,10 @@ export class KvServer extends EventEmitter {
     if (!fabric) {
       const opened = openFabric(scheme, url, this.store);
       this.fabrics.set(scheme, opened);
+      // Whether a leaked rkey is bound to its connection (docs/operations.md, threat model): said in the
+      // `listening` line, and without windows once more, as a warning.
+      this.counters.memoryWindows.set(scheme, opened.windows ? 1 : 0);
+      if (!opened.windows) this.log?.warn({ provider: scheme, why: opened.windowsNote }, 'no memory windows: clients get the region\'s rkey, which works on any connection');
       if (this.settings.tokens?.some((e) => e.role === 'read')) registerReadOnly(opened, this.store);
       opened.provider.on('connectRequest', (request) => this.acceptor.onConnectRequest(opened, request));
       opened.cq.watch(() => this.completions.drain(opened), CQ_MODERATION_US);
@@ -158,7 +162,7 @@ export class KvServer extends EventEmitter {
     this.urls.push(listener.url);
     // The region's pages are said here, with its size: huge pages, or why not ('4k' and pagesWhy).
     const { kind: pages, note: pagesWhy } = this.store.memory.pages;
-    this.log?.info({ url: listener.url, regionBytes: this.layout.regionBytes, buckets: this.layout.bucketCount, pages, ...(pagesWhy ? { pagesWhy } : {}) }, 'listening');
+    this.log?.info({ url: listener.url, regionBytes: this.layout.regionBytes, buckets: this.layout.bucketCount, pages, ...(pagesWhy ? { pagesWhy } : {}), memoryWindows: fabric.windows, ...(fabric.windows ? {} : { memoryWindowsWhy: fabric.windowsNote }) }, 'listening');
   }
 
   /** Each fabric's connection to this server itself (to its first listener of that scheme). */

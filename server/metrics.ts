@@ -61,6 +61,14 @@ export const METRICS: readonly MetricDef[] = [
     stats: ['rdmaErrors'],
     value: (s) => s.rdmaErrors,
   },
+  {
+    name: 'rdmakv_memory_windows',
+    type: 'gauge',
+    help: 'By provider: 1 when each client gets a memory window of its own (an rkey only its connection can use, invalidated when it is fenced), 0 when clients get the region\'s rkey (the device has no windows).',
+    label: 'provider',
+    stats: ['memoryWindows'],
+    value: (s) => s.memoryWindows,
+  },
 ];
 
 /**

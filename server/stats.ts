@@ -31,10 +31,12 @@ export interface KvServerStats {
   orphanLocksReleased: number;
   controlMessages: number;
   rdmaErrors: Record<string, number>;
+  /** per provider scheme: 1 when each client gets a memory window of its own (fabric.ts), 0 when it gets the region's rkey */
+  memoryWindows: Record<string, number>;
 }
 
 /** The counters, each counted by the part of the server named beside it. */
-type Counters = Omit<KvServerStats, 'regionBytes' | 'indexBytes' | 'heapBytes' | 'heapUsedBytes' | 'heapUsedBytesByClass' | 'slots' | 'clients' | 'rdmaErrors'>;
+type Counters = Omit<KvServerStats, 'regionBytes' | 'indexBytes' | 'heapBytes' | 'heapUsedBytes' | 'heapUsedBytesByClass' | 'slots' | 'clients' | 'rdmaErrors' | 'memoryWindows'>;
 
 export class ServerStats {
   readonly count: Counters = {
@@ -51,6 +53,8 @@ export class ServerStats {
   };
   /** sessions/completions.ts: error completions by status (flushes not counted) */
   private readonly rdmaErrors = new Map<string, number>();
+  /** kv-server.ts, as each fabric opens: does it bind a window per client (fabric.ts)? */
+  readonly memoryWindows = new Map<string, number>();
 
   rdmaError(status: string): void {
     this.rdmaErrors.set(status, (this.rdmaErrors.get(status) ?? 0) + 1);
@@ -71,6 +75,7 @@ export class ServerStats {
       clients,
       ...counts,
       rdmaErrors: Object.fromEntries(this.rdmaErrors),
+      memoryWindows: Object.fromEntries(this.memoryWindows),
     };
   }
 }

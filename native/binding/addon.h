@@ -19,6 +19,7 @@ struct AddonData {
   Napi::FunctionReference cq;
   Napi::FunctionReference connection;
   Napi::FunctionReference listener;
+  Napi::FunctionReference window;
   Napi::FunctionReference client_core;
   // What native code throws: `new error_class(code, message)`. native/addon.ts
   // hands over native/errors.ts's TransportError once, when it loads the addon.

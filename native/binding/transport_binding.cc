@@ -1,5 +1,5 @@
 // JS classes over the transport: Provider, Memory, MemoryRegion, Cq,
-// Connection, Listener.
+// Connection, Listener, Window.
 //
 // The hot path crosses once per batch: JS writes work requests into a buffer
 // this side owns (Provider.sendBuffer / recvBuffer, u32 words laid out as
@@ -168,7 +168,7 @@ class MemoryRegionWrap : public Napi::ObjectWrap<MemoryRegionWrap> {
   struct Init {
     State state;
     std::shared_ptr<Memory> memory;
-    std::unique_ptr<MemoryRegion> region;
+    std::shared_ptr<MemoryRegion> region;
   };
   static Napi::Function define(Napi::Env env) {
     return DefineClass(env, "MemoryRegion",
@@ -193,8 +193,17 @@ class MemoryRegionWrap : public Napi::ObjectWrap<MemoryRegionWrap> {
     if (!region_) return;
     auto it = state_->regions.find(region_->lkey());
     if (it != state_->regions.end() && it->second == region_.get()) state_->regions.erase(it);
-    region_.reset();  // deregisters before the memory it covers can go
+    region_.reset();  // deregisters before the memory it covers can go, unless a window still holds it
   }
+
+ public:
+  // A window's region: the registration it holds while bound.
+  std::shared_ptr<MemoryRegion> shared(Napi::Env env) {
+    region(env);
+    return region_;
+  }
+
+ private:
   MemoryRegion& region(Napi::Env env) {
     if (!region_) throw_error(env, "ERR_RKV_CLOSED", "memory region was deregistered");
     return *region_;
@@ -215,7 +224,49 @@ class MemoryRegionWrap : public Napi::ObjectWrap<MemoryRegionWrap> {
 
   State state_;
   std::shared_ptr<Memory> memory_;
-  std::unique_ptr<MemoryRegion> region_;
+  std::shared_ptr<MemoryRegion> region_;
+};
+
+// ---- Window -----------------------------------------------------------------------
+
+class WindowWrap : public Napi::ObjectWrap<WindowWrap> {
+ public:
+  struct Init {
+    State state;
+    std::shared_ptr<Window> window;
+  };
+  static Napi::Function define(Napi::Env env) {
+    return DefineClass(env, "Window",
+                       {InstanceAccessor<&WindowWrap::rkey>("rkey"), InstanceAccessor<&WindowWrap::addr>("addr"),
+                        InstanceAccessor<&WindowWrap::length>("length"),
+                        InstanceAccessor<&WindowWrap::access>("access"),
+                        InstanceAccessor<&WindowWrap::valid>("valid"),
+                        InstanceMethod<&WindowWrap::invalidate>("invalidate")});
+  }
+  explicit WindowWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<WindowWrap>(info) {
+    auto* init = info[0].As<Napi::External<Init>>().Data();
+    state_ = std::move(init->state);
+    window_ = std::move(init->window);
+  }
+  // Unreachable from JS: nobody can hand its rkey out any more, and a window
+  // nobody holds must not stay bound.
+  ~WindowWrap() override { window_->invalidate(); }
+
+ private:
+  Napi::Value rkey(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), window_->rkey()); }
+  Napi::Value addr(const Napi::CallbackInfo& info) { return Napi::BigInt::New(info.Env(), window_->addr()); }
+  Napi::Value length(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), static_cast<double>(window_->length()));
+  }
+  Napi::Value access(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), window_->access()); }
+  Napi::Value valid(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), window_->valid()); }
+  Napi::Value invalidate(const Napi::CallbackInfo& info) {
+    window_->invalidate();
+    return info.Env().Undefined();
+  }
+
+  State state_;  // first: the provider outlives the window
+  std::shared_ptr<Window> window_;
 };
 
 // ---- Cq ------------------------------------------------------------------------
@@ -405,6 +456,7 @@ class ConnectionWrap : public Napi::ObjectWrap<ConnectionWrap> {
          InstanceMethod<&ConnectionWrap::accept>("accept"), InstanceMethod<&ConnectionWrap::reject>("reject"),
          InstanceMethod<&ConnectionWrap::disconnect>("disconnect"),
          InstanceMethod<&ConnectionWrap::fence_complete>("fenceComplete"),
+         InstanceMethod<&ConnectionWrap::bind_window>("bindWindow"),
          InstanceAccessor<&ConnectionWrap::state>("state"), InstanceAccessor<&ConnectionWrap::qp_num>("qpNum"),
          InstanceAccessor<&ConnectionWrap::max_inline>("maxInline"),
          InstanceAccessor<&ConnectionWrap::peer_private_data>("peerPrivateData"),
@@ -518,6 +570,25 @@ class ConnectionWrap : public Napi::ObjectWrap<ConnectionWrap> {
   }
   Napi::Value fence_complete(const Napi::CallbackInfo& info) {
     return Napi::Boolean::New(info.Env(), connection_->fence_complete());
+  }
+  // bindWindow(region, offset, length, access) -> Window
+  Napi::Value bind_window(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!info[0].IsObject() || !info[0].As<Napi::Object>().InstanceOf(addon(env)->memory_region.Value())) {
+      throw_error(env, "ERR_INVALID_ARG_TYPE", "bindWindow(region: MemoryRegion, offset, length, access)");
+    }
+    auto region = MemoryRegionWrap::Unwrap(info[0].As<Napi::Object>())->shared(env);
+    if (!info[1].IsNumber() || !info[2].IsNumber()) throw_error(env, "ERR_INVALID_ARG_TYPE", "offset and length must be numbers");
+    const double offset = info[1].As<Napi::Number>().DoubleValue(), length = info[2].As<Napi::Number>().DoubleValue();
+    if (!(offset >= 0) || !(length >= 0) || offset + length > static_cast<double>(region->length())) {
+      throw_error(env, "ERR_OUT_OF_RANGE", "the window must lie inside the region");
+    }
+    std::string error;
+    auto window = connection_->bind_window(region, reinterpret_cast<uint64_t>(region->addr()) + static_cast<uint64_t>(offset),
+                                           static_cast<uint64_t>(length), u32_arg(info, 3, "access"), &error);
+    if (!window) throw_error(env, "ERR_RKV_WINDOW", error);
+    WindowWrap::Init init{state_, std::move(window)};
+    return addon(env)->window.New({Napi::External<WindowWrap::Init>::New(env, &init)});
   }
   Napi::Value disconnect(const Napi::CallbackInfo& info) {
     connection_->disconnect();
@@ -711,6 +782,8 @@ class ProviderWrap : public Napi::ObjectWrap<ProviderWrap> {
     o.Set("maxQpInitRdAtom", d.max_qp_init_rd_atom);
     o.Set("atomicCap", d.atomic_cap);
     o.Set("maxInline", d.max_inline);
+    o.Set("memoryWindows", d.memory_windows);
+    o.Set("memoryWindowsNote", d.memory_windows_note);
     return o;
   }
   Napi::Value scheme(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), state_->provider->scheme()); }
@@ -768,6 +841,7 @@ void init_transport(Napi::Env env, Napi::Object exports, AddonData* data) {
   add("Cq", CqWrap::define(env), data->cq);
   add("Connection", ConnectionWrap::define(env), data->connection);
   add("Listener", ListenerWrap::define(env), data->listener);
+  add("Window", WindowWrap::define(env), data->window);
 }
 
 }  // namespace rkv::binding

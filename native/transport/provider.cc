@@ -49,6 +49,28 @@ bool split_url(const std::string& url, std::string* scheme, std::string* rest, s
   return true;
 }
 
+bool check_window(const MemoryRegion& region, uint64_t addr, uint64_t length, uint32_t access, std::string* error) {
+  const uint32_t remote = u32(Access::REMOTE_READ) | u32(Access::REMOTE_WRITE) | u32(Access::REMOTE_ATOMIC);
+  if (access == 0 || (access & ~remote) != 0) {
+    *error = "a window's access is REMOTE_READ, REMOTE_WRITE and/or REMOTE_ATOMIC";
+    return false;
+  }
+  if ((region.access() & u32(Access::MW_BIND)) == 0) {
+    *error = "the region was not registered with MW_BIND";
+    return false;
+  }
+  if ((access & (u32(Access::REMOTE_WRITE) | u32(Access::REMOTE_ATOMIC))) != 0 &&
+      (region.access() & u32(Access::LOCAL_WRITE)) == 0) {
+    *error = "a writable window needs a region with LOCAL_WRITE";
+    return false;
+  }
+  if (length == 0 || !region.contains(addr, length)) {
+    *error = "the window [" + std::to_string(addr) + ", +" + std::to_string(length) + ") is not inside the region";
+    return false;
+  }
+  return true;
+}
+
 std::unique_ptr<Provider> create_provider(const std::string& scheme, EventSink sink, std::string* error) {
   if (scheme == "shm") return create_shm_provider(std::move(sink), error);
 #ifdef RKV_WITH_VERBS

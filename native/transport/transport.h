@@ -114,6 +114,31 @@ class MemoryRegion {
   uint32_t lkey_ = 0, rkey_ = 0, access_ = 0;
 };
 
+// A memory window (verbs type 2B): an rkey of its own over a range of one of
+// our regions, bound to one connection. Only that connection's peer can use it
+// (the same rkey on any other connection fails with REM_ACCESS_ERR, as does an
+// access the window's flags do not allow), and it ends with invalidate() or
+// with its connection (disconnect(), a failure, the destructor). The region
+// must be registered with Access::MW_BIND; a window may allow REMOTE_WRITE or
+// REMOTE_ATOMIC only where the region has LOCAL_WRITE (IBA C10-73, C10-74).
+class Window {
+ public:
+  virtual ~Window() = default;
+  uint32_t rkey() const { return rkey_; }
+  uint64_t addr() const { return addr_; }
+  uint64_t length() const { return length_; }
+  uint32_t access() const { return access_; }
+  // When it returns, the peer's requests with rkey() fail with REM_ACCESS_ERR
+  // (on shm: those it begins from then on; a fence waits for one in flight).
+  // Idempotent.
+  virtual void invalidate() = 0;
+  virtual bool valid() const = 0;
+
+ protected:
+  uint32_t rkey_ = 0, access_ = 0;
+  uint64_t addr_ = 0, length_ = 0;
+};
+
 class CompletionQueue {
  public:
   virtual ~CompletionQueue() = default;
@@ -162,6 +187,14 @@ class Connection {
   // is in error; the shm provider, where the peer's own process does the
   // writes, may have to wait for a peer caught in the middle of a post.
   virtual bool fence_complete() = 0;
+  // Binds a window over [addr, addr + length) of `region` (ours, of this
+  // provider) with remote `access` (REMOTE_READ, REMOTE_WRITE, REMOTE_ATOMIC),
+  // for this connection's peer alone. The connection must be connected or
+  // accepted. It holds `region` until the window ends (a NIC refuses to
+  // deregister memory that windows are bound to). nullptr and *error when the
+  // device has no windows (DeviceInfo::memory_windows) or the bind is refused.
+  virtual std::shared_ptr<Window> bind_window(const std::shared_ptr<MemoryRegion>& region, uint64_t addr,
+                                              uint64_t length, uint32_t access, std::string* error) = 0;
 
   virtual ConnState state() const = 0;
   virtual uint32_t qp_num() const = 0;
@@ -197,6 +230,9 @@ struct DeviceInfo {
   uint32_t max_qp_init_rd_atom = 0;
   std::string atomic_cap;  // "NONE", "HCA", "GLOB"
   uint32_t max_inline = 0;
+  // Connection::bind_window works (verbs: type 2B windows, probed at start).
+  bool memory_windows = false;
+  std::string memory_windows_note;  // how that was found, or why not
 };
 
 class Provider {
@@ -231,6 +267,10 @@ struct ProviderInfo {
 };
 const std::vector<ProviderInfo>& known_providers();
 
+
+// What every provider checks before binding a window (transport.h, Window);
+// false with *error when the request is malformed.
+bool check_window(const MemoryRegion& region, uint64_t addr, uint64_t length, uint32_t access, std::string* error);
 
 // Splits "scheme://rest" and checks the scheme is one we serve.
 bool split_url(const std::string& url, std::string* scheme, std::string* rest, std::string* error);

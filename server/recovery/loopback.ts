@@ -34,7 +34,7 @@ export async function loopbackAtomics(fabric: Fabric, ops: readonly RegionAtomic
         localOffset: k * 8,
         length: 8,
         remoteAddr: fabric.region.addr + BigInt(at),
-        rkey: fabric.region.rkey,
+        rkey: loop.rkey,
         compareAdd,
         swap,
       })),

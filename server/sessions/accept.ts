@@ -1,7 +1,9 @@
 // Accepting clients: the loopback queue pair recognised by its secret, the
 // protocol version, the token, a session number and a free client ring
 // checked, the ring emptied, the connection accepted with its receives posted,
-// and the hello sent once it is established. While a region file is being
+// its memory window bound (where the fabric has windows: an rkey for this
+// connection alone, READ-only for a read client), and the hello sent once it
+// is established. While a region file is being
 // recovered, requests wait (serving only when ready).
 import { timingSafeEqual } from 'node:crypto';
 import type { EventEmitter } from 'node:events';
@@ -11,7 +13,7 @@ import type { Logger } from 'pino';
 import type { Connection, ConnectionRequest } from '../../native/index.js';
 import { KvLayout } from '../../protocol/constants.js';
 import { RejectReason, parseConnectData } from '../../protocol/connect.js';
-import { type Fabric, RECVS_PER_CLIENT } from '../fabric.js';
+import { type Fabric, RECVS_PER_CLIENT, bindClientWindow } from '../fabric.js';
 import type { ServerSettings } from '../options.js';
 import type { ServerStats } from '../stats.js';
 import type { RegionStore } from '../store/region.js';
@@ -72,7 +74,14 @@ export class Acceptor {
     const { stats, log, clients, store } = this.parts;
     const { version, digest, loopback } = parseConnectData(request.privateData);
     if (loopback && timingSafeEqual(loopback, this.parts.loopbackSecret)) {
-      this.loopbacks.add(request.accept({ cq: fabric.cq }));
+      const connection = request.accept({ cq: fabric.cq });
+      this.loopbacks.add(connection);
+      try {
+        // Its atomics need the region's words: a window like a write client's (openLoopback reads it).
+        fabric.loopbackWindow = bindClientWindow(fabric, connection, 'write');
+      } catch (error) {
+        log?.error({ err: (error as Error).message }, 'cannot bind the loopback connection\'s memory window');
+      }
       return;
     }
     const closed = this.parts.isClosed();
@@ -92,7 +101,7 @@ export class Acceptor {
     const role = this.parts.tokens.roleOf(digest);
     if (role === undefined) return reject(RejectReason.AUTH, 'wrong token');
     // Registered before any read token was accepted (KvServer); a defect if missing: never hand out the writable rkey.
-    if (role === 'read' && !fabric.readOnly) return reject(RejectReason.FULL, 'no READ-only registration for a read token');
+    if (role === 'read' && !fabric.readOnly && !fabric.windows) return reject(RejectReason.FULL, 'no READ-only registration for a read token');
     if (this.parts.sessions.exhausted) {
       return reject(RejectReason.FULL, `the region's ${KvLayout.MAX_SESSIONS} sessions are used up: versions would repeat; copy the data into a new region`);
     }
@@ -114,13 +123,25 @@ export class Acceptor {
       log?.error({ err: error }, 'accept failed');
       return;
     }
-    const client: Client = { id, role, digest: digest && Buffer.from(digest), session, ring, fabric, connection, recvBase, sendBuffers: sendBuffersFor(fabric, ring, connection), lastSeen: performance.now(), rejectedOnce: new Set(), held: new UnitTable() };
+    let window: Client['window'];
+    try {
+      // Bound before the hello that carries its rkey is posted on the same send queue.
+      window = bindClientWindow(fabric, connection, role);
+    } catch (error) {
+      // Never fall back to the region's rkey for one client: it would work on any connection.
+      connection.disconnect();
+      clients.returnRing(ring);
+      stats.count.rejectedConnections++;
+      log?.error({ peer: request.peerAddress, err: (error as Error).message }, 'cannot bind the client\'s memory window: connection dropped');
+      return;
+    }
+    const client: Client = { id, role, window, digest: digest && Buffer.from(digest), session, ring, fabric, connection, recvBase, sendBuffers: sendBuffersFor(fabric, ring, connection), lastSeen: performance.now(), rejectedOnce: new Set(), held: new UnitTable() };
     clients.add(client);
     connection.once('established', () => {
       const rest = Array.from({ length: RECVS_PER_CLIENT - recvs.length }, (_, i) => recvRequest(fabric, recvBase + recvs.length + i));
       if (rest.length > 0) connection.postRecv(rest);
       send(client, helloFor(client, store, this.parts.settings));
-      log?.info({ clientId: id, peer: connection.peerAddress, role }, 'client connected');
+      log?.info({ clientId: id, peer: connection.peerAddress, role, window: window !== undefined }, 'client connected');
       this.parts.events.emit('clientConnected', id);
     });
     connection.once('disconnected', (reason) => this.parts.onDisconnected(client, reason));

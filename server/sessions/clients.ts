@@ -3,7 +3,7 @@
 // number, and the free client rings. Accept (accept.ts) adds a client;
 // its departure (recovery/departures.ts) removes it, and returns its client
 // ring only once its locks are released.
-import type { Connection } from '../../native/index.js';
+import type { Connection, MemoryWindow } from '../../native/index.js';
 import type { SendBuffers } from '../../protocol/send-buffers.js';
 import type { Role } from '../../protocol/tokens.js';
 import type { Fabric } from '../fabric.js';
@@ -11,8 +11,13 @@ import type { UnitTable } from '../store/unit-table.js';
 
 export interface Client {
   id: number;
-  /** what its token allows: a read client has the region's READ-only rkey, no grants and no notices */
+  /** what its token allows: a read client has a READ-only rkey, no grants and no notices */
   role: Role;
+  /**
+   * Its memory window (where the fabric has windows): the rkey its hello names, usable on its
+   * connection alone, READ-only for a read client; its connection's end (fence) invalidates it.
+   */
+  window: MemoryWindow | undefined;
   /** sha256 of the token it presented (undefined: none), checked again when the tokens are replaced */
   digest: Buffer | undefined;
   /** the high bits of every version it writes (see session-numbers.ts) */

@@ -1,8 +1,9 @@
 // The hello: the first message a client gets once connected, all it needs to
 // work alone: its id and version base, where the region is (its rkey on this
-// fabric), the layout, its client ring, the hash seed, and the timings. A read
-// client's hello says so: its rkey is the READ-only registration's, and it
-// has no client ring (it leaves no notices and is granted no blocks).
+// fabric: its own memory window's where the fabric has windows), the layout,
+// its client ring, the hash seed, and the timings. A read client's hello says
+// so: its rkey is READ-only (its window, or the READ-only registration), and
+// it has no client ring (it leaves no notices and is granted no blocks).
 import { KvLayout } from '../../protocol/constants.js';
 import type { Hello } from '../../protocol/control.js';
 import { sessionVersionBase } from '../../protocol/index-format.js';
@@ -13,8 +14,8 @@ import type { Client } from './clients.js';
 export function helloFor(client: Client, store: RegionStore, settings: Pick<ServerSettings, 'graceMs' | 'keepaliveMs'>): Hello {
   const { layout } = store;
   const writes = client.role === 'write';
-  // Accept takes a read client only where the READ-only registration exists.
-  const region = writes ? client.fabric.region : client.fabric.readOnly!;
+  // Its window covers the whole region; without windows, accept takes a read client only where the READ-only registration exists.
+  const region = client.window ?? (writes ? client.fabric.region : client.fabric.readOnly!);
   return {
     t: 'hello',
     v: KvLayout.PROTOCOL_VERSION,

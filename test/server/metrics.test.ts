@@ -35,6 +35,7 @@ function fakeStats(overrides: Partial<KvServerStats> = {}): KvServerStats {
     orphanLocksReleased: 0,
     controlMessages: 40,
     rdmaErrors: { REM_ACCESS_ERR: 2 },
+    memoryWindows: { shm: 1 },
     ...overrides,
   } as KvServerStats;
 }

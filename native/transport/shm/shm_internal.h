@@ -47,6 +47,28 @@ struct RemoteMr {
   void* map = nullptr;
   size_t map_length = 0;
   bool valid = false;
+  uint32_t window_slot = 0;  // a memory window of this connection (see MrAnnouncement)
+};
+
+// A memory window (transport.h): a key of its own, announced on one
+// connection only, whose state the peer reads in the shared connection area.
+class ShmWindow final : public Window {
+ public:
+  ShmWindow(ShmProvider* provider, std::weak_ptr<ShmConnection> connection, std::shared_ptr<MemoryRegion> region,
+            uint32_t slot, uint32_t rkey, uint64_t addr, uint64_t length, uint32_t access);
+  ~ShmWindow() override;  // a window nobody holds is not left bound
+  void invalidate() override;
+  bool valid() const override;
+  // Under the provider lock.
+  void invalidate_locked();
+  uint32_t slot() const { return slot_; }
+
+ private:
+  ShmProvider* provider_;
+  std::weak_ptr<ShmConnection> connection_;
+  std::shared_ptr<MemoryRegion> region_;  // as a NIC's MR, held while bound
+  uint32_t slot_;
+  bool valid_ = true;  // under the provider lock
 };
 
 class ShmCq final : public CompletionQueue {
@@ -89,6 +111,8 @@ class ShmConnection final : public Connection, public std::enable_shared_from_th
   int post_recv(const RecvRequest* rrs, size_t count, size_t* bad) override;
   void disconnect() override;
   bool fence_complete() override;
+  std::shared_ptr<Window> bind_window(const std::shared_ptr<MemoryRegion>& region, uint64_t addr, uint64_t length,
+                                      uint32_t access, std::string* error) override;
   ConnState state() const override { return state_.load(std::memory_order_acquire); }
   uint32_t qp_num() const override { return qp_num_; }
   uint32_t max_inline() const override { return u32(Limit::SHM_MAX_INLINE); }
@@ -117,6 +141,9 @@ class ShmConnection final : public Connection, public std::enable_shared_from_th
   ShmCq* send_cq() const { return send_cq_.get(); }
   ShmCq* recv_cq() const { return recv_cq_.get(); }
   bool announce_mr(const ShmMr& mr);
+  // A window of ours ends: its slot cleared (the peer refuses it from its next
+  // request on) and the peer told to forget it. Under the provider lock.
+  void drop_window(uint32_t slot, uint32_t rkey);
   void set_state(ConnState s) { state_.store(s, std::memory_order_release); }
   void set_peer_private(const uint8_t* data, uint32_t len) { peer_private_.assign(data, data + len); }
   Clock::time_point deadline{};  // active side: when CONNECTING gives up
@@ -172,6 +199,7 @@ class ShmConnection final : public Connection, public std::enable_shared_from_th
   uint32_t pending_head_ = 0, pending_count_ = 0;
   Clock::time_point pending_since_{};
   std::vector<RemoteMr> remote_mrs_;
+  std::vector<std::weak_ptr<ShmWindow>> windows_;  // ours, by slot; invalidated when the connection breaks
 };
 
 class ShmListener final : public Listener {
@@ -216,6 +244,8 @@ class ShmProvider final : public Provider {
   void watch(int fd);
   void unwatch(int fd);
   uint32_t next_qp_num() { return ++qp_counter_; }
+  uint32_t next_key();  // a key no registration of ours has
+  bool windows_off() const { return windows_off_; }
   // Test hook (RKV_SHM_TEST_STOP_BEFORE=OPCODE:LENGTH, e.g. WRITE:8): the first
   // matching request stops this process with SIGSTOP after the fence check and
   // before it executes, so a test can fence a writer caught exactly there.
@@ -236,6 +266,7 @@ class ShmProvider final : public Provider {
   uint32_t key_counter_;
   uint32_t qp_counter_ = 0;
   int test_stop_opcode_ = -1;  // -1: the test hook is off
+  bool windows_off_ = false;   // RKV_NO_MEMORY_WINDOWS=1: behave as a device without windows
   uint32_t test_stop_length_ = 0;
   std::unordered_map<uint32_t, ShmMr*> mrs_;
   std::unordered_map<int, ShmListener*> listeners_;

@@ -173,6 +173,92 @@ bool ShmConnection::announce_mr(const ShmMr& mr) {
   return send_message(socket_, MsgType::MR_ADD, qp_num_, {}, &a, &fd, 1) == 0;
 }
 
+// ---- memory windows ---------------------------------------------------------------
+
+ShmWindow::ShmWindow(ShmProvider* provider, std::weak_ptr<ShmConnection> connection,
+                     std::shared_ptr<MemoryRegion> region, uint32_t slot, uint32_t rkey, uint64_t addr,
+                     uint64_t length, uint32_t access)
+    : provider_(provider), connection_(std::move(connection)), region_(std::move(region)), slot_(slot) {
+  rkey_ = rkey;
+  addr_ = addr;
+  length_ = length;
+  access_ = access;
+}
+
+ShmWindow::~ShmWindow() { invalidate(); }
+
+void ShmWindow::invalidate() {
+  std::lock_guard<std::mutex> guard(provider_->lock());
+  invalidate_locked();
+}
+
+void ShmWindow::invalidate_locked() {
+  if (!valid_) return;
+  valid_ = false;
+  if (auto connection = connection_.lock()) connection->drop_window(slot_, rkey_);
+}
+
+bool ShmWindow::valid() const {
+  std::lock_guard<std::mutex> guard(provider_->lock());
+  return valid_;
+}
+
+std::shared_ptr<Window> ShmConnection::bind_window(const std::shared_ptr<MemoryRegion>& region, uint64_t addr,
+                                                   uint64_t length, uint32_t access, std::string* error) {
+  if (!region || !check_window(*region, addr, length, access, error)) {
+    if (!region) *error = "no region";
+    return nullptr;
+  }
+  if (provider_->windows_off()) {
+    *error = "memory windows are turned off (RKV_NO_MEMORY_WINDOWS=1)";
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> guard(provider_->lock());
+  auto* mr = dynamic_cast<ShmMr*>(region.get());
+  if (mr == nullptr || provider_->find_local(mr->lkey()) != mr) {
+    *error = "the region is not registered with this provider";
+    return nullptr;
+  }
+  if (state() != ConnState::CONNECTED || shared_ == nullptr || socket_ < 0) {
+    *error = "windows are bound on a connected queue pair";
+    return nullptr;
+  }
+  windows_.resize(u32(Limit::SHM_MAX_WINDOWS));
+  uint32_t slot = 0;
+  while (slot < windows_.size() && !windows_[slot].expired()) slot++;
+  if (slot == windows_.size()) {
+    *error = "this connection has " + std::to_string(windows_.size()) + " windows bound already";
+    return nullptr;
+  }
+  const uint32_t rkey = provider_->next_key();
+  // Valid before the peer can know the key: the announcement below is the first it hears of it.
+  shared_->windows[side_][slot].store(rkey, std::memory_order_seq_cst);
+  MrAnnouncement a{rkey, access, addr, length, mr->fd_offset() + (addr - reinterpret_cast<uint64_t>(mr->addr())),
+                   slot + 1, 0};
+  int fd = mr->fd();
+  if (int rc = send_message(socket_, MsgType::MR_ADD, qp_num_, {}, &a, &fd, 1); rc != 0) {
+    shared_->windows[side_][slot].store(0, std::memory_order_seq_cst);
+    errno = rc;
+    *error = errno_text("announcing the window to the peer");
+    return nullptr;
+  }
+  auto window = std::make_shared<ShmWindow>(provider_, weak_from_this(), region, slot, rkey, addr, length, access);
+  windows_[slot] = window;
+  return window;
+}
+
+void ShmConnection::drop_window(uint32_t slot, uint32_t rkey) {
+  if (shared_ != nullptr) {
+    uint32_t expected = rkey;
+    shared_->windows[side_][slot].compare_exchange_strong(expected, 0, std::memory_order_seq_cst);
+  }
+  if (socket_ >= 0) {
+    MrAnnouncement a{};
+    a.rkey = rkey;
+    send_message(socket_, MsgType::MR_REMOVE, qp_num_, {}, &a, nullptr, 0);
+  }
+}
+
 bool ShmConnection::accept(const QueuePairOptions& options, const std::vector<uint8_t>& private_data,
                            std::string* error) {
   std::vector<ConnectionEvent> events;
@@ -295,6 +381,7 @@ void ShmConnection::handle_message(Message& m, std::vector<ConnectionEvent>* eve
           a.length > static_cast<uint64_t>(st.st_size) - a.fd_offset) {
         return protocol_error("MR_ADD outside its file");
       }
+      if (a.window_slot > u32(Limit::SHM_MAX_WINDOWS)) return protocol_error("MR_ADD of an unknown window");
       RemoteMr mr;
       const uint64_t map_offset = a.fd_offset & ~(kPage - 1);
       mr.map_length = a.fd_offset - map_offset + a.length;
@@ -308,6 +395,7 @@ void ShmConnection::handle_message(Message& m, std::vector<ConnectionEvent>* eve
       mr.access = a.access;
       mr.addr = a.addr;
       mr.length = a.length;
+      mr.window_slot = a.window_slot;
       mr.valid = true;
       remote_mrs_.push_back(mr);
       return;
@@ -378,6 +466,8 @@ ShmProvider::ShmProvider(EventSink sink) : sink_(std::move(sink)) {
   // Keys start at a random point so an rkey cannot be guessed from a restart.
   std::random_device random;
   key_counter_ = random();
+  const char* no_windows = std::getenv("RKV_NO_MEMORY_WINDOWS");
+  windows_off_ = no_windows != nullptr && std::strcmp(no_windows, "1") == 0;
   if (const char* stop = std::getenv("RKV_SHM_TEST_STOP_BEFORE")) {
     const std::string spec(stop);
     const size_t colon = spec.find(':');
@@ -419,13 +509,16 @@ DeviceInfo ShmProvider::device_info() const {
   info.atomic_cap = "GLOB";  // CPU atomics on a shared mapping are atomic for every process
   info.max_inline = u32(Limit::SHM_MAX_INLINE);
   info.max_qp_rd_atom = info.max_qp_init_rd_atom = 0xffff;
+  info.memory_windows = !windows_off_;
+  info.memory_windows_note = windows_off_ ? "RKV_NO_MEMORY_WINDOWS=1"
+                                          : "checked by the poster's provider in the connection's shared area, as a NIC would";
   return info;
 }
 
 std::unique_ptr<MemoryRegion> ShmProvider::register_memory(Memory& memory, size_t offset, size_t length,
                                                            uint32_t access, std::string* error) {
   const uint32_t known = u32(Access::LOCAL_WRITE) | u32(Access::REMOTE_READ) | u32(Access::REMOTE_WRITE) |
-                         u32(Access::REMOTE_ATOMIC);
+                         u32(Access::REMOTE_ATOMIC) | u32(Access::MW_BIND);
   if ((access & ~known) != 0) {
     *error = "unknown access flags";
     return nullptr;
@@ -441,17 +534,23 @@ std::unique_ptr<MemoryRegion> ShmProvider::register_memory(Memory& memory, size_
     return nullptr;
   }
   std::lock_guard<std::mutex> guard(mutex_);
-  uint32_t key;
-  do {
-    key_counter_ += 0x9e3779b9u;  // odd: visits every 32-bit value before repeating
-    key = key_counter_;
-  } while (key == 0 || mrs_.count(key) != 0);
+  const uint32_t key = next_key();
   auto mr = std::make_unique<ShmMr>(this, memory, offset, length, access, key);
   mrs_[key] = mr.get();
   if (mr->remote()) {
     for (auto& [fd, connection] : connections_) connection->announce_mr(*mr);
   }
   return mr;
+}
+
+uint32_t ShmProvider::next_key() {
+  // Registrations and windows share the sequence, so a window's key is never a registration's.
+  uint32_t key;
+  do {
+    key_counter_ += 0x9e3779b9u;  // odd: visits every 32-bit value before repeating
+    key = key_counter_;
+  } while (key == 0 || mrs_.count(key) != 0);
+  return key;
 }
 
 bool ShmProvider::announce_all(ShmConnection* connection) {

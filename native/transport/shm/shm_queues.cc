@@ -133,6 +133,12 @@ const RemoteMr* ShmConnection::find_remote(uint32_t rkey, uint64_t addr, uint64_
     mr = lookup();
   }
   if (mr == nullptr || (mr->access & need) != need) return nullptr;
+  // A window: only while its owner's slot still holds its key (invalidated or
+  // its slot reused: refused), as a NIC checks a window's state per request.
+  if (mr->window_slot != 0 &&
+      (shared_ == nullptr || shared_->windows[1 - side_][mr->window_slot - 1].load(std::memory_order_seq_cst) != rkey)) {
+    return nullptr;
+  }
   if (addr < mr->addr || len > mr->length || addr - mr->addr > mr->length - len) return nullptr;
   return mr;
 }
@@ -512,6 +518,10 @@ void ShmConnection::fail(const std::string& why, bool tell_peer) {
   if (s == ConnState::ERROR || s == ConnState::CLOSED) return;
   set_state(ConnState::ERROR);
   if (shared_ != nullptr) shared_->closed[side_].store(1, std::memory_order_seq_cst);  // see Executing
+  // Our windows end with the queue pair they are bound to.
+  for (auto& weak : windows_) {
+    if (auto window = weak.lock()) window->invalidate_locked();
+  }
   // A broken RC queue pair is useless to both ends: closing our half of the
   // socket tells the peer at once.
   if (tell_peer && socket_ >= 0) ::shutdown(socket_, SHUT_RDWR);

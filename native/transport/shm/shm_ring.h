@@ -1,6 +1,7 @@
 // The memory two shm peers share for one connection: two single-producer,
 // single-consumer byte rings (one per direction) that carry SEND payloads and
-// WRITE_WITH_IMM notices, plus each side's "closed" and "executing" flags.
+// WRITE_WITH_IMM notices, plus each side's "closed" and "executing" flags and
+// the state of the memory windows it bound.
 //
 // Ownership: ring[i] is produced by side i (0 = active, 1 = passive) and
 // consumed by the other side. head is written only by the producer, tail only
@@ -48,13 +49,18 @@ struct ConnShared {
   // retry of waiting sends). With closed[] it makes fencing exact: see
   // ShmConnection::fence_complete().
   std::atomic<uint32_t> executing[2];
+  // The memory windows side i bound for its peer: a slot holds the window's
+  // rkey while it is valid, 0 once invalidated. The peer checks it before every
+  // request with the window's rkey (ShmConnection::find_remote), as a NIC
+  // checks a window's state; only side i writes its row.
+  std::atomic<uint32_t> windows[2][u32(Limit::SHM_MAX_WINDOWS)];
   RingControl control[2];
   uint8_t data[2][kRingBytes];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
               "shared-memory atomics must be lock-free to work across processes");
 
-constexpr uint32_t kConnMagic = 0x726b7663;  // "rkvc"
+constexpr uint32_t kConnMagic = 0x726b7664;  // "rkvd": the layout with windows[]
 
 inline uint32_t record_size(uint32_t payload) { return (sizeof(RecordHeader) + payload + 15u) & ~15u; }
 

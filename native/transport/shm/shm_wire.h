@@ -7,7 +7,8 @@
 //   passive -> active  : MR_ADD* ACCEPT(private data; fds: conn memfd, wake_recv, wake_send)
 //                        or REJECT(private data)
 // MR_ADDs precede the message that establishes, so every rkey a peer can learn
-// of is known when it is first used. Later registrations send MR_ADD at once.
+// of is known when it is first used. Later registrations send MR_ADD at once,
+// a memory window on its own connection only, before bind_window returns.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +36,11 @@ struct MrAnnouncement {
   uint64_t addr;        // the registrant's virtual address of the MR's first byte
   uint64_t length;      // the MR's length
   uint64_t fd_offset;   // where the MR starts in the fd
+  // 0: a registration, announced to every peer. n: a memory window of this
+  // connection alone, valid while ConnShared::windows[its owner][n - 1] holds
+  // its rkey.
+  uint32_t window_slot;
+  uint32_t reserved;
 };
 
 struct Message {

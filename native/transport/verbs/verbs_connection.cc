@@ -89,6 +89,7 @@ VerbsConnection::~VerbsConnection() {
     } else if (qp_ != nullptr && !disconnect_called_) {
       rdma_disconnect(id_);
     }
+    invalidate_windows_locked();  // a bound window holds its QP in the device: gone first
     if (qp_ != nullptr) rdma_destroy_qp(id_);  // the QP before the id that carries it
     rdma_destroy_id(id_);
   }
@@ -410,7 +411,17 @@ void VerbsConnection::check_deadline(Clock::time_point now, std::vector<Connecti
                       events);
 }
 
+void VerbsConnection::invalidate_windows_locked() {
+  for (auto& weak : windows_) {
+    if (auto window = weak.lock()) window->invalidate();
+  }
+  windows_.clear();
+}
+
 void VerbsConnection::disconnect_locked() {
+  // Fencing ends the windows too: a leaked or remembered window rkey is refused
+  // by the device itself, not only because its queue pair is in error.
+  invalidate_windows_locked();
   if (disconnect_called_ || id_ == nullptr) return;
   disconnect_called_ = true;
   // Nothing to tear down before a QP exists. With one, rdma_disconnect moves it
@@ -467,6 +478,79 @@ void VerbsConnection::shut_down() {
   }
   phase_ = Phase::DONE;
   state_.store(ConnState::CLOSED, std::memory_order_release);
+}
+
+// ---- memory windows --------------------------------------------------------------------------------
+
+std::shared_ptr<Window> VerbsConnection::bind_window(const std::shared_ptr<MemoryRegion>& region, uint64_t addr,
+                                                     uint64_t length, uint32_t access, std::string* error) {
+  if (!region) {
+    *error = "no region";
+    return nullptr;
+  }
+  if (!check_window(*region, addr, length, access, error)) return nullptr;
+  if (!core_->memory_windows) {
+    *error = core_->name + " has no memory windows (" + core_->memory_windows_note + ")";
+    return nullptr;
+  }
+  auto* mr = dynamic_cast<VerbsMr*>(region.get());
+  if (mr == nullptr || mr->core() != core_.get()) {
+    *error = "the region is not registered with this provider";
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (!send_ready_.load(std::memory_order_acquire) || state() == ConnState::ERROR || state() == ConnState::CLOSED) {
+    *error = "windows are bound on a connected queue pair";
+    return nullptr;
+  }
+  ibv_mw* mw = ibv_alloc_mw(core_->pd, IBV_MW_TYPE_2);
+  if (mw == nullptr) {
+    *error = errno_text("ibv_alloc_mw", errno);
+    return nullptr;
+  }
+  // A type 2 window's key byte is the consumer's: a new one per bind, so a key
+  // of this window's earlier life (same index) never matches again.
+  const uint32_t rkey = ibv_inc_rkey(mw->rkey);
+  if (int rc = post_bind(mw, mr->mr(), addr, length, access, rkey); rc != 0) {
+    ibv_dealloc_mw(mw);
+    *error = errno_text("posting the window's bind", rc);
+    return nullptr;
+  }
+  mw->rkey = rkey;
+  auto window = std::make_shared<VerbsWindow>(mw, region, rkey, addr, length, access);
+  windows_.erase(std::remove_if(windows_.begin(), windows_.end(), [](auto& w) { return w.expired(); }), windows_.end());
+  windows_.push_back(window);
+  return window;
+}
+
+// IBV_WR_BIND_MW through the send ring like any request, so its completion
+// names its slot: signaled by us and swallowed on success (as a forced signal
+// is), reported with opcode BIND_MW if it fails. The send queue executes in
+// order, so anything posted after it (the hello that carries the rkey) goes
+// out after the window is bound.
+int VerbsConnection::post_bind(ibv_mw* mw, ibv_mr* mr, uint64_t addr, uint64_t length, uint32_t access,
+                               uint32_t rkey) {
+  const uint64_t posted = send_posted_.load(std::memory_order_relaxed);
+  const uint64_t completed = send_completed_.load(std::memory_order_acquire);
+  if (posted - completed >= send_depth_) return ENOMEM;
+  SendSlot& slot = send_slots_[posted % send_depth_];
+  slot = SendSlot{};
+  slot.opcode = Opcode::BIND_MW;
+  ibv_send_wr w{};
+  w.wr_id = (static_cast<uint64_t>(generation_) << kGenerationShift) | (posted & kSeqMask);
+  w.opcode = IBV_WR_BIND_MW;
+  w.send_flags = IBV_SEND_SIGNALED;
+  w.bind_mw.mw = mw;
+  w.bind_mw.rkey = rkey;
+  w.bind_mw.bind_info.mr = mr;
+  w.bind_mw.bind_info.addr = addr;
+  w.bind_mw.bind_info.length = length;
+  w.bind_mw.bind_info.mw_access_flags = static_cast<unsigned int>(access);  // Access mirrors ibv_access_flags
+  ibv_send_wr* bad = nullptr;
+  if (int rc = ibv_post_send(qp_, &w, &bad); rc != 0) return rc;
+  unsignaled_run_ = 0;
+  send_posted_.store(posted + 1, std::memory_order_release);
+  return 0;
 }
 
 // ---- data path ----------------------------------------------------------------------------------

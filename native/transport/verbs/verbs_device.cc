@@ -255,6 +255,29 @@ bool probe_atomics(VerbsCore& core, bool* swapped, bool* memory_ok, std::string*
   return true;
 }
 
+// Type 2 memory windows (bound per queue pair with IBV_WR_BIND_MW): found by
+// allocating one, since a device may list the capability and still refuse
+// (or work without listing it). RKV_NO_MEMORY_WINDOWS=1 turns them off.
+void probe_windows(VerbsCore& core) {
+  const char* off = std::getenv("RKV_NO_MEMORY_WINDOWS");
+  if (off != nullptr && std::strcmp(off, "1") == 0) {
+    core.memory_windows_note = "RKV_NO_MEMORY_WINDOWS=1";
+    return;
+  }
+  const bool listed =
+      (core.attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)) != 0;
+  ibv_mw* mw = ibv_alloc_mw(core.pd, IBV_MW_TYPE_2);
+  if (mw == nullptr) {
+    core.memory_windows_note = errno_text("ibv_alloc_mw(IBV_MW_TYPE_2)", errno) +
+                               (listed ? "" : " (device_cap_flags lists no type 2 windows)");
+    return;
+  }
+  ibv_dealloc_mw(mw);
+  core.memory_windows = true;
+  core.memory_windows_note = std::string("type 2 windows (ibv_alloc_mw works") +
+                             (listed ? ", device_cap_flags lists type 2A/2B)" : "; device_cap_flags does not list them)");
+}
+
 std::mutex cores_mutex;
 std::vector<std::weak_ptr<VerbsCore>> cores;
 
@@ -347,6 +370,7 @@ std::shared_ptr<VerbsCore> open_core(std::string* error) {
   }
 
   core->max_inline = probe_max_inline(*core);
+  probe_windows(*core);
 
   const char* order = std::getenv("RKV_VERBS_ATOMIC_ORDER");  // "host" or "swapped": skip the probe
   if (order != nullptr && (std::strcmp(order, "host") == 0 || std::strcmp(order, "swapped") == 0) &&
@@ -383,9 +407,10 @@ std::shared_ptr<VerbsCore> open_core(std::string* error) {
   const char* trace = std::getenv("RKV_VERBS_TRACE");
   core->trace = trace != nullptr && *trace == '1';
   if (core->trace) {
-    trace_line("device %s, max_qp_rd_atom %d, max_qp_init_rd_atom %d, atomic_cap %s, max_inline %u, %s",
+    trace_line("device %s, max_qp_rd_atom %d, max_qp_init_rd_atom %d, atomic_cap %s, max_inline %u, %s; windows: %s",
                  core->name.c_str(), core->attr.max_qp_rd_atom, core->attr.max_qp_init_rd_atom,
-                 core->atomic_cap_name(), core->max_inline, core->atomic_probe.c_str());
+                 core->atomic_cap_name(), core->max_inline, core->atomic_probe.c_str(),
+                 core->memory_windows_note.c_str());
   }
   return core;
 }
@@ -422,6 +447,39 @@ VerbsMr::~VerbsMr() {
     core_->mrs.erase(lkey_);
   }
   if (mr_ != nullptr) ibv_dereg_mr(mr_);
+}
+
+}  // namespace rkv::transport::verbs
+
+namespace rkv::transport::verbs {
+
+// ---- memory windows ---------------------------------------------------------------------
+
+VerbsWindow::VerbsWindow(ibv_mw* mw, std::shared_ptr<MemoryRegion> region, uint32_t rkey, uint64_t addr,
+                         uint64_t length, uint32_t access)
+    : mw_(mw), region_(std::move(region)) {
+  rkey_ = rkey;
+  addr_ = addr;
+  length_ = length;
+  access_ = access;
+}
+
+void VerbsWindow::invalidate() {
+  std::shared_ptr<MemoryRegion> region;  // released after the lock: the MR may go with it
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (mw_ == nullptr) return;
+    // Unbinds and frees at once: the device refuses the rkey from here on,
+    // whatever state the queue pair is in.
+    ibv_dealloc_mw(mw_);
+    mw_ = nullptr;
+    region = std::move(region_);
+  }
+}
+
+bool VerbsWindow::valid() const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return mw_ != nullptr;
 }
 
 }  // namespace rkv::transport::verbs

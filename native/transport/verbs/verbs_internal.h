@@ -13,6 +13,7 @@
 //   VerbsCq::mutex_           one CQ's poll and its qp_num -> connection map
 //   VerbsCore::mutex          the registry (token -> connection/listener/CQ)
 //   VerbsConnection::error_mutex_  first_error_ only (a leaf)
+//   VerbsWindow::mutex_       one window's ibv_mw (a leaf, taken under a connection's)
 // The data path (post_send, post_recv, the poll of one CQ) takes no connection
 // lock: the send and receive rings are single-producer (the poster) and
 // single-consumer (the CQ's poller) with atomic counters between them.
@@ -72,6 +73,8 @@ struct VerbsCore {
   uint32_t max_inline = 0;          // probed: the largest max_inline_data a QP gets
   bool atomics_usable = false;      // atomic_cap != NONE and the probe found them sane
   bool atomic_reply_swapped = false;  // the HCA writes atomic results byte-swapped
+  bool memory_windows = false;      // type 2 windows: ibv_alloc_mw worked at start
+  std::string memory_windows_note;  // how that was found, or why not
   std::string atomic_probe;         // how the byte order was determined (for docs/logs)
   void* device_list = nullptr;      // librdmacm's device list, held so the context stays open
 
@@ -118,10 +121,32 @@ class VerbsMr final : public MemoryRegion {
  public:
   VerbsMr(std::shared_ptr<VerbsCore> core, ibv_mr* mr, uint8_t* addr, size_t length, uint32_t access);
   ~VerbsMr() override;
+  ibv_mr* mr() const { return mr_; }
+  const VerbsCore* core() const { return core_.get(); }
 
  private:
   std::shared_ptr<VerbsCore> core_;
   ibv_mr* mr_;
+};
+
+// A type 2 memory window, bound by its connection (VerbsConnection::bind_window)
+// with an IBV_WR_BIND_MW on that queue pair, so the device honours its rkey on
+// that queue pair alone. Invalidated by ibv_dealloc_mw, which unbinds it at
+// once and needs no working queue pair (a LOCAL_INV posted to a queue pair in
+// error would only be flushed). It holds its region: the device refuses to
+// deregister memory that windows are bound to (rxe: EINVAL).
+class VerbsWindow final : public Window {
+ public:
+  VerbsWindow(ibv_mw* mw, std::shared_ptr<MemoryRegion> region, uint32_t rkey, uint64_t addr, uint64_t length,
+              uint32_t access);
+  ~VerbsWindow() override { invalidate(); }
+  void invalidate() override;
+  bool valid() const override;
+
+ private:
+  mutable std::mutex mutex_;  // a leaf: invalidated from JS and from the provider's thread
+  ibv_mw* mw_;
+  std::shared_ptr<MemoryRegion> region_;
 };
 
 // ---- completion queue (verbs_cq.cc) --------------------------------------------------
@@ -189,6 +214,8 @@ class VerbsConnection final : public Connection, public std::enable_shared_from_
   int post_recv(const RecvRequest* rrs, size_t count, size_t* bad) override;
   void disconnect() override;
   bool fence_complete() override;
+  std::shared_ptr<Window> bind_window(const std::shared_ptr<MemoryRegion>& region, uint64_t addr, uint64_t length,
+                                      uint32_t access, std::string* error) override;
   ConnState state() const override { return state_.load(std::memory_order_acquire); }
   uint32_t qp_num() const override { return qp_num_.load(std::memory_order_acquire); }
   uint32_t max_inline() const override { return max_inline_; }
@@ -243,7 +270,9 @@ class VerbsConnection final : public Connection, public std::enable_shared_from_
   int post_recv_locked(const RecvRequest* rrs, size_t count, size_t* bad);
   void note_error(const std::string& text, bool from_completion);
   void fix_atomics(uint64_t upto, bool last_succeeded);
-  void disconnect_locked();  // rdma_disconnect once (QP -> ERR, DREQ to the peer)
+  void disconnect_locked();  // rdma_disconnect once (QP -> ERR, DREQ to the peer); our windows end
+  void invalidate_windows_locked();
+  int post_bind(ibv_mw* mw, ibv_mr* mr, uint64_t addr, uint64_t length, uint32_t access, uint32_t rkey);
   void emit_failure_locked(const std::string& why, std::vector<ConnectionEvent>* events);
 
   std::shared_ptr<VerbsCore> core_;  // first: released last
@@ -270,6 +299,7 @@ class VerbsConnection final : public Connection, public std::enable_shared_from_
   uint8_t peer_initiator_depth_ = 0, peer_responder_resources_ = 0;
   std::vector<uint8_t> peer_private_;
   std::string peer_address_;
+  std::vector<std::weak_ptr<VerbsWindow>> windows_;  // bound on this QP: invalidated when it breaks
 
   mutable std::mutex error_mutex_;
   std::string first_error_;

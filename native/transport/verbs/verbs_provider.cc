@@ -24,7 +24,8 @@ static_assert(u32(WcStatus::REM_ACCESS_ERR) == IBV_WC_REM_ACCESS_ERR && u32(WcSt
                   u32(WcStatus::WR_FLUSH_ERR) == IBV_WC_WR_FLUSH_ERR && u32(WcStatus::RESP_TIMEOUT_ERR) == IBV_WC_RESP_TIMEOUT_ERR,
               "WcStatus must mirror enum ibv_wc_status");
 static_assert(u32(Access::LOCAL_WRITE) == IBV_ACCESS_LOCAL_WRITE && u32(Access::REMOTE_WRITE) == IBV_ACCESS_REMOTE_WRITE &&
-                  u32(Access::REMOTE_READ) == IBV_ACCESS_REMOTE_READ && u32(Access::REMOTE_ATOMIC) == IBV_ACCESS_REMOTE_ATOMIC,
+                  u32(Access::REMOTE_READ) == IBV_ACCESS_REMOTE_READ && u32(Access::REMOTE_ATOMIC) == IBV_ACCESS_REMOTE_ATOMIC &&
+                  u32(Access::MW_BIND) == IBV_ACCESS_MW_BIND,
               "Access must mirror enum ibv_access_flags");
 
 namespace {
@@ -123,15 +124,21 @@ class VerbsProvider final : public Provider {
     info.max_qp_init_rd_atom = static_cast<uint32_t>(core_->attr.max_qp_init_rd_atom);
     info.atomic_cap = core_->atomic_cap_name();
     info.max_inline = core_->max_inline;
+    info.memory_windows = core_->memory_windows;
+    info.memory_windows_note = core_->memory_windows_note;
     return info;
   }
 
   std::unique_ptr<MemoryRegion> register_memory(Memory& memory, size_t offset, size_t length, uint32_t access,
                                                 std::string* error) override {
     const uint32_t known = u32(Access::LOCAL_WRITE) | u32(Access::REMOTE_READ) | u32(Access::REMOTE_WRITE) |
-                           u32(Access::REMOTE_ATOMIC);
+                           u32(Access::REMOTE_ATOMIC) | u32(Access::MW_BIND);
     if ((access & ~known) != 0) {
       *error = "unknown access flags";
+      return nullptr;
+    }
+    if ((access & u32(Access::MW_BIND)) != 0 && !core_->memory_windows) {
+      *error = "MW_BIND: " + core_->name + " has no memory windows (" + core_->memory_windows_note + ")";
       return nullptr;
     }
     if ((access & (u32(Access::REMOTE_WRITE) | u32(Access::REMOTE_ATOMIC))) != 0 &&
