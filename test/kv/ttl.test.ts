@@ -10,8 +10,7 @@ import { join } from 'node:path';
 
 import test from 'ava';
 
-import { type KvClient, KvError } from '../../client/index.js';
-import { MAX_TTL_MS } from '../../client/expiry.js';
+import { type KvClient, KvError, MAX_TTL_MS } from '../../client/index.js';
 import { connect, startServer } from '../helpers/kv.js';
 import { listenUrl, providersUnderTest } from '../helpers/providers.js';
 
