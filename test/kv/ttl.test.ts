@@ -106,11 +106,20 @@ for (const scheme of providersUnderTest()) {
     t.teardown(() => server.close());
     // The version each put wrote, from the history: a 1 ms TTL leaves no time to read it.
     const versions = new Map<string, bigint>();
-    const kv = await connect(server, { history: (e) => void (e.type === 'ok' && e.f === 'put' && versions.set(e.key, BigInt(e.version!))) });
+    const expiries: string[] = [];
+    const kv = await connect(server, {
+      history: (e) => {
+        if (e.type === 'ok' && e.f === 'put') versions.set(e.key, BigInt(e.version!));
+        if (e.type === 'invoke' && e.expiry) expiries.push(e.expiry);
+      },
+    });
     t.teardown(() => kv.close());
+    const start = Date.now();
     for (const key of ['d', 'c0', 'cv', 'n', 'l', 'p']) await kv.put(key, 'old', { ttlMs: 1 });
     const old = { version: versions.get('cv')! };
     t.truthy(old.version);
+    t.is(expiries.length, 6, 'the history records each put\'s expiry');
+    t.true(expiries.every((e) => Number(e) >= start + 1 && Number(e) <= Date.now() + 1));
     await expired();
     t.false(await kv.delete('d'), 'delete of an expired key: false (and it unlinks the item)');
     t.is(await kv.get('d'), undefined);
