@@ -47,9 +47,9 @@ export function parseSize(text: string, option: string): number {
   return bytes;
 }
 
-const DURATION_UNITS: Record<string, number> = { '': 1, ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+const DURATION_UNITS: Record<string, number> = { '': 1, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
-/** A duration in milliseconds: 1000, 250ms, 1.5s, 2m, 1h, 7d (no unit: milliseconds). */
+/** A duration in milliseconds: 1000, 250ms, 1.5s, 2m, 1h (no unit: milliseconds). */
 export function parseDuration(text: string, option: string): number {
   const match = /^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$/i.exec(text);
   const unit = match ? DURATION_UNITS[match[2]!.toLowerCase()] : undefined;

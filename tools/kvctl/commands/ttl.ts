@@ -7,9 +7,11 @@ import type { CtlArgs } from '../args.js';
 import { withClient } from '../connect.js';
 import { type Io, NotFound } from '../io.js';
 
-/** A TTL as typed (a duration: 1000, 500ms, 30s, 10m, 2h, 7d): 1 ms up to 100 years. */
+/** A TTL as typed (a duration: 1000, 500ms, 30s, 10m, 2h, or days, 7d, which TTLs alone take): 1 ms up to 100 years. */
 export function parseTtl(text: string, what: string): number {
-  const ms = parseDuration(text, what);
+  const days = /^\s*(\d+(?:\.\d+)?)\s*d\s*$/i.exec(text);
+  const ms = days ? Number(days[1]) * 86_400_000 : parseDuration(text, what);
+  if (!Number.isInteger(ms)) throw new UsageError(`${what}: '${text}' is not a whole number of milliseconds`);
   if (ms < 1 || ms > MAX_TTL_MS) throw new UsageError(`${what}: ${text} is out of range (1ms to ${MAX_TTL_MS / 86_400_000}d)`);
   return ms;
 }
@@ -34,8 +36,8 @@ export async function expire(args: CtlArgs, io: Io): Promise<void> {
 export async function persist(args: CtlArgs, io: Io): Promise<void> {
   const key = args.key!;
   // false: missing, or no TTL to remove (then done: the key never expires).
-  const [persisted, left] = await onKey(args, io, async (kv) => [await kv.persist(key), await kv.ttl(key)] as const);
-  if (!persisted && left === undefined) throw new NotFound(`not found: ${key}`);
+  const [persisted, exists] = await onKey(args, io, async (kv) => ((await kv.persist(key)) ? ([true, true] as const) : ([false, (await kv.ttl(key)) !== undefined] as const)));
+  if (!exists) throw new NotFound(`not found: ${key}`);
   if (args.json) io.stdout(JSON.stringify({ key, persisted }) + '\n');
   else if (!persisted) io.stderr(`kvctl: ${key} had no TTL\n`);
 }
