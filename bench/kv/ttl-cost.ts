@@ -3,8 +3,9 @@
  * keys written without one, through the location cache's one READ and through GET's two round
  * trips (a client with the cache off), and sequential put with and without a TTL. The only
  * per-op difference is the reader's clock read (CLOCK_REALTIME) for an item that expires, and
- * on put the expiry's two op words. Rounds of each pair alternate, so both sides of a ratio
- * share the machine's load; the table gives the median of the rounds and the ratio.
+ * on put the expiry's two op words. Within each round the two kinds alternate batch by batch
+ * (64 ops), so both sides of a ratio share the machine's load; the table gives the medians of
+ * the rounds, and the median ratio with its range.
  *
  *   node dist/bench/kv/ttl-cost.js [--rounds 7] [--ms 400] [--keys 2000]
  *
@@ -33,15 +34,23 @@ for (let i = 0; i < keys; i++) {
   await cached.put(`ttl${i}`, value, { ttlMs: HOUR });
 }
 
-/** Sequential ops for `roundMs`: ops/s. */
-async function run(op: (i: number) => Promise<unknown>): Promise<number> {
-  let n = 0;
-  const start = performance.now();
-  const end = start + roundMs;
-  while (performance.now() < end) {
-    for (let k = 0; k < 64; k++) await op(n++ % keys);
+/**
+ * One round of `roundMs`: batches of 64 sequential ops, the two kinds alternating batch by batch
+ * (so both see the same load, to within a batch), each batch timed: ops/s of each kind.
+ */
+async function round(plain: (i: number) => Promise<unknown>, withTtl: (i: number) => Promise<unknown>): Promise<[number, number]> {
+  const spent = [0, 0];
+  const done = [0, 0];
+  const end = performance.now() + roundMs;
+  let i = 0;
+  for (let turn = 0; performance.now() < end; turn ^= 1) {
+    const op = turn === 0 ? plain : withTtl;
+    const start = performance.now();
+    for (let k = 0; k < 64; k++) await op(i++ % keys);
+    spent[turn]! += performance.now() - start;
+    done[turn]! += 64;
   }
-  return (n * 1000) / (performance.now() - start);
+  return [(done[0]! * 1000) / spent[0]!, (done[1]! * 1000) / spent[1]!];
 }
 
 const pairs: Array<[string, (i: number) => Promise<unknown>, (i: number) => Promise<unknown>]> = [
@@ -52,18 +61,19 @@ const pairs: Array<[string, (i: number) => Promise<unknown>, (i: number) => Prom
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const rows: string[][] = [];
 for (const [name, plain, withTtl] of pairs) {
-  await run(plain); // warm-up
-  await run(withTtl);
+  await round(plain, withTtl); // warm-up
   const a: number[] = [];
   const b: number[] = [];
+  const ratios: number[] = [];
   for (let r = 0; r < rounds; r++) {
-    a.push(await run(plain));
-    b.push(await run(withTtl));
+    const [x, y] = await round(plain, withTtl);
+    a.push(x);
+    b.push(y);
+    ratios.push(x / y);
   }
-  const [ma, mb] = [median(a), median(b)];
-  rows.push([name, `${Math.round(ma).toLocaleString('en')}/s`, `${Math.round(mb).toLocaleString('en')}/s`, `${(ma / mb).toFixed(3)}×`]);
+  rows.push([name, `${Math.round(median(a)).toLocaleString('en')}/s`, `${Math.round(median(b)).toLocaleString('en')}/s`, `${median(ratios).toFixed(3)}× (${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)})`]);
 }
-process.stdout.write(markdownTable(['sequential, 1 KiB values', 'no TTL', 'TTL (1 h)', 'time with TTL / without'], rows, 'lrrr') + '\n');
+process.stdout.write(markdownTable(['sequential, 1 KiB values', 'no TTL', 'TTL (1 h)', 'time with TTL / without: median (range) of rounds'], rows, 'lrrr') + '\n');
 await cached.close();
 await uncached.close();
 child.kill('SIGTERM');
