@@ -48,10 +48,10 @@ export function putExpiry(options: unknown, what: string): number {
   return ttlMs === undefined ? 0 : expiryAfter(ttlMs, what);
 }
 
-/** `f()`, or the error it threw: for a call that must reject, never throw. */
-export function attempt<T>(f: () => T): T | Error {
+/** `f(a, b)`, or the error it threw: for a call that must reject, never throw (no closure per call). */
+export function attempt<A, B, T>(f: (a: A, b: B) => T, a: A, b: B): T | Error {
   try {
-    return f();
+    return f(a, b);
   } catch (error) {
     return error as Error;
   }

@@ -258,7 +258,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
 
   /** Writes the value; with `ttlMs` (whole ms, 1 to 100 years) the key expires that long after the call: reads miss it from then on. */
   put(key: Key, value: Value, options?: PutOptions): Promise<void> {
-    const expiry = attempt(() => putExpiry(options, 'put'));
+    const expiry = options === undefined ? 0 : attempt(putExpiry, options, 'put');
     if (expiry instanceof Error) return Promise.reject(expiry);
     const pending = this.direct(key, value, expiry === 0 ? putValue : (server, k, v) => server.putValue(k, v!, expiry));
     return this.metrics ? this.metrics.observeValue(KvOp.PUT, pending) : pending;
@@ -266,7 +266,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
 
   /** Gives the key's current value a TTL (as put's ttlMs) by rewriting its item (a CAS: a racing write is never undone). True if the key existed. */
   expire(key: Key, ttlMs: number): Promise<boolean> {
-    const expiry = attempt(() => expiryAfter(ttlMs, 'expire'));
+    const expiry = attempt(expiryAfter, ttlMs, 'expire');
     if (expiry instanceof Error) return Promise.reject(expiry);
     return this.direct(key, undefined, (server, k) => setExpiry(server, k, expiry, false));
   }
@@ -304,7 +304,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
    * KV_INVALID_ARGUMENT: "only if absent" must be asked for with 0n.
    */
   cas(key: Key, expectedVersion: bigint | number, value: Value): Promise<boolean> {
-    const expected = attempt(() => casVersion(expectedVersion));
+    const expected = attempt(casVersion, expectedVersion, undefined);
     if (expected instanceof Error) return Promise.reject(expected);
     return this.call(KvOp.CAS, key, value, expected, true).then((r) => r.status === KvStatus.OK);
   }
@@ -317,9 +317,9 @@ export class KvClient extends EventEmitter<ClientEvents> {
    * integer number; anything else rejects with KV_INVALID_ARGUMENT.
    */
   incr(key: Key, delta: bigint | number = 1n): Promise<bigint> {
-    const d = attempt(() => BigInt.asUintN(64, incrDelta(delta)));
+    const d = attempt(incrDelta, delta, undefined);
     if (d instanceof Error) return Promise.reject(d);
-    return this.call(KvOp.INCR, key, undefined, d).then((r) => r.version);
+    return this.call(KvOp.INCR, key, undefined, BigInt.asUintN(64, d)).then((r) => r.version);
   }
 
   /**
