@@ -24,6 +24,7 @@ export function recorded(recorder: HistoryRecorder, op: OpRequest, submit: (op: 
   if (value) invoke.value = text(value);
   if (type === KvOp.CAS) invoke.expected = arg.toString();
   if (type === KvOp.INCR) invoke.delta = arg.toString();
+  if (op.expiry) invoke.expiry = String(op.expiry);
   recorder.record(invoke);
   const submitted = submit(op);
   return submitted.result.then(

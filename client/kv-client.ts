@@ -10,17 +10,20 @@ import { appendFileSync } from 'node:fs';
 import { EtcdMembership, type Member, type MembershipSource, StaticMembership } from './cluster/membership.js';
 import { SLOT_COUNT, assignSlots, keySlot } from '../protocol/hash-slots.js';
 import { KvLayout, KvOp, KvStatus } from '../protocol/constants.js';
-import { KvAuthError, KvDisconnectedError, KvError, KvInvalidArgumentError, KvLockContendedError, KvProtocolError } from '../protocol/errors.js';
-import { describe, keyBytes, show, toBuffer } from './keys.js';
+import { KvAuthError, KvDisconnectedError, KvError, KvInvalidArgumentError, KvProtocolError } from '../protocol/errors.js';
+import { keyBytes, show, toBuffer } from './keys.js';
 import { allocBuffer, freeBuffer } from './large-values.js';
 import { byServer, splitEntries } from './many.js';
 import { ClientMetrics } from './metrics.js';
-import { MAX_TIMEOUT_MS, casVersion, checkOptions, incrDelta } from './options.js';
+import { casVersion, checkOptions, incrDelta } from './options.js';
+import { type PutOptions, attempt, expiryAfter, putExpiry, setExpiry, ttlOf } from './expiry.js';
+import { takeLock } from './locks.js';
 import type { HistoryRecorder } from './history.js';
 import type { OpResult } from './op-queue.js';
 import { type Bytes, ServerClient } from './server-client.js';
 import type { ClientEvents, ClientStats, HistoryEvent, Key, KvClientOptions, KvStatusName, MemberLayout, Value, VersionedValue } from './types.js';
 
+export type { PutOptions } from './expiry.js';
 export type { ClientStats, HistoryEvent, Key, KvClientOptions, KvStatusName, MemberLayout, Value, VersionedValue } from './types.js';
 
 export class KvClient extends EventEmitter<ClientEvents> {
@@ -253,9 +256,29 @@ export class KvClient extends EventEmitter<ClientEvents> {
     return this.call(KvOp.GET, key).then((r) => (r.status === KvStatus.OK ? { value: r.value!, version: r.version } : undefined));
   }
 
-  put(key: Key, value: Value): Promise<void> {
-    const pending = this.direct(key, value, putValue);
+  /** Writes the value; with `ttlMs` (whole ms, 1 to 100 years) the key expires that long after the call: reads miss it from then on. */
+  put(key: Key, value: Value, options?: PutOptions): Promise<void> {
+    const expiry = options === undefined ? 0 : attempt(putExpiry, options, 'put');
+    if (expiry instanceof Error) return Promise.reject(expiry);
+    const pending = this.direct(key, value, expiry === 0 ? putValue : (server, k, v) => server.putValue(k, v!, expiry));
     return this.metrics ? this.metrics.observeValue(KvOp.PUT, pending) : pending;
+  }
+
+  /** Gives the key's current value a TTL (as put's ttlMs) by rewriting its item (a CAS: a racing write is never undone). True if the key existed. */
+  expire(key: Key, ttlMs: number): Promise<boolean> {
+    const expiry = attempt(expiryAfter, ttlMs, 'expire');
+    if (expiry instanceof Error) return Promise.reject(expiry);
+    return this.direct(key, undefined, (server, k) => setExpiry(server, k, expiry, false));
+  }
+
+  /** Removes the key's TTL (rewriting its item, as expire). True if it had one; false if it had none or does not exist. */
+  persist(key: Key): Promise<boolean> {
+    return this.direct(key, undefined, (server, k) => setExpiry(server, k, 0, true));
+  }
+
+  /** The ms the key has left (at least 1); Infinity: no TTL, it never expires; undefined: absent or expired (as get). Counters and locks never expire: KV_TYPE_MISMATCH, as get() of one. */
+  ttl(key: Key): Promise<number | undefined> {
+    return this.direct(key, undefined, ttlOf);
   }
 
   /** The value into `buffer` (no copy if allocBuffer's): its length, or undefined if absent (as get); too long: KV_BUFFER_TOO_SMALL with `needed`. */
@@ -281,12 +304,8 @@ export class KvClient extends EventEmitter<ClientEvents> {
    * KV_INVALID_ARGUMENT: "only if absent" must be asked for with 0n.
    */
   cas(key: Key, expectedVersion: bigint | number, value: Value): Promise<boolean> {
-    let expected: bigint;
-    try {
-      expected = casVersion(expectedVersion);
-    } catch (error) {
-      return Promise.reject(error);
-    }
+    const expected = attempt(casVersion, expectedVersion, undefined);
+    if (expected instanceof Error) return Promise.reject(expected);
     return this.call(KvOp.CAS, key, value, expected, true).then((r) => r.status === KvStatus.OK);
   }
 
@@ -298,13 +317,9 @@ export class KvClient extends EventEmitter<ClientEvents> {
    * integer number; anything else rejects with KV_INVALID_ARGUMENT.
    */
   incr(key: Key, delta: bigint | number = 1n): Promise<bigint> {
-    let d: bigint;
-    try {
-      d = BigInt.asUintN(64, incrDelta(delta));
-    } catch (error) {
-      return Promise.reject(error);
-    }
-    return this.call(KvOp.INCR, key, undefined, d).then((r) => r.version);
+    const d = attempt(incrDelta, delta, undefined);
+    if (d instanceof Error) return Promise.reject(d);
+    return this.call(KvOp.INCR, key, undefined, BigInt.asUintN(64, d)).then((r) => r.version);
   }
 
   /**
@@ -319,24 +334,11 @@ export class KvClient extends EventEmitter<ClientEvents> {
    * lock was lost, or the client closed), it rejects, and so does every
    * later call of it.
    */
-  async lock(name: Key, options: { timeoutMs?: number } = {}): Promise<{ token: bigint; release: () => Promise<void> }> {
-    if (options === null || typeof options !== 'object') throw new KvInvalidArgumentError('lock options must be an object: { timeoutMs? }');
-    const timeoutMs = options.timeoutMs === undefined ? (this.options.timeoutMs ?? 5000) : options.timeoutMs;
-    if (typeof timeoutMs !== 'number' || !(timeoutMs > 0)) throw new KvInvalidArgumentError(`lock timeoutMs must be a positive number (got ${show(timeoutMs)})`);
-    const nameBytes = toBuffer(name, 'name');
-    // Released on the server that granted it, whatever the map says by then.
-    const server = this.serverFor(nameBytes);
-    const r = await this.send(server, KvOp.LOCK, nameBytes, undefined, BigInt(Math.ceil(Math.min(timeoutMs, MAX_TIMEOUT_MS))));
-    const token = r.version;
-    let releasing: Promise<void> | undefined;
-    const unlock = async () => {
-      const u = await this.send(server, KvOp.UNLOCK, nameBytes, undefined, token, true);
-      if (u.status !== KvStatus.OK) {
-        throw new KvLockContendedError(`lock ${describe(nameBytes)} was no longer held by this client (token ${token})`);
-      }
-    };
-    // One unlock: later calls get its outcome, a failure included.
-    return { token, release: () => (releasing ??= unlock()) };
+  lock(name: Key, options: { timeoutMs?: number } = {}): Promise<{ token: bigint; release: () => Promise<void> }> {
+    return takeLock(name, options, this.options.timeoutMs ?? 5000, (key) => {
+      const server = this.serverFor(key);
+      return (type, arg, mismatchResolves) => this.send(server, type, key, undefined, arg, mismatchResolves);
+    });
   }
 
   /**
@@ -358,16 +360,17 @@ export class KvClient extends EventEmitter<ClientEvents> {
     return this.metrics ? this.metrics.observeMany(KvOp.GET, bytes.length, pending, out) : pending;
   }
 
-  /** Writes many keys: one batch per server, one promise. A malformed entry rejects the call before anything is written. */
-  putMany(entries: Array<[Key, Value]>): Promise<void> {
+  /** Writes many keys (an entry may carry put's options: [key, value, { ttlMs }]): one batch per server, one promise. A malformed entry or TTL rejects the call before anything is written. */
+  putMany(entries: Array<[Key, Value] | [Key, Value, PutOptions]>): Promise<void> {
     let keys: Bytes[];
     let values: Bytes[];
+    let expiries: Float64Array | undefined;
     try {
-      [keys, values] = splitEntries(entries);
+      [keys, values, expiries] = splitEntries(entries);
     } catch (error) {
       return Promise.reject(error);
     }
-    const pending = byServer(keys, this.only, (k) => this.route(k), (server, part, positions) => server.putMany(part, positions ? Array.from(positions, (p) => values[p]!) : values)).then(() => undefined);
+    const pending = byServer(keys, this.only, (k) => this.route(k), (server, part, positions) => server.putMany(part, positions ? Array.from(positions, (p) => values[p]!) : values, expiries && positions ? Float64Array.from(positions, (p) => expiries[p]!) : expiries)).then(() => undefined);
     return this.metrics ? this.metrics.observeMany(KvOp.PUT, keys.length, pending) : pending;
   }
 

@@ -2,21 +2,28 @@
 // entries, and splitting a batch's keys by server (one batch per server).
 import { KvInvalidArgumentError } from '../protocol/errors.js';
 import type { KvError } from '../protocol/errors.js';
+import { putExpiry } from './expiry.js';
 import { keyBytes } from './keys.js';
 import { type Bytes, ServerClient } from './server-client.js';
 
-/** putMany's entries as keys and values; a malformed entry throws KV_INVALID_ARGUMENT. */
-export function splitEntries(entries: unknown): [Bytes[], Bytes[]] {
-  if (!Array.isArray(entries)) throw new KvInvalidArgumentError('putMany needs an array of [key, value] entries');
+/**
+ * putMany's entries as keys, values and expiries (absolute Unix ms, 0 = never; undefined when
+ * no entry has options); a malformed entry or a bad TTL throws KV_INVALID_ARGUMENT.
+ */
+export function splitEntries(entries: unknown): [Bytes[], Bytes[], Float64Array | undefined] {
+  if (!Array.isArray(entries)) throw new KvInvalidArgumentError('putMany needs an array of [key, value] or [key, value, { ttlMs }] entries');
   const keys = new Array<Bytes>(entries.length);
   const values = new Array<Bytes>(entries.length);
+  let expiries: Float64Array | undefined;
   for (let i = 0; i < entries.length; i++) {
     const entry: unknown = entries[i];
-    if (!Array.isArray(entry) || entry.length !== 2) throw new KvInvalidArgumentError('putMany entries must be [key, value] pairs');
+    if (!Array.isArray(entry) || entry.length < 2 || entry.length > 3) throw new KvInvalidArgumentError('putMany entries must be [key, value] or [key, value, { ttlMs }]');
     keys[i] = keyBytes(entry[0], 'key');
     values[i] = keyBytes(entry[1], 'value');
+    const expiry = entry.length === 3 ? putExpiry(entry[2], `putMany entry ${i}`) : 0;
+    if (expiry !== 0) (expiries ??= new Float64Array(entries.length))[i] = expiry;
   }
-  return [keys, values];
+  return [keys, values, expiries];
 }
 
 /**

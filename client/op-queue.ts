@@ -17,7 +17,7 @@ import { KvLayout, KvOp, KvStatus, OpLayout, ResultLayout } from '../protocol/co
 import { KvDisconnectedError, KvTimeoutError, errorForStatus } from '../protocol/errors.js';
 import { describe } from './keys.js';
 import { opName } from './op-names.js';
-import { Answer, Batch, type Bytes, microtask, type OpRequest, PendingOp, type Submission, writeArgument, writeDescriptor } from './op-records.js';
+import { Answer, Batch, type Bytes, microtask, type OpRequest, PendingOp, type Submission, writeArgument, writeDescriptor, writeExpiry } from './op-records.js';
 import type { Session } from './session.js';
 
 export { Answer, Batch } from './op-records.js';
@@ -64,10 +64,7 @@ export class OpQueue {
   private spinsLeft = SPINS_PER_TURN;
   /** When this turn's first submit ran (performance.now()). */
   private turnStart = 0;
-  private readonly flushTask = (): void => {
-    this.flushScheduled = false;
-    this.flush();
-  };
+  private readonly flushTask = (): void => void ((this.flushScheduled = false), this.flush());
   private readonly newTurn = (): number => (this.spinsLeft = SPINS_PER_TURN);
   /** core.submit calls (for tests and metrics), and the retries of the ops that resolved, by KvOp (metrics read them). */
   submits = 0;
@@ -252,6 +249,7 @@ export class OpQueue {
         const block = cls >= 0 ? (pools.take(cls) ?? -1) : -1;
         if (cls >= 0 && block < 0) break;
         arenaUsed = this.describe(words, arena, count++, arenaUsed, work, k, work.type, keys[k]!, keyBytes[k]!, values?.[k], vb, cls, block);
+        if (work.type === KvOp.PUT) writeExpiry(words, (count - 1) * OpLayout.WORDS, work.expiries?.[k] ?? 0);
         work.next++;
       }
       if (work.next < keys.length && this.freeCount > 0) {
@@ -425,7 +423,8 @@ export class OpQueue {
         else {
           const version = BigInt(words[o + ResultLayout.VERSION_LO]!) | (BigInt(words[o + ResultLayout.VERSION_HI]!) << 32n);
           const retries = words[o + ResultLayout.DETAIL]!;
-          owner.resolve(value ? { status, value, version, retries } : { status, version, retries });
+          const expiry = words[o + ResultLayout.EXPIRY_LO]! + words[o + ResultLayout.EXPIRY_HI]! * 0x100000000;
+          owner.resolve(value ? { status, value, version, retries, expiry } : { status, version, retries, expiry, length: words[o + ResultLayout.VALUE_LEN]! });
         }
       } else {
         owner.reject(errorForStatus(status, words[o + ResultLayout.DETAIL]!, `${opName(owner.type)} ${describe(owner.key)}`));

@@ -34,6 +34,10 @@ export interface OpResult {
   version: bigint;
   /** Times the core retried (bucket locks busy, torn reads). */
   retries: number;
+  /** A GET that found the key: its item's expiry (absolute Unix ms, 0 = never). */
+  expiry?: number;
+  /** A GET into a registered buffer (no `value`): the value's length there. */
+  length?: number;
 }
 
 /** An operation as it is submitted. */
@@ -55,6 +59,8 @@ export interface OpRequest {
   ext?: ExtRef | undefined;
   /** A GET of a value too large for the core's scratch gets it this way instead (get() of a large value). */
   large?: LargeFallback | undefined;
+  /** PUT, CAS: the new item's expiry (absolute Unix ms; 0 or undefined: never). */
+  expiry?: number | undefined;
 }
 
 /** Where a GET whose value is larger than the core's scratch holds goes for it: a registered buffer of `needed` bytes. */
@@ -82,6 +88,7 @@ export class PendingOp implements OpRequest, Submission {
   readonly mismatchResolves: boolean;
   readonly ext: ExtRef | undefined;
   readonly large: LargeFallback | undefined;
+  readonly expiry: number;
   readonly answer: Answer;
   /** When it must have been submitted by (performance.now() ms); 0 until the queue first keeps it waiting. */
   deadline = 0;
@@ -101,6 +108,7 @@ export class PendingOp implements OpRequest, Submission {
     this.mismatchResolves = r.mismatchResolves;
     this.ext = r.ext;
     this.large = r.large;
+    this.expiry = r.expiry ?? 0;
     this.answer = answer;
     this.result = new Promise<OpResult>((resolve, reject) => {
       this.resolve = resolve as Settle as (value: unknown) => void;
@@ -142,7 +150,8 @@ export class Batch {
 
   /**
    * `out[positions[i]]` (or `out[i]`) gets key i's value (GET); `classes[i]`
-   * is the size class of key i's block (PUT).
+   * is the size class of key i's block (PUT), `expiries[i]` its item's expiry
+   * (absolute Unix ms, 0 = never; undefined: none expires).
    */
   constructor(
     readonly type: KvOp,
@@ -153,6 +162,7 @@ export class Batch {
     readonly classes: Int32Array | undefined,
     readonly out: Array<Buffer | undefined> | undefined,
     readonly positions: Int32Array | undefined,
+    readonly expiries?: Float64Array,
   ) {
     this.left = keys.length;
     this.promise = new Promise((resolve, reject) => {
@@ -201,10 +211,20 @@ export function writeDescriptor(words: Uint32Array, arena: Buffer, o: number, at
   return at;
 }
 
-/** The argument of the op's type, in OpLayout's words of its name (the other types have none), and its registered buffer. */
-export function writeArgument(words: Uint32Array, o: number, op: OpRequest): void {
+/** A PUT's or CAS's item expiry (absolute Unix ms, below 2^48), in OpLayout's EXPIRY words. */
+export function writeExpiry(words: Uint32Array, o: number, expiry: number): void {
+  words[o + OpLayout.EXPIRY_LO] = expiry % 0x100000000;
+  words[o + OpLayout.EXPIRY_HI] = Math.floor(expiry / 0x100000000);
+}
+
+/** The argument of the op's type, in OpLayout's words of its name (the other types have none), its expiry and its registered buffer. */
+export function writeArgument(words: Uint32Array, o: number, op: PendingOp): void {
   switch (op.type) {
+    case KvOp.PUT:
+      writeExpiry(words, o, op.expiry);
+      break;
     case KvOp.CAS:
+      writeExpiry(words, o, op.expiry);
       words[o + OpLayout.EXPECTED_VERSION_LO] = Number(op.arg & 0xffffffffn);
       words[o + OpLayout.EXPECTED_VERSION_HI] = Number(op.arg >> 32n);
       break;

@@ -124,9 +124,15 @@ export class ServerClient extends EventEmitter<ClientEvents> {
    * Queues one operation for the next flush. The key and value are checked
    * here: their limits are the server's. CAS and UNLOCK resolve a version
    * mismatch (it is an answer); every other failure rejects with a KvError.
+   * `expiry`: a PUT's or CAS's item expiry (absolute Unix ms, 0 = never).
    */
-  submit(type: KvOp, key: Bytes, value?: Value, arg = 0n, mismatchResolves = false): Promise<OpResult> {
-    return this.request(type, key, value, arg, mismatchResolves, Answer.FULL) as Promise<OpResult>;
+  submit(type: KvOp, key: Bytes, value?: Value, arg = 0n, mismatchResolves = false, expiry = 0): Promise<OpResult> {
+    return this.request(type, key, value, arg, mismatchResolves, Answer.FULL, undefined, expiry) as Promise<OpResult>;
+  }
+
+  /** A GET with the full answer (value, version, expiry) into a registered buffer: the value stays there, `value` is absent. */
+  getFullInto(key: Bytes, ext: ExtRef): Promise<OpResult> {
+    return holding(ext, () => this.request(KvOp.GET, key, undefined, 0n, false, Answer.FULL, ext) as Promise<OpResult>);
   }
 
   /** A GET that resolves the value (or undefined): no result object, no version. */
@@ -159,9 +165,9 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     });
   }
 
-  /** A PUT that resolves undefined. */
-  putValue(key: Bytes, value: Value): Promise<void> {
-    return this.request(KvOp.PUT, key, value, 0n, false, Answer.NONE) as Promise<void>;
+  /** A PUT that resolves undefined; `expiry` as submit's. */
+  putValue(key: Bytes, value: Value, expiry = 0): Promise<void> {
+    return this.request(KvOp.PUT, key, value, 0n, false, Answer.NONE, undefined, expiry) as Promise<void>;
   }
 
   /**
@@ -182,8 +188,8 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     return batch.promise;
   }
 
-  /** Many PUTs as one batch (one promise); every entry is checked before anything is queued. */
-  putMany(keys: Bytes[], values: Bytes[]): Promise<unknown> {
+  /** Many PUTs as one batch (one promise); every entry is checked before anything is queued. `expiries` as Batch's. */
+  putMany(keys: Bytes[], values: Bytes[], expiries?: Float64Array): Promise<unknown> {
     const refused = this.refusal(KvOp.PUT);
     if (refused) return Promise.reject(refused);
     const { classes, maxValueBytes } = this.session!.hello.layout;
@@ -201,7 +207,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       if (vb > limit) return Promise.reject(new KvValueTooLargeError(`value of ${vb} bytes: putMany takes values up to ${limit} bytes here; put() takes larger ones`));
       sizes[i] = classFor(classes, itemUnits(keyBytes[i]!, vb));
     }
-    const batch = new Batch(KvOp.PUT, keys, keyBytes, values, valueBytes, sizes, undefined, undefined);
+    const batch = new Batch(KvOp.PUT, keys, keyBytes, values, valueBytes, sizes, undefined, undefined, expiries);
     this.queue.addBatch(batch);
     return batch.promise;
   }
@@ -222,7 +228,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     return n > KvLayout.MAX_KEY_BYTES ? new KvKeyTooLargeError(`key of ${n} bytes: the limit is ${KvLayout.MAX_KEY_BYTES}`) : undefined;
   }
 
-  private request(type: KvOp, key: Bytes, value: Value | undefined, arg: bigint, mismatchResolves: boolean, answer: Answer, into?: ExtRef): Promise<unknown> {
+  private request(type: KvOp, key: Bytes, value: Value | undefined, arg: bigint, mismatchResolves: boolean, answer: Answer, into?: ExtRef, expiry = 0): Promise<unknown> {
     const refused = this.refusal(type);
     if (refused) return Promise.reject(refused);
     const keyBytes = typeof key === 'string' ? Buffer.byteLength(key) : key.length;
@@ -251,7 +257,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       if (ext === 'freed') return Promise.reject(freedError('value'));
       if (ext) {
         // Written from the caller's registered buffer, without a copy.
-        const request: OpRequest = { type, key, keyBytes, value: undefined, valueBytes: 0, arg, cls, mismatchResolves, ext };
+        const request: OpRequest = { type, key, keyBytes, value: undefined, valueBytes: 0, arg, cls, mismatchResolves, ext, expiry };
         return holding(ext, () => this.queue.add(request, answer).result);
       }
       if (KvLayout.ITEM_HEADER_BYTES + keyBytes + valueBytes > this.session!.core.itemLimit) {
@@ -260,14 +266,14 @@ export class ServerClient extends EventEmitter<ClientEvents> {
         return withBounce(valueBytes, (bounce) => {
           if (typeof from === 'string') bounce.write(from, 0, valueBytes);
           else from.copy(bounce, 0);
-          return this.request(type, key, bounce.subarray(0, valueBytes), arg, mismatchResolves, answer);
+          return this.request(type, key, bounce.subarray(0, valueBytes), arg, mismatchResolves, answer, undefined, expiry);
         });
       }
     } else if (type === KvOp.INCR || type === KvOp.LOCK) {
       cls = classFor(classes, itemUnits(keyBytes, 0)); // in case it must be created
     }
     const large = type === KvOp.GET && answer === Answer.VALUE ? this : undefined; // a value past scratch: getLarge
-    const request: OpRequest = { type, key, keyBytes, value: bytes, valueBytes, arg, cls, mismatchResolves, ext: into, large };
+    const request: OpRequest = { type, key, keyBytes, value: bytes, valueBytes, arg, cls, mismatchResolves, ext: into, large, expiry };
     const { recorder } = this.options;
     if (recorder && into === undefined) { // a getInto is not recorded: its answer is a length, not a value
       const r = recorded(recorder, request, (op) => this.queue.add(op));

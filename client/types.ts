@@ -101,6 +101,8 @@ export interface HistoryEvent {
   value?: string | boolean | null;
   /** cas invoke: the version expected (decimal; "0": only if absent) */
   expected?: string;
+  /** put and cas invoke with a TTL: the item's expiry, absolute Unix ms (decimal); from then on the key reads as absent */
+  expiry?: string;
   /** incr invoke: the delta added, as an unsigned 64-bit word (a negative d is 2^64 + d; counters count modulo 2^63) */
   delta?: string;
   /**

@@ -216,6 +216,8 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
       w[u32(ResultLayout::VERSION_HI)] = static_cast<uint32_t>(r.version >> 32);
       w[u32(ResultLayout::DETAIL)] = r.detail;
       w[u32(ResultLayout::BLOCK_UNUSED)] = r.block_unused ? 1 : 0;
+      w[u32(ResultLayout::EXPIRY_LO)] = static_cast<uint32_t>(r.expiry);
+      w[u32(ResultLayout::EXPIRY_HI)] = static_cast<uint32_t>(r.expiry >> 32);
     }
     uint32_t* c = control_words_->data();
     const size_t controls = core_->take_controls(controls_.data(), kMaxControls);
@@ -237,6 +239,9 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
       case KvOp::UNLOCK: d.token = w[u32(OpLayout::TOKEN)]; break;
       default: d.expected_version = 0; break;
     }
+    // The new item's expiry: PUT and CAS write items (JS writes these words for them).
+    const bool writes = d.type == KvOp::PUT || d.type == KvOp::CAS;
+    d.expiry = writes ? join64(w[u32(OpLayout::EXPIRY_LO)], w[u32(OpLayout::EXPIRY_HI)]) : 0;
   }
 
   // The op's registered buffer (OpLayout EXT_*), registered with this core's

@@ -287,7 +287,7 @@ void ClientCore::phase_done(Op& op) {
     case Phase::W_VERIFY: return write_decide(op);
     case Phase::W_ALT: return write_alt_done(op);
     case Phase::W_ALT_LOCK: return write_alt_locked(op);
-    case Phase::W_COMMIT: return op.is_atomic() ? created(op) : finish(op, KvStatus::OK);
+    case Phase::W_COMMIT: return op.is_atomic() ? created(op) : finish(op, op.write().final_status);  // NOT_FOUND: an expired item deleted
     case Phase::W_RELEASE: return released(op);
     case Phase::A_ATOMIC: return atomic_done(op);
     default: return;

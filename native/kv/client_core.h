@@ -80,6 +80,7 @@ struct OpDesc {
   uint32_t ext_len = 0;
   uint32_t ext_lkey = 0;
   bool ext_bad = false;
+  uint64_t expiry = 0;  // PUT, CAS: the new item's EXPIRY (absolute Unix ms, 0 = never)
 };
 
 struct OpResult {
@@ -90,6 +91,7 @@ struct OpResult {
   uint64_t version = 0;       // GET, PUT, CAS: the item's version; INCR: the new value; LOCK: the token
   uint32_t detail = 0;        // RDMA_ERROR: the WcStatus; retries otherwise
   bool block_unused = false;  // a PUT that did not publish its block
+  uint64_t expiry = 0;        // a GET that found the key: its item's EXPIRY (0 = never)
 };
 
 // The wr_id bit of JS's control requests (the SENDs and RECVs of control
@@ -203,6 +205,7 @@ class ClientCore {
   void get_item_next(Op& op);
   void get_item_done(Op& op);
   void lend_value(Op& op, uint32_t key_len, uint32_t value_len);
+  void found_expired(Op& op);
   // GET of an item read in two pieces: header and key into the op's area, the
   // value straight into the caller's registered buffer (large.cc).
   void get_large_next(Op& op, uint64_t slot);

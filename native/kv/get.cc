@@ -98,6 +98,11 @@ void ClientCore::get_item_done(Op& op) {
     s.next++;
     return get_item_next(op);
   }
+  // Our key's item, intact. Expired: the key is absent (only bytes items
+  // expire; an expiry no writer writes is damage, expiry.h).
+  const Expiry expiry = expiry_of(item);
+  if (expiry == Expiry::BAD) return finish(op, KvStatus::CORRUPT, op.retries);
+  if (expiry == Expiry::EXPIRED) return found_expired(op);
   if (load_le<uint16_t>(item + u32(ItemHeader::TYPE)) != u32(type_for(op.type))) {
     free_item(op);
     return finish(op, KvStatus::TYPE_MISMATCH);
@@ -111,8 +116,17 @@ void ClientCore::get_item_done(Op& op) {
     return atomic_step(op);
   }
   op.version = load_le<uint64_t>(item + u32(ItemHeader::VERSION));
+  op.expiry = item_expiry(item);
   location_found(op, c.slot, item);
   lend_value(op, key_len, value_len);
+}
+
+// The key's item has expired: the key is absent, as if no slot named it. A GET
+// misses; INCR and LOCK create their item, which replaces the expired one under
+// the bucket locks (write.cc); UNLOCK finds no lock.
+void ClientCore::found_expired(Op& op) {
+  if (op.type == KvOp::INCR || op.type == KvOp::LOCK) return begin_create(op);
+  finish(op, KvStatus::NOT_FOUND);
 }
 
 // A GET's answer: the value stays in the item buffer, in scratch, until JS
@@ -124,6 +138,7 @@ void ClientCore::lend_value(Op& op, uint32_t key_len, uint32_t value_len) {
   r.result.value_offset = op.item.offset + kHeader + key_len;
   r.result.value_len = value_len;
   r.result.version = op.version;
+  r.result.expiry = op.expiry;
   r.lent = op.item;
   op.item.held = false;
   release_op(op);

@@ -97,6 +97,11 @@ void ClientCore::get_large_live(Op& op) {
 }
 
 void ClientCore::answer_large(Op& op, const uint8_t* head, uint32_t value_len) {
+  // Intact and (if late) confirmed live: only now may its expiry say the key is absent.
+  const Expiry expiry = expiry_of(head);
+  if (expiry == Expiry::BAD) return finish(op, KvStatus::CORRUPT, op.retries);
+  if (expiry == Expiry::EXPIRED) return found_expired(op);
+  op.expiry = item_expiry(head);
   const SlotRef& c = op.lookup().candidates[op.lookup().next];
   location_found(op, c.slot, head);
   Ready& r = ready_.emplace_back();
@@ -105,6 +110,7 @@ void ClientCore::answer_large(Op& op, const uint8_t* head, uint32_t value_len) {
   r.result.value_offset = 0;  // in the caller's buffer, at its offset
   r.result.value_len = value_len;
   r.result.version = op.version;
+  r.result.expiry = op.expiry;
   r.result.detail = op.retries;
   release_op(op);
 }

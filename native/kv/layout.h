@@ -1,4 +1,4 @@
-// The region's layout (protocol v4, region format 3) and the pure functions both ends agree on
+// The region's layout (protocol v5, region format 3) and the pure functions both ends agree on
 // (hashing, slot and lock-word packing, item headers, checksums). The byte
 // offsets themselves live in constants.def; docs/protocol.md explains them.
 #pragma once
@@ -168,9 +168,11 @@ inline uint32_t item_checksum(const uint8_t* item, uint32_t key_len, uint32_t va
 
 // Writes an item's header and key into dst, its checksum covering `value`,
 // which the caller writes right after the key (build_item) or from elsewhere.
+// `expiry`: absolute Unix ms, 0 = never (bytes items only; expiry.h).
 inline void build_item_header(uint8_t* dst, ItemType type, const uint8_t* key, uint32_t key_len, const uint8_t* value,
-                              uint32_t value_len, uint64_t version) {
+                              uint32_t value_len, uint64_t version, uint64_t expiry = 0) {
   std::memset(dst, 0, kHeader);
+  store_le<uint64_t>(dst + u32(ItemHeader::EXPIRY), expiry);
   store_le<uint16_t>(dst + u32(ItemHeader::TYPE), static_cast<uint16_t>(type));
   store_le<uint16_t>(dst + u32(ItemHeader::KEY_LEN), static_cast<uint16_t>(key_len));
   store_le<uint32_t>(dst + u32(ItemHeader::VALUE_LEN), value_len);
@@ -181,12 +183,12 @@ inline void build_item_header(uint8_t* dst, ItemType type, const uint8_t* key, u
 }
 
 // Writes a complete item (header, key, value, checksum) into dst: epoch 0 (no
-// replication yet), no expiry, STATE live (its own version), atomic word 0
+// replication yet), `expiry` (0: never), STATE live (its own version), atomic word 0
 // (the caller sets a counter's or lock's after: the checksum does not cover it).
 inline void build_item(uint8_t* dst, ItemType type, const uint8_t* key, uint32_t key_len, const uint8_t* value,
-                       uint32_t value_len, uint64_t version) {
+                       uint32_t value_len, uint64_t version, uint64_t expiry = 0) {
   if (value_len > 0) std::memcpy(dst + kHeader + key_len, value, value_len);
-  build_item_header(dst, type, key, key_len, dst + kHeader + key_len, value_len, version);
+  build_item_header(dst, type, key, key_len, dst + kHeader + key_len, value_len, version, expiry);
 }
 
 }  // namespace rkv::kv

@@ -107,7 +107,8 @@ void ClientCore::get_cached_done(Op& op) {
       ((unchecked_ & kSkipState) != 0 || item_live(item)) &&
       load_le<uint32_t>(item + kChecksumAt) == item_checksum(item, key_len, value_len) &&
       completed - s.started < location_trust();
-  if (!valid) {
+  const Expiry expiry = valid ? expiry_of(item) : Expiry::BAD;
+  if (expiry == Expiry::BAD) {  // a failed check, or an expiry no writer writes: the full path decides
     locations_.stats.failures++;
     locations_.forget(location_tag(op.kh));
     free_item(op);
@@ -115,7 +116,10 @@ void ClientCore::get_cached_done(Op& op) {
     return get_read_buckets(op, Phase::G_BUCKETS);
   }
   locations_.stats.hits++;
+  // The key's current item, expired: the key is absent (finish forgets the entry).
+  if (expiry == Expiry::EXPIRED) return finish(op, KvStatus::NOT_FOUND);
   op.version = load_le<uint64_t>(item + u32(ItemHeader::VERSION));
+  op.expiry = item_expiry(item);
   lend_value(op, key_len, value_len);
 }
 

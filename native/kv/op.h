@@ -10,6 +10,7 @@
 
 #include "buffer_pool.h"
 #include "client_core.h"
+#include "expiry.h"
 #include "location_cache.h"
 
 namespace rkv::kv {
@@ -187,6 +188,7 @@ struct ClientCore::Op {
     uint32_t lkey = 0;
   } ext;
   uint64_t version = 0;     // the item's version: read (GET) or written
+  uint64_t expiry = 0;      // the item's EXPIRY: read (GET) or written (PUT, CAS); 0 = never
   GrantedBlock block;
   bool ring_credit = false;  // a record of our notification ring is promised to this op (writes)
   std::variant<LookupState, WriteState, AtomicState> state;

@@ -61,6 +61,7 @@ void ClientCore::adopt(Op& op, const OpDesc& d, Clock::time_point now) {
   const bool granted = d.type == KvOp::PUT || d.type == KvOp::CAS || d.type == KvOp::INCR || d.type == KvOp::LOCK;
   op.block = {d.block, d.block_units, granted, false};
   op.key_len = d.key_len;
+  op.expiry = d.expiry;
   op.ext = {d.ext, d.ext_len, d.ext_lkey};
   if (d.key_len <= kMaxKey) {
     std::memcpy(op.key, d.key, d.key_len);
@@ -94,6 +95,7 @@ KvStatus ClientCore::refusal(const Op& op, const OpDesc& d) const {
   if (d.key_len > kMaxKey) return KvStatus::KEY_TOO_LARGE;
   if (d.value_len > region_.max_value) return KvStatus::VALUE_TOO_LARGE;
   if (d.ext_bad) return KvStatus::BAD_BUFFER;
+  if (d.expiry >= kExpiryLimit) return KvStatus::PROTOCOL;  // JS checks TTLs: past the limit is no item's
   if (broken_) return KvStatus::DISCONNECTED;
   if (op.block.held && (static_cast<uint64_t>(d.block) + d.block_units) * kUnit > region_.heap_bytes) {
     return KvStatus::PROTOCOL;  // a block outside the heap
@@ -132,9 +134,10 @@ void ClientCore::start(Op& op, const OpDesc& d) {
       op.version = next_version();
       if (op.version == 0) return finish(op, KvStatus::DISCONNECTED);
       if (op.ext.lkey != 0) {  // the value stays in the caller's buffer: W_READ writes it from there
-        build_item_header(mem(op.item.offset), ItemType::BYTES, op.key, op.key_len, d.value, d.value_len, op.version);
+        build_item_header(mem(op.item.offset), ItemType::BYTES, op.key, op.key_len, d.value, d.value_len, op.version,
+                          op.expiry);
       } else {
-        build_item(mem(op.item.offset), ItemType::BYTES, op.key, op.key_len, d.value, d.value_len, op.version);
+        build_item(mem(op.item.offset), ItemType::BYTES, op.key, op.key_len, d.value, d.value_len, op.version, op.expiry);
       }
       return write_read_buckets(op);
     }

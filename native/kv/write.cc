@@ -129,6 +129,7 @@ void ClientCore::write_decide(Op& op) {
   w.target_bucket = w.target_index = -1;
   w.old_slot = 0;
   w.seal_add = 0;
+  w.final_status = KvStatus::OK;
   if (w.damaged_slot) return release_and_finish(op, KvStatus::CORRUPT);
   for (uint32_t b = 0; b < 2 && w.target_bucket < 0; b++) {
     for (uint32_t i = 0; i < kSlots; i++) {
@@ -140,6 +141,16 @@ void ClientCore::write_decide(Op& op) {
       if (load_le<uint16_t>(header + u32(ItemHeader::KEY_LEN)) != op.key_len ||
           std::memcmp(header + kHeader, op.key, op.key_len) != 0) {
         continue;
+      }
+      if (header_expired(header)) {
+        // Our key's item has expired: the key is absent. This write replaces the
+        // item (a CAS only "if absent"), a DELETE unlinks it and answers NOT_FOUND.
+        if (op.type == KvOp::CAS && w.expected_version != 0) return release_and_finish(op, KvStatus::VERSION_MISMATCH);
+        if (op.type == KvOp::DELETE) w.final_status = KvStatus::NOT_FOUND;
+        w.target_bucket = static_cast<int>(b);
+        w.target_index = static_cast<int>(i);
+        w.old_slot = slot;
+        break;  // only bytes items expire: no seal
       }
       const uint16_t type = load_le<uint16_t>(header + u32(ItemHeader::TYPE));
       if (op.type != KvOp::DELETE && type != u32(type_for(op.type))) {

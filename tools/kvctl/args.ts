@@ -21,6 +21,8 @@ export interface CtlArgs {
   key?: string;
   value?: string;
   delta?: string;
+  /** put --ttl, expire's TTL: a duration as given (commands/ttl.ts parses it). */
+  ttl?: string;
   name?: string;
   target: Target;
   token?: string;
@@ -111,7 +113,7 @@ export async function parseArgs(argv: string[], io: Io): Promise<CtlArgs | numbe
   }
   if (args.help === true || args.version === true) return 0;
   // --servers, --etcd and --metrics are lists: repeating them adds to the list.
-  for (const name of ['token', 'token-file', 'timeout-ms', 'json', 'etcd-prefix', 'interval', 'count', 'force', 'key', 'value', 'delta', 'name']) {
+  for (const name of ['token', 'token-file', 'timeout-ms', 'json', 'etcd-prefix', 'interval', 'count', 'force', 'key', 'value', 'delta', 'ttl', 'name']) {
     if (Array.isArray(args[name])) {
       io.stderr(`kvctl: --${name} is given more than once (see kvctl --help)\n`);
       return 2;
@@ -128,6 +130,7 @@ export async function parseArgs(argv: string[], io: Io): Promise<CtlArgs | numbe
       key: unprotect(args.key),
       value: unprotect(args.value),
       delta: unprotect(args.delta),
+      ttl: unprotect(args.ttl),
       name: unprotect(args.name),
       target,
       token: args.token === undefined ? undefined : String(args.token),

@@ -1,4 +1,4 @@
-// kvctl: rdma-kv from a shell. get/put/del/incr go through KvClient, which
+// kvctl: rdma-kv from a shell. get/put/del/incr/expire/persist/ttl go through KvClient, which
 // routes each key to its member; stats and watch read each server's /stats
 // over HTTP (kv-server --metrics-port); layout shows the hash slot map; forget
 // removes an etcd member for good. The target is one server (--url), a static
@@ -15,10 +15,11 @@ import { forget } from './commands/forget.js';
 import { del, get, incr, put } from './commands/keys.js';
 import { layout } from './commands/layout.js';
 import { stats } from './commands/stats.js';
+import { expire, persist, ttl } from './commands/ttl.js';
 import { watch } from './commands/watch.js';
 import { type Io, processIo, reportFailure } from './io.js';
 
-const COMMANDS: Record<string, (args: CtlArgs, io: Io) => Promise<void>> = { get, put, del, incr, stats, layout, watch, forget };
+const COMMANDS: Record<string, (args: CtlArgs, io: Io) => Promise<void>> = { get, put, del, incr, expire, persist, ttl, stats, layout, watch, forget };
 
 /** Runs kvctl; resolves to the process exit code. */
 export async function main(argv: string[], io: Partial<Io> = {}): Promise<number> {

@@ -35,8 +35,16 @@ export function parser(argv: string[]) {
     .option('json', { type: 'boolean', default: false, describe: 'machine-readable output: JSON on stdout (watch: one object per line)' })
     .command('get <key>', 'print the value of KEY (raw bytes; missing: nothing on stdout, exit 1)', (y) => y.positional('key', { type: 'string' }))
     .command('put <key> <value>', 'store VALUE under KEY (VALUE - reads it from stdin)', (y) =>
-      y.positional('key', { type: 'string' }).positional('value', { type: 'string' }),
+      y
+        .positional('key', { type: 'string' })
+        .positional('value', { type: 'string' })
+        .option('ttl', { requiresArg: true, defaultDescription: 'none (never expires)', describe: 'KEY expires this long after the put (500ms, 30s, 10m, 2h, 7d)' }),
     )
+    .command('expire <key> <ttl>', 'give KEY\'s current value a TTL (a duration: 30s, 2h; missing key: exit 1)', (y) =>
+      y.positional('key', { type: 'string' }).positional('ttl', { type: 'string' }),
+    )
+    .command('persist <key>', 'remove KEY\'s TTL (missing key: exit 1)', (y) => y.positional('key', { type: 'string' }))
+    .command('ttl <key>', 'print the ms KEY has left, or "none" without a TTL (missing: exit 1)', (y) => y.positional('key', { type: 'string' }))
     .command(['del <key>', 'delete <key>'], 'delete KEY (missing: exit 1)', (y) => y.positional('key', { type: 'string' }))
     .command('incr <key> [delta]', 'add DELTA (default 1; negative subtracts) to counter KEY, created at DELTA; print the value', (y) =>
       y.positional('key', { type: 'string' }).positional('delta', { type: 'string' }),
@@ -51,7 +59,7 @@ export function parser(argv: string[]) {
     .command('forget <name>', 'with --etcd: remove member NAME for good (its slots move; its keys become unreachable)', (y) =>
       y.positional('name', { type: 'string' }).option('force', { type: 'boolean', default: false, describe: 'forget it even while it is alive' }),
     )
-    .demandCommand(1, 'name a command: get, put, del, incr, stats, layout, watch or forget')
+    .demandCommand(1, 'name a command: get, put, del, incr, expire, persist, ttl, stats, layout, watch or forget')
     .middleware(rejectMisspelledOptions(argv), true) // before .strict() says only "Unknown argument"
     .strict()
     .epilog(
@@ -65,6 +73,7 @@ export function parser(argv: string[]) {
         '  kvctl put greeting hello && kvctl get greeting',
         '  kvctl --url rdma://10.0.0.5:7471 --token-file /etc/rdma-kv/token put config - < config.json',
         '  kvctl incr visits && kvctl incr stock -3',
+        '  kvctl put session:42 token --ttl 30m && kvctl ttl session:42',
         '  kvctl --metrics http://127.0.0.1:9464 stats --json',
         '  kvctl --servers rdma://10.0.0.1:7471,rdma://10.0.0.2:7471 layout user:42',
         '  kvctl --etcd http://10.0.0.9:2379 watch --interval 2s',

@@ -6,6 +6,7 @@ import type { CtlArgs } from '../args.js';
 import { withClient } from '../connect.js';
 import { jsonValue } from '../format.js';
 import { type Io, NotFound } from '../io.js';
+import { parseTtl } from './ttl.js';
 
 export async function get(args: CtlArgs, io: Io): Promise<void> {
   const key = args.key!;
@@ -21,9 +22,10 @@ export async function get(args: CtlArgs, io: Io): Promise<void> {
 
 export async function put(args: CtlArgs, io: Io): Promise<void> {
   const key = args.key!;
+  const ttlMs = args.ttl === undefined ? undefined : parseTtl(args.ttl, 'put --ttl');
   const value = args.value === '-' ? await io.stdin() : Buffer.from(args.value!, 'utf8');
-  await withClient(args, io, (kv) => kv.put(key, value));
-  if (args.json) io.stdout(JSON.stringify({ key, stored: true, bytes: value.length }) + '\n');
+  await withClient(args, io, (kv) => kv.put(key, value, { ttlMs }));
+  if (args.json) io.stdout(JSON.stringify(ttlMs === undefined ? { key, stored: true, bytes: value.length } : { key, stored: true, bytes: value.length, ttlMs }) + '\n');
 }
 
 export async function del(args: CtlArgs, io: Io): Promise<void> {
