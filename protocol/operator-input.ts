@@ -68,21 +68,6 @@ export function parseCount(text: string, option: string, min: number, max: numbe
   return n;
 }
 
-/** The token in a file, without surrounding whitespace (a trailing newline is the usual case). */
-export function readTokenFile(path: string): string {
-  let text: string;
-  try {
-    text = readFileSync(path, 'utf8');
-  } catch (error) {
-    const e = error as NodeJS.ErrnoException;
-    const why = e.code === 'ENOENT' ? 'no such file' : e.code === 'EACCES' ? 'permission denied' : e.code === 'EISDIR' ? 'it is a directory' : e.message;
-    throw new StartupError(`cannot read --token-file ${path}: ${why}`);
-  }
-  const token = text.trim();
-  if (token === '') throw new StartupError(`--token-file ${path} is empty`);
-  return token;
-}
-
 /** 1073741824 → "1 GiB", 1572864 → "1.5 MiB", 1000 → "1000 B". */
 export function formatBytes(bytes: number): string {
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];

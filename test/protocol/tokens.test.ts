@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import test from 'ava';
 
 import { StartupError } from '../../protocol/operator-input.js';
-import { loadTokenFile, parseTokenFile } from '../../protocol/tokens.js';
+import { clientToken, loadTokenFile, parseTokenFile } from '../../protocol/tokens.js';
 
 const F = '/etc/rdma-kv/tokens';
 
@@ -58,4 +58,21 @@ test('permissions: a file readable by its group or by everyone is warned about; 
   chmodSync(file, 0o644);
   t.regex(loadTokenFile(file).warning!, /is readable by everyone \(mode 644\)/);
   t.throws(() => loadTokenFile('/nonexistent/tokens'), { instanceOf: StartupError, message: 'cannot read --token-file /nonexistent/tokens: no such file' });
+});
+
+test('a client (kvctl) reads a token file as the server does: the bare token, else the first write token, else the first read one', (t) => {
+  const file = join(tmpdir(), `rkv-client-token-${process.pid}`);
+  t.teardown(() => writeFileSync(file, ''));
+  const token = (text: string) => {
+    writeFileSync(file, text, { mode: 0o600 });
+    return clientToken(file);
+  };
+  t.is(token('\t s3cret \n'), 's3cret');
+  t.is(token('r1 read\nw1 write\nw2 write\n'), 'w1');
+  t.is(token('# readers only\nr1 read\nr2 read\n'), 'r1');
+  // A line with a role names its token as the server reads it, not the whole line.
+  t.is(token('s3cret write\n'), 's3cret');
+  t.throws(() => token('\n\n'), { instanceOf: StartupError, message: /is empty/ });
+  t.throws(() => token('a b c d\n'), { instanceOf: StartupError, message: /line 1/ });
+  t.throws(() => clientToken('/nonexistent/token'), { instanceOf: StartupError, message: 'cannot read --token-file /nonexistent/token: no such file' });
 });

@@ -1,14 +1,11 @@
-// kv-server's option parsers: sizes, durations, counts, listen URLs, tokens,
+// kv-server's option parsers: sizes, durations, counts, listen URLs,
 // the whole configuration, and the held-back log stream.
-import { writeFileSync } from 'node:fs';
-
 import test from 'ava';
 
 import { DEFAULTS, type RawServerArgs, resolveConfig } from '../../server/config.js';
-import { StartupError, UsageError, formatBytes, parseCount, parseDuration, parseSize, readTokenFile } from '../../protocol/operator-input.js';
+import { UsageError, formatBytes, parseCount, parseDuration, parseSize } from '../../protocol/operator-input.js';
 import { checkListenUrl } from '../../protocol/providers.js';
 import { HeldBackStream } from '../../server/logging.js';
-import { socketPath, socketUrl } from './helpers.js';
 
 test('sizes: bytes, binary units in any case, fractions that land on whole bytes', (t) => {
   const cases: Array<[string, number]> = [
@@ -77,16 +74,6 @@ test('listen URLs: shm with an absolute path, rdma with host and port, nothing e
     ['rdma://h:7471/path', /expected rdma:\/\/host:port/],
   ];
   for (const [url, reason] of bad) t.throws(() => checkListenUrl(url), { instanceOf: UsageError, message: reason }, url);
-});
-
-test('token files: trimmed; missing or empty is a StartupError with the path', (t) => {
-  const file = `${socketPath(socketUrl())}.token`;
-  writeFileSync(file, '\t secret token \n');
-  t.is(readTokenFile(file), 'secret token');
-  t.throws(() => readTokenFile('/nonexistent/token'), { instanceOf: StartupError, message: 'cannot read --token-file /nonexistent/token: no such file' });
-  t.throws(() => readTokenFile('/'), { instanceOf: StartupError, message: /cannot read --token-file \/: it is a directory/ });
-  writeFileSync(file, '\n\n');
-  t.throws(() => readTokenFile(file), { instanceOf: StartupError, message: /is empty/ });
 });
 
 const defaults = (): RawServerArgs => ({

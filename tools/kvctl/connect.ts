@@ -2,7 +2,8 @@
 // (get, put, layout, ...) connect without reconnecting and close when done;
 // watch keeps its client and lets it reconnect (commands/watch.ts).
 import { KvClient, type KvClientOptions } from '../../client/index.js';
-import { UsageError, readTokenFile } from '../../protocol/operator-input.js';
+import { UsageError } from '../../protocol/operator-input.js';
+import { clientToken } from '../../protocol/tokens.js';
 import type { CtlArgs } from './args.js';
 import { oneLine } from './format.js';
 import type { Io } from './io.js';
@@ -10,7 +11,7 @@ import type { Io } from './io.js';
 /** The target and credentials of the command line, plus how this command connects. */
 export function clientOptions(args: CtlArgs, connecting: Pick<KvClientOptions, 'reconnect' | 'requireReady'>): KvClientOptions {
   if (args.token !== undefined && args.tokenFile !== undefined) throw new UsageError('--token and --token-file exclude each other');
-  const token = args.tokenFile !== undefined ? readTokenFile(args.tokenFile) : args.token;
+  const token = args.tokenFile !== undefined ? clientToken(args.tokenFile) : args.token;
   const { target } = args;
   const where: KvClientOptions =
     target.kind === 'url' ? { url: target.url }
