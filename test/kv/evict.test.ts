@@ -1,0 +1,65 @@
+// Eviction (issue 16, server side): with --eviction lru|lfu a full heap evicts instead of failing
+// PUTs; with none (the default) a PUT still fails with KV_OUT_OF_MEMORY.
+import test from 'ava';
+
+import type { KvError } from '../../client/index.js';
+import { connect, selfValidating, startServer, validate } from '../helpers/kv.js';
+import { providersUnderTest } from '../helpers/providers.js';
+
+/** 16 MiB region (about 13.6 MB of heap), a short grace period so evicted blocks come back soon. */
+const SMALL = { memoryBytes: 16 << 20, graceMs: 50 };
+const VALUE = 4000;
+
+for (const scheme of providersUnderTest()) {
+  for (const eviction of ['lru', 'lfu'] as const) {
+    test(`${scheme}: --eviction ${eviction} takes 10x the heap of writes without KV_OUT_OF_MEMORY`, async (t) => {
+      const server = await startServer(scheme, { ...SMALL, eviction });
+      t.teardown(() => server.close());
+      const kv = await connect(server);
+      t.teardown(() => kv.close());
+      const { heapBytes } = server.layout;
+      const writes = Math.ceil((10 * heapBytes) / VALUE);
+      const failures: string[] = [];
+      for (let i = 0; i < writes; i += 64) {
+        await Promise.all(
+          Array.from({ length: Math.min(64, writes - i) }, async (_, k) => {
+            try {
+              await kv.put(`k${i + k}`, selfValidating(1, i + k, VALUE));
+            } catch (error) {
+              failures.push((error as KvError).code ?? String(error));
+            }
+          }),
+        );
+      }
+      t.deepEqual(failures, []);
+      const stats = server.stats();
+      t.true(stats.evictions.watermark + stats.evictions.grant > 0, 'items were evicted');
+      t.true(stats.heapUsedBytes <= heapBytes);
+      // The newest writes (inside the grace period of the last ones, or just before) are there, whole.
+      const last = await kv.get(`k${writes - 1}`);
+      t.truthy(last);
+      t.deepEqual(validate(last!), { writer: 1, seq: writes - 1 });
+    });
+  }
+
+  test(`${scheme}: --eviction none (the default) still answers KV_OUT_OF_MEMORY`, async (t) => {
+    const server = await startServer(scheme, SMALL);
+    t.teardown(() => server.close());
+    const kv = await connect(server);
+    t.teardown(() => kv.close());
+    let code: string | undefined;
+    for (let i = 0; code === undefined && i < 100_000; i += 64) {
+      await Promise.all(
+        Array.from({ length: 64 }, async (_, k) => {
+          try {
+            await kv.put(`k${i + k}`, Buffer.alloc(VALUE, 1));
+          } catch (error) {
+            code = (error as KvError).code;
+          }
+        }),
+      );
+    }
+    t.is(code, 'KV_OUT_OF_MEMORY');
+    t.deepEqual(server.stats().evictions, { watermark: 0, grant: 0 });
+  });
+}
