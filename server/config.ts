@@ -198,9 +198,9 @@ function defaultMemberName(url: string): string {
 }
 
 /** The region KvServer will lay out for this configuration; a UsageError when it cannot (memory too small, ...). */
-export function planRegion(config: Pick<ServerConfig, 'memoryBytes' | 'buckets' | 'maxClients' | 'maxValueBytes'>): RegionLayout {
+export function planRegion(config: Pick<ServerConfig, 'memoryBytes' | 'buckets' | 'maxClients' | 'maxValueBytes'> & Partial<Pick<ServerConfig, 'eviction'>>): RegionLayout {
   try {
-    return planLayout({ regionBytes: config.memoryBytes, buckets: config.buckets, maxClients: config.maxClients, maxValueBytes: config.maxValueBytes });
+    return planLayout({ regionBytes: config.memoryBytes, buckets: config.buckets, maxClients: config.maxClients, maxValueBytes: config.maxValueBytes, accessTable: (config.eviction ?? 'none') !== 'none' });
   } catch (error) {
     if (error instanceof LayoutError) throw new UsageError(error.message);
     throw error;

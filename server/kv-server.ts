@@ -12,6 +12,7 @@ import type { Logger } from 'pino';
 
 import type { Listener } from '../native/index.js';
 import { CQ_MODERATION_US, type Fabric, listenOn, openFabric, openLoopback, listenScheme, registerReadOnly } from './fabric.js';
+import { AccessBits } from './eviction/access-bits.js';
 import { Evictor } from './eviction/evictor.js';
 import { ExpirySweep } from './eviction/expiry-sweep.js';
 import { ItemUse } from './eviction/item-use.js';
@@ -100,7 +101,7 @@ export class KvServer extends EventEmitter {
       const high = this.settings.evictionHighPercent / 100;
       const low = this.settings.evictionLowPercent / 100;
       stats.watermarks = { high, low };
-      evictor = new Evictor({ ...removal, policy: eviction, high, low, graceMs, onRemoved: () => {} });
+      evictor = new Evictor({ ...removal, policy: eviction, high, low, graceMs, accessBits: new AccessBits(store, this.use), onRemoved: () => {} });
     }
     this.expiry = new ExpirySweep({ ...removal, onRemoved: () => {} });
     this.grants = new Grants(store, this.clients, stats, this.settings.keepaliveMs, log, this.use, evictor, graceMs);

@@ -19,6 +19,7 @@ import { EMPTY_SLOT, itemType, slotBlock } from '../../protocol/index-format.js'
 import type { Fabric } from '../fabric.js';
 import type { Chain } from '../recovery/chain.js';
 import type { RegionStore } from '../store/region.js';
+import type { AccessBits } from './access-bits.js';
 import { type ItemUse, TICK_MS } from './item-use.js';
 import { type RemoveParts, type Victim, removeItems } from './remove.js';
 
@@ -38,6 +39,8 @@ export interface EvictorParts extends RemoveParts {
   high: number;
   low: number;
   graceMs: number;
+  /** the clients' read hints (access-bits.ts), read on every check */
+  accessBits: AccessBits;
   loopbackChain: Chain;
   fabric: () => Fabric | undefined;
   log: Logger | undefined;
@@ -68,6 +71,7 @@ export class Evictor {
 
   /** The periodic check: a run when the use is past the high watermark. */
   check(): void {
+    this.parts.accessBits.scan();
     if (this.usedBytes() > this.parts.high * this.store.layout.heapBytes) this.start('watermark');
   }
 
