@@ -1,6 +1,7 @@
 // Eviction (issue 16, server side): with --eviction lru|lfu a full heap evicts instead of failing
 // PUTs; with none (the default) a PUT still fails with KV_OUT_OF_MEMORY.
 import test from 'ava';
+import { Registry } from 'prom-client';
 
 import type { KvError } from '../../client/index.js';
 import { connect, selfValidating, startServer, validate } from '../helpers/kv.js';
@@ -61,5 +62,22 @@ for (const scheme of providersUnderTest()) {
     }
     t.is(code, 'KV_OUT_OF_MEMORY');
     t.deepEqual(server.stats().evictions, { watermark: 0, grant: 0 });
+  });
+
+  test(`${scheme}: client metrics count GET hits and misses (a cache's hit ratio)`, async (t) => {
+    const server = await startServer(scheme, { ...SMALL, eviction: 'lru' });
+    t.teardown(() => server.close());
+    const registry = new Registry();
+    const kv = await connect(server, { metrics: registry });
+    t.teardown(() => kv.close());
+    await kv.put('here', 'value');
+    await kv.get('here');
+    await kv.get('absent');
+    await kv.getMany(['here', 'absent', 'gone']);
+    await kv.getWithVersion('here');
+    const gets = (await registry.getSingleMetric('rdmakv_client_gets_total')!.get()).values;
+    const count = (result: string) => gets.find((v) => v.labels.result === result)?.value;
+    t.is(count('hit'), 3);
+    t.is(count('miss'), 3);
   });
 }
