@@ -101,26 +101,28 @@ for (const scheme of providersUnderTest()) {
     await (await other.lock('free-lock', { timeoutMs: 2000 })).release();
   });
 
-  test(`${scheme}: under lru, keys that are read survive more than keys that are not`, async (t) => {
-    const server = await startServer(scheme, { ...SMALL, eviction: 'lru' });
-    t.teardown(() => server.close());
-    const kv = await connect(server);
-    t.teardown(() => kv.close());
-    // 200 hot and 200 cold keys, written together; then the hot ones are read while 3 heaps of fresh keys go in.
-    await writeFresh(kv, 'hot', 200);
-    await writeFresh(kv, 'cold', 200);
-    let done = false;
-    const readers = (async () => {
-      while (!done) await Promise.all(Array.from({ length: 200 }, (_, i) => kv.get(`hot${i}`)));
-    })();
-    await writeFresh(kv, 'fresh', Math.ceil((3 * server.layout.heapBytes) / VALUE));
-    done = true;
-    await readers;
-    const count = async (prefix: string) => (await kv.getMany(Array.from({ length: 200 }, (_, i) => `${prefix}${i}`))).filter((v) => v !== undefined).length;
-    const hot = await count('hot');
-    const cold = await count('cold');
-    t.log(`survivors: hot ${hot} of 200, cold ${cold} of 200`);
-    t.true(hot >= 150, `hot keys survived: ${hot}`);
-    t.true(hot >= cold + 100, `hot ${hot} against cold ${cold}`);
-  });
+  for (const eviction of ['lru', 'lfu'] as const) {
+    test(`${scheme}: under ${eviction}, keys that are read survive more than keys that are not`, async (t) => {
+      const server = await startServer(scheme, { ...SMALL, eviction });
+      t.teardown(() => server.close());
+      const kv = await connect(server);
+      t.teardown(() => kv.close());
+      // 200 hot and 200 cold keys, written together; then the hot ones are read while 3 heaps of fresh keys go in.
+      await writeFresh(kv, 'hot', 200);
+      await writeFresh(kv, 'cold', 200);
+      let done = false;
+      const readers = (async () => {
+        while (!done) await Promise.all(Array.from({ length: 200 }, (_, i) => kv.get(`hot${i}`)));
+      })();
+      await writeFresh(kv, 'fresh', Math.ceil((3 * server.layout.heapBytes) / VALUE));
+      done = true;
+      await readers;
+      const count = async (prefix: string) => (await kv.getMany(Array.from({ length: 200 }, (_, i) => `${prefix}${i}`))).filter((v) => v !== undefined).length;
+      const hot = await count('hot');
+      const cold = await count('cold');
+      t.log(`survivors: hot ${hot} of 200, cold ${cold} of 200`);
+      t.true(hot >= 150, `hot keys survived: ${hot}`);
+      t.true(hot >= cold + 100, `hot ${hot} against cold ${cold}`);
+    });
+  }
 }
