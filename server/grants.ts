@@ -36,7 +36,7 @@ export class Grants {
     private readonly keepaliveMs: number,
     private readonly log: Logger | undefined,
     /** a granted block is no candidate for eviction or expiry until its notice publishes it */
-    private readonly use: ItemUse,
+    private readonly use: ItemUse | undefined,
     /** --eviction lru|lfu: a grant short of memory evicts and waits, never KV_OUT_OF_MEMORY while eviction frees memory */
     private readonly evictor?: Evictor,
     private readonly graceMs = 0,
@@ -98,7 +98,7 @@ export class Grants {
   private answer(client: Client, c: number, blocks: number[]): void {
     for (const block of blocks) {
       client.held.set(block, c);
-      this.use.gone(block);
+      this.use?.gone(block);
     }
     this.stats.count.grants++;
     this.stats.count.blocksGranted += blocks.length;

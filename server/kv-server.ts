@@ -70,8 +70,8 @@ export class KvServer extends EventEmitter {
   private readonly orphanScan: OrphanScan;
   private readonly sessions: SessionNumbers;
   private readonly tokens: TokenTable;
-  /** what the server knows of each item's use (eviction and the expiry sweep choose by it) */
-  private readonly use: ItemUse;
+  /** with eviction on: what the server knows of each item's use (eviction chooses by it) */
+  private readonly use: ItemUse | undefined;
   private readonly expiry: ExpirySweep;
   private expiryTimer: NodeJS.Timeout | undefined;
   private decayTimer: NodeJS.Timeout | undefined;
@@ -89,7 +89,8 @@ export class KvServer extends EventEmitter {
     const stats = this.counters;
     const isClosed = () => this.closed;
     const { eviction, graceMs } = this.settings;
-    this.use = new ItemUse(this.layout.heapBytes / KvLayout.UNIT_BYTES, eviction === 'lfu');
+    // 4 bytes of server memory per 64-byte heap unit (5 under lfu): only when evicting.
+    this.use = eviction === 'none' ? undefined : new ItemUse(this.layout.heapBytes / KvLayout.UNIT_BYTES, eviction === 'lfu');
     const notices = new Notices(store, stats, log, this.use);
     this.clients = new ClientTable(this.layout.maxClients, notices);
     this.sessions = new SessionNumbers(store.bytes);
@@ -101,9 +102,13 @@ export class KvServer extends EventEmitter {
       const high = this.settings.evictionHighPercent / 100;
       const low = this.settings.evictionLowPercent / 100;
       stats.watermarks = { high, low };
-      evictor = new Evictor({ ...removal, policy: eviction, high, low, graceMs, accessBits: new AccessBits(store, this.use), onRemoved: () => {} });
+      evictor = new Evictor({ ...removal, use: this.use!, policy: eviction, high, low, graceMs, accessBits: new AccessBits(store, this.use!), onRemoved: () => {} });
     }
-    this.expiry = new ExpirySweep({ ...removal, onRemoved: () => {} });
+    const unannounced = (block: number): boolean => {
+      for (const client of this.clients.values()) if (client.held.get(block) !== undefined) return true;
+      return false;
+    };
+    this.expiry = new ExpirySweep({ ...removal, unannounced, onRemoved: () => {} });
     this.grants = new Grants(store, this.clients, stats, this.settings.keepaliveMs, log, this.use, evictor, graceMs);
     const control = new ControlMessages(this.grants, stats, log);
     this.completions = new Completions(this.clients, notices, control, stats, log);
@@ -169,7 +174,7 @@ export class KvServer extends EventEmitter {
     }, server.settings.expirySweepMs);
     server.expiryTimer.unref();
     if (server.settings.eviction === 'lfu') {
-      server.decayTimer = setInterval(() => server.use.decay(), LFU_DECAY_MS);
+      server.decayTimer = setInterval(() => server.use?.decay(), LFU_DECAY_MS);
       server.decayTimer.unref();
     }
     return server;
@@ -215,12 +220,14 @@ export class KvServer extends EventEmitter {
     const { beforeRecovery } = this.settings;
     const urls = [...this.urls];
     await recoverRegionFile({ store, sessions, locks, stats: this.counters, log, beforeRecovery: beforeRecovery && (() => beforeRecovery(urls)) }, fabric);
-    // The live items it kept are candidates for eviction and expiry, as if published now.
-    const now = this.use.now();
+    // The live items it kept are candidates for eviction, as if published now.
+    const { use } = this;
+    if (!use) return;
+    const now = use.now();
     for (let bucket = 0; bucket < store.index.bucketCount; bucket++) {
       for (let i = 0; i < KvLayout.SLOTS_PER_BUCKET; i++) {
         const slot = store.index.slot(bucket, i);
-        if (slot !== EMPTY_SLOT && store.slotInHeap(slot)) this.use.published(slotBlock(slot), now);
+        if (slot !== EMPTY_SLOT && store.slotInHeap(slot)) use.published(slotBlock(slot), now);
       }
     }
   }

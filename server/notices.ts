@@ -34,8 +34,8 @@ export class Notices {
     private readonly store: RegionStore,
     private readonly stats: ServerStats,
     private readonly log: Logger | undefined,
-    /** stamps published blocks (candidates for eviction and expiry from now on) and forgets retired ones */
-    private readonly use: ItemUse,
+    /** with eviction on: stamps published blocks (candidates from now on) and forgets retired ones */
+    private readonly use: ItemUse | undefined,
   ) {
     ({ chunkStart: this.chunkStart, granted: this.granted } = store.heap.bitmaps());
   }
@@ -73,10 +73,10 @@ export class Notices {
     }
     // Published: the index owns the block now, not the client.
     const { use } = this;
-    const tick = use.now();
+    const tick = use?.now() ?? 0;
     for (let i = 0, n = out[NoticeOut.PUBLISHED]!, at = NoticeOut.PUBLISHED_AT; i < n; i++, at += 2) {
       byRing[out[at]!]?.held.delete(out[at + 1]!);
-      use.published(out[at + 1]!, tick);
+      use?.published(out[at + 1]!, tick);
     }
     // Lock items learned before those retired are forgotten: a batch may publish a block and
     // retire it again, never the reverse (a retired block is not reused within the grace period).
@@ -87,7 +87,7 @@ export class Notices {
       const locks = store.lockItems.size > 0;
       for (let i = 0, w = NoticeOut.RETIRED_AT; i < retired; i++, w += 2) {
         store.heap.enqueueRetired(out[w]!, out[w + 1]!, at);
-        use.gone(out[w + 1]!);
+        use?.gone(out[w + 1]!);
         if (locks) store.lockItems.delete(out[w + 1]!);
       }
     }

@@ -34,6 +34,7 @@ const ROUND_VICTIMS = 32;
 const FRUITLESS_ROUNDS = 16;
 
 export interface EvictorParts extends RemoveParts {
+  use: ItemUse;
   policy: 'lru' | 'lfu';
   /** fractions of the heap: start evicting above high, stop at low */
   high: number;

@@ -29,7 +29,8 @@ export interface Victim {
 export interface RemoveParts {
   store: RegionStore;
   stats: ServerStats;
-  use: ItemUse;
+  /** with eviction on: the stamps of removed blocks are forgotten */
+  use: ItemUse | undefined;
   /** The lock owner id the server takes bucket locks as: one of the client table's, never a client's. */
   owner: number;
 }
@@ -74,7 +75,7 @@ export async function removeItems(
       region.writeBigUInt64LE(BigInt(ItemState.SUPERSEDED), itemStateOffset(store.itemAt(block)));
       index.clearSlot(bucket, i);
       if (!store.retireSlot(slot)) continue; // not a block in use: nothing to free (the slot was damage)
-      use.gone(block);
+      use?.gone(block);
       store.lockItems.delete(block);
       stats.count.items--;
       items++;
