@@ -32,6 +32,12 @@ const SAMPLE_BUCKETS = 64;
 const ROUND_VICTIMS = 32;
 /** Rounds in a row that may find nothing to remove before a run gives up (all protected). */
 const FRUITLESS_ROUNDS = 16;
+/**
+ * A run a grant started frees at least this much (the largest grant), even below the low
+ * watermark: a heap whose free memory is cut into extents too small for the class asked needs
+ * blocks freed, not a lower use. While the grant waits, each reclaim tick may start another.
+ */
+const GRANT_FLOOR_BYTES = 1 << 20;
 
 export interface EvictorParts extends RemoveParts {
   use: ItemUse;
@@ -96,7 +102,8 @@ export class Evictor {
     let fruitless = 0;
     let removed = 0;
     let freed = 0;
-    while (!parts.isClosed() && this.usedBytes() > target && fruitless < FRUITLESS_ROUNDS) {
+    const wanted = () => this.usedBytes() > target || (reason === 'grant' && freed < GRANT_FLOOR_BYTES);
+    while (!parts.isClosed() && wanted() && fruitless < FRUITLESS_ROUNDS) {
       const fabric = parts.fabric();
       if (!fabric) break;
       const victims = this.sample();

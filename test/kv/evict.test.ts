@@ -80,4 +80,25 @@ for (const scheme of providersUnderTest()) {
     t.is(count('hit'), 3);
     t.is(count('miss'), 3);
   });
+
+  test(`${scheme}: with eviction, large values find room in a heap full of small ones`, async (t) => {
+    const server = await startServer(scheme, { ...SMALL, eviction: 'lru' });
+    t.teardown(() => server.close());
+    const kv = await connect(server);
+    t.teardown(() => kv.close());
+    const small = Math.ceil((2 * server.layout.heapBytes) / 1000);
+    const failures: string[] = [];
+    const put = async (key: string, value: Buffer) => {
+      try {
+        await kv.put(key, value);
+      } catch (error) {
+        failures.push(`${key}: ${(error as KvError).code ?? String(error)}`);
+      }
+    };
+    for (let i = 0; i < small; i += 64) await Promise.all(Array.from({ length: 64 }, (_, k) => put(`s${i + k}`, Buffer.alloc(1000, k))));
+    // Freed small blocks are scattered: a 256 KiB block needs 256 KiB of neighbours freed.
+    for (let i = 0; i < 20; i++) await put(`big${i}`, selfValidating(2, i, 256 << 10));
+    t.deepEqual(failures, []);
+    t.deepEqual(validate((await kv.get('big19'))!), { writer: 2, seq: 19 });
+  });
 }
