@@ -48,7 +48,7 @@ export function planLayout(options: { regionBytes: number; buckets?: number; max
   const heapBytes = Math.floor((regionBytes - heapOffset) / perUnit) * KvLayout.UNIT_BYTES;
   const accessOffset = options.accessTable ? heapOffset + heapBytes : 0;
   if (heapBytes < 4 * maxItemUnits * KvLayout.UNIT_BYTES) {
-    const need = heapOffset + 4 * maxItemUnits * KvLayout.UNIT_BYTES;
+    const need = heapOffset + 4 * maxItemUnits * perUnit;
     throw new LayoutError(
       `memory too small: ${regionBytes} bytes leave ${Math.max(0, heapBytes)} bytes of heap after the index and rings; ` +
         `at least ${need} bytes are needed for ${bucketCount} buckets, ${maxClients} clients and ${maxValueBytes}-byte values`,
