@@ -102,13 +102,13 @@ export class KvServer extends EventEmitter {
       const high = this.settings.evictionHighPercent / 100;
       const low = this.settings.evictionLowPercent / 100;
       stats.watermarks = { high, low };
-      evictor = new Evictor({ ...removal, use: this.use!, policy: eviction, high, low, graceMs, accessBits: new AccessBits(store, this.use!), onRemoved: () => {} });
+      evictor = new Evictor({ ...removal, use: this.use!, policy: eviction, high, low, graceMs, accessBits: new AccessBits(store, this.use!) });
     }
     const unannounced = (block: number): boolean => {
       for (const client of this.clients.values()) if (client.held.get(block) !== undefined) return true;
       return false;
     };
-    this.expiry = new ExpirySweep({ ...removal, unannounced, onRemoved: () => {} });
+    this.expiry = new ExpirySweep({ ...removal, unannounced });
     this.grants = new Grants(store, this.clients, stats, this.settings.keepaliveMs, log, this.use, evictor, graceMs);
     const control = new ControlMessages(this.grants, stats, log);
     this.completions = new Completions(this.clients, notices, control, stats, log);

@@ -52,12 +52,12 @@ export interface EvictorParts extends RemoveParts {
   fabric: () => Fabric | undefined;
   log: Logger | undefined;
   isClosed: () => boolean;
-  /** after each round that removed something (waiting grants may be served once their grace ends) */
-  onRemoved: () => void;
 }
 
 export class Evictor {
   private running: Promise<void> | undefined;
+  /** when a run last said it found nothing to evict (said at most once a minute) */
+  private stuckLoggedAt = -Infinity;
   private readonly use: ItemUse;
   private readonly store: RegionStore;
 
@@ -115,12 +115,13 @@ export class Evictor {
         freed += done.bytes;
         parts.stats.count.evictions[reason] += done.items;
         parts.stats.count.removedBytes[reason] += done.bytes;
-        parts.onRemoved();
       }
       await new Promise<void>((resolve) => setImmediate(resolve)); // never hog the event loop
     }
-    if (fruitless >= FRUITLESS_ROUNDS) parts.log?.warn({ reason, removed, usedBytes: this.usedBytes() }, 'eviction found nothing more to evict (counters, locks and items of the last grace period are kept)');
-    else if (removed > 0) parts.log?.debug({ reason, removed, freed }, 'evicted');
+    if (fruitless >= FRUITLESS_ROUNDS && performance.now() - this.stuckLoggedAt > 60_000) {
+      this.stuckLoggedAt = performance.now();
+      parts.log?.warn({ reason, removed, usedBytes: this.usedBytes() }, 'eviction found nothing more to evict (counters, locks and items of the last grace period are kept)');
+    } else if (removed > 0) parts.log?.debug({ reason, removed, freed }, 'evicted');
   }
 
   /** A block that may go: a published bytes item not used within the grace period. */

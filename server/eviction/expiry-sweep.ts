@@ -35,8 +35,6 @@ export interface ExpirySweepParts extends RemoveParts {
   fabric: () => Fabric | undefined;
   log: Logger | undefined;
   isClosed: () => boolean;
-  /** after a batch that removed something */
-  onRemoved: () => void;
   /** Is the block granted to a client and its notice not drained yet? (Its writer's departure would retire it again.) */
   unannounced: (block: number) => boolean;
 }
@@ -94,8 +92,7 @@ export class ExpirySweep {
           removed += done.items;
           parts.stats.count.expirations += done.items;
           parts.stats.count.removedBytes.expired += done.bytes;
-          parts.onRemoved();
-        }
+          }
       }
       await new Promise<void>((resolve) => setImmediate(resolve));
     }
