@@ -11,6 +11,7 @@
         "native/binding/kv_binding.cc",
         "native/binding/layout_binding.cc",
         "native/binding/notice_binding.cc",
+        "native/kv/access.cc",
         "native/kv/atomics.cc",
         "native/kv/buffer_pool.cc",
         "native/kv/client_core.cc",

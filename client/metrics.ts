@@ -37,6 +37,8 @@ export class ClientMetrics {
   private readonly operations: Counter<'op' | 'result'>;
   private readonly latency: Histogram<'op'>;
   private readonly lockContended: Counter;
+  /** GETs (get, getMany's keys, getWithVersion, getInto) by hit or miss: a cache's hit ratio. */
+  private readonly gets: Counter<'result'>;
   private readonly readers: Readers;
 
   constructor(registry: Registry) {
@@ -66,6 +68,10 @@ export class ClientMetrics {
     this.lockContended = metric(registry, 'rdmakv_client_lock_contended_total', () => new Counter({
       name: 'rdmakv_client_lock_contended_total', help: 'lock() calls that found the lock held (and waited, or failed with KV_LOCK_CONTENDED).',
       registers,
+    }));
+    this.gets = metric(registry, 'rdmakv_client_gets_total', () => new Counter({
+      name: 'rdmakv_client_gets_total', help: 'GETs by result: hit (the key had a value) or miss (not found: never written, deleted, expired or evicted).',
+      labelNames: ['result'], registers,
     }));
     const states = readers.serverStates;
     metric(registry, 'rdmakv_client_servers', () => new Gauge({
@@ -118,6 +124,7 @@ export class ClientMetrics {
       (value) => {
         this.latency.observe({ op }, (performance.now() - start) / 1e3);
         this.operations.inc({ op, result: type === KvOp.GET && value === undefined ? 'not_found' : 'ok' });
+        if (type === KvOp.GET) this.gets.inc({ result: value === undefined ? 'miss' : 'hit' });
         return value;
       },
       (error: KvError) => this.failed(op, start, error),
@@ -136,6 +143,10 @@ export class ClientMetrics {
         if (out) for (let i = 0; i < out.length; i++) if (out[i] === undefined) missing++;
         if (count > missing) this.operations.inc({ op, result: 'ok' }, count - missing);
         if (missing > 0) this.operations.inc({ op, result: 'not_found' }, missing);
+        if (out) {
+          if (count > missing) this.gets.inc({ result: 'hit' }, count - missing);
+          if (missing > 0) this.gets.inc({ result: 'miss' }, missing);
+        }
         return result;
       },
       (error: KvError) => {
@@ -159,6 +170,7 @@ export class ClientMetrics {
       (r) => {
         this.latency.observe({ op }, (performance.now() - start) / 1e3);
         this.operations.inc({ op, result: r.status === KvStatus.OK ? 'ok' : r.status === KvStatus.NOT_FOUND ? 'not_found' : 'mismatch' });
+        if (type === KvOp.GET && (r.status === KvStatus.OK || r.status === KvStatus.NOT_FOUND)) this.gets.inc({ result: r.status === KvStatus.OK ? 'hit' : 'miss' });
         if (r.retries > 0 && type === KvOp.LOCK) this.lockContended.inc(); // the retries themselves: the queue's counts
         return r;
       },

@@ -118,6 +118,8 @@ export interface CoreRegion {
   bucketCount: number; indexOffset: bigint; heapOffset: bigint; heapBytes: bigint; seed: bigint; ringOffset: bigint; maxValueBytes: number;
   // This client: its owner id in lock words, its write versions' base, and the grace period of freed blocks.
   clientId: number; versionBase: bigint; graceMs: number;
+  // The access table's offset when the server evicts (GETs mark what they read); absent: none.
+  accessOffset?: bigint;
 }
 export interface CoreOptions {
   /** The core's scratch memory (bucket images, atomics results, the buffer pool), registered once. */

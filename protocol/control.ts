@@ -16,7 +16,8 @@ export interface Hello {
   clientId: number;
   /** session << 40: the base of this session's write versions, unique for the region's life. */
   versionBase: bigint;
-  region: { addr: bigint; rkey: number; length: bigint };
+  /** accessOffset: the access table's region offset, with eviction on (write clients only). */
+  region: { addr: bigint; rkey: number; length: bigint; accessOffset?: bigint };
   layout: {
     bucketCount: number;
     indexOffset: bigint;

@@ -81,6 +81,26 @@ function parser(argv: string[]) {
       defaultDescription: 'none: anonymous memory, gone at exit',
       describe: 'keep the region in this file; restarting on it serves the same data',
     })
+    .option('eviction', {
+      requiresArg: true,
+      default: DEFAULTS.eviction,
+      describe: 'when the heap is full: none (a PUT fails with KV_OUT_OF_MEMORY), lru or lfu (evict the least recently / least often read items)',
+    })
+    .option('eviction-high', {
+      requiresArg: true,
+      default: DEFAULTS.evictionHigh,
+      describe: 'with --eviction lru|lfu: heap use, in percent, above which items are evicted',
+    })
+    .option('eviction-low', {
+      requiresArg: true,
+      default: DEFAULTS.evictionLow,
+      describe: 'with --eviction lru|lfu: heap use, in percent, eviction brings it down to',
+    })
+    .option('expiry-sweep-ms', {
+      requiresArg: true,
+      default: DEFAULTS.expirySweepMs,
+      describe: 'milliseconds between the background passes that give expired items\' memory back',
+    })
     .option('metrics-port', {
       requiresArg: true,
       default: DEFAULTS.metricsPort,
@@ -136,6 +156,7 @@ function parser(argv: string[]) {
 const SCALAR_OPTIONS = [
   'memory', 'token', 'token-file', 'buckets', 'max-value', 'grace-ms', 'keepalive-ms', 'max-clients',
   'region-file', 'metrics-port', 'metrics-host', 'log-level', 'etcd-prefix', 'name', 'advertise', 'etcd-ttl',
+  'eviction', 'eviction-high', 'eviction-low', 'expiry-sweep-ms',
 ] as const;
 
 
@@ -220,6 +241,10 @@ export async function parseArgs(argv: string[]): Promise<Parsed> {
       etcdTtl: args['etcd-ttl'] as string | undefined,
       name: args.name as string | undefined,
       advertise: args.advertise as string | undefined,
+      eviction: args.eviction as string | undefined,
+      evictionHigh: args['eviction-high'] as string | undefined,
+      evictionLow: args['eviction-low'] as string | undefined,
+      expirySweepMs: args['expiry-sweep-ms'] as string | undefined,
     },
   };
 }

@@ -108,6 +108,7 @@ function logStarting(logger: Logger, config: ServerConfig): void {
       keepaliveMs: config.keepaliveMs,
       auth: config.tokenFile ? 'token-file' : config.token === undefined ? 'none' : 'token',
       regionFile: config.regionFile,
+      eviction: config.eviction,
       metricsPort: config.metricsPort,
     },
     'starting',
@@ -150,6 +151,10 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
       keepaliveMs: config.keepaliveMs,
       maxClients: config.maxClients,
       regionFile: config.regionFile,
+      eviction: config.eviction,
+      evictionHighPercent: config.evictionHigh,
+      evictionLowPercent: config.evictionLow,
+      expirySweepMs: config.expirySweepMs,
       logger,
     });
     let registration: EtcdRegistration | undefined;

@@ -28,7 +28,14 @@ export const DEFAULTS = {
   logLevel: 'info' as LogLevel,
   etcdPrefix: DEFAULT_ETCD_PREFIX,
   etcdTtl: '10s',
+  eviction: 'none',
+  evictionHigh: '90',
+  evictionLow: '80',
+  expirySweepMs: '1000',
 } as const;
+
+/** --eviction's values (server/options.ts checks what programs pass). */
+const EVICTIONS = ['none', 'lru', 'lfu'] as const;
 
 /** What cli.ts hands to KvServer.start and to the metrics server. */
 export interface ServerConfig {
@@ -48,6 +55,11 @@ export interface ServerConfig {
   metricsHost: string;
   logLevel: LogLevel;
   regionFile: string | undefined;
+  eviction: (typeof EVICTIONS)[number];
+  /** percent of the heap */
+  evictionHigh: number;
+  evictionLow: number;
+  expirySweepMs: number;
   /** Cluster membership (--etcd), if any. */
   etcd: EtcdConfig | undefined;
 }
@@ -82,6 +94,10 @@ export interface RawServerArgs {
   etcdTtl?: string | undefined;
   name?: string | undefined;
   advertise?: string | undefined;
+  eviction?: string | undefined;
+  evictionHigh?: string | undefined;
+  evictionLow?: string | undefined;
+  expirySweepMs?: string | undefined;
 }
 
 /** The whole configuration, or a UsageError / StartupError for the first thing wrong. */
@@ -114,12 +130,25 @@ export function resolveConfig(args: RawServerArgs): ServerConfig {
     logLevel: args.logLevel,
     regionFile: args.regionFile,
     etcd: resolveEtcd(args, listen),
+    ...resolveEviction(args),
   };
   if (config.maxValueBytes < 1) throw new UsageError('--max-value must be at least 1 byte');
   if (config.keepaliveMs < 10) throw new UsageError('--keepalive-ms must be at least 10 ms');
   planRegion(config);
   if (args.tokenFile !== undefined) config.tokenFile = { path: args.tokenFile, ...loadTokenFile(args.tokenFile) };
   return config;
+}
+
+/** --eviction, its watermarks (percent of the heap, low below high) and the expiry sweep's interval. */
+function resolveEviction(args: RawServerArgs): Pick<ServerConfig, 'eviction' | 'evictionHigh' | 'evictionLow' | 'expirySweepMs'> {
+  const eviction = args.eviction ?? DEFAULTS.eviction;
+  if (!(EVICTIONS as readonly string[]).includes(eviction)) throw new UsageError(`--eviction must be none, lru or lfu (got '${eviction}')`);
+  const evictionHigh = parseCount(args.evictionHigh ?? DEFAULTS.evictionHigh, '--eviction-high', 2, 99);
+  const evictionLow = parseCount(args.evictionLow ?? DEFAULTS.evictionLow, '--eviction-low', 1, 98);
+  if (evictionLow >= evictionHigh) throw new UsageError(`--eviction-low (${evictionLow}) must be below --eviction-high (${evictionHigh})`);
+  const expirySweepMs = parseDuration(args.expirySweepMs ?? DEFAULTS.expirySweepMs, '--expiry-sweep-ms');
+  if (expirySweepMs < 10) throw new UsageError('--expiry-sweep-ms must be at least 10 ms');
+  return { eviction: eviction as ServerConfig['eviction'], evictionHigh, evictionLow, expirySweepMs };
 }
 
 /** --etcd and its companions; they mean nothing without it. */
@@ -169,9 +198,9 @@ function defaultMemberName(url: string): string {
 }
 
 /** The region KvServer will lay out for this configuration; a UsageError when it cannot (memory too small, ...). */
-export function planRegion(config: Pick<ServerConfig, 'memoryBytes' | 'buckets' | 'maxClients' | 'maxValueBytes'>): RegionLayout {
+export function planRegion(config: Pick<ServerConfig, 'memoryBytes' | 'buckets' | 'maxClients' | 'maxValueBytes'> & Partial<Pick<ServerConfig, 'eviction'>>): RegionLayout {
   try {
-    return planLayout({ regionBytes: config.memoryBytes, buckets: config.buckets, maxClients: config.maxClients, maxValueBytes: config.maxValueBytes });
+    return planLayout({ regionBytes: config.memoryBytes, buckets: config.buckets, maxClients: config.maxClients, maxValueBytes: config.maxValueBytes, accessTable: (config.eviction ?? 'none') !== 'none' });
   } catch (error) {
     if (error instanceof LayoutError) throw new UsageError(error.message);
     throw error;

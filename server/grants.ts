@@ -10,6 +10,8 @@ import { KvLayout } from '../protocol/constants.js';
 import { GRANT_BATCH, type GrantRequest, type ReturnBlocks, grantBatch } from '../protocol/control.js';
 import { complain, send } from './sessions/channel.js';
 import type { Client, ClientTable } from './sessions/clients.js';
+import type { Evictor } from './eviction/evictor.js';
+import type { ItemUse } from './eviction/item-use.js';
 import type { ServerStats } from './stats.js';
 import type { RegionStore } from './store/region.js';
 
@@ -33,6 +35,11 @@ export class Grants {
     private readonly stats: ServerStats,
     private readonly keepaliveMs: number,
     private readonly log: Logger | undefined,
+    /** a granted block is no candidate for eviction or expiry until its notice publishes it */
+    private readonly use: ItemUse | undefined,
+    /** --eviction lru|lfu: a grant short of memory evicts and waits, never KV_OUT_OF_MEMORY while eviction frees memory */
+    private readonly evictor?: Evictor,
+    private readonly graceMs = 0,
   ) {}
 
   /** A grant message: checked, then sized by bytes (an older client asks for GRANT_BATCH of any size class). */
@@ -64,6 +71,7 @@ export class Grants {
   /** The reclaim timer: blocks past their grace period are free; waiting grants may be served (or their time is up). */
   tick(): void {
     this.stats.count.blocksFreed += this.store.heap.reclaim();
+    this.evictor?.check();
     this.serveWaiting();
   }
 
@@ -75,15 +83,23 @@ export class Grants {
    */
   private request(client: Client, c: number, n: number): void {
     const blocks = this.store.heap.grant(c, n);
-    if (blocks.length === 0 && this.askForUnusedBlocks()) {
-      this.waiting.push({ client, c, n, until: performance.now() + 2 * this.keepaliveMs });
-      return;
+    if (blocks.length === 0) {
+      // With eviction on, items are evicted and the grant waits out their grace period too.
+      this.evictor?.shortOfMemory();
+      const asked = this.askForUnusedBlocks();
+      if (asked || this.evicting()) {
+        this.waiting.push({ client, c, n, until: performance.now() + 2 * this.keepaliveMs + (this.evictor ? 2 * this.graceMs : 0) });
+        return;
+      }
     }
     this.answer(client, c, blocks);
   }
 
   private answer(client: Client, c: number, blocks: number[]): void {
-    for (const block of blocks) client.held.set(block, c);
+    for (const block of blocks) {
+      client.held.set(block, c);
+      this.use?.gone(block);
+    }
     this.stats.count.grants++;
     this.stats.count.blocksGranted += blocks.length;
     send(client, blocks.length > 0 ? { t: 'granted', c, blocks } : { t: 'granted', c, blocks, error: 'KV_OUT_OF_MEMORY' });
@@ -115,9 +131,17 @@ export class Grants {
     const now = performance.now();
     this.dropStaleAsks(now);
     const outstanding = this.reclaimAsked.size > 0;
+    const evicting = this.evicting();
     for (const wait of this.waiting.splice(0)) {
       if (!this.clients.has(wait.client)) continue; // departed
       const blocks = this.store.heap.grant(wait.c, wait.n);
+      if (blocks.length === 0 && evicting) {
+        // Still evicting, or evicted blocks still in their grace period: keep waiting, evict more.
+        this.evictor!.shortOfMemory();
+        wait.until = Math.max(wait.until, now + 2 * this.graceMs);
+        this.waiting.push(wait);
+        continue;
+      }
       if (blocks.length === 0 && outstanding && now < wait.until) {
         this.waiting.push(wait);
         continue;
@@ -129,6 +153,12 @@ export class Grants {
         this.log?.warn({ clientId: wait.client.id, err: (error as Error).message }, 'cannot answer a grant');
       }
     }
+  }
+
+  /** Can eviction still give memory back: a run going on, or blocks in their grace period? */
+  private evicting(): boolean {
+    if (!this.evictor) return false;
+    return this.evictor.busy || this.store.heap.graceBytes > 0;
   }
 
   /** Forgets the asks of departed clients and those unanswered for two keepalive intervals. */

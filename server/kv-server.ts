@@ -12,6 +12,10 @@ import type { Logger } from 'pino';
 
 import type { Listener } from '../native/index.js';
 import { CQ_MODERATION_US, type Fabric, listenOn, openFabric, openLoopback, listenScheme, registerReadOnly } from './fabric.js';
+import { AccessBits } from './eviction/access-bits.js';
+import { Evictor } from './eviction/evictor.js';
+import { ExpirySweep } from './eviction/expiry-sweep.js';
+import { ItemUse } from './eviction/item-use.js';
 import { Grants } from './grants.js';
 import { sweep } from './keepalive.js';
 import { Notices } from './notices.js';
@@ -32,6 +36,11 @@ import { TokenTable } from './sessions/tokens.js';
 import { type KvServerStats, ServerStats } from './stats.js';
 import type { RegionLayout } from './store/layout.js';
 import { RegionStore } from './store/region.js';
+import { KvLayout } from '../protocol/constants.js';
+import { EMPTY_SLOT, slotBlock } from '../protocol/index-format.js';
+
+/** lfu: read counts halve this often, so a key's old popularity fades. */
+const LFU_DECAY_MS = 10_000;
 
 export { KvConfigError, type KvServerOptions } from './options.js';
 export type { KvServerStats } from './stats.js';
@@ -61,6 +70,11 @@ export class KvServer extends EventEmitter {
   private readonly orphanScan: OrphanScan;
   private readonly sessions: SessionNumbers;
   private readonly tokens: TokenTable;
+  /** with eviction on: what the server knows of each item's use (eviction chooses by it) */
+  private readonly use: ItemUse | undefined;
+  private readonly expiry: ExpirySweep;
+  private expiryTimer: NodeJS.Timeout | undefined;
+  private decayTimer: NodeJS.Timeout | undefined;
   private reclaimTimer: NodeJS.Timeout | undefined;
   private keepaliveTimer: NodeJS.Timeout | undefined;
   private closed = false;
@@ -74,14 +88,31 @@ export class KvServer extends EventEmitter {
     const { store, log } = this;
     const stats = this.counters;
     const isClosed = () => this.closed;
-    const notices = new Notices(store, stats, log);
+    const { eviction, graceMs } = this.settings;
+    // 4 bytes of server memory per 64-byte heap unit (5 under lfu): only when evicting.
+    this.use = eviction === 'none' ? undefined : new ItemUse(this.layout.heapBytes / KvLayout.UNIT_BYTES, eviction === 'lfu');
+    const notices = new Notices(store, stats, log, this.use);
     this.clients = new ClientTable(this.layout.maxClients, notices);
     this.sessions = new SessionNumbers(store.bytes);
-    this.grants = new Grants(store, this.clients, stats, this.settings.keepaliveMs, log);
+    const loopbackChain = new Chain();
+    // Removals (eviction, expiry) take bucket locks as an owner id no client ever has.
+    const removal = { store, stats, use: this.use, owner: this.clients.newId(), loopbackChain, log, isClosed, fabric: () => this.loopbackFabric() };
+    let evictor: Evictor | undefined;
+    if (eviction !== 'none') {
+      const high = this.settings.evictionHighPercent / 100;
+      const low = this.settings.evictionLowPercent / 100;
+      stats.watermarks = { high, low };
+      evictor = new Evictor({ ...removal, use: this.use!, policy: eviction, high, low, graceMs, accessBits: new AccessBits(store, this.use!) });
+    }
+    const unannounced = (block: number): boolean => {
+      for (const client of this.clients.values()) if (client.held.get(block) !== undefined) return true;
+      return false;
+    };
+    this.expiry = new ExpirySweep({ ...removal, unannounced });
+    this.grants = new Grants(store, this.clients, stats, this.settings.keepaliveMs, log, this.use, evictor, graceMs);
     const control = new ControlMessages(this.grants, stats, log);
     this.completions = new Completions(this.clients, notices, control, stats, log);
     this.locks = new LockRelease(store, stats, log, isClosed);
-    const loopbackChain = new Chain();
     this.departures = new Departures({
       clients: this.clients,
       loopbackChain,
@@ -138,6 +169,14 @@ export class KvServer extends EventEmitter {
     server.reclaimTimer.unref();
     server.keepaliveTimer = setInterval(() => server.sweep(), keepaliveMs);
     server.keepaliveTimer.unref();
+    server.expiryTimer = setInterval(() => {
+      server.expiry.pass().catch((error: Error) => server.log?.error({ err: error.message }, 'expiry sweep failed'));
+    }, server.settings.expirySweepMs);
+    server.expiryTimer.unref();
+    if (server.settings.eviction === 'lfu') {
+      server.decayTimer = setInterval(() => server.use?.decay(), LFU_DECAY_MS);
+      server.decayTimer.unref();
+    }
     return server;
   }
 
@@ -185,6 +224,27 @@ export class KvServer extends EventEmitter {
     const { beforeRecovery } = this.settings;
     const urls = [...this.urls];
     await recoverRegionFile({ store, sessions, locks, stats: this.counters, log, beforeRecovery: beforeRecovery && (() => beforeRecovery(urls)) }, fabric);
+    // The live items it kept are candidates for eviction, as if published now.
+    const { use } = this;
+    if (!use) return;
+    const now = use.now();
+    for (let bucket = 0; bucket < store.index.bucketCount; bucket++) {
+      for (let i = 0; i < KvLayout.SLOTS_PER_BUCKET; i++) {
+        const slot = store.index.slot(bucket, i);
+        if (slot !== EMPTY_SLOT && store.slotInHeap(slot)) use.published(slotBlock(slot), now);
+      }
+    }
+  }
+
+  /** The first fabric with a loopback connection (removals go through it). */
+  private loopbackFabric(): Fabric | undefined {
+    for (const fabric of this.fabrics.values()) if (fabric.loopback) return fabric;
+    return undefined;
+  }
+
+  /** Tests: one pass of the expiry sweep now; resolves with the items it removed. */
+  sweepExpired(): Promise<number> {
+    return this.expiry.pass();
   }
 
   private sweep(): void {
@@ -246,6 +306,8 @@ export class KvServer extends EventEmitter {
     this.closed = true;
     if (this.reclaimTimer) clearInterval(this.reclaimTimer);
     if (this.keepaliveTimer) clearInterval(this.keepaliveTimer);
+    if (this.expiryTimer) clearInterval(this.expiryTimer);
+    if (this.decayTimer) clearInterval(this.decayTimer);
     for (const listener of this.listening) listener.close();
     this.acceptor.answerHeld(); // rejected: closed
     for (const connection of this.clients.connections()) connection.disconnect();

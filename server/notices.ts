@@ -18,6 +18,7 @@ import { KvLayout } from '../protocol/constants.js';
 import type { Fabric } from './fabric.js';
 import { complain } from './sessions/channel.js';
 import type { Client } from './sessions/clients.js';
+import type { ItemUse } from './eviction/item-use.js';
 import type { ServerStats } from './stats.js';
 import type { RegionStore } from './store/region.js';
 
@@ -29,7 +30,13 @@ export class Notices {
   private readonly granted: Uint32Array;
   private repostFailureLogged = false;
 
-  constructor(private readonly store: RegionStore, private readonly stats: ServerStats, private readonly log: Logger | undefined) {
+  constructor(
+    private readonly store: RegionStore,
+    private readonly stats: ServerStats,
+    private readonly log: Logger | undefined,
+    /** with eviction on: stamps published blocks (candidates from now on) and forgets retired ones */
+    private readonly use: ItemUse | undefined,
+  ) {
     ({ chunkStart: this.chunkStart, granted: this.granted } = store.heap.bitmaps());
   }
 
@@ -65,8 +72,11 @@ export class Notices {
       if (client) client.lastSeen = now;
     }
     // Published: the index owns the block now, not the client.
+    const { use } = this;
+    const tick = use?.now() ?? 0;
     for (let i = 0, n = out[NoticeOut.PUBLISHED]!, at = NoticeOut.PUBLISHED_AT; i < n; i++, at += 2) {
       byRing[out[at]!]?.held.delete(out[at + 1]!);
+      use?.published(out[at + 1]!, tick);
     }
     // Lock items learned before those retired are forgotten: a batch may publish a block and
     // retire it again, never the reverse (a retired block is not reused within the grace period).
@@ -77,6 +87,7 @@ export class Notices {
       const locks = store.lockItems.size > 0;
       for (let i = 0, w = NoticeOut.RETIRED_AT; i < retired; i++, w += 2) {
         store.heap.enqueueRetired(out[w]!, out[w + 1]!, at);
+        use?.gone(out[w + 1]!);
         if (locks) store.lockItems.delete(out[w + 1]!);
       }
     }

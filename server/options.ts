@@ -36,6 +36,17 @@ export interface KvServerOptions {
    * the live slots and serves the same data.
    */
   regionFile?: string;
+  /**
+   * What to do when the heap is full: 'none' fails a PUT with KV_OUT_OF_MEMORY; 'lru' and 'lfu'
+   * evict the least recently or least frequently read items instead. @default 'none'
+   */
+  eviction?: 'none' | 'lru' | 'lfu';
+  /** With eviction: heap use (percent) above which items are evicted. @default 90 */
+  evictionHighPercent?: number;
+  /** With eviction: heap use (percent) eviction brings it down to. @default 80 */
+  evictionLowPercent?: number;
+  /** Milliseconds between passes of the expiry sweep (expired items' memory back to the heap). @default 1000 */
+  expirySweepMs?: number;
   logger?: Logger;
   /**
    * Tests only: recovery of a region file first waits for this (a deterministic slow
@@ -50,12 +61,17 @@ export class KvConfigError extends Error {
 }
 
 /** The options with their defaults, checked. */
-export type ServerSettings = KvServerOptions & Required<Pick<KvServerOptions, 'maxValueBytes' | 'graceMs' | 'maxClients' | 'keepaliveMs'>>;
+export type ServerSettings = KvServerOptions &
+  Required<Pick<KvServerOptions, 'maxValueBytes' | 'graceMs' | 'maxClients' | 'keepaliveMs' | 'eviction' | 'evictionHighPercent' | 'evictionLowPercent' | 'expirySweepMs'>>;
+
+/** --eviction's values. */
+export const EVICTION_POLICIES = ['none', 'lru', 'lfu'] as const;
 
 /** Every option name (a Record, so the compiler keeps it complete). */
 const OPTION_NAMES: Record<keyof KvServerOptions, true> = {
   listen: true, memoryBytes: true, token: true, tokens: true, buckets: true, maxValueBytes: true, graceMs: true,
   maxClients: true, keepaliveMs: true, regionFile: true, logger: true, beforeRecovery: true,
+  eviction: true, evictionHighPercent: true, evictionLowPercent: true, expirySweepMs: true,
 };
 
 /** A name no option has: the one probably meant, or the list of them. */
@@ -76,7 +92,12 @@ export function checkOptions(options: KvServerOptions): ServerSettings {
     keepaliveMs: options.keepaliveMs ?? 1000,
     maxClients: options.maxClients ?? 256,
     maxValueBytes: options.maxValueBytes ?? KvLayout.DEFAULT_MAX_VALUE_BYTES,
+    eviction: options.eviction ?? 'none',
+    evictionHighPercent: options.evictionHighPercent ?? 90,
+    evictionLowPercent: options.evictionLowPercent ?? 80,
+    expirySweepMs: options.expirySweepMs ?? 1000,
   };
+  checkEviction(settings);
   const { graceMs, keepaliveMs, maxClients } = settings;
   if (options.listen.length === 0) throw new KvConfigError('nothing to listen on: give at least one --listen URL');
   // Readers start over after any READ slower than half of it (docs/protocol.md): below 2 ms that is every READ.
@@ -86,6 +107,18 @@ export function checkOptions(options: KvServerOptions): ServerSettings {
   if (options.token !== undefined && options.tokens !== undefined) throw new KvConfigError('token and tokens exclude each other');
   if (options.tokens !== undefined) checkTokens(options.tokens);
   return settings;
+}
+
+/** --eviction and its watermarks: a known policy, 1 <= low < high <= 99 percent; the sweep's interval. */
+function checkEviction({ eviction, evictionHighPercent: high, evictionLowPercent: low, expirySweepMs }: ServerSettings): void {
+  if (!(EVICTION_POLICIES as readonly unknown[]).includes(eviction)) {
+    throw new KvConfigError(`--eviction must be one of ${EVICTION_POLICIES.join(', ')} (got '${String(eviction)}')`);
+  }
+  for (const [flag, value] of [['--eviction-high', high], ['--eviction-low', low]] as const) {
+    if (typeof value !== 'number' || !Number.isFinite(value) || value < 1 || value > 99) throw new KvConfigError(`${flag} must be a percentage of the heap from 1 to 99 (got ${String(value)})`);
+  }
+  if (!(low < high)) throw new KvConfigError(`--eviction-low (${low}) must be below --eviction-high (${high}): eviction frees from the high watermark down to the low one`);
+  if (typeof expirySweepMs !== 'number' || !(expirySweepMs >= 10)) throw new KvConfigError(`--expiry-sweep-ms must be at least 10 ms (got ${String(expirySweepMs)})`);
 }
 
 /** Tokens as programs pass them (the CLI's come checked from protocol/tokens.ts); throws KvConfigError. */

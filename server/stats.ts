@@ -30,13 +30,22 @@ export interface KvServerStats {
   /** locks whose owner was no live client, released by the orphan-lock scan (see recovery/orphan-scan.ts) */
   orphanLocksReleased: number;
   controlMessages: number;
+  /** expired items the expiry sweep removed (eviction/expiry-sweep.ts) */
+  expirations: number;
+  /** items evicted, by what started the eviction: the high watermark, or a grant short of memory */
+  evictions: { watermark: number; grant: number };
+  /** heap bytes (block sizes) given back by removals, by reason: expired, watermark, grant */
+  removedBytes: { expired: number; watermark: number; grant: number };
+  /** --eviction's watermarks in bytes (0 with --eviction none) */
+  heapHighWatermarkBytes: number;
+  heapLowWatermarkBytes: number;
   rdmaErrors: Record<string, number>;
   /** per provider scheme: 1 when each client gets a memory window of its own (fabric.ts), 0 when it gets the region's rkey */
   memoryWindows: Record<string, number>;
 }
 
 /** The counters, each counted by the part of the server named beside it. */
-type Counters = Omit<KvServerStats, 'regionBytes' | 'indexBytes' | 'heapBytes' | 'heapUsedBytes' | 'heapUsedBytesByClass' | 'slots' | 'clients' | 'rdmaErrors' | 'memoryWindows'>;
+type Counters = Omit<KvServerStats, 'regionBytes' | 'indexBytes' | 'heapBytes' | 'heapUsedBytes' | 'heapUsedBytesByClass' | 'slots' | 'clients' | 'rdmaErrors' | 'memoryWindows' | 'heapHighWatermarkBytes' | 'heapLowWatermarkBytes'>;
 
 export class ServerStats {
   readonly count: Counters = {
@@ -50,7 +59,12 @@ export class ServerStats {
     fencedClients: 0, // recovery/departures.ts
     lockRecoveries: 0, recoveredSlotsSkipped: 0, orphanLocksReleased: 0, // recovery/: locks.ts, restart.ts, orphan-scan.ts
     controlMessages: 0, // sessions/control.ts
+    expirations: 0, // eviction/expiry-sweep.ts
+    evictions: { watermark: 0, grant: 0 }, // eviction/evictor.ts
+    removedBytes: { expired: 0, watermark: 0, grant: 0 }, // eviction/: expiry-sweep.ts, evictor.ts
   };
+  /** kv-server.ts, from --eviction's watermarks (fractions of the heap; 0: no eviction) */
+  watermarks = { high: 0, low: 0 };
   /** sessions/completions.ts: error completions by status (flushes not counted) */
   private readonly rdmaErrors = new Map<string, number>();
   /** kv-server.ts, as each fabric opens: does it bind a window per client (fabric.ts)? */
@@ -74,6 +88,10 @@ export class ServerStats {
       slots: layout.bucketCount * KvLayout.SLOTS_PER_BUCKET,
       clients,
       ...counts,
+      evictions: { ...counts.evictions },
+      removedBytes: { ...counts.removedBytes },
+      heapHighWatermarkBytes: Math.floor(this.watermarks.high * layout.heapBytes),
+      heapLowWatermarkBytes: Math.floor(this.watermarks.low * layout.heapBytes),
       rdmaErrors: Object.fromEntries(this.rdmaErrors),
       memoryWindows: Object.fromEntries(this.memoryWindows),
     };

@@ -133,6 +133,8 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
     region.version_base = bigint_field(r, "versionBase");
     region.max_value = static_cast<uint32_t>(bigint_field(r, "maxValueBytes"));
     region.grace_ms = static_cast<uint32_t>(bigint_field(r, "graceMs"));
+    // Absent unless the server evicts (its hello's region carries it).
+    if (r.Has("accessOffset") && !r.Get("accessOffset").IsUndefined()) region.access_offset = bigint_field(r, "accessOffset");
     Napi::Object o = info[4].As<Napi::Object>();
     const size_t scratch_bytes = static_cast<size_t>(bigint_field(o, "scratchBytes"));
     const uint32_t timeout = static_cast<uint32_t>(bigint_field(o, "opTimeoutMs"));

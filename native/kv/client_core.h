@@ -52,6 +52,9 @@ struct RegionInfo {
   uint64_t version_base = 0;  // session << SESSION_VERSION_BITS: unique for the region's life
   uint32_t max_value = 0;
   uint32_t grace_ms = 1000;
+  // The access table (kv-server --eviction lru|lfu): a byte per heap unit, 0 = none.
+  // A GET WRITEs 1 into its item's byte (access.cc); the server reads and clears them.
+  uint64_t access_offset = 0;
 };
 
 // One operation as JS submits it. Key and value point into the caller's
@@ -203,6 +206,8 @@ class ClientCore {
   void get_read_buckets(Op& op, Phase phase);
   void get_buckets_done(Op& op);
   void get_item_next(Op& op);
+  // access.cc: marks the item at `block` (units) read, in the same doorbell as its READ.
+  void note_access(Op& op, uint32_t block);
   void get_item_done(Op& op);
   void lend_value(Op& op, uint32_t key_len, uint32_t value_len);
   void found_expired(Op& op);

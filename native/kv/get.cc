@@ -66,6 +66,7 @@ void ClientCore::get_item_next(Op& op) {
     return retry_later(op, Phase::G_BUCKETS);  // no scratch now, or a slot from the future: read again later
   }
   op.begin(Phase::G_ITEM);
+  note_access(op, slot_offset(c.slot));
   sends_.read(op.tag(), op.item.offset, static_cast<uint32_t>(bytes), heap_addr(slot_offset(c.slot)));
   sends_.signal_last();
 }

@@ -36,6 +36,7 @@ void ClientCore::get_large_next(Op& op, uint64_t slot) {
   const uint64_t item = heap_addr(slot_offset(slot));
   const uint32_t into = static_cast<uint32_t>(std::min<uint64_t>(bytes - head, op.ext.len));
   op.begin(Phase::G_LARGE);
+  note_access(op, slot_offset(slot));
   sends_.read(op.tag(), op.area(area::CAND), head, item);
   if (op.ext.lkey != 0 && into > 0) sends_.read_into(op.tag(), op.ext.data, op.ext.lkey, into, item + head);
   sends_.signal_last();

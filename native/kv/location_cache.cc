@@ -83,6 +83,7 @@ bool ClientCore::get_cached(Op& op) {
   s.started = now;  // the READ starts after this (its duration is bounded below)
   s.cached = *e;
   op.begin(Phase::G_CACHED);
+  note_access(op, e->offset);
   sends_.read(op.tag(), op.item.offset, static_cast<uint32_t>(bytes), heap_addr(e->offset));
   sends_.signal_last();
   return true;

@@ -32,6 +32,7 @@ constexpr size_t FAA = 344;                  // FAA results: b1, b2, alt
 constexpr size_t RECORD = 368;               // notification record (32 B)
 constexpr size_t SLOT_NEW = 400, SLOT_MOVE = 408, CREDIT = 416, ATOM = 424;
 constexpr size_t MARK = 432;                 // ItemState::SUPERSEDED, the mark a write puts on the item it unlinks
+constexpr size_t ACCESS = 440;               // the 1 a GET WRITEs into its item's access byte (access.cc)
 constexpr size_t ALT = 512;                  // up to 14 candidate displacement buckets
 constexpr size_t LIVE = ALT;                 // a large GET's header read again (a GET never displaces)
 constexpr size_t CAND = 1536;                // candidate headers: 48 + key bytes each

@@ -22,7 +22,9 @@ export function helloFor(client: Client, store: RegionStore, settings: Pick<Serv
     role: client.role,
     clientId: client.id,
     versionBase: sessionVersionBase(client.session),
-    region: { addr: region.addr, rkey: region.rkey, length: BigInt(layout.regionBytes) },
+    // accessOffset (eviction on, write clients): where a GET marks the item it read (docs/architecture.md,
+    // "Eviction"). A read client's rkey cannot WRITE, so it marks nothing.
+    region: { addr: region.addr, rkey: region.rkey, length: BigInt(layout.regionBytes), ...(writes && layout.accessOffset > 0 ? { accessOffset: BigInt(layout.accessOffset) } : {}) },
     layout: {
       bucketCount: layout.bucketCount,
       indexOffset: BigInt(layout.indexOffset),

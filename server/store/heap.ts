@@ -24,6 +24,8 @@ export interface HeapStats {
   /** Free extents (a freed block merges with its free neighbours into one). */
   freeBlocks: number;
   waitingForGrace: number;
+  /** Bytes of the blocks waiting out their grace period (counted in usedBytes until freed). */
+  graceBytes: number;
 }
 
 /**
@@ -144,6 +146,8 @@ export class Heap {
   private readonly graceQueue = new GraceQueue();
   /** End of the highest block ever granted (untouchedBytes). */
   private touched = 0;
+  /** Units of the blocks in the grace queue (eviction counts them as already freed). */
+  private graceUnits = 0;
 
   constructor(
     private readonly heapUnits: number,
@@ -201,7 +205,13 @@ export class Heap {
     if (!this.isGranted(cls, block)) return false;
     setBit(this.granted, block, false);
     this.graceQueue.push(this.graceEnd(), cls, block);
+    this.graceUnits += this.classes[cls]!;
     return true;
+  }
+
+  /** Bytes of the blocks waiting out their grace period (eviction counts them as freed). */
+  get graceBytes(): number {
+    return this.graceUnits * 64;
   }
 
   /** When a block retired now becomes reusable (one clock read per batch of retirements). */
@@ -215,6 +225,7 @@ export class Heap {
    */
   enqueueRetired(cls: number, block: number, at: number): void {
     this.graceQueue.push(at, cls, block);
+    this.graceUnits += this.classes[cls]!;
   }
 
   /** The bitmaps isGranted reads (chunk starts, granted block starts), for the notice drain. */
@@ -235,7 +246,9 @@ export class Heap {
     const now = this.now();
     let n = 0;
     for (let i = this.graceQueue.takeDue(now); i >= 0; i = this.graceQueue.takeDue(now)) {
-      this.free(this.graceQueue.clsAt(i), this.graceQueue.blockAt(i));
+      const cls = this.graceQueue.clsAt(i);
+      this.graceUnits -= this.classes[cls]!;
+      this.free(cls, this.graceQueue.blockAt(i));
       n++;
     }
     return n;
@@ -255,6 +268,7 @@ export class Heap {
     this.granted.fill(0);
     this.usedUnits.fill(0);
     this.graceQueue.clear();
+    this.graceUnits = 0;
     let cursor = 0;
     for (const { block, units } of live) {
       const cls = this.classOfUnits(units);
@@ -295,6 +309,7 @@ export class Heap {
       untouchedBytes: (this.heapUnits - this.touched) * 64,
       freeBlocks: this.freeLength.size,
       waitingForGrace: this.graceQueue.length,
+      graceBytes: this.graceUnits * 64,
     };
   }
 

@@ -1,5 +1,6 @@
-// Where everything lives in the region (protocol v1):
-//   [ superblock 4 KiB | rings: maxClients × (64 B header + 256 × 32 B records) | index: buckets × 64 B | heap ]
+// Where everything lives in the region (region format 4):
+//   [ superblock 4 KiB | rings: maxClients × (64 B header + 256 × 32 B records) | index: buckets × 64 B | heap | access table ]
+// The access table (a byte per heap unit) is there only with eviction on.
 import { KvLayout, Superblock } from '../../protocol/constants.js';
 import { sizeClasses } from '../../protocol/size-classes.js';
 
@@ -12,6 +13,8 @@ export interface RegionLayout {
   indexOffset: number;
   heapOffset: number;
   heapBytes: number;
+  /** The access table (a byte per heap unit, right after the heap) with eviction on; 0: none. */
+  accessOffset: number;
   maxValueBytes: number;
   classes: number[];
 }
@@ -26,7 +29,7 @@ const align = (n: number, to: number): number => Math.ceil(n / to) * to;
  * sixteenth of the region (7 slots per 64-byte bucket: one slot per ~146 bytes
  * of region), the rest after the rings is heap.
  */
-export function planLayout(options: { regionBytes: number; buckets?: number; maxClients: number; maxValueBytes: number }): RegionLayout {
+export function planLayout(options: { regionBytes: number; buckets?: number; maxClients: number; maxValueBytes: number; accessTable?: boolean }): RegionLayout {
   const { regionBytes, maxClients, maxValueBytes } = options;
   const ringBytes = KvLayout.RING_HEADER_BYTES + KvLayout.RING_RECORDS * KvLayout.RECORD_BYTES;
   const ringOffset = KvLayout.SUPERBLOCK_BYTES;
@@ -40,16 +43,19 @@ export function planLayout(options: { regionBytes: number; buckets?: number; max
   if (maxValueBytes > KvLayout.MAX_VALUE_LIMIT) {
     throw new LayoutError(`the largest value may be at most ${KvLayout.MAX_VALUE_LIMIT} bytes (127 MiB; got ${maxValueBytes} bytes)`);
   }
-  const heapBytes = Math.floor((regionBytes - heapOffset) / KvLayout.UNIT_BYTES) * KvLayout.UNIT_BYTES;
+  // With an access table every 64-byte unit of heap costs 65 bytes of region.
+  const perUnit = KvLayout.UNIT_BYTES + (options.accessTable ? 1 : 0);
+  const heapBytes = Math.floor((regionBytes - heapOffset) / perUnit) * KvLayout.UNIT_BYTES;
+  const accessOffset = options.accessTable ? heapOffset + heapBytes : 0;
   if (heapBytes < 4 * maxItemUnits * KvLayout.UNIT_BYTES) {
-    const need = heapOffset + 4 * maxItemUnits * KvLayout.UNIT_BYTES;
+    const need = heapOffset + 4 * maxItemUnits * perUnit;
     throw new LayoutError(
       `memory too small: ${regionBytes} bytes leave ${Math.max(0, heapBytes)} bytes of heap after the index and rings; ` +
         `at least ${need} bytes are needed for ${bucketCount} buckets, ${maxClients} clients and ${maxValueBytes}-byte values`,
     );
   }
   if (heapBytes / KvLayout.UNIT_BYTES > 0xffffffff) throw new LayoutError('the heap may not exceed 256 GiB');
-  return { regionBytes, bucketCount, ringOffset, ringBytes, maxClients, indexOffset, heapOffset, heapBytes, maxValueBytes, classes: sizeClasses(maxItemUnits) };
+  return { regionBytes, bucketCount, ringOffset, ringBytes, maxClients, indexOffset, heapOffset, heapBytes, accessOffset, maxValueBytes, classes: sizeClasses(maxItemUnits) };
 }
 
 /** Writes the superblock (little-endian u64 fields at the offsets in constants.def). */
@@ -66,6 +72,7 @@ export function writeSuperblock(region: Buffer, layout: RegionLayout, seed: bigi
   put(Superblock.RING_OFFSET, layout.ringOffset);
   put(Superblock.MAX_CLIENTS, layout.maxClients);
   put(Superblock.MAX_VALUE_BYTES, layout.maxValueBytes);
+  put(Superblock.ACCESS_OFFSET, layout.accessOffset);
 }
 
 /**
@@ -93,6 +100,7 @@ export interface SuperblockFields {
   ringOffset: number;
   maxClients: number;
   maxValueBytes: number;
+  accessOffset: number;
 }
 
 export function readSuperblock(region: Buffer): SuperblockFields {
@@ -108,6 +116,7 @@ export function readSuperblock(region: Buffer): SuperblockFields {
     ringOffset: Number(get(Superblock.RING_OFFSET)),
     maxClients: Number(get(Superblock.MAX_CLIENTS)),
     maxValueBytes: Number(get(Superblock.MAX_VALUE_BYTES)),
+    accessOffset: Number(get(Superblock.ACCESS_OFFSET)),
   };
 }
 
@@ -128,7 +137,7 @@ export function compareLayout(found: SuperblockFields, planned: RegionLayout): s
   if (found.magic !== KvLayout.MAGIC) return 'no rdma-kv superblock (not a region file)';
   if (found.version !== KvLayout.REGION_FORMAT) return `region format ${found.version} (this kv-server reads format ${KvLayout.REGION_FORMAT})`;
   const fields: Array<[keyof SuperblockFields & keyof RegionLayout, string]> = [
-    ['bucketCount', '--buckets'], ['maxClients', '--max-clients'], ['maxValueBytes', '--max-value'],
+    ['bucketCount', '--buckets'], ['maxClients', '--max-clients'], ['maxValueBytes', '--max-value'], ['accessOffset', '--eviction none or not'],
     ['indexOffset', 'another layout'], ['heapOffset', 'another layout'], ['heapBytes', 'another layout'], ['ringOffset', 'another layout'],
   ];
   for (const [field, option] of fields) {

@@ -48,7 +48,7 @@ export class RegionStore {
   static open(settings: ServerSettings): RegionStore {
     let layout: RegionLayout;
     try {
-      layout = planLayout({ regionBytes: settings.memoryBytes, buckets: settings.buckets, maxClients: settings.maxClients, maxValueBytes: settings.maxValueBytes });
+      layout = planLayout({ regionBytes: settings.memoryBytes, buckets: settings.buckets, maxClients: settings.maxClients, maxValueBytes: settings.maxValueBytes, accessTable: settings.eviction !== 'none' });
     } catch (error) {
       if (error instanceof LayoutError) throw new KvConfigError(error.message);
       throw error;

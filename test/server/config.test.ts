@@ -104,6 +104,10 @@ test('the defaults make a valid configuration: 1 GiB on shm:///run/rdma-kv/kv.so
     logLevel: 'info',
     regionFile: undefined,
     etcd: undefined,
+    eviction: 'none',
+    evictionHigh: 90,
+    evictionLow: 80,
+    expirySweepMs: 1000,
   });
 });
 

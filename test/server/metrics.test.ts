@@ -34,6 +34,11 @@ function fakeStats(overrides: Partial<KvServerStats> = {}): KvServerStats {
     recoveredSlotsSkipped: 0,
     orphanLocksReleased: 0,
     controlMessages: 40,
+    expirations: 4,
+    evictions: { watermark: 6, grant: 1 },
+    removedBytes: { expired: 4096, watermark: 6144, grant: 1024 },
+    heapHighWatermarkBytes: 810 << 20,
+    heapLowWatermarkBytes: 720 << 20,
     rdmaErrors: { REM_ACCESS_ERR: 2 },
     memoryWindows: { shm: 1 },
     ...overrides,
@@ -52,6 +57,8 @@ test('gauges and counters read the stats; counters are set, not summed, across s
   t.is(sample(first, 'rdmakv_notifications_total'), 90);
   t.is(sample(first, 'rdmakv_heap_class_used_bytes', 'class_bytes="128"'), 3072);
   t.is(sample(first, 'rdmakv_rdma_error_completions_total', 'status="REM_ACCESS_ERR"'), 2);
+  t.is(sample(first, 'rdmakv_evicted_items_total', 'reason="watermark"'), 6);
+  t.is(sample(first, 'rdmakv_removed_bytes_total', 'reason="expired"'), 4096);
   await new Promise((resolve) => setImmediate(resolve));
   const second = await registry.metrics();
   t.is(sample(second, 'rdmakv_notifications_total'), 90, 'a counter must not add the total twice');

@@ -25,7 +25,7 @@ test('an option like none lists them all', (t) =>
   startRejects(
     t,
     { verbose: true },
-    "unknown option 'verbose': the options are listen, memoryBytes, token, tokens, buckets, maxValueBytes, graceMs, maxClients, keepaliveMs, regionFile, logger, beforeRecovery",
+    "unknown option 'verbose': the options are listen, memoryBytes, token, tokens, buckets, maxValueBytes, graceMs, maxClients, keepaliveMs, regionFile, logger, beforeRecovery, eviction, evictionHighPercent, evictionLowPercent, expirySweepMs",
   ));
 
 test('token and tokens exclude each other', (t) => startRejects(t, { token: 'a', tokens: [{ token: 'b', role: 'read' }] }, 'token and tokens exclude each other'));

@@ -12,6 +12,7 @@ import { freePort, kvServer, socketUrl, startServerProcess } from './helpers.js'
 const OPTIONS = [
   'listen', 'memory', 'token', 'token-file', 'buckets', 'max-value', 'grace-ms', 'keepalive-ms',
   'max-clients', 'region-file', 'metrics-port', 'metrics-host', 'log-level',
+  'eviction', 'eviction-high', 'eviction-low', 'expiry-sweep-ms',
 ];
 
 /** The help text of each option: from its line to the next option's line. */

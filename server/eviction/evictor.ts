@@ -1,0 +1,161 @@
+// Eviction (kv-server --eviction lru|lfu): when the heap's use passes the high
+// watermark, or a grant finds no block that fits, the least valuable items
+// are removed (remove.ts) until the use is down to the low watermark. Use
+// counts a removed item's block as freed from its removal on, though the block
+// is reused only after the grace period: a grant that waits for it is served
+// then (grants.ts keeps it waiting while eviction can still free memory).
+//
+// Who goes: each round samples SAMPLE_BUCKETS random buckets (Redis samples
+// keys the same way, rather than keeping an exact LRU list on the hot path)
+// and removes the ROUND_VICTIMS worst of their items: lru the oldest stamp
+// (last read or write, item-use.ts), lfu the fewest reads, then the oldest.
+// Never a candidate: counters and locks (only bytes items are evicted, so
+// both survive), an item whose notice has not been drained, and an item
+// published or read within the last grace period.
+import type { Logger } from 'pino';
+
+import { ItemType, KvLayout } from '../../protocol/constants.js';
+import { EMPTY_SLOT, itemType, slotBlock } from '../../protocol/index-format.js';
+import type { Fabric } from '../fabric.js';
+import type { Chain } from '../recovery/chain.js';
+import type { RegionStore } from '../store/region.js';
+import type { AccessBits } from './access-bits.js';
+import { type ItemUse, TICK_MS } from './item-use.js';
+import { type RemoveParts, type Victim, removeItems } from './remove.js';
+
+export type EvictionPolicy = 'none' | 'lru' | 'lfu';
+export type EvictionReason = 'watermark' | 'grant';
+
+/** Buckets one round samples (7 slots each). */
+const SAMPLE_BUCKETS = 64;
+/** Items one round removes at most (two loopback doorbells). */
+const ROUND_VICTIMS = 32;
+/** Rounds in a row that may find nothing to remove before a run gives up (all protected). */
+const FRUITLESS_ROUNDS = 16;
+/**
+ * A run a grant started frees at least this much (the largest grant), even below the low
+ * watermark: a heap whose free memory is cut into extents too small for the class asked needs
+ * blocks freed, not a lower use. While the grant waits, each reclaim tick may start another.
+ */
+const GRANT_FLOOR_BYTES = 1 << 20;
+
+export interface EvictorParts extends RemoveParts {
+  use: ItemUse;
+  policy: 'lru' | 'lfu';
+  /** fractions of the heap: start evicting above high, stop at low */
+  high: number;
+  low: number;
+  graceMs: number;
+  /** the clients' read hints (access-bits.ts), read on every check */
+  accessBits: AccessBits;
+  loopbackChain: Chain;
+  fabric: () => Fabric | undefined;
+  log: Logger | undefined;
+  isClosed: () => boolean;
+}
+
+export class Evictor {
+  private running: Promise<void> | undefined;
+  /** when a run last said it found nothing to evict (said at most once a minute) */
+  private stuckLoggedAt = -Infinity;
+  private readonly use: ItemUse;
+  private readonly store: RegionStore;
+
+  constructor(private readonly parts: EvictorParts) {
+    ({ use: this.use, store: this.store } = parts);
+  }
+
+  /** Is a run going on (a waiting grant keeps waiting while it is)? */
+  get busy(): boolean {
+    return this.running !== undefined;
+  }
+
+  /** Heap bytes counted as in use: granted or live, not those already on their way out. */
+  usedBytes(): number {
+    const { heap } = this.store;
+    return heap.stats().usedBytes - heap.graceBytes;
+  }
+
+  /** The periodic check: a run when the use is past the high watermark. */
+  check(): void {
+    this.parts.accessBits.scan();
+    if (this.usedBytes() > this.parts.high * this.store.layout.heapBytes) this.start('watermark');
+  }
+
+  /** A grant found no block that fits: a run whatever the watermark. */
+  shortOfMemory(): void {
+    this.start('grant');
+  }
+
+  private start(reason: EvictionReason): void {
+    if (this.running || this.parts.isClosed()) return;
+    this.running = this.run(reason)
+      .catch((error: Error) => this.parts.log?.error({ err: error.message }, 'eviction failed'))
+      .finally(() => {
+        this.running = undefined;
+      });
+  }
+
+  private async run(reason: EvictionReason): Promise<void> {
+    const { parts, store } = this;
+    const target = parts.low * store.layout.heapBytes;
+    let fruitless = 0;
+    let removed = 0;
+    let freed = 0;
+    const wanted = () => this.usedBytes() > target || (reason === 'grant' && freed < GRANT_FLOOR_BYTES);
+    while (!parts.isClosed() && wanted() && fruitless < FRUITLESS_ROUNDS) {
+      const fabric = parts.fabric();
+      if (!fabric) break;
+      const victims = this.sample();
+      const done = victims.length === 0 ? { items: 0, bytes: 0 } : await onChain(parts.loopbackChain, () => removeItems(parts, fabric, victims, (block) => this.eligible(block, this.use.now())));
+      if (done.items === 0) fruitless++;
+      else {
+        fruitless = 0;
+        removed += done.items;
+        freed += done.bytes;
+        parts.stats.count.evictions[reason] += done.items;
+        parts.stats.count.removedBytes[reason] += done.bytes;
+      }
+      await new Promise<void>((resolve) => setImmediate(resolve)); // never hog the event loop
+    }
+    if (fruitless >= FRUITLESS_ROUNDS && performance.now() - this.stuckLoggedAt > 60_000) {
+      this.stuckLoggedAt = performance.now();
+      parts.log?.warn({ reason, removed, usedBytes: this.usedBytes() }, 'eviction found nothing more to evict (counters, locks and items of the last grace period are kept)');
+    } else if (removed > 0) parts.log?.debug({ reason, removed, freed }, 'evicted');
+  }
+
+  /** A block that may go: a published bytes item not used within the grace period. */
+  private eligible(block: number, now: number): boolean {
+    const stamp = this.use.stamp[block]!;
+    if (stamp === 0 || now - stamp <= Math.ceil(this.parts.graceMs / TICK_MS) + 1) return false;
+    return itemType(this.store.bytes, this.store.itemAt(block)) === ItemType.BYTES;
+  }
+
+  /** The worst ROUND_VICTIMS items of SAMPLE_BUCKETS random buckets. */
+  private sample(): Victim[] {
+    const { index } = this.store;
+    const { stamp, hits } = this.use;
+    const now = this.use.now();
+    const seen: Array<Victim & { score: number }> = [];
+    const buckets = index.bucketCount;
+    for (let n = 0; n < SAMPLE_BUCKETS; n++) {
+      const bucket = Math.floor(Math.random() * buckets);
+      for (let i = 0; i < KvLayout.SLOTS_PER_BUCKET; i++) {
+        const slot = index.slot(bucket, i);
+        if (slot === EMPTY_SLOT || !this.store.slotInHeap(slot)) continue;
+        const block = slotBlock(slot);
+        if (!this.eligible(block, now)) continue;
+        // lfu: fewest reads first, the oldest among equals; lru: the oldest.
+        const score = hits ? hits[block]! * 2 ** 32 + stamp[block]! : stamp[block]!;
+        seen.push({ bucket, i, slot, score });
+      }
+    }
+    seen.sort((a, b) => a.score - b.score);
+    return seen.slice(0, ROUND_VICTIMS);
+  }
+}
+
+/** Runs `task` as one task of the loopback chain and resolves with its result. */
+export function onChain<T>(chain: Chain, task: () => Promise<T>): Promise<T> {
+  return new Promise<T>((resolve, reject) => chain.add(async () => resolve(await task()), reject));
+}

@@ -1,0 +1,128 @@
+// Eviction's guarantees (issue 16, server side): readers racing evictions see a whole value or
+// a miss, never a torn, reused or never-written one; counters and locks survive; items written
+// in the last grace period are kept; under lru, keys that are read survive more than keys that
+// are not (access hints: native/kv/access.cc).
+import test from 'ava';
+
+import type { KvClient } from '../../client/index.js';
+import { connect, selfValidating, startServer, validate } from '../helpers/kv.js';
+import { providersUnderTest } from '../helpers/providers.js';
+
+const SMALL = { memoryBytes: 16 << 20, graceMs: 50 };
+const VALUE = 4000;
+
+/** PUTs `count` fresh keys `${prefix}${i}` of VALUE bytes, 64 at a time (any failure fails the test). */
+async function writeFresh(kv: KvClient, prefix: string, count: number, onWritten?: (i: number) => void): Promise<void> {
+  for (let i = 0; i < count; i += 64) {
+    await Promise.all(
+      Array.from({ length: Math.min(64, count - i) }, async (_, k) => {
+        await kv.put(`${prefix}${i + k}`, selfValidating(0, i + k, VALUE));
+        onWritten?.(i + k);
+      }),
+    );
+  }
+}
+
+for (const scheme of providersUnderTest()) {
+  test(`${scheme}: readers racing eviction see whole values of their key or a miss`, async (t) => {
+    const server = await startServer(scheme, { ...SMALL, eviction: 'lru' });
+    t.teardown(() => server.close());
+    const writer = await connect(server);
+    const reader = await connect(server);
+    t.teardown(() => Promise.all([writer.close(), reader.close()]));
+    const keys = 2000; // about 8 MB of values: rewritten, they and the fresh keys below overflow the heap
+    const issued = new Int32Array(keys).fill(-1);
+    const problems: string[] = [];
+    let done = false;
+    let reads = 0;
+    let hits = 0;
+    const readers = Array.from({ length: 4 }, async () => {
+      while (!done) {
+        const key = Math.random() < 0.5 ? Math.floor(Math.random() * 20) : Math.floor(Math.random() * keys); // hot and cold
+        const value = await reader.get(`r${key}`);
+        reads++;
+        if (value === undefined) continue;
+        hits++;
+        const seen = validate(value);
+        if (typeof seen === 'string') problems.push(`r${key}: ${seen}`);
+        else if (seen.writer !== key) problems.push(`r${key}: holds key ${seen.writer}'s value`);
+        else if (seen.seq > issued[key]!) problems.push(`r${key}: sequence ${seen.seq} was never written`);
+      }
+    });
+    const heapValues = Math.ceil(server.layout.heapBytes / VALUE);
+    for (let round = 0, n = 0; n < 4 * heapValues; round++) {
+      await Promise.all(
+        Array.from({ length: 64 }, async () => {
+          const key = Math.floor(Math.random() * keys);
+          const seq = ++issued[key]!;
+          n++;
+          await writer.put(`r${key}`, selfValidating(key, seq, VALUE));
+        }),
+      );
+      if (round % 4 === 0) await writeFresh(writer, `f${round}-`, 64);
+    }
+    done = true;
+    await Promise.all(readers);
+    t.deepEqual(problems.slice(0, 10), []);
+    t.true(server.stats().evictions.watermark + server.stats().evictions.grant > 0, 'items were evicted');
+    t.log(`${reads} reads, ${hits} hits, ${server.stats().evictions.watermark + server.stats().evictions.grant} evictions`);
+  });
+
+  test(`${scheme}: counters and locks survive eviction; items of the last grace period are kept`, async (t) => {
+    const graceMs = 400;
+    const server = await startServer(scheme, { ...SMALL, graceMs, eviction: 'lru' });
+    t.teardown(() => server.close());
+    const kv = await connect(server);
+    t.teardown(() => kv.close());
+    for (let i = 0; i < 50; i++) await kv.incr(`counter${i}`, i + 1);
+    const held = await kv.lock('held-lock');
+    const free = await kv.lock('free-lock');
+    await free.release();
+    const writtenAt: number[] = [];
+    const count = Math.ceil((4 * server.layout.heapBytes) / VALUE);
+    await writeFresh(kv, 'k', count, (i) => {
+      writtenAt[i] = performance.now();
+    });
+    const end = performance.now();
+    t.true(server.stats().evictions.watermark + server.stats().evictions.grant > 0, 'items were evicted');
+    // Everything acknowledged within half the grace period before the end is still there, whole.
+    const recent = writtenAt.flatMap((at, i) => (end - at < graceMs / 2 ? [i] : []));
+    t.true(recent.length > 0);
+    const values = await kv.getMany(recent.map((i) => `k${i}`));
+    t.deepEqual(values.flatMap((v, k) => (v === undefined ? [recent[k]] : [])), [], 'recent items evicted');
+    for (const [k, v] of values.entries()) t.deepEqual(validate(v!), { writer: 0, seq: recent[k] });
+    for (let i = 0; i < 50; i++) t.is(await kv.incr(`counter${i}`, 0), BigInt(i + 1));
+    // The held lock is still held (a second taker times out), its holder releases it; the free one is taken.
+    const other = await connect(server);
+    t.teardown(() => other.close());
+    await t.throwsAsync(other.lock('held-lock', { timeoutMs: 200 }), { code: 'KV_LOCK_CONTENDED' } as never);
+    await held.release();
+    await (await other.lock('held-lock', { timeoutMs: 2000 })).release();
+    await (await other.lock('free-lock', { timeoutMs: 2000 })).release();
+  });
+
+  for (const eviction of ['lru', 'lfu'] as const) {
+    test(`${scheme}: under ${eviction}, keys that are read survive more than keys that are not`, async (t) => {
+      const server = await startServer(scheme, { ...SMALL, eviction });
+      t.teardown(() => server.close());
+      const kv = await connect(server);
+      t.teardown(() => kv.close());
+      // 200 hot and 200 cold keys, written together; then the hot ones are read while 3 heaps of fresh keys go in.
+      await writeFresh(kv, 'hot', 200);
+      await writeFresh(kv, 'cold', 200);
+      let done = false;
+      const readers = (async () => {
+        while (!done) await Promise.all(Array.from({ length: 200 }, (_, i) => kv.get(`hot${i}`)));
+      })();
+      await writeFresh(kv, 'fresh', Math.ceil((3 * server.layout.heapBytes) / VALUE));
+      done = true;
+      await readers;
+      const count = async (prefix: string) => (await kv.getMany(Array.from({ length: 200 }, (_, i) => `${prefix}${i}`))).filter((v) => v !== undefined).length;
+      const hot = await count('hot');
+      const cold = await count('cold');
+      t.log(`survivors: hot ${hot} of 200, cold ${cold} of 200`);
+      t.true(hot >= 150, `hot keys survived: ${hot}`);
+      t.true(hot >= cold + 100, `hot ${hot} against cold ${cold}`);
+    });
+  }
+}
