@@ -2,7 +2,7 @@
 // size class again, and grants are sized by bytes and taken back under memory pressure.
 import test from 'ava';
 
-import { type KvClient, type KvError } from '../../client/index.js';
+import { type KvClient, type KvError, isRetryable } from '../../client/index.js';
 import type { KvServer } from '../../server/kv-server.js';
 import { connect, startServer } from '../helpers/kv.js';
 import { type Scheme, eventually, providersUnderTest, testScale } from '../helpers/providers.js';
@@ -27,10 +27,11 @@ function random(seed: number): () => number {
 }
 
 /**
- * Runs `op` again while it fails with KV_DISCONNECTED, for up to 30 s, as an application
+ * Runs `op` again while it fails retryably, for up to 30 s, as an application
  * would (the client reconnects by itself). Memory reuse is what these cases check, and in the
  * Soft-RoCE guest rxe now and then stalls a queue pair for good (docs/softroce-vm.md): the
- * server rightly fences that client, which reconnects. Any other error is thrown.
+ * server rightly fences that client, which reconnects (its ops in flight fail with KV_DISCONNECTED,
+ * or RDMA_REM_ACCESS_ERR where the fence invalidated its memory window first). Any other error is thrown.
  */
 async function persist<T>(op: () => Promise<T>): Promise<T> {
   const end = Date.now() + 30_000;
@@ -38,7 +39,7 @@ async function persist<T>(op: () => Promise<T>): Promise<T> {
     try {
       return await op();
     } catch (error) {
-      if ((error as KvError).code !== 'KV_DISCONNECTED' || Date.now() > end) throw error;
+      if (!isRetryable(error) || Date.now() > end) throw error;
       await new Promise((resolve) => setTimeout(resolve, 250));
     }
   }
