@@ -121,13 +121,20 @@ export function readSuperblock(region: Buffer): SuperblockFields {
 }
 
 /**
+ * The region formats this kv-server serves: its own, and format 3, which is format 4 without an
+ * access table (its superblock's ACCESS_OFFSET word was never written: 0), so it is served as
+ * with `--eviction none`, and a file written by the previous release keeps its data.
+ */
+const READABLE_FORMATS: readonly number[] = [3, KvLayout.REGION_FORMAT];
+
+/**
  * Why a region file of another region format cannot be served ("" when it is of this one): no
  * option makes it readable, so this is said apart from compareLayout's option mismatches.
  */
 export function formatMismatch(found: SuperblockFields): string {
-  if (found.magic !== KvLayout.MAGIC || found.version === KvLayout.REGION_FORMAT) return '';
+  if (found.magic !== KvLayout.MAGIC || READABLE_FORMATS.includes(found.version)) return '';
   return (
-    `holds region format ${found.version}; this kv-server reads region format ${KvLayout.REGION_FORMAT} only ` +
+    `holds region format ${found.version}; this kv-server reads region formats ${READABLE_FORMATS.join(' and ')} only ` +
     '(there is no converter): serve it with the release that wrote it, or start on a new file and load the data again'
   );
 }
@@ -135,7 +142,7 @@ export function formatMismatch(found: SuperblockFields): string {
 /** How an existing region's superblock differs from the planned layout ("" when it does not). */
 export function compareLayout(found: SuperblockFields, planned: RegionLayout): string {
   if (found.magic !== KvLayout.MAGIC) return 'no rdma-kv superblock (not a region file)';
-  if (found.version !== KvLayout.REGION_FORMAT) return `region format ${found.version} (this kv-server reads format ${KvLayout.REGION_FORMAT})`;
+  if (!READABLE_FORMATS.includes(found.version)) return `region format ${found.version} (this kv-server reads formats ${READABLE_FORMATS.join(' and ')})`;
   const fields: Array<[keyof SuperblockFields & keyof RegionLayout, string]> = [
     ['bucketCount', '--buckets'], ['maxClients', '--max-clients'], ['maxValueBytes', '--max-value'], ['accessOffset', '--eviction none or not'],
     ['indexOffset', 'another layout'], ['heapOffset', 'another layout'], ['heapBytes', 'another layout'], ['ringOffset', 'another layout'],

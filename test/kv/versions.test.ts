@@ -107,7 +107,7 @@ test('a region file of another region format is refused at start, naming both fo
   const regionFile = join(mkdtempSync(join(tmpdir(), 'rkv-format-')), 'region');
   const server = await startServer(scheme, { listen: [listenUrl(scheme)], regionFile });
   await server.close();
-  const older = KvLayout.REGION_FORMAT - 1;
+  const older = 2; // format 3 is still read (the next test)
   const file = await open(regionFile, 'r+');
   const word = Buffer.alloc(8);
   word.writeBigUInt64LE(BigInt(older));
@@ -115,5 +115,31 @@ test('a region file of another region format is refused at start, naming both fo
   await file.close();
   const error = await t.throwsAsync(startServer(scheme, { listen: [listenUrl(scheme)], regionFile }));
   t.true(error instanceof KvConfigError, String(error));
-  t.regex(error!.message, new RegExp(`holds region format ${older}; this kv-server reads region format ${KvLayout.REGION_FORMAT} only`));
+  t.regex(error!.message, new RegExp(`holds region format ${older}; this kv-server reads region formats 3 and ${KvLayout.REGION_FORMAT} only`));
+});
+
+test('a region file of format 3 (the release before the access table) is served with its data, and refused with --eviction', async (t) => {
+  const scheme = providersUnderTest()[0]!;
+  const regionFile = join(mkdtempSync(join(tmpdir(), 'rkv-format3-')), 'region');
+  const first = await startServer(scheme, { listen: [listenUrl(scheme)], regionFile });
+  const writer = await connect(first);
+  await writer.put('kept', 'from format 3');
+  await writer.close();
+  await first.close();
+  // What the previous release wrote: this layout without an access table, marked format 3.
+  const file = await open(regionFile, 'r+');
+  const word = Buffer.alloc(8);
+  await file.read(word, 0, 8, Superblock.ACCESS_OFFSET);
+  t.is(word.readBigUInt64LE(), 0n, 'no access table: the word format 3 never wrote');
+  word.writeBigUInt64LE(3n);
+  await file.write(word, 0, 8, Superblock.VERSION);
+  await file.close();
+  const second = await startServer(scheme, { listen: [listenUrl(scheme)], regionFile });
+  t.teardown(() => second.close());
+  const reader = await connect(second);
+  t.teardown(() => reader.close());
+  t.is((await reader.get('kept'))?.toString(), 'from format 3');
+  await second.close();
+  const error = await t.throwsAsync(startServer(scheme, { listen: [listenUrl(scheme)], regionFile, eviction: 'lru' }));
+  t.true(error instanceof KvConfigError, String(error));
 });
