@@ -5,9 +5,10 @@
 // is reused only after the grace period: a grant that waits for it is served
 // then (grants.ts keeps it waiting while eviction can still free memory).
 //
-// Who goes: each round samples SAMPLE_BUCKETS random buckets (Redis samples
-// keys the same way, rather than keeping an exact LRU list on the hot path)
-// and removes the ROUND_VICTIMS worst of their items: lru the oldest stamp
+// Who goes: each round reads buckets from a random one on until it has seen
+// CANDIDATES eligible items (or MAX_SAMPLE_BUCKETS buckets: Redis samples keys the same
+// way, rather than keeping an exact LRU list on the hot path) and removes the
+// ROUND_VICTIMS worst of them: lru the oldest stamp
 // (last read or write, item-use.ts), lfu the fewest reads, then the oldest.
 // Never a candidate: counters and locks (only bytes items are evicted, so
 // both survive), an item whose notice has not been drained, and an item
@@ -26,8 +27,15 @@ import { type RemoveParts, type Victim, removeItems } from './remove.js';
 export type EvictionPolicy = 'none' | 'lru' | 'lfu';
 export type EvictionReason = 'watermark' | 'grant';
 
-/** Buckets one round samples (7 slots each). */
-const SAMPLE_BUCKETS = 64;
+/**
+ * Eligible items a round compares before it picks its victims, and the most buckets it looks at
+ * to find them. A fixed number of buckets is not enough: in a sparse index 64 buckets held
+ * ~14 items, every one of them went, and lru kept a hot key only while it was read within the
+ * grace period (in the Soft-RoCE guest, where a round of reads took longer, 8 hot keys of 200
+ * survived against 191-200 on shm).
+ */
+const CANDIDATES = 4 * 32;
+const MAX_SAMPLE_BUCKETS = 4096;
 /** Items one round removes at most (two loopback doorbells). */
 const ROUND_VICTIMS = 32;
 /** Rounds in a row that may find nothing to remove before a run gives up (all protected). */
@@ -131,15 +139,17 @@ export class Evictor {
     return itemType(this.store.bytes, this.store.itemAt(block)) === ItemType.BYTES;
   }
 
-  /** The worst ROUND_VICTIMS items of SAMPLE_BUCKETS random buckets. */
+  /** The worst ROUND_VICTIMS of CANDIDATES eligible items of random buckets. */
   private sample(): Victim[] {
     const { index } = this.store;
     const { stamp, hits } = this.use;
     const now = this.use.now();
     const seen: Array<Victim & { score: number }> = [];
     const buckets = index.bucketCount;
-    for (let n = 0; n < SAMPLE_BUCKETS; n++) {
-      const bucket = Math.floor(Math.random() * buckets);
+    // From a random bucket on, in order: keys hash to buckets at random, and no bucket is seen twice.
+    const first = Math.floor(Math.random() * buckets);
+    for (let n = 0; n < Math.min(MAX_SAMPLE_BUCKETS, buckets) && seen.length < CANDIDATES; n++) {
+      const bucket = (first + n) % buckets;
       for (let i = 0; i < KvLayout.SLOTS_PER_BUCKET; i++) {
         const slot = index.slot(bucket, i);
         if (slot === EMPTY_SLOT || !this.store.slotInHeap(slot)) continue;
