@@ -140,7 +140,7 @@ export class Evictor {
     return itemType(this.store.bytes, this.store.itemAt(block)) === ItemType.BYTES;
   }
 
-  /** The worst ROUND_VICTIMS of CANDIDATES eligible items of random buckets. */
+  /** The worst ROUND_VICTIMS of up to CANDIDATES eligible items, and at most half of those found. */
   private sample(): Victim[] {
     const { index } = this.store;
     const { stamp, hits } = this.use;
@@ -161,8 +161,10 @@ export class Evictor {
         seen.push({ bucket, i, slot, score });
       }
     }
+    // The worse half at most: a victim is always chosen against as many items kept, so a round that
+    // found few candidates (a sparse index, most items too fresh) does not take them all.
     seen.sort((a, b) => a.score - b.score);
-    return seen.slice(0, ROUND_VICTIMS);
+    return seen.slice(0, Math.min(ROUND_VICTIMS, Math.max(1, seen.length >> 1)));
   }
 }
 
