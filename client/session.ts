@@ -24,6 +24,7 @@ import { KvLayout } from '../protocol/constants.js';
 import { KvAuthError, KvDisconnectedError, KvError, KvInvalidArgumentError, KvProtocolError } from '../protocol/errors.js';
 import { schemeOf, urlExamples } from '../protocol/providers.js';
 import { SendBuffers } from '../protocol/send-buffers.js';
+import { StallClock } from '../protocol/stall-clock.js';
 import { BlockPools } from './block-pools.js';
 
 /** What a session needs to connect. */
@@ -161,13 +162,16 @@ export class Session {
    * RDMA has no keepalive of its own: every interval the server gave, `poll`
    * runs (an idle busy-mode client polls nowhere else: pongs and SEND
    * completions land there) and a ping goes out; three intervals without a
-   * pong, and `lost` is called.
+   * pong, and `lost` is called (not counting time this process itself stalled).
    */
   startKeepalive(poll: () => void, lost: (reason: string) => void): void {
     const interval = this.hello.keepaliveMs;
+    const clock = new StallClock(interval);
     this.lastPong = performance.now();
     this.keepaliveTimer = setInterval(() => {
       if (this.ended) return;
+      const stalledMs = clock.stalledMs();
+      if (stalledMs > 0) this.lastPong = Math.min(performance.now(), this.lastPong + stalledMs); // our own stall, not the server's silence
       poll();
       if (this.ended) return;
       if (performance.now() - this.lastPong > 3 * interval) return lost(`no keepalive answer for ${3 * interval} ms`);

@@ -2,9 +2,11 @@
 // client counts as a sign of life (sessions/completions.ts). A client silent
 // for three intervals is taken for dead and forgotten (recovery/departures.ts),
 // which fences it and releases its locks. Each sweep then queues an orphan-lock
-// scan (recovery/orphan-scan.ts).
+// scan (recovery/orphan-scan.ts). A sweep that comes late because the server
+// itself stalled does not count the stall as the clients' silence (StallClock).
 import type { Logger } from 'pino';
 
+import { StallClock } from '../protocol/stall-clock.js';
 import type { Client, ClientTable } from './sessions/clients.js';
 import type { ServerStats } from './stats.js';
 
@@ -20,9 +22,27 @@ export interface KeepaliveParts {
   afterSweep: () => void;
 }
 
-/** One sweep (the server runs it every keepalive interval). */
-export function sweep({ clients, keepaliveMs, stats, log, forget, afterSweep }: KeepaliveParts): void {
-  const now = performance.now();
+/** The server's sweeps, one every keepalive interval. */
+export class KeepaliveSweeps {
+  private readonly clock: StallClock;
+
+  constructor(private readonly parts: KeepaliveParts) {
+    this.clock = new StallClock(parts.keepaliveMs);
+  }
+
+  sweep(): void {
+    const now = performance.now();
+    const stalledMs = this.clock.stalledMs(now);
+    if (stalledMs > 0) {
+      // Their pings of that time are still in the CQ, drained after this timer: credit the stall.
+      this.parts.log?.warn({ stalledMs: Math.round(stalledMs) }, 'the server stalled (event loop blocked or process paused): keepalive silence of that time is not counted');
+      for (const client of this.parts.clients.values()) client.lastSeen = Math.min(now, client.lastSeen + stalledMs);
+    }
+    sweep(this.parts, now);
+  }
+}
+
+function sweep({ clients, keepaliveMs, stats, log, forget, afterSweep }: KeepaliveParts, now: number): void {
   for (const client of clients.values()) {
     if (now - client.lastSeen > SILENT_INTERVALS * keepaliveMs) {
       stats.count.keepaliveFailures++;

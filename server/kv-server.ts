@@ -17,7 +17,7 @@ import { Evictor } from './eviction/evictor.js';
 import { ExpirySweep } from './eviction/expiry-sweep.js';
 import { ItemUse } from './eviction/item-use.js';
 import { Grants } from './grants.js';
-import { sweep } from './keepalive.js';
+import { KeepaliveSweeps } from './keepalive.js';
 import { Notices } from './notices.js';
 import { type KvServerOptions, type ServerSettings, checkOptions, checkTokens } from './options.js';
 import type { TokenEntry } from '../protocol/tokens.js';
@@ -167,7 +167,8 @@ export class KvServer extends EventEmitter {
     const { graceMs, keepaliveMs } = server.settings;
     server.reclaimTimer = setInterval(() => server.grants.tick(), Math.max(10, Math.min(100, graceMs / 4)));
     server.reclaimTimer.unref();
-    server.keepaliveTimer = setInterval(() => server.sweep(), keepaliveMs);
+    const sweeps = server.keepaliveSweeps();
+    server.keepaliveTimer = setInterval(() => sweeps.sweep(), keepaliveMs);
     server.keepaliveTimer.unref();
     server.expiryTimer = setInterval(() => {
       server.expiry.pass().catch((error: Error) => server.log?.error({ err: error.message }, 'expiry sweep failed'));
@@ -247,8 +248,8 @@ export class KvServer extends EventEmitter {
     return this.expiry.pass();
   }
 
-  private sweep(): void {
-    sweep({
+  private keepaliveSweeps(): KeepaliveSweeps {
+    return new KeepaliveSweeps({
       clients: this.clients,
       keepaliveMs: this.settings.keepaliveMs,
       stats: this.counters,
