@@ -28,7 +28,7 @@ for (const scheme of providersUnderTest()) {
             try {
               await kv.put(`k${i + k}`, selfValidating(1, i + k, VALUE));
             } catch (error) {
-              failures.push((error as KvError).code ?? String(error));
+              failures.push(failures.length === 0 ? String(error) : ((error as KvError).code ?? String(error))); // the first one whole: why
             }
           }),
         );
@@ -93,7 +93,7 @@ for (const scheme of providersUnderTest()) {
       try {
         await kv.put(key, value);
       } catch (error) {
-        failures.push(`${key}: ${(error as KvError).code ?? String(error)}`);
+        failures.push(`${key}: ${failures.length === 0 ? String(error) : ((error as KvError).code ?? String(error))}`);
       }
     };
     for (let i = 0; i < small; i += 64) await Promise.all(Array.from({ length: 64 }, (_, k) => put(`s${i + k}`, Buffer.alloc(1000, k))));

@@ -71,9 +71,10 @@ for (const scheme of providersUnderTest()) {
     const acked: string[] = [];
     for (let round = 0; round < kills; round += 2) {
       const procs = [writer(t, url, 100 + round, acked), writer(t, url, 101 + round, acked)];
-      // Let each get going (its first acknowledged PUT, or its end), then kill it at a random point of its PUTs.
+      // Let each get going (its first acknowledged PUT, or its end: in the Soft-RoCE guest a child takes
+      // seconds to start), then kill it at a random point of its PUTs.
       await Promise.all(
-        procs.map((proc) => Promise.race([new Promise((r) => proc.once('message', r)), exited(proc), new Promise((r) => setTimeout(r, 20_000))])),
+        procs.map((proc) => Promise.race([new Promise((r) => proc.once('message', r)), exited(proc), new Promise((r) => setTimeout(r, slow(20_000)))])),
       );
       await new Promise((r) => setTimeout(r, 20 + Math.random() * 150));
       for (const proc of procs) {
@@ -83,7 +84,7 @@ for (const scheme of providersUnderTest()) {
       await Promise.all(procs.map(exited));
     }
     // The server notices each death, fences the connection, and releases its locks.
-    const deadline = Date.now() + 10_000;
+    const deadline = Date.now() + slow(10_000);
     while ((server.stats().clients > 1 || heldLocks(server).length > 0) && Date.now() < deadline) {
       await new Promise((r) => setTimeout(r, 50));
       await server.settled();
