@@ -82,11 +82,12 @@ export function loadTokenFile(path: string): TokenFile {
  * The token a client (kvctl) connects with, from a token file read as the server reads it: the
  * file's bare token, or, from a file of `<token> <role>` lines (the server's own file, say), its
  * first write token, else its first read token. So one file serves both sides, and a line such
- * as `s3cret write` gives the token `s3cret`, as the server takes it.
+ * as `s3cret write` gives the token `s3cret`, as the server takes it. The warning is the
+ * server's for the same file (readable by others), for the client to print.
  */
-export function clientToken(path: string): string {
-  const { entries } = loadTokenFile(path);
-  return (entries.find((e) => e.role === 'write') ?? entries[0]!).token;
+export function clientToken(path: string): { token: string; warning: string | undefined } {
+  const { entries, warning } = loadTokenFile(path);
+  return { token: (entries.find((e) => e.role === 'write') ?? entries[0]!).token, warning };
 }
 
 /** A token as the acceptor keeps it: its digest (what a client's connect data carries) and role. */

@@ -8,12 +8,11 @@
 import test from 'ava';
 
 import { KvLayout } from '../../protocol/constants.js';
-import { connectData } from '../../protocol/connect.js';
-import { decode } from '../../protocol/control.js';
-import { Access, Opcode, Provider, SendFlag, hashKey } from '../../native/index.js';
+import { Opcode, hashKey } from '../../native/index.js';
 import { readSuperblock } from '../../server/store/layout.js';
 import { connect, startServer } from '../helpers/kv.js';
 import { eventually, providersUnderTest } from '../helpers/providers.js';
+import { rawClient } from '../helpers/raw-client.js';
 
 for (const scheme of providersUnderTest()) {
   test(`${scheme} (event): an op backing off from a held bucket lock is retried without any other completion to wake the client`, async (t) => {
@@ -24,33 +23,19 @@ for (const scheme of providersUnderTest()) {
     await kv.put('held-key', 'before');
 
     // A raw connection: a live client, so the orphan scan leaves its lock alone.
-    const provider = new Provider(scheme);
-    t.teardown(() => provider.close());
-    const cq = provider.createCq(64);
-    const buffers = provider.allocate(8 * 4096, Access.LOCAL_WRITE);
-    const recvs = Array.from({ length: 4 }, (_, i) => ({ wrId: i, local: buffers, localOffset: i * 4096, length: 4096 }));
-    const conn = await provider.connect(server.urls[0]!, { cq, initialRecvs: recvs, privateData: connectData(undefined) });
-    t.teardown(() => conn.disconnect());
-    const [helloWc] = await cq.take(1);
-    const hello = decode(buffers.bytes.subarray(helloWc!.wrId * 4096, helloWc!.wrId * 4096 + helloWc!.byteLen));
-    if (hello.t !== 'hello') return t.fail('no hello');
+    const raw = await rawClient(t, scheme, server);
     const region = server.region;
     const { seed, bucketCount, indexOffset } = readSuperblock(region);
     const { b1, b2 } = hashKey(Buffer.from('held-key'), seed, bucketCount);
     // A PUT locks both of its buckets, the lower index first: hold that one.
     const at = indexOffset + Math.min(b1, b2) * KvLayout.BUCKET_BYTES;
     const cas = async (expect: bigint, swap: bigint) => {
-      conn.postSend([{
-        wrId: 99, opcode: Opcode.CMP_AND_SWP, flags: SendFlag.SIGNALED, local: buffers, localOffset: 7 * 4096, length: 8,
-        remoteAddr: hello.region.addr + BigInt(at), rkey: hello.region.rkey, compareAdd: expect, swap,
-      }]);
-      const [wc] = await cq.take(1, { timeoutMs: 10_000 });
-      t.is(wc?.statusName, 'SUCCESS');
-      t.is(buffers.bytes.readBigUInt64LE(7 * 4096), expect, 'the CAS found the word it expected');
+      t.is(await raw.post({ opcode: Opcode.CMP_AND_SWP, length: 8, remoteAddr: raw.hello.region.addr + BigInt(at), compareAdd: expect, swap }), 'SUCCESS');
+      t.is(raw.scratch.readBigUInt64LE(0), expect, 'the CAS found the word it expected');
     };
     const free = region.readBigUInt64LE(at);
     t.is(free & 0xffffffffn, 0n, 'the bucket is not locked before the test takes it');
-    const held = (free & ~0xffffffffn) | BigInt(hello.clientId);
+    const held = (free & ~0xffffffffn) | BigInt(raw.hello.clientId);
     await cas(free, held);
 
     const put = kv.put('held-key', 'after');

@@ -5,13 +5,12 @@
 import test from 'ava';
 
 import { ItemHeader, KvLayout } from '../../protocol/constants.js';
-import { connectData } from '../../protocol/connect.js';
-import { decode } from '../../protocol/control.js';
-import { Access, Opcode, Provider, SendFlag, hashKey } from '../../native/index.js';
+import { Opcode, hashKey } from '../../native/index.js';
 import { createRegistry } from '../../server/metrics.js';
 import { readSuperblock } from '../../server/store/layout.js';
 import { connect, startServer } from '../helpers/kv.js';
 import { eventually, providersUnderTest, testTimeoutMs } from '../helpers/providers.js';
+import { rawClient } from '../helpers/raw-client.js';
 import { slotOfKeyIn } from '../helpers/region-file.js';
 
 // An owner id no client of this server has (below 2^31: a lock item owner with bit 31 set is a
@@ -27,26 +26,15 @@ for (const scheme of providersUnderTest()) {
     await (await kv.lock('orphaned-lock')).release(); // the lock item exists, free
 
     // A raw connection, as a client that knows the token: it may change any word with atomics.
-    const provider = new Provider(scheme);
-    t.teardown(() => provider.close());
-    const cq = provider.createCq(64);
-    const buffers = provider.allocate(8 * 4096, Access.LOCAL_WRITE);
-    const recvs = Array.from({ length: 4 }, (_, i) => ({ wrId: i, local: buffers, localOffset: i * 4096, length: 4096 }));
-    const conn = await provider.connect(server.urls[0]!, { cq, initialRecvs: recvs, privateData: connectData(undefined) });
-    t.teardown(() => conn.disconnect());
-    const [helloWc] = await cq.take(1);
-    const hello = decode(buffers.bytes.subarray(helloWc!.wrId * 4096, helloWc!.wrId * 4096 + helloWc!.byteLen));
-    if (hello.t !== 'hello') return t.fail('no hello');
+    const raw = await rawClient(t, scheme, server);
     const region = server.region;
     const casToNobody = async (at: number) => {
       const word = region.readBigUInt64LE(at);
       t.is(word & 0xffffffffn, 0n, 'the word is free before the test takes it');
-      conn.postSend([{
-        wrId: 99, opcode: Opcode.CMP_AND_SWP, flags: SendFlag.SIGNALED, local: buffers, localOffset: 7 * 4096, length: 8,
-        remoteAddr: hello.region.addr + BigInt(at), rkey: hello.region.rkey, compareAdd: word, swap: (word & ~0xffffffffn) | BigInt(NOBODY),
-      }]);
-      const [wc] = await cq.take(1, { timeoutMs: 10_000 });
-      t.is(wc?.statusName, 'SUCCESS');
+      const cas = await raw.post({
+        opcode: Opcode.CMP_AND_SWP, length: 8, remoteAddr: raw.hello.region.addr + BigInt(at), compareAdd: word, swap: (word & ~0xffffffffn) | BigInt(NOBODY),
+      });
+      t.is(cas, 'SUCCESS');
       t.is(region.readBigUInt64LE(at) & 0xffffffffn, BigInt(NOBODY));
     };
     // The first bucket of 'orphaned-key', and the lock item of 'orphaned-lock'.

@@ -8,13 +8,12 @@ import test from 'ava';
 
 import { KvClient, type KvError } from '../../client/index.js';
 import type { ServerClient } from '../../client/server-client.js';
-import { connectData } from '../../protocol/connect.js';
-import { type Hello, decode } from '../../protocol/control.js';
 import type { TokenEntry } from '../../protocol/tokens.js';
-import { Access, Opcode, Provider, SendFlag, type WorkRequest } from '../../native/index.js';
+import { Opcode } from '../../native/index.js';
 import type { KvServer } from '../../server/kv-server.js';
 import { connect, startServer } from '../helpers/kv.js';
-import { type Scheme, eventually, providersUnderTest, testTimeoutMs } from '../helpers/providers.js';
+import { eventually, providersUnderTest, testTimeoutMs } from '../helpers/providers.js';
+import { rawClient } from '../helpers/raw-client.js';
 import { slotOfKeyIn } from '../helpers/region-file.js';
 
 const TOKENS: TokenEntry[] = [
@@ -24,26 +23,6 @@ const TOKENS: TokenEntry[] = [
 
 function onlyServer(kv: KvClient): ServerClient {
   return [...(kv as unknown as { servers: Map<string, ServerClient> }).servers.values()][0]!;
-}
-
-/** A raw connection as a hostile client with `token` would open: its hello, and a buffer to post from. */
-async function rawClient(t: { teardown: (f: () => void) => void }, scheme: Scheme, server: KvServer, token: string) {
-  const provider = new Provider(scheme);
-  t.teardown(() => provider.close());
-  const cq = provider.createCq(64);
-  const buffers = provider.allocate(8 * 4096, Access.LOCAL_WRITE);
-  const recvs = Array.from({ length: 4 }, (_, i) => ({ wrId: i, local: buffers, localOffset: i * 4096, length: 4096 }));
-  const conn = await provider.connect(server.urls[0]!, { cq, initialRecvs: recvs, privateData: connectData(token), timeoutMs: testTimeoutMs() });
-  t.teardown(() => conn.disconnect());
-  const [helloWc] = await cq.take(1, { timeoutMs: testTimeoutMs() });
-  const hello = decode(buffers.bytes.subarray(helloWc!.wrId * 4096, helloWc!.wrId * 4096 + helloWc!.byteLen)) as Hello;
-  /** Posts one signaled request (local: the last 4 KiB of buffers) and resolves its completion's status. */
-  const post = async (wr: Omit<WorkRequest, 'wrId' | 'flags' | 'local' | 'localOffset' | 'rkey'>) => {
-    conn.postSend([{ ...wr, wrId: 99, flags: SendFlag.SIGNALED, local: buffers, localOffset: 7 * 4096, rkey: hello.region.rkey }]);
-    const [wc] = await cq.take(1, { timeoutMs: 10_000 });
-    return wc?.statusName;
-  };
-  return { hello, post, conn, scratch: buffers.bytes.subarray(7 * 4096) };
 }
 
 for (const scheme of providersUnderTest()) {

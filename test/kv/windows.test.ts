@@ -5,42 +5,19 @@
 // remembered rkey is refused everywhere, while the server and other clients go
 // on. Where it has none (RKV_NO_MEMORY_WINDOWS=1 here), the server says so and
 // serves with the region's rkey, as before windows.
-import test, { type ExecutionContext } from 'ava';
+import test from 'ava';
 
-import { connectData } from '../../protocol/connect.js';
-import { type Hello, decode } from '../../protocol/control.js';
 import type { TokenEntry } from '../../protocol/tokens.js';
-import { Access, Opcode, Provider, SendFlag, type WorkRequest } from '../../native/index.js';
+import { Opcode, Provider } from '../../native/index.js';
 import type { KvServer } from '../../server/kv-server.js';
 import { connect, startServer } from '../helpers/kv.js';
-import { type Scheme, eventually, providersUnderTest, testTimeoutMs } from '../helpers/providers.js';
+import { eventually, providersUnderTest } from '../helpers/providers.js';
+import { rawClient } from '../helpers/raw-client.js';
 
 const TOKENS: TokenEntry[] = [
   { token: 'writer', role: 'write', namespace: 'default' },
   { token: 'other', role: 'write', namespace: 'default' },
 ];
-
-/** A raw connection as a client with `token` opens it: its hello, and requests with any rkey. */
-async function rawClient(t: ExecutionContext, scheme: Scheme, server: KvServer, token: string) {
-  const provider = new Provider(scheme);
-  t.teardown(() => provider.close());
-  const cq = provider.createCq(64);
-  const buffers = provider.allocate(8 * 4096, Access.LOCAL_WRITE);
-  const recvs = Array.from({ length: 4 }, (_, i) => ({ wrId: i, local: buffers, localOffset: i * 4096, length: 4096 }));
-  const conn = await provider.connect(server.urls[0]!, { cq, initialRecvs: recvs, privateData: connectData(token), timeoutMs: testTimeoutMs() });
-  t.teardown(() => conn.disconnect());
-  const [helloWc] = await cq.take(1, { timeoutMs: testTimeoutMs() });
-  const hello = decode(buffers.bytes.subarray(helloWc!.wrId * 4096, helloWc!.wrId * 4096 + helloWc!.byteLen)) as Hello;
-  /** One signaled request from the last 4 KiB of buffers; resolves its completion's status. */
-  const post = async (wr: Omit<WorkRequest, 'wrId' | 'flags' | 'local' | 'localOffset'>) => {
-    conn.postSend([{ ...wr, wrId: 99, flags: SendFlag.SIGNALED, local: buffers, localOffset: 7 * 4096 }]);
-    for (;;) {
-      const wc = (await cq.next({ timeoutMs: 10_000 })).find((c) => c.wrId === 99);
-      if (wc) return wc.statusName;
-    }
-  };
-  return { hello, post, conn, scratch: buffers.bytes.subarray(7 * 4096) };
-}
 
 for (const scheme of providersUnderTest()) {
   test.serial(`${scheme}: without memory windows the server says so, reports 0, and clients share the region's rkey`, async (t) => {

@@ -65,7 +65,7 @@ test('a client (kvctl) reads a token file as the server does: the bare token, el
   t.teardown(() => writeFileSync(file, ''));
   const token = (text: string) => {
     writeFileSync(file, text, { mode: 0o600 });
-    return clientToken(file);
+    return clientToken(file).token;
   };
   t.is(token('\t s3cret \n'), 's3cret');
   t.is(token('r1 read\nw1 write\nw2 write\n'), 'w1');

@@ -1,10 +1,11 @@
 // kvctl against a running kv-server process: put/get/del round trips, a
 // missing key, stdin values, --json, tokens, stats, incr, layout of one
 // server, and its error lines. Clusters: kvctl-cluster.test.ts.
-import { writeFileSync } from 'node:fs';
+import { chmodSync, writeFileSync } from 'node:fs';
 
 import test from 'ava';
 
+import { loadTokenFile } from '../../protocol/tokens.js';
 import { type ServerProcess, freePort, kvctl, socketPath, socketUrl, startServerProcess } from './helpers.js';
 
 let server: ServerProcess;
@@ -90,6 +91,21 @@ test('--token-file works; a wrong token exits 1 with KV_AUTH', async (t) => {
   t.is(wrong.code, 1);
   t.is(wrong.stdout, '');
   t.regex(wrong.stderr, /^kvctl: .*rejected the token \(KV_AUTH\)\n$/);
+});
+
+test('--token-file readable by others: the server\'s one-line warning on stderr, and the command runs; 0600: no warning', async (t) => {
+  const file = `${socketPath(url)}.kvctl-token-mode`;
+  writeFileSync(file, `${TOKEN} write\n`);
+  chmodSync(file, 0o644);
+  const open = await kvctl(['--url', url, '--token-file', file, 'put', 'via-open-file', 'yes']);
+  t.is(open.code, 0, open.stderr);
+  t.is(open.stderr, `kvctl: warning: ${loadTokenFile(file).warning}\n`);
+  t.regex(open.stderr, /^kvctl: warning: --token-file .* is readable by everyone \(mode 644\): .*chmod 600 it\n$/);
+  chmodSync(file, 0o600);
+  const closed = await kvctl(['--url', url, '--token-file', file, 'get', 'via-open-file']);
+  t.is(closed.code, 0, closed.stderr);
+  t.is(closed.stdout, 'yes');
+  t.is(closed.stderr, '');
 });
 
 test('errors: one line, exit 1 for failures and 2 for a bad command line', async (t) => {

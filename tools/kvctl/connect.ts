@@ -8,10 +8,18 @@ import type { CtlArgs } from './args.js';
 import { oneLine } from './format.js';
 import type { Io } from './io.js';
 
-/** The target and credentials of the command line, plus how this command connects. */
-export function clientOptions(args: CtlArgs, connecting: Pick<KvClientOptions, 'reconnect' | 'requireReady'>): KvClientOptions {
+/**
+ * The target and credentials of the command line, plus how this command connects. A token file
+ * others can read gets the server's warning for it on stderr.
+ */
+export function clientOptions(args: CtlArgs, io: Io, connecting: Pick<KvClientOptions, 'reconnect' | 'requireReady'>): KvClientOptions {
   if (args.token !== undefined && args.tokenFile !== undefined) throw new UsageError('--token and --token-file exclude each other');
-  const token = args.tokenFile !== undefined ? clientToken(args.tokenFile) : args.token;
+  let token = args.token;
+  if (args.tokenFile !== undefined) {
+    const file = clientToken(args.tokenFile);
+    if (file.warning !== undefined) io.stderr(`kvctl: warning: ${file.warning}\n`);
+    token = file.token;
+  }
   const { target } = args;
   const where: KvClientOptions =
     target.kind === 'url' ? { url: target.url }
@@ -30,7 +38,7 @@ export function warnOnErrors(kv: KvClient, io: Io): void {
  * requireReady: false for commands that make sense with every member down (layout).
  */
 export async function withClient<T>(args: CtlArgs, io: Io, run: (kv: KvClient) => Promise<T>, requireReady = true): Promise<T> {
-  const kv = await KvClient.connect(clientOptions(args, { reconnect: false, requireReady }));
+  const kv = await KvClient.connect(clientOptions(args, io, { reconnect: false, requireReady }));
   warnOnErrors(kv, io);
   try {
     return await run(kv);

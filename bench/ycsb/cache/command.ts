@@ -8,25 +8,12 @@ import { join, resolve } from 'node:path';
 
 import type { CliIO } from '../cli.js';
 import type { Properties } from '../properties.js';
+import { installSignalHandlers } from '../compare/servers.js';
 import { defaultResultsDir, writeFileEnsuringDir } from '../report/results.js';
 import { cacheSettings } from './options.js';
 import { cacheDocument, cacheTable, describeWorkload, goalLines } from './report.js';
 import { cacheGoals, runCache } from './run.js';
 import { CacheWorkload } from './workload.js';
-
-let signalHandlersInstalled = false;
-
-/** Ctrl-C and SIGTERM end kv-bench; compare/servers.ts's exit hook then kills the servers still running. */
-function installSignalHandlers(): void {
-  if (signalHandlersInstalled) return;
-  signalHandlersInstalled = true;
-  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-    process.once(signal, () => {
-      process.stderr.write(`\nkv-bench: ${signal}, stopping servers\n`);
-      process.exit(signal === 'SIGINT' ? 130 : 143);
-    });
-  }
-}
 
 export async function cacheCommand(props: Properties, flags: { db?: string; eviction?: string; seed?: number }, io: CliIO): Promise<void> {
   const settings = cacheSettings(props, flags);

@@ -7,7 +7,7 @@ import { Properties } from '../properties.js';
 import { runPhase, type PhaseResult } from '../client/client.js';
 import { summarize } from '../measurements/aggregate.js';
 import type { CompareRow } from '../report/html.js';
-import { peerFor, type PeerServer } from './servers.js';
+import { installSignalHandlers, peerFor, type PeerServer } from './servers.js';
 
 export interface CompareOptions {
   props: Properties;
@@ -24,20 +24,6 @@ export interface CompareOptions {
 export interface CompareResult {
   rows: CompareRow[];
   table: string;
-}
-
-let signalHandlersInstalled = false;
-
-/** Ctrl-C and SIGTERM end kv-bench; servers.ts's exit hook then kills the peers still running. */
-function installSignalHandlers(): void {
-  if (signalHandlersInstalled) return;
-  signalHandlersInstalled = true;
-  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-    process.once(signal, () => {
-      process.stderr.write(`\nkv-bench: ${signal}, stopping peer servers\n`);
-      process.exit(signal === 'SIGINT' ? 130 : 143);
-    });
-  }
 }
 
 export function compareRow(db: string, run: PhaseResult): CompareRow {

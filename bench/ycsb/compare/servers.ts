@@ -97,6 +97,20 @@ function parentDeathWrapper(): string | null {
   return setpriv;
 }
 
+let signalHandlersInstalled = false;
+
+/** Ctrl-C and SIGTERM end kv-bench; the exit hook of spawnPeer then kills the servers still running. */
+export function installSignalHandlers(): void {
+  if (signalHandlersInstalled) return;
+  signalHandlersInstalled = true;
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      process.stderr.write(`\nkv-bench: ${signal}, stopping servers\n`);
+      process.exit(signal === 'SIGINT' ? 130 : 143);
+    });
+  }
+}
+
 function spawnPeer(command: string, args: string[], options: { pipeStdout?: boolean; env?: NodeJS.ProcessEnv; cleanup?: () => void }): PeerProcess {
   if (!exitHookInstalled) {
     exitHookInstalled = true;

@@ -100,7 +100,7 @@ export async function watch(args: CtlArgs, io: Io): Promise<void> {
     io.stdout(args.json ? JSON.stringify({ time: new Date().toISOString(), ...json }) + '\n' : `${clock()}  ${text}\n`);
   let kv: KvClient | undefined;
   try {
-    kv = await KvClient.connect(clientOptions(args, { reconnect: true, requireReady: false })); // watch a cluster come up, too
+    kv = await KvClient.connect(clientOptions(args, io, { reconnect: true, requireReady: false })); // watch a cluster come up, too
     warnOnErrors(kv, io);
     kv.on('member', (name, status) => emit({ type: 'member', name, state: memberState(status) }, `member ${name}: ${memberState(status)}`));
     kv.on('layout', (members) => {
