@@ -155,10 +155,14 @@ export class Grants {
     }
   }
 
-  /** Can eviction still give memory back: a run going on, or blocks in their grace period? */
+  /**
+   * Can eviction still give memory back: a run going on or that may remove more, or blocks in
+   * their grace period? Not timing: a tick that comes after a run ended and its blocks' grace
+   * passed (a stalled server) must not fail a grant a next run could serve.
+   */
   private evicting(): boolean {
     if (!this.evictor) return false;
-    return this.evictor.busy || this.store.heap.graceBytes > 0;
+    return this.evictor.mayFreeMore || this.store.heap.graceBytes > 0;
   }
 
   /** Forgets the asks of departed clients and those unanswered for two keepalive intervals. */

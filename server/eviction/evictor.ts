@@ -65,6 +65,8 @@ export interface EvictorParts extends RemoveParts {
 
 export class Evictor {
   private running: Promise<void> | undefined;
+  /** the last run ended finding nothing more to remove (counters, locks, items of the grace period) */
+  private exhausted = false;
   /** when a run last said it found nothing to evict (said at most once a minute) */
   private stuckLoggedAt = -Infinity;
   private readonly use: ItemUse;
@@ -77,6 +79,15 @@ export class Evictor {
   /** Is a run going on (a waiting grant keeps waiting while it is)? */
   get busy(): boolean {
     return this.running !== undefined;
+  }
+
+  /**
+   * Can a run still free memory: one is going on, or the last one removed something (it stopped
+   * at its target, not for want of items). A waiting grant keeps waiting and starting runs while
+   * this holds, however late the reclaim tick that asks comes after a run's end.
+   */
+  get mayFreeMore(): boolean {
+    return this.running !== undefined || !this.exhausted;
   }
 
   /** Heap bytes counted as in use: granted or live, not those already on their way out. */
@@ -127,7 +138,8 @@ export class Evictor {
       }
       await new Promise<void>((resolve) => setImmediate(resolve)); // never hog the event loop
     }
-    if (fruitless >= FRUITLESS_ROUNDS && performance.now() - this.stuckLoggedAt > 60_000) {
+    this.exhausted = fruitless >= FRUITLESS_ROUNDS;
+    if (this.exhausted && performance.now() - this.stuckLoggedAt > 60_000) {
       this.stuckLoggedAt = performance.now();
       parts.log?.warn({ reason, removed, usedBytes: this.usedBytes() }, 'eviction found nothing more to evict (counters, locks and items of the last grace period are kept)');
     } else if (removed > 0) parts.log?.debug({ reason, removed, freed }, 'evicted');
