@@ -93,13 +93,16 @@ export function loadTokenFile(path: string): TokenFile {
 
 /**
  * The token a client (kvctl) connects with, from a token file read as the server reads it: the
- * file's bare token, or, from a file of `<token> <role>` lines (the server's own file, say), its
- * first write token, else its first read token. So one file serves both sides, and a line such
+ * file's bare token, or, from a file of `<token> <role> [<namespace>]` lines (the server's own
+ * file, say), its first write token, else its first read token — of `namespace` when given
+ * (a StartupError if the file has none for it). So one file serves both sides, and a line such
  * as `s3cret write` gives the token `s3cret`, as the server takes it.
  */
-export function clientToken(path: string): string {
+export function clientToken(path: string, namespace?: string): string {
   const { entries } = loadTokenFile(path);
-  return (entries.find((e) => e.role === 'write') ?? entries[0]!).token;
+  const usable = namespace === undefined ? entries : entries.filter((e) => (e.namespace ?? DEFAULT_NAMESPACE) === namespace);
+  if (usable.length === 0) throw new StartupError(`--token-file ${path} holds no token for namespace '${namespace}'`);
+  return (usable.find((e) => e.role === 'write') ?? usable[0]!).token;
 }
 
 /** A token as the acceptor keeps it: its digest (what a client's connect data carries), role and namespace. */

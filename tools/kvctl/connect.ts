@@ -11,13 +11,13 @@ import type { Io } from './io.js';
 /** The target and credentials of the command line, plus how this command connects. */
 export function clientOptions(args: CtlArgs, connecting: Pick<KvClientOptions, 'reconnect' | 'requireReady'>): KvClientOptions {
   if (args.token !== undefined && args.tokenFile !== undefined) throw new UsageError('--token and --token-file exclude each other');
-  const token = args.tokenFile !== undefined ? clientToken(args.tokenFile) : args.token;
+  const token = args.tokenFile !== undefined ? clientToken(args.tokenFile, args.namespace) : args.token;
   const { target } = args;
   const where: KvClientOptions =
     target.kind === 'url' ? { url: target.url }
     : target.kind === 'servers' ? { servers: target.urls }
     : { etcd: { hosts: target.hosts, prefix: target.prefix } };
-  return { ...where, token, timeoutMs: args.timeoutMs, ...connecting };
+  return { ...where, token, ...(args.namespace !== undefined ? { namespace: args.namespace } : {}), timeoutMs: args.timeoutMs, ...connecting };
 }
 
 /** Client warnings (a bad etcd record, say) go to stderr as they come. */
