@@ -120,6 +120,9 @@ export class KvServer extends EventEmitter {
         // `listening` line, and without windows once more, as a warning.
         if (ns === this.main && !fabric.windows) this.log?.warn({ provider: scheme, why: fabric.windowsNote }, 'no memory windows: clients get the region\'s rkey, which works on any connection');
       }
+      // The namespaces' registrations share the provider's protection domain: without windows, an rkey
+      // of one namespace that a client of another finds (by trying, or a leak) works on its connection.
+      if (this.hosted.size > 1 && !opened.deviceInfo.memoryWindows) this.log?.warn({ provider: scheme }, 'no memory windows: namespaces are not isolated from a client that finds another namespace\'s rkey');
       opened.on('connectRequest', (request) => this.onConnectRequest(scheme, request));
     }
     const listener = listenOn(provider, url);
