@@ -142,7 +142,7 @@ export function createRegistry(stats: StatsSource, options: { defaultMetrics?: b
           for (const [namespace, s] of all) {
             const value = def.value(s);
             if (typeof value === 'number') this.set(namespace, value);
-            else for (const [label, v] of Object.entries(value)) this.set({ ...namespace, [def.label!]: label }, v);
+            else for (const [label, v] of Object.entries(value)) this.set({ [def.label!]: label, ...namespace }, v);
           }
         },
       });
@@ -160,7 +160,7 @@ export function createRegistry(stats: StatsSource, options: { defaultMetrics?: b
           for (const [namespace, s] of all) {
             const value = def.value(s);
             if (typeof value === 'number') this.inc(namespace, value);
-            else for (const [label, v] of Object.entries(value)) this.inc({ ...namespace, [def.label!]: label }, v);
+            else for (const [label, v] of Object.entries(value)) this.inc({ [def.label!]: label, ...namespace }, v);
           }
         },
       });

@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import test, { type ExecutionContext } from 'ava';
+import { pino } from 'pino';
 
 import { KvAuthError, KvClient, KvNamespaceError } from '../../client/index.js';
 import { connectData } from '../../protocol/connect.js';
@@ -130,6 +131,29 @@ for (const scheme of providersUnderTest()) {
     t.is((await kv.get('k'))?.toString(), 'before');
     await kv.put('k', 'after');
     t.is((await kv.get('k'))?.toString(), 'after');
+  });
+
+  test.serial(`${scheme}: without memory windows the server warns that namespaces share a protection domain; a client's own rkey still reaches no other namespace`, async (t) => {
+    const warnings: string[] = [];
+    const logger = pino({ level: 'warn' }, { write: (line: string) => void warnings.push(String(JSON.parse(line).msg)) });
+    process.env.RKV_NO_MEMORY_WINDOWS = '1';
+    let server: KvServer;
+    try {
+      server = await start({ logger });
+    } finally {
+      delete process.env.RKV_NO_MEMORY_WINDOWS;
+    }
+    t.teardown(() => server.close());
+    t.true(warnings.includes('no memory windows: namespaces are not isolated from a client that finds another namespace\'s rkey'), warnings.join('\n'));
+    const thief = await rawClient(t, scheme, server, 'a-writer');
+    const victim = await rawClient(t, scheme, server, 'b-writer');
+    const beta = server.namespace('beta');
+    const before = Buffer.from(beta.region);
+    thief.scratch.fill(0x5a, 0, 64);
+    const at = victim.hello.region.addr + BigInt(beta.layout.indexOffset);
+    t.is(await thief.post({ opcode: Opcode.WRITE, length: 64, remoteAddr: at, rkey: thief.hello.region.rkey }), 'REM_ACCESS_ERR');
+    t.true(Buffer.from(beta.region).equals(before), 'beta unchanged');
+    t.is(await victim.post({ opcode: Opcode.READ, length: 64, remoteAddr: at, rkey: victim.hello.region.rkey }), 'SUCCESS');
   });
 
   test(`${scheme}: a token reload that adds a namespace's token lets a new client in, and leaves the other namespaces' clients alone`, async (t) => {
