@@ -10,7 +10,7 @@ import { appendFileSync } from 'node:fs';
 import { EtcdMembership, type Member, type MembershipSource, StaticMembership } from './cluster/membership.js';
 import { SLOT_COUNT, assignSlots, keySlot } from '../protocol/hash-slots.js';
 import { KvLayout, KvOp, KvStatus } from '../protocol/constants.js';
-import { KvAuthError, KvDisconnectedError, KvError, KvInvalidArgumentError, KvProtocolError } from '../protocol/errors.js';
+import { KvAuthError, KvDisconnectedError, KvError, KvInvalidArgumentError, KvNamespaceError, KvProtocolError } from '../protocol/errors.js';
 import { keyBytes, show, toBuffer } from './keys.js';
 import { allocBuffer, freeBuffer } from './large-values.js';
 import { byServer, splitEntries } from './many.js';
@@ -155,7 +155,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
     const results = await Promise.allSettled(starting);
     const failures = results.flatMap((r) => (r.status === 'rejected' ? [r.reason as Error] : []));
     // A wrong token or protocol is a configuration error: no point retrying.
-    const fatal = failures.find((e) => e instanceof KvAuthError || e instanceof KvProtocolError || e instanceof KvInvalidArgumentError);
+    const fatal = failures.find((e) => e instanceof KvAuthError || e instanceof KvProtocolError || e instanceof KvInvalidArgumentError || e instanceof KvNamespaceError);
     if (fatal) throw fatal;
     if (this.options.requireReady !== false && ![...this.servers.values()].some((s) => s.status === 'ready')) {
       if (failures.length === 1 && this.members.length === 1) throw failures[0]!;

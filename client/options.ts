@@ -5,6 +5,7 @@
 import { KvInvalidArgumentError } from '../protocol/errors.js';
 import { isServerUrl, urlExamples } from '../protocol/providers.js';
 import { closestMatch } from '../protocol/operator-input.js';
+import { namespaceNameProblem } from '../protocol/tokens.js';
 import { show } from './keys.js';
 import type { EtcdOptions, KvClientOptions } from './types.js';
 
@@ -14,7 +15,7 @@ const U64_LIMIT = 2n ** 64n;
 
 // Every option by name (the compiler holds these lists to the interfaces).
 const OPTIONS = Object.keys({
-  url: 0, servers: 0, etcd: 0, token: 0, pollMode: 0, timeoutMs: 0, reconnect: 0, requireReady: 0, scratchBytes: 0, locationCacheEntries: 0, history: 0, metrics: 0,
+  url: 0, servers: 0, etcd: 0, token: 0, namespace: 0, pollMode: 0, timeoutMs: 0, reconnect: 0, requireReady: 0, scratchBytes: 0, locationCacheEntries: 0, history: 0, metrics: 0,
 } satisfies Record<keyof KvClientOptions, 0>);
 const ETCD_OPTIONS = Object.keys({ hosts: 0, prefix: 0 } satisfies Record<keyof EtcdOptions, 0>);
 
@@ -84,6 +85,8 @@ export function checkOptions(options: KvClientOptions): void {
     throw new KvInvalidArgumentError(`locationCacheEntries must be an integer from 0 to 2^24 (got ${show(locationCacheEntries)})`);
   }
   if (options.token !== undefined && typeof options.token !== 'string') throw new KvInvalidArgumentError('token must be a string');
+  const badNamespace = options.namespace === undefined ? undefined : namespaceNameProblem(options.namespace);
+  if (badNamespace !== undefined) throw new KvInvalidArgumentError(badNamespace);
   for (const flag of ['reconnect', 'requireReady'] as const) {
     if (options[flag] !== undefined && typeof options[flag] !== 'boolean') throw new KvInvalidArgumentError(`${flag} must be a boolean`);
   }

@@ -21,7 +21,7 @@ import {
 import { RejectReason, connectData } from '../protocol/connect.js';
 import { type ControlMessage, type Hello, decode, encode } from '../protocol/control.js';
 import { KvLayout } from '../protocol/constants.js';
-import { KvAuthError, KvDisconnectedError, KvError, KvInvalidArgumentError, KvProtocolError } from '../protocol/errors.js';
+import { KvAuthError, KvDisconnectedError, KvError, KvInvalidArgumentError, KvNamespaceError, KvProtocolError } from '../protocol/errors.js';
 import { schemeOf, urlExamples } from '../protocol/providers.js';
 import { SendBuffers } from '../protocol/send-buffers.js';
 import { StallClock } from '../protocol/stall-clock.js';
@@ -31,6 +31,8 @@ import { BlockPools } from './block-pools.js';
 export interface SessionOptions {
   url: string;
   token?: string;
+  /** the namespace the token must open (refused with KV_NO_NAMESPACE where the server has none of that name) */
+  namespace?: string;
   /** @default 16 MiB */
   scratchBytes?: number;
   /** Event mode: the core re-arms the CQ after each submit and poll. @default 'busy' */
@@ -92,7 +94,7 @@ export class Session {
 
   /**
    * Connects, waits for the server's hello and sets up the core. Rejects with a
-   * KvError: KV_AUTH, KV_PROTOCOL, KV_INVALID_ARGUMENT (no such provider, or not
+   * KvError: KV_AUTH, KV_NO_NAMESPACE, KV_PROTOCOL, KV_INVALID_ARGUMENT (no such provider, or not
    * usable here), KV_DISCONNECTED (anything else).
    */
   static async open(options: SessionOptions, timeoutMs: number): Promise<Session> {
@@ -237,7 +239,7 @@ async function connect(provider: Provider, cq: CompletionQueue, control: MemoryR
     return await provider.connect(url, {
       cq,
       initialRecvs: Array.from({ length: CONTROL_RECVS }, (_, i) => recv(control, i)),
-      privateData: connectData(options.token),
+      privateData: connectData(options.token, options.namespace),
       timeoutMs,
       sendDepth: 1024,
       recvDepth: CONTROL_RECVS + 4,
@@ -245,7 +247,8 @@ async function connect(provider: Provider, cq: CompletionQueue, control: MemoryR
   } catch (error) {
     if (error instanceof TransportError && error.code === 'REJECTED') {
       const reason = error.privateData?.[0];
-      if (reason === RejectReason.AUTH) throw new KvAuthError(`${url}: the server rejected the token`);
+      if (reason === RejectReason.AUTH) throw new KvAuthError(`${url}: the server rejected the token${options.namespace === undefined ? '' : ` (for namespace '${options.namespace}')`}`);
+      if (reason === RejectReason.NAMESPACE) throw new KvNamespaceError(`${url}: the server hosts no namespace '${options.namespace}'`);
       if (reason === RejectReason.VERSION) {
         const theirs = error.privateData?.[1]; // servers since v2 say which version they speak
         throw new KvProtocolError(

@@ -29,6 +29,13 @@ export interface KvClientOptions {
    */
   token?: string;
   /**
+   * The namespace the token opens (kv-server --namespace; a token opens exactly one). Given, the
+   * server checks it: one that hosts no namespace of this name refuses with KV_NO_NAMESPACE
+   * (KvNamespaceError), a token of another namespace with KV_AUTH. Not given: the token's
+   * namespace, whatever it is. @default undefined
+   */
+  namespace?: string;
+  /**
    * busy: poll the completion queue from a setImmediate loop while operations
    * are in flight (lowest latency, one core spins); event: sleep until the
    * queue's event fires (low CPU). @default 'busy'

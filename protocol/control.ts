@@ -12,6 +12,8 @@ export interface Hello {
   v: number;
   /** What the client's token allows. A read client's rkey is READ-only and it has no ring. */
   role: Role;
+  /** The namespace its token opened (the region below is that namespace's). */
+  namespace: string;
   /** Owner id in lock words: unique among connected clients (reused after a restart). */
   clientId: number;
   /** session << 40: the base of this session's write versions, unique for the region's life. */

@@ -15,6 +15,7 @@ export type KvErrorCode =
   | 'KV_TIMEOUT'
   | 'KV_DISCONNECTED'
   | 'KV_AUTH'
+  | 'KV_NO_NAMESPACE'
   | 'KV_PROTOCOL'
   | 'KV_LOCK_CONTENDED'
   | 'KV_TYPE_MISMATCH'
@@ -70,6 +71,12 @@ export class KvDisconnectedError extends KvError {
 export class KvAuthError extends KvError {
   constructor(message = 'the server rejected the token') {
     super('KV_AUTH', message);
+  }
+}
+/** The client named a namespace (KvClientOptions.namespace) the server does not host. */
+export class KvNamespaceError extends KvError {
+  constructor(message: string) {
+    super('KV_NO_NAMESPACE', message);
   }
 }
 export class KvProtocolError extends KvError {

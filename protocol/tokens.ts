@@ -1,9 +1,10 @@
 // Tokens and roles: kv-server's --token-file, one `<token> <role> [<namespace>]`
 // per line, and the digests the acceptor compares in constant time. A file
 // that holds one bare token keeps the meaning it had before roles: that token
-// may write. Namespaces are named here so a later version can add them without
-// another file format; today only the default one exists and any other is
-// refused by name (docs/operations.md, "Tokens and roles").
+// may write the default namespace. A token opens the one namespace its third
+// column names (none: the default one); whether the server hosts it is the
+// server's check (server/options.ts, checkTokens), not the file's
+// (docs/operations.md, "Tokens and roles", "Namespaces").
 import { readFileSync, statSync } from 'node:fs';
 
 import { StartupError } from './operator-input.js';
@@ -12,13 +13,26 @@ import { tokenDigest } from './connect.js';
 /** read: get, getMany, getWithVersion, watch, stats. write: everything. */
 export type Role = 'read' | 'write';
 export const ROLES: readonly Role[] = ['read', 'write'];
-/** The one namespace this version serves. */
+/** The namespace every server hosts (sized by --memory), and the one a token without a third column opens. */
 export const DEFAULT_NAMESPACE = 'default';
+/**
+ * Longest namespace name, in bytes: a client names its namespace in its connect private data
+ * (protocol/connect.ts), which the transport limits to 56 bytes, 35 of them taken.
+ */
+export const MAX_NAMESPACE_NAME = 20;
+const NAMESPACE_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
+
+/** Why `name` cannot name a namespace, or undefined when it can. */
+export function namespaceNameProblem(name: unknown): string | undefined {
+  if (typeof name !== 'string' || !NAMESPACE_NAME.test(name)) return `namespace '${String(name)}': a name is letters, digits, '_', '.' and '-', starting with a letter or digit`;
+  if (name.length > MAX_NAMESPACE_NAME) return `namespace '${name}': at most ${MAX_NAMESPACE_NAME} characters`;
+  return undefined;
+}
 
 export interface TokenEntry {
   token: string;
   role: Role;
-  /** absent: the default namespace (the only one today) */
+  /** absent: the default namespace */
   namespace?: string;
 }
 
@@ -48,9 +62,8 @@ export function parseTokenFile(text: string, path: string): TokenEntry[] {
     if (role === undefined) throw at(n, 'a token without a role: with more than one token, every line is `<token> <role> [<namespace>]` (role read or write)');
     if (rest.length > 0) throw at(n, `${fields.length} fields: expected \`<token> <role> [<namespace>]\``);
     if (!ROLES.includes(role as Role)) throw at(n, `unknown role '${role}': expected read or write`);
-    if (namespace !== DEFAULT_NAMESPACE) {
-      throw at(n, `namespace '${namespace}': namespaces are not available yet; only '${DEFAULT_NAMESPACE}' (or none) is accepted`);
-    }
+    const bad = namespaceNameProblem(namespace);
+    if (bad !== undefined) throw at(n, bad);
     const first = seen.get(token);
     if (first !== undefined) throw at(n, `the token of line ${first} again: each token has one role`);
     seen.set(token, n);
@@ -80,22 +93,26 @@ export function loadTokenFile(path: string): TokenFile {
 
 /**
  * The token a client (kvctl) connects with, from a token file read as the server reads it: the
- * file's bare token, or, from a file of `<token> <role>` lines (the server's own file, say), its
- * first write token, else its first read token. So one file serves both sides, and a line such
+ * file's bare token, or, from a file of `<token> <role> [<namespace>]` lines (the server's own
+ * file, say), its first write token, else its first read token — of `namespace` when given
+ * (a StartupError if the file has none for it). So one file serves both sides, and a line such
  * as `s3cret write` gives the token `s3cret`, as the server takes it. The warning is the
  * server's for the same file (readable by others), for the client to print.
  */
-export function clientToken(path: string): { token: string; warning: string | undefined } {
+export function clientToken(path: string, namespace?: string): { token: string; warning: string | undefined } {
   const { entries, warning } = loadTokenFile(path);
-  return { token: (entries.find((e) => e.role === 'write') ?? entries[0]!).token, warning };
+  const usable = namespace === undefined ? entries : entries.filter((e) => (e.namespace ?? DEFAULT_NAMESPACE) === namespace);
+  if (usable.length === 0) throw new StartupError(`--token-file ${path} holds no token for namespace '${namespace}'`);
+  return { token: (usable.find((e) => e.role === 'write') ?? usable[0]!).token, warning };
 }
 
-/** A token as the acceptor keeps it: its digest (what a client's connect data carries) and role. */
+/** A token as the acceptor keeps it: its digest (what a client's connect data carries), role and namespace. */
 export interface TokenKey {
   digest: Buffer;
   role: Role;
+  namespace: string;
 }
 
 export function tokenKeys(entries: readonly TokenEntry[]): TokenKey[] {
-  return entries.map(({ token, role }) => ({ digest: tokenDigest(token), role }));
+  return entries.map(({ token, role, namespace }) => ({ digest: tokenDigest(token), role, namespace: namespace ?? DEFAULT_NAMESPACE }));
 }

@@ -13,11 +13,13 @@ const EPILOG = [
   'Durations are milliseconds, or a number with ms, s, m or h (250ms, 2s).',
   'Exit codes: 0 stopped by SIGTERM/SIGINT, 1 could not start or failed, 2 bad command line.',
   'SIGHUP rereads --token-file: new tokens work at once; clients of removed or re-roled tokens are disconnected.',
-  'A token file: one `<token> <role>` per line, role read (get, getMany, getWithVersion) or write (everything).',
+  'A token file: one `<token> <role> [<namespace>]` per line, role read (get, getMany, getWithVersion) or write',
+  '(everything), namespace one given with --namespace (none: the default namespace, sized by --memory).',
   '',
   'Examples:',
   '  kv-server --memory 4GiB --token-file /etc/rdma-kv/token --metrics-port 9464',
   '  kv-server --listen shm:///run/rdma-kv/kv.sock --listen rdma://0.0.0.0:7471 --memory 1GiB',
+  '  kv-server --memory 256MiB --namespace billing:1GiB --namespace search:2GiB --token-file /etc/rdma-kv/tokens',
   '',
   'Operations guide: docs/operations.md',
 ].join('\n');
@@ -39,7 +41,14 @@ function parser(argv: string[]) {
       alias: 'm',
       requiresArg: true,
       default: DEFAULTS.memory,
-      describe: 'region size, bytes with unit (rings, hash index and item heap)',
+      describe: 'region size, bytes with unit (rings, hash index and item heap); with --namespace, the default namespace\'s',
+    })
+    .option('namespace', {
+      type: 'string',
+      array: true,
+      requiresArg: true,
+      defaultDescription: 'none: the default namespace alone',
+      describe: 'NAME:SIZE, repeatable: one more isolated store with a region of its own (a token opens the namespace its file line names)',
     })
     .option('token', {
       requiresArg: true,
@@ -161,7 +170,7 @@ const SCALAR_OPTIONS = [
 
 
 /** Options given as arrays (repeatable); every other is scalar. */
-const ARRAY_OPTIONS = ['listen', 'etcd'] as const;
+const ARRAY_OPTIONS = ['listen', 'etcd', 'namespace'] as const;
 /** One-letter aliases and yargs' own options: known, never suggested. */
 const OTHER_NAMES = ['l', 'm', 'h', 'help', 'version'];
 
@@ -225,6 +234,7 @@ export async function parseArgs(argv: string[]): Promise<Parsed> {
     args: {
       listen: args.listen as string[],
       memory: args.memory as string,
+      namespace: args.namespace as string[] | undefined,
       token: args.token as string | undefined,
       tokenFile: args['token-file'] as string | undefined,
       buckets: args.buckets as string | undefined,

@@ -12,7 +12,8 @@ import type { Logger } from 'pino';
 import { StartupError, UsageError, formatBytes } from '../protocol/operator-input.js';
 import { oneLine, parseArgs } from './cli-args.js';
 import { type RawServerArgs, type ServerConfig, resolveConfig, unroutable } from './config.js';
-import { KvConfigError, KvServer } from './kv-server.js';
+import { KvConfigError, KvServer, type KvServerStats } from './kv-server.js';
+import { namespaceRegionFile } from './options.js';
 import { type ServerLogging, createLogging } from './logging.js';
 import { EtcdRegistration } from './membership.js';
 import { watchTokenFile } from './token-reload.js';
@@ -102,6 +103,7 @@ function logStarting(logger: Logger, config: ServerConfig): void {
     {
       listen: config.listen,
       memoryBytes: config.memoryBytes,
+      ...(config.namespaces.length > 0 ? { namespaces: config.namespaces } : {}),
       maxValueBytes: config.maxValueBytes,
       maxClients: config.maxClients,
       graceMs: config.graceMs,
@@ -131,9 +133,9 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
   let metrics: MetricsServer | undefined;
   try {
     if (config.metricsPort !== 0) {
-      const registry = createRegistry(() => server?.stats());
+      const registry = createRegistry(() => server && namespaceStats(server));
       try {
-        metrics = await startMetricsServer({ host: config.metricsHost, port: config.metricsPort, registry, stats: () => server?.stats() });
+        metrics = await startMetricsServer({ host: config.metricsHost, port: config.metricsPort, registry, stats: (namespace) => server?.stats(namespace), namespaces: () => server?.namespaces ?? [] });
       } catch (error) {
         throw metricsFailure(config, error as NodeJS.ErrnoException);
       }
@@ -143,6 +145,7 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
     server = await KvServer.start({
       listen: config.listen,
       memoryBytes: config.memoryBytes,
+      namespaces: config.namespaces,
       token: config.token,
       tokens: config.tokenFile?.entries,
       buckets: config.buckets,
@@ -183,11 +186,23 @@ function banner(config: ServerConfig, { server, metrics }: Running, startMs: num
       `${layout.maxClients} clients` +
       (config.regionFile ? `, kept in ${config.regionFile}` : ''),
   );
+  for (const { name, memoryBytes } of config.namespaces) {
+    const { layout: own, stats } = server.namespace(name);
+    out.push(
+      `kv-server: namespace ${name}: region ${formatBytes(memoryBytes)}: ${own.bucketCount} buckets, ${stats().slots} slots, heap ${formatBytes(own.heapBytes)}` +
+        (config.regionFile ? `, kept in ${namespaceRegionFile(config.regionFile, name)}` : ''),
+    );
+  }
   out.push(authLine(config));
   if (config.etcd) out.push(`kv-server: member '${config.etcd.name}' of the cluster at etcd ${config.etcd.hosts.join(',')} (prefix ${config.etcd.prefix})`);
   if (metrics) out.push(`kv-server: metrics on ${metrics.url}/metrics, stats on ${metrics.url}/stats`);
   out.push(`kv-server: ready in ${Math.round(startMs)} ms`);
   return out.join('\n') + '\n';
+}
+
+/** Each namespace's stats, by name (the metrics' namespace label). */
+function namespaceStats(server: KvServer): Map<string, KvServerStats> {
+  return new Map(server.namespaces.map((name) => [name, server.stats(name)]));
 }
 
 function authLine({ token, tokenFile }: ServerConfig): string {

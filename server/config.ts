@@ -5,10 +5,12 @@
 import { hostname } from 'node:os';
 import { basename } from 'node:path';
 
-import { UsageError, parseCount, parseDuration, parseSize } from '../protocol/operator-input.js';
-import { type TokenEntry, loadTokenFile } from '../protocol/tokens.js';
+import { StartupError, UsageError, parseCount, parseDuration, parseSize } from '../protocol/operator-input.js';
+import { DEFAULT_NAMESPACE, type TokenEntry, loadTokenFile, namespaceNameProblem } from '../protocol/tokens.js';
 import { checkListenUrl } from '../protocol/providers.js';
 import { DEFAULT_ETCD_PREFIX, checkMemberName } from '../protocol/registry.js';
+
+import type { NamespaceOption } from './options.js';
 
 import { LayoutError, type RegionLayout, planLayout } from './store/layout.js';
 
@@ -40,7 +42,10 @@ const EVICTIONS = ['none', 'lru', 'lfu'] as const;
 /** What cli.ts hands to KvServer.start and to the metrics server. */
 export interface ServerConfig {
   listen: string[];
+  /** the default namespace's region */
   memoryBytes: number;
+  /** --namespace: the other namespaces, each with a region of its own */
+  namespaces: NamespaceOption[];
   /** --token: one token that may write. */
   token: string | undefined;
   /** --token-file: its path (reread on SIGHUP), its tokens and roles, and what its permissions deserve. */
@@ -78,6 +83,7 @@ export interface EtcdConfig {
 export interface RawServerArgs {
   listen: string[];
   memory: string;
+  namespace?: string[] | undefined;
   token?: string | undefined;
   tokenFile?: string | undefined;
   buckets?: string | undefined;
@@ -118,6 +124,7 @@ export function resolveConfig(args: RawServerArgs): ServerConfig {
   const config: ServerConfig = {
     listen,
     memoryBytes: parseSize(args.memory, '--memory'),
+    namespaces: resolveNamespaces(args.namespace),
     token: args.token?.trim(),
     tokenFile: undefined,
     buckets,
@@ -135,8 +142,35 @@ export function resolveConfig(args: RawServerArgs): ServerConfig {
   if (config.maxValueBytes < 1) throw new UsageError('--max-value must be at least 1 byte');
   if (config.keepaliveMs < 10) throw new UsageError('--keepalive-ms must be at least 10 ms');
   planRegion(config);
-  if (args.tokenFile !== undefined) config.tokenFile = { path: args.tokenFile, ...loadTokenFile(args.tokenFile) };
+  for (const { name, memoryBytes } of config.namespaces) planRegion({ ...config, memoryBytes, buckets: undefined }, `--namespace ${name}: `);
+  if (args.tokenFile !== undefined) {
+    config.tokenFile = { path: args.tokenFile, ...loadTokenFile(args.tokenFile) };
+    checkTokenNamespaces(config.tokenFile.path, config.tokenFile.entries, config.namespaces);
+  }
   return config;
+}
+
+/** --namespace NAME:SIZE, each name once, never the default one (--memory sizes that). */
+function resolveNamespaces(given: string[] | undefined): NamespaceOption[] {
+  const namespaces: NamespaceOption[] = [];
+  for (const spec of given ?? []) {
+    const colon = spec.lastIndexOf(':');
+    if (colon <= 0) throw new UsageError(`--namespace ${spec}: expected NAME:SIZE, e.g. billing:1GiB`);
+    const name = spec.slice(0, colon);
+    const bad = namespaceNameProblem(name);
+    if (bad !== undefined) throw new UsageError(`--namespace ${spec}: ${bad}`);
+    if (name === DEFAULT_NAMESPACE) throw new UsageError(`--namespace ${spec}: the default namespace is always there; --memory sizes it`);
+    if (namespaces.some((n) => n.name === name)) throw new UsageError(`--namespace ${name} is given twice`);
+    namespaces.push({ name, memoryBytes: parseSize(spec.slice(colon + 1), `--namespace ${name}`) });
+  }
+  return namespaces;
+}
+
+/** Every token of the file opens a namespace this server hosts; a StartupError naming the first that does not. */
+export function checkTokenNamespaces(path: string, entries: readonly TokenEntry[], namespaces: readonly NamespaceOption[]): void {
+  const hosted = [DEFAULT_NAMESPACE, ...namespaces.map((n) => n.name)];
+  const unknown = entries.find((e) => !hosted.includes(e.namespace ?? DEFAULT_NAMESPACE));
+  if (unknown) throw new StartupError(`--token-file ${path}: a token for namespace '${unknown.namespace}', which this server does not host (it hosts ${hosted.join(', ')}): add --namespace ${unknown.namespace}:SIZE, or fix the line`);
 }
 
 /** --eviction, its watermarks (percent of the heap, low below high) and the expiry sweep's interval. */
@@ -198,11 +232,11 @@ function defaultMemberName(url: string): string {
 }
 
 /** The region KvServer will lay out for this configuration; a UsageError when it cannot (memory too small, ...). */
-export function planRegion(config: Pick<ServerConfig, 'memoryBytes' | 'buckets' | 'maxClients' | 'maxValueBytes'> & Partial<Pick<ServerConfig, 'eviction'>>): RegionLayout {
+export function planRegion(config: Pick<ServerConfig, 'memoryBytes' | 'buckets' | 'maxClients' | 'maxValueBytes'> & Partial<Pick<ServerConfig, 'eviction'>>, where = ''): RegionLayout {
   try {
     return planLayout({ regionBytes: config.memoryBytes, buckets: config.buckets, maxClients: config.maxClients, maxValueBytes: config.maxValueBytes, accessTable: (config.eviction ?? 'none') !== 'none' });
   } catch (error) {
-    if (error instanceof LayoutError) throw new UsageError(error.message);
+    if (error instanceof LayoutError) throw new UsageError(where + error.message);
     throw error;
   }
 }

@@ -1,7 +1,10 @@
-// What the server keeps per provider (scheme): the provider, its one
-// event-mode completion queue, the region registered with it (its own rkey),
-// the receive buffers and send buffers of every client ring, and the server's
-// queue pair to itself through which locks are released (recovery/).
+// What the server keeps per namespace and provider (scheme): the provider
+// (one per scheme, shared by every namespace: it holds the listeners), the
+// namespace's event-mode completion queue, its region registered with the
+// provider (a registration, and rkey, of its own: no other namespace's key
+// covers it), the receive buffers and send buffers of its client rings, and
+// its queue pair to the server itself through which locks are released
+// (recovery/).
 //
 // Where the provider has memory windows (deviceInfo.memoryWindows: shm, and
 // verbs devices with type 2B windows), the region is registered for binding
@@ -79,14 +82,17 @@ export function listenScheme(url: string): string {
   return scheme;
 }
 
-/** Opens `scheme`'s provider (for `url`, named in errors) and registers the region and the client rings' buffers. */
-export function openFabric(scheme: string, url: string, store: RegionStore): Fabric {
-  let provider: Provider;
+/** Opens `scheme`'s provider (for `url`, named in errors). */
+export function openProvider(scheme: string, url: string): Provider {
   try {
-    provider = new Provider(scheme);
+    return new Provider(scheme);
   } catch (error) {
     throw new KvConfigError(`cannot serve ${url}: ${(error as Error).message}`);
   }
+}
+
+/** Registers a namespace's region and its client rings' buffers with `provider`, and makes its completion queue. */
+export function openFabric(provider: Provider, store: RegionStore): Fabric {
   const { maxClients } = store.layout;
   const { memoryWindows: windows, memoryWindowsNote: windowsNote } = provider.deviceInfo;
   const region = provider.register(store.memory, 0, store.memory.length, windows ? Access.LOCAL_WRITE | Access.MW_BIND : access.REMOTE_ALL);
@@ -119,10 +125,10 @@ export function registerReadOnly(fabric: Fabric, store: RegionStore): void {
 }
 
 /** Listens on `url` (making an shm socket's directory first). */
-export function listenOn(fabric: Fabric, url: string): Listener {
+export function listenOn(provider: Provider, url: string): Listener {
   if (url.startsWith('shm://')) makeSocketDirectory(url);
   try {
-    return fabric.provider.listen(url);
+    return provider.listen(url);
   } catch (error) {
     throw new KvConfigError(`cannot listen on ${url}: ${(error as TransportError).message}`);
   }

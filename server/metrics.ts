@@ -4,6 +4,8 @@
 //
 // METRICS below is the one list of rdma-kv's metrics; docs/operations.md
 // documents each entry, and test/server/metrics.test.ts checks that the two agree.
+// A server with several namespaces gives each series a `namespace` label; one
+// with the default namespace alone keeps them unlabelled, as before namespaces.
 import { type IncomingMessage, type Server, type ServerResponse, createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
@@ -90,16 +92,27 @@ export const METRICS: readonly MetricDef[] = [
   },
 ];
 
+/** One server's stats: one namespace's, or each namespace's by name. */
+export type StatsSource = () => KvServerStats | ReadonlyMap<string, KvServerStats> | undefined;
+
+/** The snapshot as [namespace label, stats] pairs: no label with a single namespace. */
+function perNamespace(stats: KvServerStats | ReadonlyMap<string, KvServerStats>): Array<[Record<string, string>, KvServerStats]> {
+  if (!(stats instanceof Map)) return [[{}, stats as KvServerStats]];
+  const all = [...(stats as ReadonlyMap<string, KvServerStats>)];
+  return all.length === 1 ? [[{}, all[0]![1]]] : all.map(([namespace, s]) => [{ namespace }, s]);
+}
+
 /**
  * One stats snapshot per scrape: the first collect() of a scrape calls
  * stats(), the others reuse it; it expires at the next turn of the event loop.
  */
-function snapshotter(stats: () => KvServerStats | undefined): () => KvServerStats | undefined {
-  let cached: KvServerStats | undefined;
+function snapshotter(stats: StatsSource): () => Array<[Record<string, string>, KvServerStats]> | undefined {
+  let cached: Array<[Record<string, string>, KvServerStats]> | undefined;
   let valid = false;
   return () => {
     if (!valid) {
-      cached = stats();
+      const current = stats();
+      cached = current && perNamespace(current);
       valid = true;
       setImmediate(() => {
         valid = false;
@@ -111,11 +124,11 @@ function snapshotter(stats: () => KvServerStats | undefined): () => KvServerStat
 }
 
 /** A Registry holding METRICS (read from `stats` at each scrape) and prom-client's default metrics. */
-export function createRegistry(stats: () => KvServerStats | undefined, options: { defaultMetrics?: boolean } = {}): Registry {
+export function createRegistry(stats: StatsSource, options: { defaultMetrics?: boolean } = {}): Registry {
   const registry = new Registry();
   const snapshot = snapshotter(stats);
   for (const def of METRICS) {
-    const labelNames = def.label ? [def.label] : [];
+    const labelNames = def.label ? [def.label, 'namespace'] : ['namespace'];
     if (def.type === 'gauge') {
       new Gauge({
         name: def.name,
@@ -123,12 +136,14 @@ export function createRegistry(stats: () => KvServerStats | undefined, options: 
         labelNames,
         registers: [registry],
         collect() {
-          const s = snapshot();
-          if (!s) return;
-          const value = def.value(s);
-          if (typeof value === 'number') return this.set(value);
+          const all = snapshot();
+          if (!all) return;
           this.reset();
-          for (const [label, v] of Object.entries(value)) this.set({ [def.label!]: label }, v);
+          for (const [namespace, s] of all) {
+            const value = def.value(s);
+            if (typeof value === 'number') this.set(namespace, value);
+            else for (const [label, v] of Object.entries(value)) this.set({ [def.label!]: label, ...namespace }, v);
+          }
         },
       });
     } else {
@@ -139,12 +154,14 @@ export function createRegistry(stats: () => KvServerStats | undefined, options: 
         registers: [registry],
         // Counters mirror the server's own monotone totals: set, never incremented here.
         collect() {
-          const s = snapshot();
-          if (!s) return;
-          const value = def.value(s);
+          const all = snapshot();
+          if (!all) return;
           this.reset();
-          if (typeof value === 'number') return this.inc(value);
-          for (const [label, v] of Object.entries(value)) this.inc({ [def.label!]: label }, v);
+          for (const [namespace, s] of all) {
+            const value = def.value(s);
+            if (typeof value === 'number') this.inc(namespace, value);
+            else for (const [label, v] of Object.entries(value)) this.inc({ [def.label!]: label, ...namespace }, v);
+          }
         },
       });
     }
@@ -161,18 +178,22 @@ export interface MetricsServer {
 
 /**
  * Serves GET /metrics (Prometheus text format) and GET /stats (KvServer.stats()
- * as JSON). Until `stats` returns something (the store is still starting),
- * both answer 503.
+ * as JSON: the default namespace's, or with ?namespace=NAME that one's; 404 for
+ * a namespace the server does not host). Until `stats` returns something (the
+ * store is still starting), both answer 503.
  */
 export async function startMetricsServer(options: {
   host: string;
   port: number;
   registry: Registry;
-  stats: () => KvServerStats | undefined;
+  stats: (namespace?: string) => KvServerStats | undefined;
+  /** the namespaces hosted (none given: the default one alone) */
+  namespaces?: () => readonly string[];
 }): Promise<MetricsServer> {
   const { registry, stats } = options;
   const handle = async (request: IncomingMessage, response: ServerResponse): Promise<void> => {
-    const path = (request.url ?? '/').split('?')[0];
+    const [path, query] = (request.url ?? '/').split('?') as [string, string | undefined];
+    const namespace = new URLSearchParams(query ?? '').get('namespace') ?? undefined;
     if (path !== '/metrics' && path !== '/stats') {
       response.writeHead(404, { 'content-type': 'text/plain' }).end('not found: try /metrics or /stats\n');
       return;
@@ -181,7 +202,12 @@ export async function startMetricsServer(options: {
       response.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'text/plain' }).end('method not allowed\n');
       return;
     }
-    const current = stats();
+    const hosted = options.namespaces?.() ?? [];
+    if (namespace !== undefined && hosted.length > 0 && !hosted.includes(namespace)) {
+      response.writeHead(404, { 'content-type': 'text/plain' }).end(`no namespace '${namespace}' (this server hosts ${hosted.join(', ')})\n`);
+      return;
+    }
+    const current = stats(namespace);
     if (!current) {
       response.writeHead(503, { 'content-type': 'text/plain', 'retry-after': '1' }).end('starting\n');
       return;

@@ -6,13 +6,24 @@ import type { Logger } from 'pino';
 
 import { KvLayout } from '../protocol/constants.js';
 import { closestMatch } from '../protocol/operator-input.js';
-import { DEFAULT_NAMESPACE, ROLES, type TokenEntry } from '../protocol/tokens.js';
+import { DEFAULT_NAMESPACE, ROLES, type TokenEntry, namespaceNameProblem } from '../protocol/tokens.js';
+
+/** A namespace besides the default one: its own region of `memoryBytes` (docs/operations.md, "Namespaces"). */
+export interface NamespaceOption {
+  name: string;
+  memoryBytes: number;
+}
 
 export interface KvServerOptions {
   /** URLs to listen on: shm:///path/to.sock, rdma://host:port. */
   listen: string[];
-  /** Region size in bytes (index + heap + rings). */
+  /** The default namespace's region size in bytes (index + heap + rings). */
   memoryBytes: number;
+  /**
+   * More namespaces, each an isolated store with a region of its own (its own registration,
+   * index, heap and clients); a token opens the one its entry names. @default none
+   */
+  namespaces?: NamespaceOption[];
   /** Clients must present this token (it may write); none: no authentication. */
   token?: string;
   /**
@@ -20,7 +31,7 @@ export interface KvServerOptions {
    * `token`. Replace them while serving with KvServer.setTokens.
    */
   tokens?: TokenEntry[];
-  /** Bucket count (a power of two). @default about memoryBytes / 1024 */
+  /** The default namespace's bucket count (a power of two). @default about memoryBytes / 1024 (each namespace's own size, for the others) */
   buckets?: number;
   /** @default 1 MiB */
   maxValueBytes?: number;
@@ -33,7 +44,8 @@ export interface KvServerOptions {
   /**
    * Keep the region in this file (a shared mapping): a server restarted on it
    * after a crash or SIGKILL releases every lock, rebuilds its heap from
-   * the live slots and serves the same data.
+   * the live slots and serves the same data. Namespace NAME's region is kept
+   * next to it, in `<regionFile>.NAME` (namespaceRegionFile).
    */
   regionFile?: string;
   /**
@@ -69,7 +81,7 @@ export const EVICTION_POLICIES = ['none', 'lru', 'lfu'] as const;
 
 /** Every option name (a Record, so the compiler keeps it complete). */
 const OPTION_NAMES: Record<keyof KvServerOptions, true> = {
-  listen: true, memoryBytes: true, token: true, tokens: true, buckets: true, maxValueBytes: true, graceMs: true,
+  listen: true, memoryBytes: true, namespaces: true, token: true, tokens: true, buckets: true, maxValueBytes: true, graceMs: true,
   maxClients: true, keepaliveMs: true, regionFile: true, logger: true, beforeRecovery: true,
   eviction: true, evictionHighPercent: true, evictionLowPercent: true, expirySweepMs: true,
 };
@@ -105,8 +117,36 @@ export function checkOptions(options: KvServerOptions): ServerSettings {
   if (!(keepaliveMs >= 10)) throw new KvConfigError('--keepalive-ms must be >= 10');
   if (!Number.isInteger(maxClients) || maxClients < 1 || maxClients > 65536) throw new KvConfigError('--max-clients must be between 1 and 65536');
   if (options.token !== undefined && options.tokens !== undefined) throw new KvConfigError('token and tokens exclude each other');
-  if (options.tokens !== undefined) checkTokens(options.tokens);
+  const hosted = namespaceNames(checkNamespaces(options.namespaces));
+  if (options.tokens !== undefined) checkTokens(options.tokens, hosted);
   return settings;
+}
+
+/** The namespaces besides the default one, checked: valid names, each once, a size each; throws KvConfigError. */
+function checkNamespaces(namespaces: unknown): NamespaceOption[] {
+  if (namespaces === undefined) return [];
+  if (!Array.isArray(namespaces)) throw new KvConfigError('namespaces: give an array of { name, memoryBytes }');
+  const seen = new Set<string>([DEFAULT_NAMESPACE]);
+  for (const entry of namespaces as NamespaceOption[]) {
+    const { name, memoryBytes } = entry ?? {};
+    const bad = namespaceNameProblem(name);
+    if (bad !== undefined) throw new KvConfigError(`namespaces: ${bad}`);
+    if (name === DEFAULT_NAMESPACE) throw new KvConfigError(`namespaces: '${DEFAULT_NAMESPACE}' is always hosted, sized by --memory`);
+    if (seen.has(name)) throw new KvConfigError(`namespaces: '${name}' is given twice`);
+    if (typeof memoryBytes !== 'number' || !Number.isSafeInteger(memoryBytes) || memoryBytes <= 0) throw new KvConfigError(`namespaces: '${name}' needs a size in bytes (got ${String(memoryBytes)})`);
+    seen.add(name);
+  }
+  return namespaces as NamespaceOption[];
+}
+
+/** The names of the namespaces a server with these hosts: the default one first. */
+export function namespaceNames(namespaces: readonly NamespaceOption[] | undefined): string[] {
+  return [DEFAULT_NAMESPACE, ...(namespaces ?? []).map((n) => n.name)];
+}
+
+/** Where namespace `name` keeps its region: the default one in `regionFile`, the others next to it. */
+export function namespaceRegionFile(regionFile: string | undefined, name: string): string | undefined {
+  return regionFile === undefined || name === DEFAULT_NAMESPACE ? regionFile : `${regionFile}.${name}`;
 }
 
 /** --eviction and its watermarks: a known policy, 1 <= low < high <= 99 percent; the sweep's interval. */
@@ -121,15 +161,20 @@ function checkEviction({ eviction, evictionHighPercent: high, evictionLowPercent
   if (typeof expirySweepMs !== 'number' || !(expirySweepMs >= 10)) throw new KvConfigError(`--expiry-sweep-ms must be at least 10 ms (got ${String(expirySweepMs)})`);
 }
 
-/** Tokens as programs pass them (the CLI's come checked from protocol/tokens.ts); throws KvConfigError. */
-export function checkTokens(tokens: readonly TokenEntry[]): void {
+/**
+ * Tokens as programs pass them (the CLI's come checked from protocol/tokens.ts), each for one of
+ * the `hosted` namespaces; throws KvConfigError.
+ */
+export function checkTokens(tokens: readonly TokenEntry[], hosted: readonly string[]): void {
   if (!Array.isArray(tokens) || tokens.length === 0) throw new KvConfigError('tokens: give at least one { token, role }');
   const seen = new Set<string>();
   for (const entry of tokens) {
     const { token, role, namespace } = entry ?? {};
     if (typeof token !== 'string' || token === '') throw new KvConfigError('tokens: every token is a non-empty string');
     if (!ROLES.includes(role)) throw new KvConfigError(`tokens: unknown role '${String(role)}': expected read or write`);
-    if (namespace !== undefined && namespace !== DEFAULT_NAMESPACE) throw new KvConfigError(`tokens: namespace '${String(namespace)}': namespaces are not available yet`);
+    if (namespace !== undefined && !hosted.includes(namespace)) {
+      throw new KvConfigError(`tokens: namespace '${String(namespace)}' is not hosted by this server (it hosts ${hosted.join(', ')}): add --namespace ${String(namespace)}:SIZE, or fix the token's line`);
+    }
     if (seen.has(token)) throw new KvConfigError('tokens: a token is given twice');
     seen.add(token);
   }

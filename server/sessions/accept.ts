@@ -1,18 +1,18 @@
-// Accepting clients: the loopback queue pair recognised by its secret, the
-// protocol version, the token, a session number and a free client ring
-// checked, the ring emptied, the connection accepted with its receives posted,
-// its memory window bound (where the fabric has windows: an rkey for this
-// connection alone, READ-only for a read client), and the hello sent once it
-// is established. While a region file is being
-// recovered, requests wait (serving only when ready).
-import { timingSafeEqual } from 'node:crypto';
+// Accepting a namespace's clients, once KvServer has checked the protocol
+// version and the token and routed the request here (kv-server.ts): a session
+// number and a free client ring checked, the ring emptied, the connection
+// accepted with its receives posted, its memory window bound (where the
+// fabric has windows: an rkey for this connection alone, READ-only for a read
+// client), and the hello sent once it is established. While the namespace's
+// region file is being recovered, requests wait (serving only when ready).
 import type { EventEmitter } from 'node:events';
 
 import type { Logger } from 'pino';
 
 import type { Connection, ConnectionRequest } from '../../native/index.js';
 import { KvLayout } from '../../protocol/constants.js';
-import { RejectReason, parseConnectData } from '../../protocol/connect.js';
+import { RejectReason } from '../../protocol/connect.js';
+import type { Role } from '../../protocol/tokens.js';
 import { type Fabric, RECVS_PER_CLIENT, bindClientWindow } from '../fabric.js';
 import type { ServerSettings } from '../options.js';
 import type { ServerStats } from '../stats.js';
@@ -22,12 +22,11 @@ import { recvRequest, send, sendBuffersFor } from './channel.js';
 import type { Client, ClientTable } from './clients.js';
 import { helloFor } from './hello.js';
 import type { SessionNumbers } from './session-numbers.js';
-import type { TokenTable } from './tokens.js';
 
 export interface AcceptorParts {
+  /** the namespace's name (its clients' hellos say it) */
+  namespace: string;
   settings: ServerSettings;
-  /** the tokens and their roles (replaced on a reload: KvServer.setTokens) */
-  tokens: TokenTable;
   store: RegionStore;
   clients: ClientTable;
   sessions: SessionNumbers;
@@ -35,11 +34,15 @@ export interface AcceptorParts {
   log: Logger | undefined;
   /** emits 'clientConnected' (id) */
   events: EventEmitter;
-  /** the loopback queue pairs' proof (fabric.ts, openLoopback) */
-  loopbackSecret: Buffer;
   isClosed: () => boolean;
   /** a client's connection is gone (recovery/departures.ts) */
   onDisconnected: (client: Client, reason: string) => void;
+}
+
+/** What a request's token gave it (sessions/tokens.ts), and the digest it presented. */
+export interface Presented {
+  role: Role;
+  digest: Buffer | undefined;
 }
 
 export class Acceptor {
@@ -48,7 +51,7 @@ export class Acceptor {
   /** true from construction on an existing region file until its recovery has finished (see open) */
   private holding: boolean;
   /** connection requests that arrived while holding, answered when it ends */
-  private readonly held: Array<{ fabric: Fabric; request: ConnectionRequest }> = [];
+  private readonly held: Array<{ fabric: Fabric; request: ConnectionRequest; client: Presented }> = [];
 
   constructor(private readonly parts: AcceptorParts) {
     this.holding = parts.store.existed;
@@ -62,7 +65,7 @@ export class Acceptor {
 
   /** Answers the held requests: rejected if the server is closing. */
   answerHeld(): void {
-    for (const { fabric, request } of this.held.splice(0)) this.onConnectRequest(fabric, request);
+    for (const { fabric, request, client } of this.held.splice(0)) this.onConnectRequest(fabric, request, client);
   }
 
   /** Disconnects the accepted ends of the loopback queue pairs (the server is closing). */
@@ -70,36 +73,33 @@ export class Acceptor {
     for (const connection of this.loopbacks) connection.disconnect();
   }
 
-  onConnectRequest(fabric: Fabric, request: ConnectionRequest): void {
+  /** Accepts the accepted end of this namespace's loopback queue pair on `fabric` (KvServer recognised its secret). */
+  acceptLoopback(fabric: Fabric, request: ConnectionRequest): void {
+    const connection = request.accept({ cq: fabric.cq });
+    this.loopbacks.add(connection);
+    try {
+      // Its atomics need the region's words: a window like a write client's (openLoopback reads it).
+      fabric.loopbackWindow = bindClientWindow(fabric, connection, 'write');
+    } catch (error) {
+      this.parts.log?.error({ err: (error as Error).message }, 'cannot bind the loopback connection\'s memory window');
+    }
+  }
+
+  /** Rejects a request with `reason` (and `detail`, a second byte), counted and logged as `why`. */
+  reject(request: ConnectionRequest, reason: number, why: string, detail?: number): void {
+    this.parts.stats.count.rejectedConnections++;
+    this.parts.log?.warn({ peer: request.peerAddress, why }, 'connection rejected');
+    request.reject(Buffer.from(detail === undefined ? [reason] : [reason, detail]));
+  }
+
+  /** A request whose token opens this namespace (as `presented.role`). */
+  onConnectRequest(fabric: Fabric, request: ConnectionRequest, presented: Presented): void {
     const { stats, log, clients, store } = this.parts;
-    const { version, digest, loopback } = parseConnectData(request.privateData);
-    if (loopback && timingSafeEqual(loopback, this.parts.loopbackSecret)) {
-      const connection = request.accept({ cq: fabric.cq });
-      this.loopbacks.add(connection);
-      try {
-        // Its atomics need the region's words: a window like a write client's (openLoopback reads it).
-        fabric.loopbackWindow = bindClientWindow(fabric, connection, 'write');
-      } catch (error) {
-        log?.error({ err: (error as Error).message }, 'cannot bind the loopback connection\'s memory window');
-      }
-      return;
-    }
     const closed = this.parts.isClosed();
-    if (this.holding && !closed) return this.hold(fabric, request);
-    const reject = (reason: number, why: string) => {
-      stats.count.rejectedConnections++;
-      log?.warn({ peer: request.peerAddress, why }, 'connection rejected');
-      request.reject(Buffer.from([reason]));
-    };
+    if (this.holding && !closed) return this.hold(fabric, request, presented);
+    const reject = (reason: number, why: string) => this.reject(request, reason, why);
     if (closed) return reject(RejectReason.FULL, 'shutting down');
-    if (version !== KvLayout.PROTOCOL_VERSION) {
-      // The second byte names ours, so the client can say which side to upgrade.
-      stats.count.rejectedConnections++;
-      log?.warn({ peer: request.peerAddress, why: `protocol version ${version}, this server ${KvLayout.PROTOCOL_VERSION}` }, 'connection rejected');
-      return request.reject(Buffer.from([RejectReason.VERSION, KvLayout.PROTOCOL_VERSION]));
-    }
-    const role = this.parts.tokens.roleOf(digest);
-    if (role === undefined) return reject(RejectReason.AUTH, 'wrong token');
+    const { role, digest } = presented;
     // Registered before any read token was accepted (KvServer); a defect if missing: never hand out the writable rkey.
     if (role === 'read' && !fabric.readOnly && !fabric.windows) return reject(RejectReason.FULL, 'no READ-only registration for a read token');
     if (this.parts.sessions.exhausted) {
@@ -140,7 +140,7 @@ export class Acceptor {
     connection.once('established', () => {
       const rest = Array.from({ length: RECVS_PER_CLIENT - recvs.length }, (_, i) => recvRequest(fabric, recvBase + recvs.length + i));
       if (rest.length > 0) connection.postRecv(rest);
-      send(client, helloFor(client, store, this.parts.settings));
+      send(client, helloFor(client, store, this.parts.settings, this.parts.namespace));
       log?.info({ clientId: id, peer: connection.peerAddress, role, window: window !== undefined }, 'client connected');
       this.parts.events.emit('clientConnected', id);
     });
@@ -153,8 +153,8 @@ export class Acceptor {
    * or grant it live blocks. Its request is answered, in arrival order, once recovery ends
    * (open); a client that gives up first sees its own connect timeout.
    */
-  private hold(fabric: Fabric, request: ConnectionRequest): void {
-    this.held.push({ fabric, request });
+  private hold(fabric: Fabric, request: ConnectionRequest, client: Presented): void {
+    this.held.push({ fabric, request, client });
     if (this.held.length === 1) this.parts.log?.info({ peer: request.peerAddress }, 'connection requests held until recovery finishes');
   }
 }

@@ -1,7 +1,7 @@
 // The hello: the first message a client gets once connected, all it needs to
 // work alone: its id and version base, where the region is (its rkey on this
 // fabric: its own memory window's where the fabric has windows), the layout,
-// its client ring, the hash seed, and the timings. A read client's hello says
+// its client ring, the hash seed, the timings, and the namespace it opened. A read client's hello says
 // so: its rkey is READ-only (its window, or the READ-only registration), and
 // it has no client ring (it leaves no notices and is granted no blocks).
 import { KvLayout } from '../../protocol/constants.js';
@@ -11,7 +11,7 @@ import type { ServerSettings } from '../options.js';
 import type { RegionStore } from '../store/region.js';
 import type { Client } from './clients.js';
 
-export function helloFor(client: Client, store: RegionStore, settings: Pick<ServerSettings, 'graceMs' | 'keepaliveMs'>): Hello {
+export function helloFor(client: Client, store: RegionStore, settings: Pick<ServerSettings, 'graceMs' | 'keepaliveMs'>, namespace: string): Hello {
   const { layout } = store;
   const writes = client.role === 'write';
   // Its window covers the whole region; without windows, accept takes a read client only where the READ-only registration exists.
@@ -20,6 +20,7 @@ export function helloFor(client: Client, store: RegionStore, settings: Pick<Serv
     t: 'hello',
     v: KvLayout.PROTOCOL_VERSION,
     role: client.role,
+    namespace,
     clientId: client.id,
     versionBase: sessionVersionBase(client.session),
     // accessOffset (eviction on, write clients): where a GET marks the item it read (docs/architecture.md,

@@ -215,7 +215,7 @@ test('misspelled or unknown connect options reject with KV_INVALID_ARGUMENT nami
     [{ url, tokne: 's3cret' }, "unknown option 'tokne': did you mean 'token'?"],
     [{ etcd: { hosts, prefx: '/x' } }, "unknown option 'etcd.prefx': did you mean 'etcd.prefix'?"],
     [{ etcd: { host: hosts } }, "unknown option 'etcd.host': did you mean 'etcd.hosts'?"],
-    [{ url, colour: 'blue' }, "unknown option 'colour' (the options are url, servers, etcd, token, pollMode, timeoutMs, reconnect, requireReady, scratchBytes, locationCacheEntries, history, metrics)"],
+    [{ url, colour: 'blue' }, "unknown option 'colour' (the options are url, servers, etcd, token, namespace, pollMode, timeoutMs, reconnect, requireReady, scratchBytes, locationCacheEntries, history, metrics)"],
     [{ etcd: { hosts, lease: 5 } }, "unknown option 'etcd.lease' (the options are etcd.hosts, etcd.prefix)"],
   ];
   for (const [options, message] of cases) {

@@ -19,9 +19,9 @@ function stall(ms: number): void {
   }
 }
 
-/** The server's grant queue and evictor (reached into, as failures.test.ts reaches its client table). */
+/** The default namespace's grant queue and evictor (reached into, as failures.test.ts reaches its client table). */
 interface Inner {
-  grants: { waiting: unknown[]; evictor: { busy: boolean; running: Promise<void> | undefined } };
+  main: { grants: { waiting: unknown[]; evictor: { busy: boolean; running: Promise<void> | undefined } } };
 }
 
 for (const scheme of providersUnderTest()) {
@@ -32,7 +32,7 @@ for (const scheme of providersUnderTest()) {
     t.teardown(() => kv.close());
     const small = Math.ceil((2 * server.layout.heapBytes) / 1000);
     for (let i = 0; i < small; i += 64) await Promise.all(Array.from({ length: 64 }, (_, k) => kv.put(`s${i + k}`, Buffer.alloc(1000, k))));
-    const { grants } = server as unknown as Inner;
+    const { grants } = (server as unknown as Inner).main;
     // Freed small blocks are scattered: a 256 KiB block needs many runs' worth of neighbours freed.
     const big = kv.put('big', selfValidating(2, 0, 256 << 10)).then(
       () => 'stored',

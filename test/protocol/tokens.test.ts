@@ -37,7 +37,8 @@ test('malformed lines: a StartupError naming the file and the line', (t) => {
     ['a write\nb admin\n', /line 2: unknown role 'admin': expected read or write/],
     ['a WRITE\n', /line 1: unknown role 'WRITE'/],
     ['\n\na read default extra\n', /line 3: 4 fields/],
-    ['a read tenant-b\n', /line 1: namespace 'tenant-b': namespaces are not available yet/],
+    ['a read tenant/b\n', /line 1: namespace 'tenant\/b': a name is letters, digits/],
+    ['a read a-name-of-twenty-one1\n', /line 1: namespace 'a-name-of-twenty-one1': at most 20 characters/],
     ['a read\nb write\na write\n', /line 3: the token of line 1 again/],
   ];
   for (const [text, message] of cases) {

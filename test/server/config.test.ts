@@ -1,9 +1,13 @@
 // kv-server's option parsers: sizes, durations, counts, listen URLs,
 // the whole configuration, and the held-back log stream.
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
 import test from 'ava';
 
 import { DEFAULTS, type RawServerArgs, resolveConfig } from '../../server/config.js';
-import { UsageError, formatBytes, parseCount, parseDuration, parseSize } from '../../protocol/operator-input.js';
+import { StartupError, UsageError, formatBytes, parseCount, parseDuration, parseSize } from '../../protocol/operator-input.js';
 import { checkListenUrl } from '../../protocol/providers.js';
 import { HeldBackStream } from '../../server/logging.js';
 
@@ -92,6 +96,7 @@ test('the defaults make a valid configuration: 1 GiB on shm:///run/rdma-kv/kv.so
   t.deepEqual(resolveConfig(defaults()), {
     listen: ['shm:///run/rdma-kv/kv.sock'],
     memoryBytes: 2 ** 30,
+    namespaces: [],
     token: undefined,
     tokenFile: undefined,
     buckets: undefined,
@@ -131,10 +136,26 @@ test('resolveConfig: the first thing wrong, as a UsageError', (t) => {
     [{ metricsPort: '70000' }, /--metrics-port: 70000 is out of range/],
     [{ token: '  ' }, /must not be empty/],
     [{ token: 'a', tokenFile: '/x' }, /exclude each other/],
+    [{ namespace: ['billing'] }, /--namespace billing: expected NAME:SIZE/],
+    [{ namespace: ['bil/ling:1GiB'] }, /--namespace bil\/ling:1GiB: namespace 'bil\/ling': a name is letters/],
+    [{ namespace: ['default:1GiB'] }, /the default namespace is always there; --memory sizes it/],
+    [{ namespace: ['a:64MiB', 'a:32MiB'] }, /--namespace a is given twice/],
+    [{ namespace: ['a:lots'] }, /--namespace a/],
+    [{ namespace: ['a:1MiB'] }, /--namespace a: memory too small/],
   ];
   for (const [change, reason] of bad) {
     t.throws(() => resolveConfig({ ...defaults(), ...change }), { instanceOf: UsageError, message: reason }, JSON.stringify(change));
   }
+});
+
+test('resolveConfig: --namespace NAME:SIZE, and a token file\'s namespaces must be hosted (StartupError)', (t) => {
+  const config = resolveConfig({ ...defaults(), memory: '64MiB', namespace: ['billing:128MiB', 'search.v2:64MiB'] });
+  t.deepEqual(config.namespaces, [{ name: 'billing', memoryBytes: 128 << 20 }, { name: 'search.v2', memoryBytes: 64 << 20 }]);
+  const file = join(mkdtempSync(join(tmpdir(), 'rkv-cfg-')), 'tokens');
+  writeFileSync(file, 'a write billing\nb read\n', { mode: 0o600 });
+  t.deepEqual(resolveConfig({ ...defaults(), memory: '64MiB', namespace: ['billing:64MiB'], tokenFile: file }).tokenFile?.entries.map((e) => e.namespace), ['billing', 'default']);
+  const error = t.throws(() => resolveConfig({ ...defaults(), memory: '64MiB', tokenFile: file }), { instanceOf: StartupError });
+  t.is(error?.message, `--token-file ${file}: a token for namespace 'billing', which this server does not host (it hosts default): add --namespace billing:SIZE, or fix the line`);
 });
 
 test('formatBytes: binary units, one decimal at most', (t) => {

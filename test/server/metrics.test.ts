@@ -72,6 +72,20 @@ test('gauges and counters read the stats; counters are set, not summed, across s
   t.is(sample(third, 'rdmakv_slot_load_factor'), 0);
 });
 
+test('namespaces: with several, every series is labelled by namespace; with the default one alone, none is', async (t) => {
+  const alone = await createRegistry(() => new Map([['default', fakeStats()]]), { defaultMetrics: false }).metrics();
+  t.is(sample(alone, 'rdmakv_items'), 70);
+  t.is(sample(alone, 'rdmakv_heap_class_used_bytes', 'class_bytes="128"'), 3072);
+  t.notRegex(alone, /namespace=/);
+  const several = await createRegistry(() => new Map([['default', fakeStats()], ['billing', fakeStats({ items: 3, rdmaErrors: {} })]]), { defaultMetrics: false }).metrics();
+  t.is(sample(several, 'rdmakv_items'), undefined);
+  t.is(sample(several, 'rdmakv_items', 'namespace="default"'), 70);
+  t.is(sample(several, 'rdmakv_items', 'namespace="billing"'), 3);
+  t.is(sample(several, 'rdmakv_heap_class_used_bytes', 'class_bytes="128",namespace="billing"'), 3072);
+  t.is(sample(several, 'rdmakv_rdma_error_completions_total', 'status="REM_ACCESS_ERR",namespace="default"'), 2);
+  t.is(sample(several, 'rdmakv_rdma_error_completions_total', 'status="REM_ACCESS_ERR",namespace="billing"'), undefined);
+});
+
 test('metric names are prefixed rdmakv_, counters end in _total, names are unique', (t) => {
   const names = new Set<string>();
   for (const def of METRICS) {

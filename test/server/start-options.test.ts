@@ -25,15 +25,15 @@ test('an option like none lists them all', (t) =>
   startRejects(
     t,
     { verbose: true },
-    "unknown option 'verbose': the options are listen, memoryBytes, token, tokens, buckets, maxValueBytes, graceMs, maxClients, keepaliveMs, regionFile, logger, beforeRecovery, eviction, evictionHighPercent, evictionLowPercent, expirySweepMs",
+    "unknown option 'verbose': the options are listen, memoryBytes, namespaces, token, tokens, buckets, maxValueBytes, graceMs, maxClients, keepaliveMs, regionFile, logger, beforeRecovery, eviction, evictionHighPercent, evictionLowPercent, expirySweepMs",
   ));
 
 test('token and tokens exclude each other', (t) => startRejects(t, { token: 'a', tokens: [{ token: 'b', role: 'read' }] }, 'token and tokens exclude each other'));
 
-test('tokens: a bad role, a namespace, an empty token, a repeated token and an empty list are refused', async (t) => {
+test('tokens: a bad role, a namespace not hosted, an empty token, a repeated token and an empty list are refused', async (t) => {
   const cases: Array<[unknown, string]> = [
     [[{ token: 'a', role: 'admin' }], "tokens: unknown role 'admin': expected read or write"],
-    [[{ token: 'a', role: 'read', namespace: 'tenant-b' }], "tokens: namespace 'tenant-b': namespaces are not available yet"],
+    [[{ token: 'a', role: 'read', namespace: 'tenant-b' }], "tokens: namespace 'tenant-b' is not hosted by this server (it hosts default): add --namespace tenant-b:SIZE, or fix the token's line"],
     [[{ token: '', role: 'write' }], 'tokens: every token is a non-empty string'],
     [[{ token: 'a', role: 'write' }, { token: 'a', role: 'read' }], 'tokens: a token is given twice'],
     [[], 'tokens: give at least one { token, role }'],

@@ -4,6 +4,7 @@
 // code 2) whose message names the option.
 import { UsageError, parseCount, parseDuration } from '../../protocol/operator-input.js';
 import { checkListenUrl } from '../../protocol/providers.js';
+import { namespaceNameProblem } from '../../protocol/tokens.js';
 import { oneLine } from './format.js';
 import type { Io } from './io.js';
 import { KVCTL_DEFAULTS, parser, protect, unprotect } from './parser.js';
@@ -27,6 +28,8 @@ export interface CtlArgs {
   target: Target;
   token?: string;
   tokenFile?: string;
+  /** --namespace: the one to open and whose stats to read; undefined: the token's (stats: the default one's). */
+  namespace?: string;
   /** --metrics as given, split at commas; undefined when not given. */
   metrics?: string[];
   json: boolean;
@@ -34,6 +37,14 @@ export interface CtlArgs {
   intervalMs: number;
   count?: number;
   force: boolean;
+}
+
+/** --namespace, a valid name. */
+function resolveNamespace(value: unknown): string | undefined {
+  if (value === undefined) return undefined;
+  const bad = namespaceNameProblem(String(value));
+  if (bad !== undefined) throw new UsageError(`--namespace: ${bad}`);
+  return String(value);
 }
 
 /** A list option: repeated and/or comma-separated. */
@@ -113,7 +124,7 @@ export async function parseArgs(argv: string[], io: Io): Promise<CtlArgs | numbe
   }
   if (args.help === true || args.version === true) return 0;
   // --servers, --etcd and --metrics are lists: repeating them adds to the list.
-  for (const name of ['token', 'token-file', 'timeout-ms', 'json', 'etcd-prefix', 'interval', 'count', 'force', 'key', 'value', 'delta', 'ttl', 'name']) {
+  for (const name of ['token', 'token-file', 'namespace', 'timeout-ms', 'json', 'etcd-prefix', 'interval', 'count', 'force', 'key', 'value', 'delta', 'ttl', 'name']) {
     if (Array.isArray(args[name])) {
       io.stderr(`kvctl: --${name} is given more than once (see kvctl --help)\n`);
       return 2;
@@ -135,6 +146,7 @@ export async function parseArgs(argv: string[], io: Io): Promise<CtlArgs | numbe
       target,
       token: args.token === undefined ? undefined : String(args.token),
       tokenFile: args['token-file'] === undefined ? undefined : String(args['token-file']),
+      namespace: resolveNamespace(args.namespace),
       metrics: resolveMetrics(args.metrics, target),
       json: args.json === true,
       timeoutMs: parseDuration(String(args['timeout-ms']), '--timeout-ms'),

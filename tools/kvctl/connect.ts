@@ -16,7 +16,7 @@ export function clientOptions(args: CtlArgs, io: Io, connecting: Pick<KvClientOp
   if (args.token !== undefined && args.tokenFile !== undefined) throw new UsageError('--token and --token-file exclude each other');
   let token = args.token;
   if (args.tokenFile !== undefined) {
-    const file = clientToken(args.tokenFile);
+    const file = clientToken(args.tokenFile, args.namespace);
     if (file.warning !== undefined) io.stderr(`kvctl: warning: ${file.warning}\n`);
     token = file.token;
   }
@@ -25,7 +25,7 @@ export function clientOptions(args: CtlArgs, io: Io, connecting: Pick<KvClientOp
     target.kind === 'url' ? { url: target.url }
     : target.kind === 'servers' ? { servers: target.urls }
     : { etcd: { hosts: target.hosts, prefix: target.prefix } };
-  return { ...where, token, timeoutMs: args.timeoutMs, ...connecting };
+  return { ...where, token, ...(args.namespace !== undefined ? { namespace: args.namespace } : {}), timeoutMs: args.timeoutMs, ...connecting };
 }
 
 /** Client warnings (a bad etcd record, say) go to stderr as they come. */

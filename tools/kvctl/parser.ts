@@ -26,6 +26,7 @@ export function parser(argv: string[]) {
     .option('etcd-prefix', { requiresArg: true, defaultDescription: KVCTL_DEFAULTS.etcdPrefix, describe: 'with --etcd: the cluster\'s key prefix' })
     .option('token', { requiresArg: true, defaultDescription: 'none', describe: 'the servers\' token (shows in ps: prefer --token-file)' })
     .option('token-file', { requiresArg: true, defaultDescription: 'none', describe: 'file holding the token (whitespace around it is trimmed)' })
+    .option('namespace', { requiresArg: true, defaultDescription: 'the token\'s', describe: 'the namespace (kv-server --namespace) to open, and whose stats to show; the token must be one of it' })
     .option('metrics', {
       requiresArg: true,
       defaultDescription: `${KVCTL_DEFAULTS.metrics} with --url`,
@@ -75,6 +76,7 @@ export function parser(argv: string[]) {
         '  kvctl incr visits && kvctl incr stock -3',
         '  kvctl put session:42 token --ttl 30m && kvctl ttl session:42',
         '  kvctl --metrics http://127.0.0.1:9464 stats --json',
+        '  kvctl --namespace billing --token-file /etc/rdma-kv/tokens get invoice:7',
         '  kvctl --servers rdma://10.0.0.1:7471,rdma://10.0.0.2:7471 layout user:42',
         '  kvctl --etcd http://10.0.0.9:2379 watch --interval 2s',
         '  kvctl --etcd http://10.0.0.9:2379 forget kv-3',

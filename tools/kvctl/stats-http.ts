@@ -13,9 +13,9 @@ export function staticMetrics(args: CtlArgs): Map<string, string | undefined> {
   throw new Error('etcd members\' metrics come from etcd');
 }
 
-/** GET <metrics>/stats as an object; errors say why in a way a person can act on. */
-export async function readStats(metrics: string, timeoutMs: number): Promise<Record<string, unknown>> {
-  const url = `${metrics}/stats`;
+/** GET <metrics>/stats (namespace `namespace`'s, if given) as an object; errors say why in a way a person can act on. */
+export async function readStats(metrics: string, timeoutMs: number, namespace?: string): Promise<Record<string, unknown>> {
+  const url = `${metrics}/stats${namespace === undefined ? '' : `?namespace=${encodeURIComponent(namespace)}`}`;
   let response: Response;
   try {
     response = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });

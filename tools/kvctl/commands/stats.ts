@@ -13,7 +13,7 @@ import { readStats, staticMetrics } from '../stats-http.js';
 export async function stats(args: CtlArgs, io: Io): Promise<void> {
   const { target } = args;
   if (target.kind === 'url') {
-    const parsed = await readStats(args.metrics?.[0] ?? KVCTL_DEFAULTS.metrics, args.timeoutMs);
+    const parsed = await readStats(args.metrics?.[0] ?? KVCTL_DEFAULTS.metrics, args.timeoutMs, args.namespace);
     io.stdout(args.json ? JSON.stringify(parsed) + '\n' : statsTable(parsed));
     return;
   }
@@ -35,7 +35,7 @@ export async function stats(args: CtlArgs, io: Io): Promise<void> {
     [...where].map(async ([name, metrics]) => {
       if (metrics === undefined) return { name, metrics: null, error: 'no metrics address (not alive, or no --metrics-port)' };
       try {
-        return { name, metrics, stats: await readStats(metrics, args.timeoutMs) };
+        return { name, metrics, stats: await readStats(metrics, args.timeoutMs, args.namespace) };
       } catch (error) {
         return { name, metrics, error: (error as Error).message };
       }

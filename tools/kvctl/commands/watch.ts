@@ -68,7 +68,7 @@ class StatsSampler {
   }
 
   private async read(metrics: string): Promise<MemberStats> {
-    const raw = await readStats(metrics, this.args.timeoutMs);
+    const raw = await readStats(metrics, this.args.timeoutMs, this.args.namespace);
     const at = performance.now();
     const notifications = Number(raw.notifications);
     const before = this.previous.get(metrics);
