@@ -37,8 +37,10 @@ export type EvictionReason = 'watermark' | 'grant';
  */
 const CANDIDATES = 2 * 32;
 const MAX_SAMPLE_BUCKETS = 512;
-/** Items one round removes at most (two loopback doorbells). */
-const ROUND_VICTIMS = 32;
+/** Items one round removes at most (one loopback doorbell for the locks, one for the releases). */
+const ROUND_VICTIMS = 16;
+/** Candidates a round keeps for the next: the pool a new sample is compared with. */
+const POOL_SIZE = 64;
 /** Rounds in a row that may find nothing to remove before a run gives up (all protected). */
 const FRUITLESS_ROUNDS = 16;
 /**
@@ -69,6 +71,8 @@ export class Evictor {
   private stuckLoggedAt = -Infinity;
   private readonly use: ItemUse;
   private readonly store: RegionStore;
+  /** the best victims a round found and did not take (re-checked and re-scored by the next) */
+  private pool: Candidate[] = [];
 
   constructor(private readonly parts: EvictorParts) {
     ({ use: this.use, store: this.store } = parts);
@@ -140,32 +144,57 @@ export class Evictor {
     return itemType(this.store.bytes, this.store.itemAt(block)) === ItemType.BYTES;
   }
 
-  /** The worst ROUND_VICTIMS of up to CANDIDATES eligible items, and at most half of those found. */
+  /**
+   * The worst ROUND_VICTIMS of this round's sample and the pool, and at most half of those:
+   * the rest of the worst, up to POOL_SIZE, are kept for the next round (Redis's eviction pool),
+   * so a victim is the worst of many rounds' samples, not of one round's 64.
+   */
   private sample(): Victim[] {
     const { index } = this.store;
-    const { stamp, hits } = this.use;
     const now = this.use.now();
-    const seen: Array<Victim & { score: number }> = [];
+    const seen: Candidate[] = [];
+    const blocks = new Set<number>();
+    for (const kept of this.pool) {
+      // Still there and still eligible: scored again (it may have been read since).
+      if (index.slot(kept.bucket, kept.i) !== kept.slot || !this.eligible(kept.block, now)) continue;
+      kept.score = this.score(kept.block);
+      seen.push(kept);
+      blocks.add(kept.block);
+    }
     const buckets = index.bucketCount;
     // From a random bucket on, in order: keys hash to buckets at random, and no bucket is seen twice.
     const first = Math.floor(Math.random() * buckets);
-    for (let n = 0; n < Math.min(MAX_SAMPLE_BUCKETS, buckets) && seen.length < CANDIDATES; n++) {
+    let fresh = 0;
+    for (let n = 0; n < Math.min(MAX_SAMPLE_BUCKETS, buckets) && fresh < CANDIDATES; n++) {
       const bucket = (first + n) % buckets;
       for (let i = 0; i < KvLayout.SLOTS_PER_BUCKET; i++) {
         const slot = index.slot(bucket, i);
         if (slot === EMPTY_SLOT || !this.store.slotInHeap(slot)) continue;
         const block = slotBlock(slot);
-        if (!this.eligible(block, now)) continue;
-        // lfu: fewest reads first, the oldest among equals; lru: the oldest.
-        const score = hits ? hits[block]! * 2 ** 32 + stamp[block]! : stamp[block]!;
-        seen.push({ bucket, i, slot, score });
+        if (blocks.has(block) || !this.eligible(block, now)) continue;
+        seen.push({ bucket, i, slot, block, score: this.score(block) });
+        fresh++;
       }
     }
     // The worse half at most: a victim is always chosen against as many items kept, so a round that
     // found few candidates (a sparse index, most items too fresh) does not take them all.
     seen.sort((a, b) => a.score - b.score);
-    return seen.slice(0, Math.min(ROUND_VICTIMS, Math.max(1, seen.length >> 1)));
+    const victims = Math.min(ROUND_VICTIMS, Math.max(1, seen.length >> 1));
+    this.pool = seen.slice(victims, victims + POOL_SIZE);
+    return seen.slice(0, victims);
   }
+
+  /** lfu: fewest reads first, the oldest among equals; lru: the oldest. */
+  private score(block: number): number {
+    const { stamp, hits } = this.use;
+    return hits ? hits[block]! * 2 ** 32 + stamp[block]! : stamp[block]!;
+  }
+}
+
+/** A sampled item and its score (lower goes first). */
+interface Candidate extends Victim {
+  block: number;
+  score: number;
 }
 
 /** Runs `task` as one task of the loopback chain and resolves with its result. */
