@@ -6,6 +6,7 @@
 import yargs from 'yargs';
 
 import { type RawServerArgs, DEFAULTS, LOG_LEVELS } from './config.js';
+import { DEFAULT_GRACE_MS } from './options.js';
 import { closestMatch, optionFlag, optionSuggestion, packageVersion, unknownOptionNames } from '../protocol/operator-input.js';
 
 const EPILOG = [
@@ -63,8 +64,7 @@ function parser(argv: string[]) {
     })
     .option('grace-ms', {
       requiresArg: true,
-      default: DEFAULTS.graceMs,
-      describe: 'milliseconds a freed heap block stays unused, so slow readers never see it reused',
+      describe: `ms a freed block stays unused (slow readers never see it reused): ${DEFAULT_GRACE_MS.none}; ${DEFAULT_GRACE_MS.evicting} with --eviction`,
     })
     .option('keepalive-ms', {
       requiresArg: true,
@@ -229,7 +229,7 @@ export async function parseArgs(argv: string[]): Promise<Parsed> {
       tokenFile: args['token-file'] as string | undefined,
       buckets: args.buckets as string | undefined,
       maxValue: args['max-value'] as string,
-      graceMs: args['grace-ms'] as string,
+      graceMs: args['grace-ms'] as string | undefined,
       keepaliveMs: args['keepalive-ms'] as string,
       maxClients: args['max-clients'] as string,
       metricsPort: args['metrics-port'] as string,
