@@ -64,7 +64,9 @@ function parser(argv: string[]) {
     })
     .option('grace-ms', {
       requiresArg: true,
-      describe: `ms a freed block stays unused (slow readers never see it reused): ${DEFAULT_GRACE_MS.none}; ${DEFAULT_GRACE_MS.evicting} with --eviction`,
+      // No default value: without one given, config.ts takes the one for --eviction.
+      defaultDescription: `${DEFAULT_GRACE_MS.none}; ${DEFAULT_GRACE_MS.evicting} with --eviction lru|lfu`,
+      describe: 'milliseconds a freed heap block stays unused, so slow readers never see it reused',
     })
     .option('keepalive-ms', {
       requiresArg: true,
