@@ -7,8 +7,9 @@
 //
 // Who goes: each round reads buckets from a random one on until it has seen
 // CANDIDATES eligible items (or MAX_SAMPLE_BUCKETS buckets: Redis samples keys the same
-// way, rather than keeping an exact LRU list on the hot path) and removes the
-// ROUND_VICTIMS worst of them: lru the oldest stamp
+// way, rather than keeping an exact LRU list on the hot path), adds the pool the
+// last round kept, and removes the ROUND_VICTIMS worst of all (the next POOL_SIZE
+// are the next round's pool, as Redis's eviction pool): lru the oldest stamp
 // (last read or write, item-use.ts), lfu the fewest reads, then the oldest.
 // Never a candidate: counters and locks (only bytes items are evicted, so
 // both survive), an item whose notice has not been drained, and an item
@@ -16,7 +17,7 @@
 import type { Logger } from 'pino';
 
 import { IndexWord, ItemType, KvLayout } from '../../protocol/constants.js';
-import { EMPTY_SLOT, itemType, slotBlock } from '../../protocol/index-format.js';
+import { itemType, slotBlock } from '../../protocol/index-format.js';
 import type { Fabric } from '../fabric.js';
 import type { Chain } from '../recovery/chain.js';
 import type { RegionStore } from '../store/region.js';
@@ -35,7 +36,7 @@ export type EvictionReason = 'watermark' | 'grant';
  * survived against 191-200 on shm). Bounded, as a round runs on the server's event loop: at
  * 4,096 buckets a round, a server sharing its thread with a client (the guest's tests) starved it.
  */
-const CANDIDATES = 2 * 32;
+const CANDIDATES = 64;
 const MAX_SAMPLE_BUCKETS = 512;
 /** Items one round removes at most (one loopback doorbell for the locks, one for the releases). */
 const ROUND_VICTIMS = 16;
