@@ -6,6 +6,7 @@
 import yargs from 'yargs';
 
 import { type RawServerArgs, DEFAULTS, LOG_LEVELS } from './config.js';
+import { DEFAULT_GRACE_MS } from './options.js';
 import { closestMatch, optionFlag, optionSuggestion, packageVersion, unknownOptionNames } from '../protocol/operator-input.js';
 
 const EPILOG = [
@@ -72,7 +73,8 @@ function parser(argv: string[]) {
     })
     .option('grace-ms', {
       requiresArg: true,
-      default: DEFAULTS.graceMs,
+      // No default value: without one given, config.ts takes the one for --eviction.
+      defaultDescription: `${DEFAULT_GRACE_MS.none}; ${DEFAULT_GRACE_MS.evicting} with --eviction lru|lfu`,
       describe: 'milliseconds a freed heap block stays unused, so slow readers never see it reused',
     })
     .option('keepalive-ms', {
@@ -239,7 +241,7 @@ export async function parseArgs(argv: string[]): Promise<Parsed> {
       tokenFile: args['token-file'] as string | undefined,
       buckets: args.buckets as string | undefined,
       maxValue: args['max-value'] as string,
-      graceMs: args['grace-ms'] as string,
+      graceMs: args['grace-ms'] as string | undefined,
       keepaliveMs: args['keepalive-ms'] as string,
       maxClients: args['max-clients'] as string,
       metricsPort: args['metrics-port'] as string,

@@ -10,19 +10,17 @@ import { DEFAULT_NAMESPACE, type TokenEntry, loadTokenFile, namespaceNameProblem
 import { checkListenUrl } from '../protocol/providers.js';
 import { DEFAULT_ETCD_PREFIX, checkMemberName } from '../protocol/registry.js';
 
-import type { NamespaceOption } from './options.js';
-
+import { type NamespaceOption, defaultGraceMs } from './options.js';
 import { LayoutError, type RegionLayout, planLayout } from './store/layout.js';
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 export type LogLevel = (typeof LOG_LEVELS)[number];
 
-/** Every default in one place: `--help` and docs/operations.md show these. */
+/** Every default in one place: `--help` and docs/operations.md show these (--grace-ms's depends on --eviction: options.ts, DEFAULT_GRACE_MS). */
 export const DEFAULTS = {
   listen: ['shm:///run/rdma-kv/kv.sock'],
   memory: '1GiB',
   maxValue: '1MiB',
-  graceMs: '1000',
   keepaliveMs: '1000',
   maxClients: '256',
   metricsPort: '0',
@@ -88,7 +86,7 @@ export interface RawServerArgs {
   tokenFile?: string | undefined;
   buckets?: string | undefined;
   maxValue: string;
-  graceMs: string;
+  graceMs?: string | undefined;
   keepaliveMs: string;
   maxClients: string;
   metricsPort: string;
@@ -121,6 +119,7 @@ export function resolveConfig(args: RawServerArgs): ServerConfig {
   if (buckets !== undefined && (buckets & (buckets - 1)) !== 0 && buckets !== 2 ** 32) {
     throw new UsageError(`--buckets: ${buckets} is not a power of two`);
   }
+  const eviction = resolveEviction(args);
   const config: ServerConfig = {
     listen,
     memoryBytes: parseSize(args.memory, '--memory'),
@@ -129,7 +128,7 @@ export function resolveConfig(args: RawServerArgs): ServerConfig {
     tokenFile: undefined,
     buckets,
     maxValueBytes: parseSize(args.maxValue, '--max-value'),
-    graceMs: parseDuration(args.graceMs, '--grace-ms'),
+    graceMs: args.graceMs === undefined ? defaultGraceMs(eviction.eviction) : parseDuration(args.graceMs, '--grace-ms'),
     keepaliveMs: parseDuration(args.keepaliveMs, '--keepalive-ms'),
     maxClients: parseCount(args.maxClients, '--max-clients', 1, 65536),
     metricsPort: parseCount(args.metricsPort, '--metrics-port', 0, 65535),
@@ -137,7 +136,7 @@ export function resolveConfig(args: RawServerArgs): ServerConfig {
     logLevel: args.logLevel,
     regionFile: args.regionFile,
     etcd: resolveEtcd(args, listen),
-    ...resolveEviction(args),
+    ...eviction,
   };
   if (config.maxValueBytes < 1) throw new UsageError('--max-value must be at least 1 byte');
   if (config.keepaliveMs < 10) throw new UsageError('--keepalive-ms must be at least 10 ms');

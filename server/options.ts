@@ -14,6 +14,18 @@ export interface NamespaceOption {
   memoryBytes: number;
 }
 
+/**
+ * The grace period's defaults (ms): 1 s without eviction; 100 ms with it, where every miss of a
+ * cache frees a block and a grace period of them is heap no item can use (docs/operations.md,
+ * `--grace-ms`: why a shorter one is as safe, and what it costs a slow reader).
+ */
+export const DEFAULT_GRACE_MS = { none: 1000, evicting: 100 } as const;
+
+/** The grace period a server runs with when none is given. */
+export function defaultGraceMs(eviction: KvServerOptions['eviction']): number {
+  return eviction === undefined || eviction === 'none' ? DEFAULT_GRACE_MS.none : DEFAULT_GRACE_MS.evicting;
+}
+
 export interface KvServerOptions {
   /** URLs to listen on: shm:///path/to.sock, rdma://host:port. */
   listen: string[];
@@ -35,7 +47,7 @@ export interface KvServerOptions {
   buckets?: number;
   /** @default 1 MiB */
   maxValueBytes?: number;
-  /** How long a freed block stays unused. @default 1000 */
+  /** How long a freed block stays unused. @default 1000, or 100 with eviction (DEFAULT_GRACE_MS) */
   graceMs?: number;
   /** @default 256 */
   maxClients?: number;
@@ -100,7 +112,7 @@ export function checkOptions(options: KvServerOptions): ServerSettings {
   }
   const settings: ServerSettings = {
     ...options,
-    graceMs: options.graceMs ?? 1000,
+    graceMs: options.graceMs ?? defaultGraceMs(options.eviction),
     keepaliveMs: options.keepaliveMs ?? 1000,
     maxClients: options.maxClients ?? 256,
     maxValueBytes: options.maxValueBytes ?? KvLayout.DEFAULT_MAX_VALUE_BYTES,

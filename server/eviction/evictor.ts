@@ -7,16 +7,17 @@
 //
 // Who goes: each round reads buckets from a random one on until it has seen
 // CANDIDATES eligible items (or MAX_SAMPLE_BUCKETS buckets: Redis samples keys the same
-// way, rather than keeping an exact LRU list on the hot path) and removes the
-// ROUND_VICTIMS worst of them: lru the oldest stamp
+// way, rather than keeping an exact LRU list on the hot path), adds the pool the
+// last round kept, and removes the ROUND_VICTIMS worst of all (the next POOL_SIZE
+// are the next round's pool, as Redis's eviction pool): lru the oldest stamp
 // (last read or write, item-use.ts), lfu the fewest reads, then the oldest.
 // Never a candidate: counters and locks (only bytes items are evicted, so
 // both survive), an item whose notice has not been drained, and an item
 // published or read within the last grace period.
 import type { Logger } from 'pino';
 
-import { ItemType, KvLayout } from '../../protocol/constants.js';
-import { EMPTY_SLOT, itemType, slotBlock } from '../../protocol/index-format.js';
+import { IndexWord, ItemType, KvLayout } from '../../protocol/constants.js';
+import { itemType, slotBlock } from '../../protocol/index-format.js';
 import type { Fabric } from '../fabric.js';
 import type { Chain } from '../recovery/chain.js';
 import type { RegionStore } from '../store/region.js';
@@ -35,10 +36,12 @@ export type EvictionReason = 'watermark' | 'grant';
  * survived against 191-200 on shm). Bounded, as a round runs on the server's event loop: at
  * 4,096 buckets a round, a server sharing its thread with a client (the guest's tests) starved it.
  */
-const CANDIDATES = 2 * 32;
+const CANDIDATES = 64;
 const MAX_SAMPLE_BUCKETS = 512;
-/** Items one round removes at most (two loopback doorbells). */
-const ROUND_VICTIMS = 32;
+/** Items one round removes at most (one loopback doorbell for the locks, one for the releases). */
+const ROUND_VICTIMS = 16;
+/** Candidates a round keeps for the next: the pool a new sample is compared with. */
+const POOL_SIZE = 64;
 /** Rounds in a row that may find nothing to remove before a run gives up (all protected). */
 const FRUITLESS_ROUNDS = 16;
 /**
@@ -71,9 +74,24 @@ export class Evictor {
   private stuckLoggedAt = -Infinity;
   private readonly use: ItemUse;
   private readonly store: RegionStore;
+  /** the best victims a round found and did not take (re-checked and re-scored by the next) */
+  private pool: Candidate[] = [];
+  /** pooled[block] === round: the block is in this round's pool (not taken twice) */
+  private readonly pooled: Uint32Array;
+  private round = 0;
+  /** the index as 32-bit halves: [lock lo, lock hi, slot 1 lo (its block), slot 1 hi, ...] */
+  private readonly halves: Uint32Array;
+  private readonly heapUnits: number;
+  /** ticks within which a published or read item is kept */
+  private readonly graceTicks: number;
 
   constructor(private readonly parts: EvictorParts) {
     ({ use: this.use, store: this.store } = parts);
+    const { layout, bytes } = this.store;
+    this.halves = new Uint32Array(bytes.buffer, bytes.byteOffset + layout.indexOffset, (layout.bucketCount * KvLayout.BUCKET_BYTES) / 4);
+    this.heapUnits = layout.heapBytes / KvLayout.UNIT_BYTES;
+    this.pooled = new Uint32Array(this.heapUnits);
+    this.graceTicks = Math.ceil(parts.graceMs / TICK_MS) + 1;
   }
 
   /** Is a run going on (a waiting grant keeps waiting while it is)? */
@@ -147,37 +165,74 @@ export class Evictor {
 
   /** A block that may go: a published bytes item not used within the grace period. */
   private eligible(block: number, now: number): boolean {
-    const stamp = this.use.stamp[block]!;
-    if (stamp === 0 || now - stamp <= Math.ceil(this.parts.graceMs / TICK_MS) + 1) return false;
-    return itemType(this.store.bytes, this.store.itemAt(block)) === ItemType.BYTES;
+    return this.fresh(block, now) && itemType(this.store.bytes, this.store.itemAt(block)) === ItemType.BYTES;
   }
 
-  /** The worst ROUND_VICTIMS of up to CANDIDATES eligible items, and at most half of those found. */
+  /** Published, and neither published nor read within the grace period (eligible() but the type). */
+  private fresh(block: number, now: number): boolean {
+    const stamp = this.use.stamp[block]!;
+    return stamp !== 0 && now - stamp > this.graceTicks;
+  }
+
+  /**
+   * The worst ROUND_VICTIMS of this round's sample and the pool, and at most half of those:
+   * the rest of the worst, up to POOL_SIZE, are kept for the next round (Redis's eviction pool),
+   * so a victim is the worst of many rounds' samples, not of one round's 64.
+   */
   private sample(): Victim[] {
     const { index } = this.store;
-    const { stamp, hits } = this.use;
+    const { halves, heapUnits, pooled, graceTicks } = this;
+    const { stamp } = this.use;
     const now = this.use.now();
-    const seen: Array<Victim & { score: number }> = [];
+    const round = ++this.round;
+    const seen: Candidate[] = [];
+    for (const kept of this.pool) {
+      // Still there and not used since: scored again. (Its type was checked when it was sampled; removeItems
+      // compares the whole slot word and asks eligible() again under the lock.)
+      if (halves[kept.at] !== kept.block || !this.fresh(kept.block, now)) continue;
+      kept.score = this.score(kept.block);
+      seen.push(kept);
+      pooled[kept.block] = round;
+    }
     const buckets = index.bucketCount;
     // From a random bucket on, in order: keys hash to buckets at random, and no bucket is seen twice.
+    // Slots are read as 32-bit halves (the low one is the block): an empty or too fresh one makes no BigInt.
     const first = Math.floor(Math.random() * buckets);
-    for (let n = 0; n < Math.min(MAX_SAMPLE_BUCKETS, buckets) && seen.length < CANDIDATES; n++) {
+    let fresh = 0;
+    for (let n = 0; n < Math.min(MAX_SAMPLE_BUCKETS, buckets) && fresh < CANDIDATES; n++) {
       const bucket = (first + n) % buckets;
-      for (let i = 0; i < KvLayout.SLOTS_PER_BUCKET; i++) {
+      for (let i = 0, at = bucket * 2 * IndexWord.BUCKET_WORDS + 2; i < KvLayout.SLOTS_PER_BUCKET; i++, at += 2) {
+        const block = halves[at]!;
+        if ((block | halves[at + 1]!) === 0 || block >= heapUnits) continue;
+        const used = stamp[block]!; // fresh(), inline: in a sparse index this loop reads ~80 slots per victim
+        if (used === 0 || now - used <= graceTicks || pooled[block] === round) continue;
         const slot = index.slot(bucket, i);
-        if (slot === EMPTY_SLOT || !this.store.slotInHeap(slot)) continue;
-        const block = slotBlock(slot);
-        if (!this.eligible(block, now)) continue;
-        // lfu: fewest reads first, the oldest among equals; lru: the oldest.
-        const score = hits ? hits[block]! * 2 ** 32 + stamp[block]! : stamp[block]!;
-        seen.push({ bucket, i, slot, score });
+        if (!this.store.slotInHeap(slot) || slotBlock(slot) !== block || !this.eligible(block, now)) continue;
+        seen.push({ bucket, i, slot, at, block, score: this.score(block) });
+        fresh++;
       }
     }
     // The worse half at most: a victim is always chosen against as many items kept, so a round that
     // found few candidates (a sparse index, most items too fresh) does not take them all.
-    seen.sort((a, b) => a.score - b.score);
-    return seen.slice(0, Math.min(ROUND_VICTIMS, Math.max(1, seen.length >> 1)));
+    seen.sort((x, y) => x.score - y.score);
+    const victims = Math.min(ROUND_VICTIMS, Math.max(1, seen.length >> 1));
+    this.pool = seen.slice(victims, victims + POOL_SIZE);
+    return seen.slice(0, victims);
   }
+
+  /** lfu: fewest reads first, the oldest among equals; lru: the oldest. */
+  private score(block: number): number {
+    const { stamp, hits } = this.use;
+    return hits ? hits[block]! * 2 ** 32 + stamp[block]! : stamp[block]!;
+  }
+}
+
+/** A sampled item and its score (lower goes first). */
+interface Candidate extends Victim {
+  /** its slot's low half in the index's Uint32Array view */
+  at: number;
+  block: number;
+  score: number;
 }
 
 /** Runs `task` as one task of the loopback chain and resolves with its result. */

@@ -9,7 +9,10 @@ import test from 'ava';
 import { zetaStatic } from '../../bench/ycsb/generators/zipfian.js';
 import { hitRatioPercent, readThrough, type CacheStore } from '../../bench/ycsb/cache/read-through.js';
 import { cacheGoals, type CacheRow } from '../../bench/ycsb/cache/run.js';
+import { cacheSettings } from '../../bench/ycsb/cache/options.js';
 import { refusedEviction } from '../../bench/ycsb/cache/stores.js';
+import { Properties } from '../../bench/ycsb/properties.js';
+import { UsageError } from '../../protocol/operator-input.js';
 import { CacheWorkload, type CacheWorkloadOptions } from '../../bench/ycsb/cache/workload.js';
 
 const base: CacheWorkloadOptions = { keys: 1000, valueBytes: 64, warmup: 0, operations: 200_000, theta: 0.99, seed: 7 };
@@ -207,4 +210,13 @@ test('a kv-server without --eviction is recognized by its refusal naming the fla
   t.true(refusedEviction('kv-server did not start: it exited (code 2) before it was ready: kv-server: unknown option --eviction'));
   t.false(refusedEviction('kv-server did not start: it exited (code 2) before it was ready: kv-server: --eviction: \'lfu2\' is not none, lru or lfu'));
   t.false(refusedEviction('kv-server did not start: it exited (code 1) before it was ready: memory too small'));
+});
+
+test('cache.kvserverargs: the watermarks and --grace-ms pass; --eviction, --memory and the like are the benchmark\'s own', (t) => {
+  const settings = (args: string) => cacheSettings(new Properties([['cache.kvserverargs', args]]), {});
+  t.deepEqual(settings('--eviction-high 97 --eviction-low 94 --grace-ms 50').kvServerArgs, ['--eviction-high', '97', '--eviction-low', '94', '--grace-ms', '50']);
+  t.deepEqual(settings('--eviction-high=97').kvServerArgs, ['--eviction-high=97']);
+  for (const own of ['--eviction lru', '--eviction=lfu', '--memory 1GiB', '--buckets 1024']) {
+    t.throws(() => settings(own), { instanceOf: UsageError, message: /is set by kv-bench cache itself/ }, own);
+  }
 });

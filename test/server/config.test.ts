@@ -84,7 +84,6 @@ const defaults = (): RawServerArgs => ({
   listen: [...DEFAULTS.listen],
   memory: DEFAULTS.memory,
   maxValue: DEFAULTS.maxValue,
-  graceMs: DEFAULTS.graceMs,
   keepaliveMs: DEFAULTS.keepaliveMs,
   maxClients: DEFAULTS.maxClients,
   metricsPort: DEFAULTS.metricsPort,
@@ -114,6 +113,16 @@ test('the defaults make a valid configuration: 1 GiB on shm:///run/rdma-kv/kv.so
     evictionLow: 80,
     expirySweepMs: 1000,
   });
+});
+
+// With eviction every miss of a cache frees a block, and a grace period of them is heap no item
+// can use: the default is 100 ms there (docs/operations.md, --grace-ms), 1 s without; one given wins.
+test('resolveConfig: --grace-ms defaults to 1000 without eviction and 100 with it; a given one is kept', (t) => {
+  t.is(resolveConfig({ ...defaults(), eviction: 'none' }).graceMs, 1000);
+  t.is(resolveConfig({ ...defaults(), eviction: 'lru' }).graceMs, 100);
+  t.is(resolveConfig({ ...defaults(), eviction: 'lfu' }).graceMs, 100);
+  t.is(resolveConfig({ ...defaults(), eviction: 'lfu', graceMs: '1s' }).graceMs, 1000);
+  t.is(resolveConfig({ ...defaults(), graceMs: '250ms' }).graceMs, 250);
 });
 
 test('resolveConfig: --max-value reaches 127 MiB (the slot\'s coarse length), given the memory for it', (t) => {

@@ -6,6 +6,7 @@ import { existsSync } from 'node:fs';
 import test from 'ava';
 
 import { KvConfigError, KvServer, type KvServerOptions } from '../../server/kv-server.js';
+import { checkOptions } from '../../server/options.js';
 import { socketPath, socketUrl } from './helpers.js';
 
 /** KvServer.start with options a caller typed wrong (outside the type's knowledge). */
@@ -48,6 +49,15 @@ test('every known option is accepted, undefined ones too', async (t) => {
   });
   t.teardown(() => server.close());
   t.is(server.stats().clients, 0);
+});
+
+test('the grace period defaults to 1000 ms, or 100 ms with eviction; one given is kept', (t) => {
+  const base = { listen: [socketUrl()], memoryBytes: 64 << 20 };
+  t.is(checkOptions(base).graceMs, 1000);
+  t.is(checkOptions({ ...base, eviction: 'none' }).graceMs, 1000);
+  t.is(checkOptions({ ...base, eviction: 'lru' }).graceMs, 100);
+  t.is(checkOptions({ ...base, eviction: 'lfu' }).graceMs, 100);
+  t.is(checkOptions({ ...base, eviction: 'lru', graceMs: 1000 }).graceMs, 1000);
 });
 
 // Readers start a GET over after an item READ slower than half the grace period: below 2 ms every

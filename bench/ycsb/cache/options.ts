@@ -85,7 +85,8 @@ export function cacheSettings(props: Properties, flags: { db?: string; eviction?
   if (!(theta > 0 && theta < 1)) throw new UsageError(`cache.theta: ${theta} is not between 0 and 1 (exclusive)`);
   const kvServerArgs = (props.get('cache.kvserverargs') ?? '').split(/\s+/).filter((a) => a !== '');
   for (const a of kvServerArgs) {
-    if (/^--(memory|eviction|metrics-port|listen|buckets|max-clients|max-value)\b/.test(a)) {
+    // (=|$): --eviction-high and --eviction-low are the watermarks, which a run may set.
+    if (/^--(memory|eviction|metrics-port|listen|buckets|max-clients|max-value)(=|$)/.test(a)) {
       throw new UsageError(`cache.kvserverargs: ${a} is set by kv-bench cache itself (or changes the heap both stores are sized by)`);
     }
   }
