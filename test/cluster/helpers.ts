@@ -8,7 +8,7 @@ import type { ExecutionContext } from 'ava';
 
 import type { KvClient, KvStatusName } from '../../client/index.js';
 
-import { type Scheme, rdmaAddresses } from '../helpers/providers.js';
+import { type Scheme, rdmaAddresses, slow } from '../helpers/providers.js';
 import { type ServerProcess, freePort, startServerProcess } from '../server/helpers.js';
 
 export interface Member {
@@ -39,7 +39,7 @@ export async function startMember(dir: string, index: number, extra: string[] = 
   const socket = url ?? (await memberUrl('shm', dir, index));
   const regionFile = join(dir, `kv${index}.region`);
   const metricsPort = await freePort();
-  const args = ['--listen', socket, '--memory', '64M', '--region-file', regionFile, '--metrics-port', String(metricsPort), '--log-level', 'warn', ...extra];
+  const args = ['--listen', socket, '--memory', '64M', '--region-file', regionFile, '--metrics-port', String(metricsPort), '--log-level', 'warn', '--keepalive-ms', String(slow(1000)), ...extra];
   return { url: socket, regionFile, metricsPort, args, process: await startServerProcess(args) };
 }
 

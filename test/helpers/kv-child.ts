@@ -12,7 +12,7 @@
 //   large  URL KEY BYTES MS         rewrites KEY from a registered buffer, every 4 KiB page stamped with the write's number
 import { KvClient } from '../../client/index.js';
 import { selfValidating, validate } from './kv.js';
-import { testTimeoutMs } from './providers.js';
+import { slow, testTimeoutMs } from './providers.js';
 import { rng } from './random.js';
 
 const [mode, url, ...args] = process.argv.slice(2);
@@ -118,7 +118,7 @@ async function main(): Promise<void> {
     const [name, key, count] = [args[0]!, args[1]!, Number(args[2])];
     const seen: Array<[number, string]> = []; // (value read inside the lock, token)
     for (let i = 0; i < count; i++) {
-      const lock = await kv.lock(name, { timeoutMs: 30_000 });
+      const lock = await kv.lock(name, { timeoutMs: slow(30_000) });
       const value = Number((await kv.get(key))?.toString() ?? '0');
       await kv.put(key, String(value + 1));
       seen.push([value, lock.token.toString()]);

@@ -5,7 +5,7 @@ import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 
 import { Opcode, SendFlag } from '../../native/index.js';
 import { connectPair } from './pair.js';
-import type { Scheme } from './providers.js';
+import { type Scheme, slow } from './providers.js';
 
 interface Counts {
   fds: number;
@@ -37,14 +37,14 @@ async function cycle(scheme: Scheme): Promise<Counts> {
   p.clientConn.postRecv(Array.from({ length: 8 }, (_, i) => ({ wrId: i, local: p.scratch, localOffset: i * 64, length: 64 })));
   p.clientConn.postSend([{ wrId: 99, opcode: Opcode.READ, flags: SendFlag.SIGNALED, local: p.scratch, length: 64, remoteAddr: p.region.addr, rkey: p.region.rkey }]);
   p.close();
-  await new Promise((resolve) => setTimeout(resolve, 50));
+  await new Promise((resolve) => setTimeout(resolve, slow(50)));
   return count();
 }
 
 async function gcAndCount(): Promise<Counts> {
   for (let i = 0; i < 4; i++) {
     (globalThis as { gc?: () => void }).gc?.();
-    await new Promise((resolve) => setTimeout(resolve, 20));
+    await new Promise((resolve) => setTimeout(resolve, slow(20)));
   }
   return count();
 }

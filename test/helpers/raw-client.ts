@@ -9,7 +9,7 @@ import { connectData } from '../../protocol/connect.js';
 import { type Hello, decode } from '../../protocol/control.js';
 import { Access, type Connection, Provider, SendFlag, type WorkRequest } from '../../native/index.js';
 import type { KvServer } from '../../server/kv-server.js';
-import { type Scheme, testTimeoutMs } from './providers.js';
+import { type Scheme, slow, testTimeoutMs } from './providers.js';
 
 const SLOT = 4096;
 /** The wrId of every request post() sends; the receives it posts are 0 to 3. */
@@ -43,7 +43,7 @@ export async function rawClient(t: Pick<ExecutionContext, 'teardown'>, scheme: S
     conn.postSend([{ rkey: hello.region.rkey, ...request, wrId: REQUEST, flags: SendFlag.SIGNALED, local: buffers, localOffset: 7 * SLOT }]);
     for (;;) {
       // A request that fails flushes the receives too: wait for the request's own completion.
-      const wc = (await cq.next({ timeoutMs: 10_000 })).find((c) => c.wrId === REQUEST);
+      const wc = (await cq.next({ timeoutMs: slow(10_000) })).find((c) => c.wrId === REQUEST);
       if (wc) return wc.statusName;
     }
   };

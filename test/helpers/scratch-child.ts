@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 
 import { Session } from '../../client/session.js';
 import { KvServer } from '../../server/kv-server.js';
-import { listenUrl } from './providers.js';
+import { listenUrl, slow } from './providers.js';
 
 const regionMaps = () => readFileSync('/proc/self/maps', 'utf8').split('\n').filter((l) => l.includes('/memfd:rdma-kv ')).length;
 
@@ -20,7 +20,7 @@ async function settle(): Promise<void> {
 
 /** A session's scratch, as a 16-byte view; the session itself is closed and unreachable. */
 async function scratchView(url: string): Promise<Buffer> {
-  const session = await Session.open({ url, scratchBytes: 1 << 20 }, 5000);
+  const session = await Session.open({ url, scratchBytes: 1 << 20 }, slow(5000));
   const view = session.core.scratch.subarray(0, 16);
   session.close();
   return view;

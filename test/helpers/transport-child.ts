@@ -2,7 +2,7 @@
 //   faa  URL ADDR RKEY COUNT   add 1 to the word at ADDR COUNT times, report {sum}
 //   hold URL                   connect, report {connected}, then wait to be killed
 import { Opcode, Provider, SendFlag } from '../../native/index.js';
-import { testTimeoutMs } from './providers.js';
+import { slow, testTimeoutMs } from './providers.js';
 
 const [mode, url, ...rest] = process.argv.slice(2);
 const send = (m: object): void => void process.send?.(m);
@@ -38,7 +38,7 @@ async function main(): Promise<void> {
           compareAdd: 1n,
         })),
       );
-      const [wc] = await cq.take(1, { timeoutMs: 30_000 });
+      const [wc] = await cq.take(1, { timeoutMs: slow(30_000) });
       if (wc!.statusName !== 'SUCCESS') throw new Error(`FETCH_AND_ADD failed: ${wc!.statusName}`);
       done += n;
     }

@@ -5,7 +5,7 @@ import test, { type ExecutionContext } from 'ava';
 
 import { KvClient, KvError, KvInvalidArgumentError, KvLockContendedError } from '../../client/index.js';
 import { connect, startServer } from '../helpers/kv.js';
-import { providersUnderTest, testTimeoutMs } from '../helpers/providers.js';
+import { providersUnderTest, slow, testTimeoutMs } from '../helpers/providers.js';
 
 /** Calls `call` and expects a promise (no synchronous throw) that rejects with `type`. */
 async function rejects(t: ExecutionContext, call: () => Promise<unknown>, type: new (...args: never[]) => KvError, what: string): Promise<KvError> {
@@ -154,7 +154,7 @@ for (const scheme of providersUnderTest()) {
     const lock = await kv.lock('m');
     await lock.release();
     await t.notThrowsAsync(lock.release());
-    const again = await kv.lock('m', { timeoutMs: 1000 });
+    const again = await kv.lock('m', { timeoutMs: slow(1000) });
     await again.release();
   });
 }

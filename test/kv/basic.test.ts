@@ -3,7 +3,7 @@ import test from 'ava';
 
 import { KvClient, KvError, isRetryable } from '../../client/index.js';
 import { connect, startServer } from '../helpers/kv.js';
-import { providersUnderTest, testTimeoutMs } from '../helpers/providers.js';
+import { providersUnderTest, slow, testTimeoutMs } from '../helpers/providers.js';
 
 for (const scheme of providersUnderTest()) {
   test(`${scheme}: put, get, overwrite, delete`, async (t) => {
@@ -103,7 +103,7 @@ for (const scheme of providersUnderTest()) {
     t.true(isRetryable(error));
     const second = await startServer(scheme, { listen: [url] }); // the same address
     t.teardown(() => second.close());
-    const deadline = Date.now() + 10_000;
+    const deadline = Date.now() + slow(10_000);
     while ((kv.status as string) !== 'ready' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     t.is(kv.status as string, 'ready');
     t.deepEqual(statuses.slice(0, 1), ['reconnecting']);
@@ -142,7 +142,7 @@ for (const scheme of providersUnderTest()) {
     t.teardown(() => kv.close());
     for (let i = 0; i < 50; i++) await kv.put('same', `version ${i}`);
     await kv.delete('same');
-    const deadline = Date.now() + 5000;
+    const deadline = Date.now() + slow(5000);
     while (server.stats().blocksFreed < 50 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     t.is(server.stats().blocksFreed, 50);
     t.is(server.stats().items, 0);

@@ -6,7 +6,7 @@
 import test from 'ava';
 
 import { connect, startServer } from '../helpers/kv.js';
-import { providersUnderTest } from '../helpers/providers.js';
+import { providersUnderTest, slow } from '../helpers/providers.js';
 
 for (const scheme of providersUnderTest()) {
   test(`${scheme}: incr through a cached address after another client deleted the counter counts on the live one`, async (t) => {
@@ -40,7 +40,7 @@ for (const scheme of providersUnderTest()) {
     const error = await t.throwsAsync(a.lock('L', { timeoutMs: 300 }));
     t.regex(String((error as { code?: string }).code), /KV_LOCK_CONTENDED|KV_TIMEOUT/, 'b holds it: a must not acquire it too');
     await held.release();
-    const later = await a.lock('L', { timeoutMs: 2000 });
+    const later = await a.lock('L', { timeoutMs: slow(2000) });
     t.true(later.token > held.token, 'tokens grow on the live lock');
     await later.release();
   });
@@ -56,8 +56,8 @@ for (const scheme of providersUnderTest()) {
     await lock.release(); // 'L' cached as a lock
     t.is(((await t.throwsAsync(kv.incr('L'))) as { code?: string }).code, 'KV_TYPE_MISMATCH');
     await kv.incr('c'); // 'c' cached as a counter
-    t.is(((await t.throwsAsync(kv.lock('c', { timeoutMs: 2000 }))) as { code?: string }).code, 'KV_TYPE_MISMATCH');
-    const again = await kv.lock('L', { timeoutMs: 2000 });
+    t.is(((await t.throwsAsync(kv.lock('c', { timeoutMs: slow(2000) }))) as { code?: string }).code, 'KV_TYPE_MISMATCH');
+    const again = await kv.lock('L', { timeoutMs: slow(2000) });
     t.true(again.token > lock.token, 'the lock word was not touched by the incr');
     await again.release();
   });

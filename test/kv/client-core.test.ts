@@ -17,7 +17,7 @@ import { type Completion, hashKey, nativeBuildItem, readCompletion } from '../..
 import { ItemType } from '../../protocol/constants.js';
 import { packSlot } from '../../protocol/index-format.js';
 import { type Pair, connectPair } from '../helpers/pair.js';
-import { providersUnderTest } from '../helpers/providers.js';
+import { providersUnderTest, slow } from '../helpers/providers.js';
 
 type NativeCore = {
   submit(count: number): number;
@@ -39,7 +39,7 @@ const gc = runInNewContext('gc') as () => void;
 
 // A region of the pair's 1 MiB server memory: 1024 empty buckets, a heap, our ring.
 const INDEX = 4096, HEAP = INDEX + 1024 * 64;
-function newCore(p: Pair, { graceMs = 1000, opTimeoutMs = 2000 } = {}): NativeCore {
+function newCore(p: Pair, { graceMs = slow(1000), opTimeoutMs = slow(2000) } = {}): NativeCore {
   const heapBytes = 512 << 10;
   const region = {
     addr: p.region.addr, rkey: p.region.rkey, length: 1 << 20, bucketCount: 1024, indexOffset: INDEX, heapOffset: HEAP,
@@ -91,7 +91,7 @@ for (const scheme of providersUnderTest()) {
     const first = submitGets(core, 1, 100);
     t.is(first.taken, 1);
     const done = first.done;
-    const deadline = performance.now() + 5000;
+    const deadline = performance.now() + slow(5000);
     while (done.length === 0 && performance.now() < deadline) {
       done.push(...results(core, core.poll()));
       await new Promise((resolve) => setImmediate(resolve));
@@ -129,7 +129,7 @@ for (const scheme of providersUnderTest()) {
     p.region.bytes.writeBigUInt64LE(packSlot(fingerprint, Math.ceil(item.length / KvLayout.UNIT_BYTES), 0), INDEX + b1 * 64 + 8);
     const { taken, done } = submitGets(core, 1, 1);
     t.is(taken, 1);
-    const deadline = performance.now() + 5000;
+    const deadline = performance.now() + slow(5000);
     while (done.length === 0 && performance.now() < deadline) {
       done.push(...results(core, core.poll()));
       await new Promise((resolve) => setImmediate(resolve));
@@ -176,7 +176,7 @@ for (const scheme of providersUnderTest()) {
     t.is(submitted.taken, 1);
     const done = submitted.done;
     const seen: ReturnType<typeof controls> = controls(core);
-    const deadline = performance.now() + 5000;
+    const deadline = performance.now() + slow(5000);
     while ((done.length < 1 || seen.length < 2) && performance.now() < deadline) {
       done.push(...results(core, core.poll()));
       seen.push(...controls(core));

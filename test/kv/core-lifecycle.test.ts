@@ -6,7 +6,7 @@ import test from 'ava';
 import { KvClient, type KvError } from '../../client/index.js';
 import { ClientCore } from '../../native/index.js';
 import { startServer } from '../helpers/kv.js';
-import { providersUnderTest, testTimeoutMs } from '../helpers/providers.js';
+import { providersUnderTest, slow, testTimeoutMs } from '../helpers/providers.js';
 
 // The typed face, watched: the cores that took ops, and each close() with the ops the core still held.
 type Event = { what: 'used' | 'closed'; core: ClientCore; inflight: number };
@@ -33,7 +33,7 @@ for (const scheme of providersUnderTest()) {
     t.teardown(() => kv.close());
     await holder.lock('L');
     // In flight in kv's core when the server goes: a LOCK waiting for the holder (backing off and retrying).
-    const waiting = kv.lock('L', { timeoutMs: 60_000 });
+    const waiting = kv.lock('L', { timeoutMs: slow(60_000) });
     await kv.put('before', 'restart');
     const [lostCore] = events.filter((e) => e.what === 'used').map((e) => e.core).slice(-1);
     t.is(lostCore!.inflight, 1, 'the LOCK is in the core');
@@ -44,7 +44,7 @@ for (const scheme of providersUnderTest()) {
 
     const second = await startServer(scheme, { listen: [url] });
     t.teardown(() => second.close());
-    const deadline = Date.now() + 10_000;
+    const deadline = Date.now() + slow(10_000);
     while (kv.status !== 'ready' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     await kv.put('after', 'restart');
     const cores = [...new Set(events.filter((e) => e.what === 'used').map((e) => e.core))];

@@ -6,7 +6,7 @@ import test from 'ava';
 
 import type { KvClient } from '../../client/index.js';
 import { connect, selfValidating, startServer, validate } from '../helpers/kv.js';
-import { eventually, providersUnderTest } from '../helpers/providers.js';
+import { eventually, providersUnderTest, slow } from '../helpers/providers.js';
 
 const SMALL = { memoryBytes: 16 << 20, graceMs: 50 };
 const VALUE = 4000;
@@ -97,8 +97,8 @@ for (const scheme of providersUnderTest()) {
     t.teardown(() => other.close());
     await t.throwsAsync(other.lock('held-lock', { timeoutMs: 200 }), { code: 'KV_LOCK_CONTENDED' } as never);
     await held.release();
-    await (await other.lock('held-lock', { timeoutMs: 2000 })).release();
-    await (await other.lock('free-lock', { timeoutMs: 2000 })).release();
+    await (await other.lock('held-lock', { timeoutMs: slow(2000) })).release();
+    await (await other.lock('free-lock', { timeoutMs: slow(2000) })).release();
   });
 
   for (const eviction of ['lru', 'lfu'] as const) {

@@ -11,7 +11,7 @@ import { connectData } from '../../protocol/connect.js';
 import { GRANT_BATCH, decode, encode } from '../../protocol/control.js';
 import { Access, Opcode, Provider, SendFlag, type WorkRequest } from '../../native/index.js';
 import { connect, startServer } from '../helpers/kv.js';
-import { providersUnderTest, testScale } from '../helpers/providers.js';
+import { providersUnderTest, slow, testScale } from '../helpers/providers.js';
 import { rng } from '../helpers/random.js';
 
 for (const scheme of providersUnderTest()) {
@@ -80,7 +80,7 @@ for (const scheme of providersUnderTest()) {
       }
       wrs[wrs.length - 1]!.flags = SendFlag.SIGNALED;
       conn.postSend(wrs);
-      await cq.take(1, { timeoutMs: 30_000 }).then((wcs) => {
+      await cq.take(1, { timeoutMs: slow(30_000) }).then((wcs) => {
         for (const wc of wcs) {
           if (wc.opcode === Opcode.RECV) conn.postRecv([recvs[wc.wrId]!]); // replies to valid-looking messages
           else if (wc.statusName !== 'SUCCESS') throw new Error(`fuzzer send failed: ${wc.statusName}`);

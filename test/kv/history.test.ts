@@ -10,7 +10,7 @@ import test from 'ava';
 import type { HistoryEvent } from '../../client/index.js';
 import { KvLayout } from '../../protocol/constants.js';
 import { connect, startServer } from '../helpers/kv.js';
-import { providersUnderTest } from '../helpers/providers.js';
+import { providersUnderTest, slow } from '../helpers/providers.js';
 
 /** The completion of the last invocation of `f` on `key`. */
 function completion(events: HistoryEvent[], f: HistoryEvent['f'], key: string): { invoke: HistoryEvent; done: HistoryEvent } {
@@ -69,7 +69,7 @@ for (const scheme of providersUnderTest()) {
     t.teardown(() => holder.close());
     const held = await holder.lock('busy');
     const events: HistoryEvent[] = [];
-    const kv = await connect(server, { history: (e) => events.push(e), timeoutMs: 300 });
+    const kv = await connect(server, { history: (e) => events.push(e), timeoutMs: slow(300) }); // the connect's guard too
     t.teardown(() => kv.close());
     // Fill every in-flight slot with a lock that waits (no timeout) for the held one.
     // An incr of a key of the same length needs a block of the same size, so it

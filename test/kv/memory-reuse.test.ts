@@ -5,7 +5,7 @@ import test from 'ava';
 import { type KvClient, type KvError, isRetryable } from '../../client/index.js';
 import type { KvServer } from '../../server/kv-server.js';
 import { connect, startServer } from '../helpers/kv.js';
-import { type Scheme, eventually, providersUnderTest, testScale } from '../helpers/providers.js';
+import { type Scheme, eventually, providersUnderTest, slow, testScale } from '../helpers/providers.js';
 
 /** A small region: about 13.6 MB of heap. */
 const SMALL = { memoryBytes: 16 << 20, graceMs: 50 };
@@ -27,14 +27,14 @@ function random(seed: number): () => number {
 }
 
 /**
- * Runs `op` again while it fails retryably, for up to 30 s, as an application
+ * Runs `op` again while it fails retryably, for up to slow(30 s), as an application
  * would (the client reconnects by itself). Memory reuse is what these cases check, and in the
  * Soft-RoCE guest rxe now and then stalls a queue pair for good (docs/softroce-vm.md): the
  * server rightly fences that client, which reconnects (its ops in flight fail with KV_DISCONNECTED,
  * or RDMA_REM_ACCESS_ERR where the fence invalidated its memory window first). Any other error is thrown.
  */
 async function persist<T>(op: () => Promise<T>): Promise<T> {
-  const end = Date.now() + 30_000;
+  const end = Date.now() + slow(30_000);
   for (;;) {
     try {
       return await op();

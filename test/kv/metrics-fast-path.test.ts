@@ -6,7 +6,7 @@ import test from 'ava';
 import { Registry } from 'prom-client';
 
 import { connect, startServer } from '../helpers/kv.js';
-import { providersUnderTest } from '../helpers/providers.js';
+import { eventually, providersUnderTest } from '../helpers/providers.js';
 import { seriesReader } from '../server/helpers.js';
 
 for (const scheme of providersUnderTest()) {
@@ -47,7 +47,7 @@ for (const scheme of providersUnderTest()) {
     t.teardown(() => kv.close());
     await kv.put('k', 'v');
     await server.close();
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await eventually(() => kv.status !== 'ready', 'the client saw the server go');
     const error = await t.throwsAsync(kv.getMany(['k', 'k', 'k']));
     const code = (error as { code?: string }).code ?? 'error';
     const value_ = seriesReader(await registry.metrics());

@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import test from 'ava';
 
 import { KvClient, isRetryable } from '../../client/index.js';
-import { listenUrl, providersUnderTest, testScale, testTimeoutMs } from '../helpers/providers.js';
+import { listenUrl, providersUnderTest, slow, testScale, testTimeoutMs } from '../helpers/providers.js';
 
 const serverChild = fileURLToPath(new URL('../helpers/server-child.js', import.meta.url));
 
@@ -63,13 +63,13 @@ for (const scheme of providersUnderTest()) {
     t.teardown(() => void second.proc.kill('SIGKILL'));
     t.true(second.items >= acknowledged.size, `${second.items} items recovered, ${acknowledged.size} acknowledged`);
     // The client reconnects by itself.
-    const deadline = Date.now() + 15_000;
+    const deadline = Date.now() + slow(15_000);
     while (kv.status !== 'ready' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     t.is(kv.status, 'ready');
     for (const [key, value] of acknowledged) t.is((await kv.get(key))?.toString(), value, key);
     t.is(await kv.incr('counter', 0), 7n);
     // The lock held by the dead server's client session was released at recovery.
-    const again = await kv.lock('a-lock', { timeoutMs: 2000 });
+    const again = await kv.lock('a-lock', { timeoutMs: slow(2000) });
     t.true(again.token > held.token);
     await again.release();
     // New writes land in free space and leave the recovered items alone.

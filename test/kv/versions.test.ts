@@ -15,7 +15,7 @@ import { RejectReason, parseConnectData } from '../../protocol/connect.js';
 import { Provider, TransportError } from '../../native/index.js';
 import { KvConfigError } from '../../server/options.js';
 import { connect, startServer } from '../helpers/kv.js';
-import { listenUrl, providersUnderTest } from '../helpers/providers.js';
+import { listenUrl, providersUnderTest, testTimeoutMs } from '../helpers/providers.js';
 
 for (const scheme of providersUnderTest()) {
   for (const fromV1 of [false, true]) {
@@ -79,7 +79,7 @@ for (const scheme of providersUnderTest()) {
     t.deepEqual([...((error as TransportError).privateData ?? [])], [2, KvLayout.PROTOCOL_VERSION]);
     t.is(server.stats().rejectedConnections, 1);
     // And the client library says it in words.
-    const kv = KvClient.connect({ url: server.urls[0]!, timeoutMs: 2000 });
+    const kv = KvClient.connect({ url: server.urls[0]!, timeoutMs: testTimeoutMs() });
     await t.notThrowsAsync(async () => (await kv).close(), 'a client of this version connects');
   });
 
@@ -95,7 +95,7 @@ for (const scheme of providersUnderTest()) {
       t.is(parseConnectData(request.privateData).version, KvLayout.PROTOCOL_VERSION);
       request.reject(Buffer.from([RejectReason.VERSION, older]));
     });
-    const error = await t.throwsAsync(KvClient.connect({ url: listener.url, timeoutMs: 2000 }));
+    const error = await t.throwsAsync(KvClient.connect({ url: listener.url, timeoutMs: testTimeoutMs() }));
     t.true(error instanceof KvProtocolError, String(error));
     t.regex(error!.message, new RegExp(`speaks protocol version ${older}, this client ${KvLayout.PROTOCOL_VERSION}`));
   });

@@ -8,7 +8,7 @@ import test from 'ava';
 
 import { Opcode, Provider, SendFlag, TransportError } from '../../native/index.js';
 import { connectPair } from '../helpers/pair.js';
-import { listenUrl, providersUnderTest, testTimeoutMs } from '../helpers/providers.js';
+import { listenUrl, providersUnderTest, slow, testTimeoutMs } from '../helpers/providers.js';
 
 const helpers = new URL('../helpers/', import.meta.url);
 // Fails instead of hanging when something never happens.
@@ -39,7 +39,7 @@ for (const scheme of providersUnderTest()) {
   test(`${scheme}: a peer's disconnect wakes an event-mode waiter with flushed receives`, async (t) => {
     const p = await connectPair(scheme, { serverRecvs: 4 });
     t.teardown(() => p.close());
-    const waiting = p.serverCq.take(4, { mode: 'event', timeoutMs: 10_000 });
+    const waiting = p.serverCq.take(4, { mode: 'event', timeoutMs: slow(10_000) });
     p.clientConn.disconnect();
     const wcs = await waiting;
     t.true(wcs.every((c) => c.statusName === 'WR_FLUSH_ERR'));
@@ -116,11 +116,11 @@ for (const scheme of providersUnderTest()) {
       server.once('connectRequest', (request) => resolve(request.accept({ cq }))),
     );
     const proc = fork(fileURLToPath(new URL('transport-child.js', helpers)), ['hold', listener.url], { env: { ...process.env, RKV_QUIET: '1' } });
-    await within(20_000, 'child connected', new Promise((resolve) => proc.once('message', resolve)));
+    await within(slow(20_000), 'child connected', new Promise((resolve) => proc.once('message', resolve)));
     const connection = await accepted;
     const gone = new Promise<string>((resolve) => connection.once('disconnected', resolve));
     proc.kill('SIGKILL');
-    const reason = await within(30_000, 'disconnect after SIGKILL', gone);
+    const reason = await within(slow(30_000), 'disconnect after SIGKILL', gone);
     t.log(`disconnect reason: ${reason}`);
     t.not(connection.state, 1);
   });
