@@ -23,6 +23,7 @@ import { parseArgs } from 'node:util';
 
 import { KvClient } from '../../client/index.js';
 import { KvServer } from '../../server/kv-server.js';
+import { getRate } from './get-rate.js';
 import { markdownTable } from './markdown-table.js';
 
 const { values } = parseArgs({
@@ -95,17 +96,7 @@ for (const cell of ['windows', 'bare', 'namespace'] as Cell[]) {
 if (await clients.read.put('key0', 'x').then(() => true, () => false)) throw new Error('the read client could PUT: not a read-only client');
 
 /** GETs per second of random keys for `seconds`: `batch` at a time. */
-async function rate(kv: KvClient, batch: number): Promise<number> {
-  let n = 0;
-  const start = performance.now();
-  const end = start + seconds * 1000;
-  while (performance.now() < end) {
-    if (batch === 1) await kv.get(`key${Math.floor(Math.random() * keys)}`);
-    else await Promise.all(Array.from({ length: batch }, () => kv.get(`key${Math.floor(Math.random() * keys)}`)));
-    n += batch;
-  }
-  return n / ((performance.now() - start) / 1000);
-}
+const rate = (kv: KvClient, batch: number) => getRate(kv, keys, seconds, batch);
 
 const samples = new Map<string, number[]>();
 for (let r = 0; r < rounds; r++) {

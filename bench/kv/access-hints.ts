@@ -18,6 +18,7 @@ import { parseArgs } from 'node:util';
 
 import { KvClient } from '../../client/index.js';
 import { KvServer } from '../../server/kv-server.js';
+import { getRate } from './get-rate.js';
 import { markdownTable } from './markdown-table.js';
 
 const { values } = parseArgs({
@@ -48,17 +49,7 @@ for (const [name, server] of Object.entries(servers)) {
 }
 
 /** GETs per second of random keys for `seconds`: `batch` at a time. */
-async function rate(kv: KvClient, batch: number): Promise<number> {
-  let n = 0;
-  const start = performance.now();
-  const end = start + seconds * 1000;
-  while (performance.now() < end) {
-    if (batch === 1) await kv.get(`key${Math.floor(Math.random() * keys)}`);
-    else await Promise.all(Array.from({ length: batch }, () => kv.get(`key${Math.floor(Math.random() * keys)}`)));
-    n += batch;
-  }
-  return n / ((performance.now() - start) / 1000);
-}
+const rate = (kv: KvClient, batch: number) => getRate(kv, keys, seconds, batch);
 
 const cells = new Map<string, number[]>();
 for (let r = 0; r < rounds; r++) {

@@ -6,35 +6,23 @@
  * benchmark's numbers are not a test.
  */
 import test from 'ava';
-import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+import { run } from '../server/helpers.js';
+
 const SCRIPT = fileURLToPath(new URL('../../bench/kv/access-control.js', import.meta.url));
 
-function run(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [SCRIPT, ...args], { env: { ...process.env, RKV_QUIET: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 110_000);
-    child.once('error', reject);
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
+/** The benchmark to its end (a guard against a hang, not a timing assertion). */
+const bench = (args: string[]) => run(SCRIPT, args, { guardMs: 110_000 });
 
 test('access-control: four clients × two batch sizes, each with a rate and a ratio to the no-windows client, JSON beside it', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'rkv-acl-bench-test-'));
   try {
     const json = join(dir, 'access-control.json');
-    const { code, stdout, stderr } = await run(['--rounds', '1', '--seconds', '0.05', '--keys', '300', '--json', json]);
+    const { code, stdout, stderr } = await bench(['--rounds', '1', '--seconds', '0.05', '--keys', '300', '--json', json]);
     t.is(code, 0, stderr);
     const rows = stdout.split('\n').filter((l) => l.startsWith('|')).slice(2).map((l) => l.slice(1, -1).split('|').map((c) => c.trim()));
     t.deepEqual(rows.map((r) => `${r[0]!.slice(0, 3)} ${r[1]}`), ['(1)', '(2)', '(3)', '(4)', '(1)', '(2)', '(3)', '(4)'].map((c, i) => `${c} ${i < 4 ? 'one at a time' : 'batches of 32'}`));

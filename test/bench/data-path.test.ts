@@ -4,29 +4,17 @@
  * number or says honestly why not. No timing thresholds: a benchmark's numbers are not a test.
  */
 import test from 'ava';
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+import { run } from '../server/helpers.js';
+
 const SCRIPT = fileURLToPath(new URL('../../bench/kv/data-path.js', import.meta.url));
 
-function run(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [SCRIPT, ...args], { env: { ...process.env, RKV_QUIET: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 110_000);
-    child.once('error', reject);
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
+/** The benchmark to its end (a guard against a hang, not a timing assertion). */
+const bench = (args: string[]) => run(SCRIPT, args, { guardMs: 110_000 });
 
 const ROWS = [
   /^floor: batch-1 READ 64 B \(shm\)$/,
@@ -56,7 +44,7 @@ test('data-path --quick: one table, every row measured or honestly absent, JSON 
   const dir = mkdtempSync(join(tmpdir(), 'rkv-data-path-test-'));
   try {
     const json = join(dir, 'data-path.json');
-    const { code, stdout, stderr } = await run(['--quick', '--json', json]);
+    const { code, stdout, stderr } = await bench(['--quick', '--json', json]);
     t.is(code, 0, stderr);
     const lines = stdout.split('\n').filter((l) => l.startsWith('|'));
     const table = lines.map((l) => l.slice(1, -1).split('|').map((c) => c.trim()));
@@ -99,7 +87,7 @@ test('data-path as the Soft-RoCE guest runs it (bench-ratio.sh: sequential gets 
   const dir = mkdtempSync(join(tmpdir(), 'rkv-data-path-test-'));
   try {
     const json = join(dir, 'data-path.json');
-    const { code, stdout, stderr } = await run(['--quick', '--phases', 'get', '--skip', 'redis,main-job,floor', '--keys', '500', '--json', json]);
+    const { code, stdout, stderr } = await bench(['--quick', '--phases', 'get', '--skip', 'redis,main-job,floor', '--keys', '500', '--json', json]);
     t.is(code, 0, stderr);
     t.notRegex(stderr, /transport floor/, 'no floor was measured');
     const rows = stdout.split('\n').filter((l) => l.startsWith('|')).slice(2).map((l) => l.slice(1, -1).split('|').map((c) => c.trim()));
@@ -146,7 +134,7 @@ test('data-path: bad options exit with code 2 and say what was wrong', async (t)
     [['--keyz', '10'], /did you mean --keys\?/],
     [['--keys', '2000', '--value-bytes', '1048576'], /more than 1 GiB of values/],
   ] as const) {
-    const { code, stderr } = await run([...args]);
+    const { code, stderr } = await bench([...args]);
     t.is(code, 2, stderr);
     t.regex(stderr, message);
   }

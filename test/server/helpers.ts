@@ -29,7 +29,7 @@ export interface Finished {
   stdoutBytes: Buffer;
 }
 
-function collect(child: ChildProcess, what: string): Promise<Finished> {
+function collect(child: ChildProcess, what: string, guardMs = GUARD_MS): Promise<Finished> {
   const out: Buffer[] = [];
   const err: Buffer[] = [];
   child.stdout?.on('data', (chunk: Buffer) => out.push(chunk));
@@ -37,8 +37,8 @@ function collect(child: ChildProcess, what: string): Promise<Finished> {
   return new Promise((resolve, reject) => {
     const guard = setTimeout(() => {
       child.kill('SIGKILL');
-      reject(new Error(`${what} did not finish within ${GUARD_MS} ms`));
-    }, GUARD_MS);
+      reject(new Error(`${what} did not finish within ${guardMs} ms`));
+    }, guardMs);
     child.once('error', reject);
     child.once('close', (code, signal) => {
       clearTimeout(guard);
@@ -48,10 +48,10 @@ function collect(child: ChildProcess, what: string): Promise<Finished> {
   });
 }
 
-/** Runs a bin/ script to its end. */
-export function run(script: string, args: string[], options: { stdin?: Buffer | string } = {}): Promise<Finished> {
+/** Runs a bin/ (or bench/) script to its end; `guardMs` for scripts that run longer by design. */
+export function run(script: string, args: string[], options: { stdin?: Buffer | string; guardMs?: number } = {}): Promise<Finished> {
   const child = spawn(process.execPath, [script, ...args], { env: childEnv, stdio: ['pipe', 'pipe', 'pipe'] });
-  const done = collect(child, `${script} ${args.join(' ')}`);
+  const done = collect(child, `${script} ${args.join(' ')}`, options.guardMs);
   child.stdin!.end(options.stdin ?? '');
   return done;
 }
