@@ -31,7 +31,8 @@ function random(seed: number): () => number {
  * would (the client reconnects by itself). Memory reuse is what these cases check, and in the
  * Soft-RoCE guest rxe now and then stalls a queue pair for good (docs/softroce-vm.md): the
  * server rightly fences that client, which reconnects (its ops in flight fail with KV_DISCONNECTED,
- * or RDMA_REM_ACCESS_ERR where the fence invalidated its memory window first). Any other error is thrown.
+ * or RDMA_REM_ACCESS_ERR where the fence invalidated its memory window first). Any other error,
+ * and KV_OUT_OF_MEMORY (the end of a fill), is thrown at once.
  */
 async function persist<T>(op: () => Promise<T>): Promise<T> {
   const end = Date.now() + slow(30_000);
@@ -39,7 +40,8 @@ async function persist<T>(op: () => Promise<T>): Promise<T> {
     try {
       return await op();
     } catch (error) {
-      if (!isRetryable(error) || Date.now() > end) throw error;
+      // KV_OUT_OF_MEMORY is retryable too, but here it is the answer fillUntilFull waits for.
+      if (!isRetryable(error) || (error as KvError).code === 'KV_OUT_OF_MEMORY' || Date.now() > end) throw error;
       await new Promise((resolve) => setTimeout(resolve, 250));
     }
   }
