@@ -94,11 +94,6 @@ export class Evictor {
     this.graceTicks = Math.ceil(parts.graceMs / TICK_MS) + 1;
   }
 
-  /** Is a run going on (a waiting grant keeps waiting while it is)? */
-  get busy(): boolean {
-    return this.running !== undefined;
-  }
-
   /**
    * Can a run still free memory: one is going on, or the last one removed something (it stopped
    * at its target, not for want of items). A waiting grant keeps waiting and starting runs while

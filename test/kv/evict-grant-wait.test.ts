@@ -21,7 +21,7 @@ function stall(ms: number): void {
 
 /** The default namespace's grant queue and evictor (reached into, as failures.test.ts reaches its client table). */
 interface Inner {
-  main: { grants: { waiting: unknown[]; evictor: { busy: boolean; running: Promise<void> | undefined } } };
+  main: { grants: { waiting: unknown[]; evictor: { running: Promise<void> | undefined } } };
 }
 
 for (const scheme of providersUnderTest()) {
