@@ -15,8 +15,56 @@ import { type Scheme, listenUrl, slow, testTimeoutMs } from './providers.js';
  */
 const testLog = process.env.RKV_TEST_LOG ? pino({ level: process.env.RKV_TEST_LOG }, destination(2)) : undefined;
 
+/** Without RKV_TEST_LOG, each server's last warnings are kept (serverWarnings): a failing flood prints them (FailureLog). */
+const WARNINGS_KEPT = 20;
+const warnings = new WeakMap<KvServer, string[]>();
+
 export async function startServer(scheme: Scheme, options: Partial<KvServerOptions> = {}): Promise<KvServer> {
-  return KvServer.start({ listen: [listenUrl(scheme)], memoryBytes: 64 << 20, graceMs: 200, keepaliveMs: slow(1000), logger: testLog, ...options });
+  const kept: string[] = [];
+  const logger =
+    testLog ??
+    pino(
+      { level: 'warn' },
+      {
+        write(line: string) {
+          if (kept.push(line.trimEnd()) > WARNINGS_KEPT) kept.shift();
+        },
+      },
+    );
+  const server = await KvServer.start({ listen: [listenUrl(scheme)], memoryBytes: 64 << 20, graceMs: 200, keepaliveMs: slow(1000), logger, ...options });
+  warnings.set(server, kept);
+  return server;
+}
+
+/** The last warnings a startServer server logged (none kept under RKV_TEST_LOG: they went to stderr). */
+export function serverWarnings(server: KvServer): string[] {
+  return warnings.get(server) ?? [];
+}
+
+/**
+ * The errors of a flood of operations, for one assertion whose diff says why in a few lines
+ * (CI shows only the tail of a failure): the first error whole, then a count per code, then
+ * the server's last warnings. `summary` is [] when nothing failed.
+ */
+export class FailureLog {
+  private first: string | undefined;
+  private readonly counts = new Map<string, number>();
+
+  constructor(private readonly server?: KvServer) {}
+
+  record(error: unknown, label = ''): void {
+    const prefix = label ? `${label}: ` : '';
+    if (this.first === undefined) this.first = `first: ${prefix}${String(error)}`;
+    const code = (error as { code?: string }).code ?? (error as Error).name ?? 'unknown';
+    this.counts.set(code, (this.counts.get(code) ?? 0) + 1);
+  }
+
+  get summary(): string[] {
+    if (this.first === undefined) return [];
+    const counts = [...this.counts].map(([code, n]) => `${code} x${n}`).join(', ');
+    const logged = this.server ? serverWarnings(this.server).map((line) => `server: ${line}`) : [];
+    return [this.first, `in all: ${counts}`, ...logged];
+  }
 }
 
 export function connect(server: KvServer, options: Partial<KvClientOptions> = {}): Promise<KvClient> {
