@@ -8,7 +8,9 @@ import test from 'ava';
 
 import type { HistoryEvent } from '../../client/index.js';
 import { runKvChild, startServer } from '../helpers/kv.js';
-import { type Operation, type RegisterInput, type RegisterOutput, isLinearizable, registerHistories, registerModel } from '../helpers/linearizability.js';
+import { registerHistories } from '../helpers/history-operations.js';
+import { type Operation, isLinearizable } from '../helpers/linearizability.js';
+import { type RegisterInput, type RegisterOutput, registerModel } from '../helpers/linearizability-models.js';
 import { providersUnderTest, testScale } from '../helpers/providers.js';
 
 const op = (call: number, ret: number, input: RegisterInput, output: RegisterOutput): Operation<RegisterInput, RegisterOutput> => ({ call: BigInt(call), ret: BigInt(ret), input, output });
