@@ -24,6 +24,7 @@ export function recorded(recorder: HistoryRecorder, op: OpRequest, submit: (op: 
   if (value) invoke.value = text(value);
   if (type === KvOp.CAS) invoke.expected = arg.toString();
   if (type === KvOp.INCR) invoke.delta = arg.toString();
+  if (type === KvOp.UNLOCK) invoke.token = arg.toString();
   if (op.expiry) invoke.expiry = String(op.expiry);
   recorder.record(invoke);
   const submitted = submit(op);
@@ -33,7 +34,7 @@ export function recorded(recorder: HistoryRecorder, op: OpRequest, submit: (op: 
       if (type === KvOp.GET) {
         done.value = r.value ? text(r.value) : null;
         if (r.value) done.version = r.version.toString();
-      } else if (type === KvOp.DELETE || type === KvOp.CAS) {
+      } else if (type === KvOp.DELETE || type === KvOp.CAS || type === KvOp.UNLOCK) {
         done.value = r.status === KvStatus.OK;
       } else if (type === KvOp.INCR) {
         done.value = r.version.toString();

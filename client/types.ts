@@ -104,12 +104,18 @@ export interface HistoryEvent {
   id: number;
   f: 'get' | 'put' | 'delete' | 'cas' | 'incr' | 'lock' | 'unlock';
   key: string;
-  /** invoke: the value written (put, cas); ok: the value read (get), or the result (delete, cas: boolean; incr: decimal) */
+  /**
+   * invoke: the value written (put, cas); ok: the value read (get), or the
+   * result (delete, cas, unlock: boolean, unlock false when the lock was no
+   * longer held with its token; incr: decimal)
+   */
   value?: string | boolean | null;
   /** cas invoke: the version expected (decimal; "0": only if absent) */
   expected?: string;
   /** put and cas invoke with a TTL: the item's expiry, absolute Unix ms (decimal); from then on the key reads as absent */
   expiry?: string;
+  /** unlock invoke: the fencing token given back (decimal) */
+  token?: string;
   /** incr invoke: the delta added, as an unsigned 64-bit word (a negative d is 2^64 + d; counters count modulo 2^63) */
   delta?: string;
   /**

@@ -1,6 +1,7 @@
 // KV conformance: a recorded history carries what an independent checker
-// needs: the version each put and cas wrote, incr's delta, and whether a
-// failed request ever left the client.
+// needs: the version each put and cas wrote, incr's delta, the token an
+// unlock gave back and whether it released, and whether a failed request
+// ever left the client.
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -22,7 +23,7 @@ function completion(events: HistoryEvent[], f: HistoryEvent['f'], key: string): 
 }
 
 for (const scheme of providersUnderTest()) {
-  test(`${scheme}: the history records the versions put and cas wrote, and incr's delta`, async (t) => {
+  test(`${scheme}: the history records the versions put and cas wrote, incr's delta, and unlock's token and outcome`, async (t) => {
     const server = await startServer(scheme);
     t.teardown(() => server.close());
     const dir = mkdtempSync(join(tmpdir(), 'rkv-history-'));
@@ -58,6 +59,14 @@ for (const scheme of providersUnderTest()) {
     const lock = await kv.lock('m');
     t.is(completion(read(file), 'lock', 'm').done.version, lock.token.toString());
     await lock.release();
+    const unlock = completion(read(file), 'unlock', 'm');
+    t.is(unlock.invoke.token, lock.token.toString());
+    t.is(unlock.done.value, true);
+    // A release that finds the lock no longer held with its token (here: deleted) records false.
+    const lost = await kv.lock('m2');
+    t.true(await kv.delete('m2'));
+    await t.throwsAsync(lost.release(), { code: 'KV_LOCK_CONTENDED' });
+    t.is(completion(read(file), 'unlock', 'm2').done.value, false);
     // Every line is one JSON event; a version is a decimal string.
     for (const e of read(file)) if (e.version !== undefined) t.regex(e.version, /^\d+$/);
   });
