@@ -7,6 +7,7 @@
 //   hold   URL LOCK                 take the lock, report, and wait to be killed
 //   puts   URL PREFIX COUNT BYTES   put PREFIX0..COUNT-1 (BYTES each), report, and wait to be killed
 //   lin    URL PROCESS COUNT FILE   random get/put/delete/cas on 3 keys, history in FILE
+//   linatomic URL PROCESS COUNT FILE random incr of one counter and lock/unlock of one lock, history in FILE
 //   put    URL KEY VALUE            one put; reports { acked } or its error, then exits
 //   del    URL KEY                  one delete; reports { deleted } or its error, then exits
 //   large  URL KEY BYTES MS         rewrites KEY from a registered buffer, every 4 KiB page stamped with the write's number
@@ -27,7 +28,7 @@ process.on('message', (m) => {
 });
 
 async function main(): Promise<void> {
-  const kv = await KvClient.connect(mode === 'lin' ? { url: url!, history: args[2]!, timeoutMs: testTimeoutMs() } : { url: url!, timeoutMs: testTimeoutMs() });
+  const kv = await KvClient.connect(mode === 'lin' || mode === 'linatomic' ? { url: url!, history: args[2]!, timeoutMs: testTimeoutMs() } : { url: url!, timeoutMs: testTimeoutMs() });
   if (mode === 'model') {
     const [prefix, count, seed] = [args[0]!, Number(args[1]), Number(args[2])];
     const random = rng(seed);
@@ -140,6 +141,22 @@ async function main(): Promise<void> {
         await kv.cas(key, seen?.version ?? 0n, value);
       }
     }
+    send({ done: count });
+  } else if (mode === 'linatomic') {
+    const [proc, count] = [Number(args[0]), Number(args[1])];
+    const random = rng(proc * 17 + 3);
+    let held: { release: () => Promise<void> } | undefined;
+    for (let i = 0; i < count; i++) {
+      const dice = random();
+      // Reads (incr 0), increments, and now and then a decrement (counters wrap modulo 2^63).
+      if (dice < 0.5) await kv.incr('lin-ctr', dice < 0.15 ? 0 : dice < 0.2 ? -3 : 1 + Math.floor(random() * 4));
+      else if (held) {
+        await held.release();
+        held = undefined;
+      }
+      else held = await kv.lock('lin-lock', { timeoutMs: 5 }).catch((e: { code?: string }) => (e.code === 'KV_LOCK_CONTENDED' ? undefined : Promise.reject(e)));
+    }
+    await held?.release();
     send({ done: count });
   } else if (mode === 'puts') {
     const [prefix, count, bytes] = [args[0]!, Number(args[1]), Number(args[2])];
