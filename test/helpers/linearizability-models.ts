@@ -67,7 +67,9 @@ export interface LockState {
  * client it takes for dead or stalled and releases its locks): a lock may then
  * take a held lock, and the old holder's unlock must answer false. Without it,
  * only an unlock frees the lock. Either way a token must exceed every earlier
- * one, and an unlock answers true only while its token holds the lock.
+ * one, and an unlock answers true only while its token holds the lock. An
+ * unlock's token must be one a completed lock returned (no client learns
+ * another): an indeterminate lock's token is known only to exceed the last.
  */
 export function lockModel(options: { fencing: boolean }): Model<LockState, LockInput, LockOutput> {
   return {
