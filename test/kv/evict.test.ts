@@ -5,7 +5,7 @@ import { Registry } from 'prom-client';
 
 import { IndexView, slotBlock } from '../../protocol/index-format.js';
 import type { KvError } from '../../client/index.js';
-import { FailureLog, connect, selfValidating, startServer, validate } from '../helpers/kv.js';
+import { FailureLog, ReconnectingWriter, connect, selfValidating, startServer, validate } from '../helpers/kv.js';
 import { eventually, providersUnderTest, testScale } from '../helpers/providers.js';
 
 /** 16 MiB region (about 13.6 MB of heap), a short grace period so evicted blocks come back soon. */
@@ -24,17 +24,19 @@ for (const scheme of providersUnderTest()) {
       const { heapBytes } = server.layout;
       const writes = Math.ceil((HEAPS_WRITTEN * heapBytes) / VALUE);
       const failures = new FailureLog(server);
+      const writer = new ReconnectingWriter(kv, server);
       for (let i = 0; i < writes; i += 64) {
         await Promise.all(
           Array.from({ length: Math.min(64, writes - i) }, async (_, k) => {
             try {
-              await kv.put(`k${i + k}`, selfValidating(1, i + k, VALUE));
+              await writer.put(`k${i + k}`, selfValidating(1, i + k, VALUE));
             } catch (error) {
               failures.record(error, `k${i + k}`);
             }
           }),
         );
       }
+      for (const note of writer.notes) t.log(note);
       t.deepEqual(failures.summary, []);
       const stats = server.stats();
       t.true(stats.evictions.watermark + stats.evictions.grant > 0, 'items were evicted');
@@ -91,9 +93,10 @@ for (const scheme of providersUnderTest()) {
     t.teardown(() => kv.close());
     const small = Math.ceil((2 * server.layout.heapBytes) / 1000);
     const failures = new FailureLog(server);
+    const writer = new ReconnectingWriter(kv, server);
     const put = async (key: string, value: Buffer) => {
       try {
-        await kv.put(key, value);
+        await writer.put(key, value);
       } catch (error) {
         failures.record(error, key);
       }
@@ -101,6 +104,7 @@ for (const scheme of providersUnderTest()) {
     for (let i = 0; i < small; i += 64) await Promise.all(Array.from({ length: 64 }, (_, k) => put(`s${i + k}`, Buffer.alloc(1000, k))));
     // Freed small blocks are scattered: a 256 KiB block needs 256 KiB of neighbours freed.
     for (let i = 0; i < 20; i++) await put(`big${i}`, selfValidating(2, i, 256 << 10));
+    for (const note of writer.notes) t.log(note);
     t.deepEqual(failures.summary, []);
     t.deepEqual(validate((await kv.get('big19'))!), { writer: 2, seq: 19 });
   });
