@@ -171,7 +171,9 @@ export function runKvChild(t: ExecutionContext, args: string[], onMessage?: (m: 
       report = m;
       onMessage?.(m);
     });
-    proc.on('exit', (code, signal) => {
+    // 'close', not 'exit': 'exit' can come before the child's last message has been read from
+    // the channel (CI at ea5f4c9: "child model exited with 0" from a child that had reported).
+    proc.on('close', (code, signal) => {
       if (report?.error) reject(new Error(String(report.error)));
       else if (code !== 0 || !report) reject(new Error(`child ${args[0]} exited with ${signal ?? code}`));
       else resolve(report);
