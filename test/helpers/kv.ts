@@ -9,7 +9,7 @@ import { destination, pino } from 'pino';
 
 import { KvClient, type KvClientOptions } from '../../client/index.js';
 import { KvServer, type KvServerOptions } from '../../server/kv-server.js';
-import { type Scheme, listenUrl, slow, testTimeoutMs } from './providers.js';
+import { type Scheme, eventually, listenUrl, slow, testTimeoutMs } from './providers.js';
 
 /**
  * RKV_TEST_LOG=<level> (e.g. debug): the suites' servers log to stderr at that level, to
@@ -65,9 +65,7 @@ export class FailureLog {
   get summary(): string[] {
     if (this.first === undefined) return [];
     const counts = [...this.counts].map(([code, n]) => `${code} x${n}`).join(', ');
-    const logged = this.server ? serverWarnings(this.server).map((line) => `server: ${line}`) : [];
-    const nic = nicChanges(this.nicBefore);
-    return [this.first, `in all: ${counts}`, ...logged, ...(nic ? [`NIC counters meanwhile: ${nic}`] : [])];
+    return [this.first, `in all: ${counts}`, ...evidence(this.server, this.nicBefore)];
   }
 }
 
@@ -99,7 +97,7 @@ export class ReconnectingWriter {
         if (this.losses.length < 2) this.losses.push(`${key}: ${String(error)}`);
         // The loss may not show in the status yet: a pause, then until it is ready again.
         await new Promise((resolve) => setTimeout(resolve, 100 * attempt));
-        await this.ready();
+        await eventually(() => this.kv.status === 'ready', `the client reconnects (status ${this.kv.status})`);
       }
     }
   }
@@ -108,16 +106,14 @@ export class ReconnectingWriter {
   get notes(): string[] {
     if (this.losses.length === 0) return [];
     const lost = `the connection was lost: ${this.retried} writes retried after a reconnect (${this.losses.join('; ')}, ...)`;
-    return [lost, ...serverWarnings(this.server).map((line) => `server: ${line}`), `NIC counters meanwhile: ${nicChanges(this.nicBefore) || 'none'}`];
+    return [lost, ...evidence(this.server, this.nicBefore)];
   }
+}
 
-  private async ready(): Promise<void> {
-    const end = Date.now() + slow(30_000);
-    while (this.kv.status !== 'ready') {
-      if (Date.now() > end) throw new Error(`the client did not reconnect within ${slow(30_000)} ms (status ${this.kv.status})`);
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
-  }
+/** What the server warned of, and the NIC counters that changed since `nicBefore`. */
+function evidence(server: KvServer | undefined, nicBefore: Map<string, number>): string[] {
+  const logged = server ? serverWarnings(server).map((line) => `server: ${line}`) : [];
+  return [...logged, `NIC counters meanwhile: ${nicChanges(nicBefore) || 'none'}`];
 }
 
 /** The counters that changed since `before`, as "device/name +delta, ..." ('' if none). */
