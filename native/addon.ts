@@ -82,6 +82,8 @@ export interface DeviceInfo {
   memoryWindows: boolean;
   /** How that was found, or why not. */
   memoryWindowsNote: string;
+  /** The deepest completion queue createCq accepts (verbs: ibv_device_attr.max_cqe). */
+  maxCqe: number;
 }
 export interface NativeProvider {
   register(memory: NativeMemory, offset: number, length: number, access: number): NativeMemoryRegion;

@@ -36,6 +36,28 @@ export const RECVS_PER_CLIENT = KvLayout.RING_RECORDS + 32;
 /** Send buffers per client ring (control messages to the client; reused once their SEND completed, protocol/send-buffers.ts). */
 export const SEND_BUFFERS = 16;
 /**
+ * Completions one client can have outstanding on the namespace's CQ: a RECV for each posted
+ * receive buffer (its notices and control messages arrive while the server is not polling: a GC
+ * pause, a long eviction run) and the signaled SEND of each send buffer.
+ */
+export const CQ_ENTRIES_PER_CLIENT = RECVS_PER_CLIENT + SEND_BUFFERS;
+/** Room beyond the clients' for what is not theirs (the loopback's accepted end, flushes of a departing queue pair's last requests). */
+export const CQ_MARGIN = 64;
+
+/** The CQ depth `clients` clients can never overrun. */
+export function cqEntriesFor(clients: number): number {
+  return clients * CQ_ENTRIES_PER_CLIENT + CQ_MARGIN;
+}
+
+/**
+ * How many of `maxClients` one CQ of at most `maxCqe` entries can serve. A real HCA puts an
+ * overrun CQ into error (every client of the namespace lost), rxe drops completions silently:
+ * so a client beyond this is refused (FULL), never admitted onto a CQ it could overrun.
+ */
+export function clientsFitting(maxClients: number, maxCqe: number): number {
+  return Math.max(0, Math.min(maxClients, Math.floor((maxCqe - CQ_MARGIN) / CQ_ENTRIES_PER_CLIENT)));
+}
+/**
  * The CQ's interrupt moderation (CompletionQueue.watch): under a steady stream of notices the
  * server wakes at most once per this many µs and drains them all in one batch (one wake-up per
  * PUT cost more CPU than the PUT's notice itself); a completion after a quiet spell is handled at
@@ -71,6 +93,10 @@ export interface Fabric {
   readOnly?: MemoryRegion;
   recv: MemoryRegion;
   send: MemoryRegion;
+  /** Clients this fabric's CQ can serve (clientsFitting: --max-clients, or fewer on a device with shallow CQs). */
+  admits: number;
+  /** Clients holding a ring on this fabric (accepted, until their ring is returned). */
+  holding: number;
   /** The server's connection to itself: lock recovery goes through it, as RDMA atomics with `rkey` (its window's, or the region's). */
   loopback?: { connection: Connection; cq: CompletionQueue; scratch: MemoryRegion; rkey: number };
 }
@@ -94,12 +120,14 @@ export function openProvider(scheme: string, url: string): Provider {
 /** Registers a namespace's region and its client rings' buffers with `provider`, and makes its completion queue. */
 export function openFabric(provider: Provider, store: RegionStore): Fabric {
   const { maxClients } = store.layout;
-  const { memoryWindows: windows, memoryWindowsNote: windowsNote } = provider.deviceInfo;
+  const { memoryWindows: windows, memoryWindowsNote: windowsNote, maxCqe } = provider.deviceInfo;
+  const admits = clientsFitting(maxClients, maxCqe);
+  if (admits === 0) throw new KvConfigError(`${provider.deviceInfo.name} allows completion queues of ${maxCqe} entries: not enough for one client (${cqEntriesFor(1)})`);
   const region = provider.register(store.memory, 0, store.memory.length, windows ? Access.LOCAL_WRITE | Access.MW_BIND : access.REMOTE_ALL);
-  const cq = provider.createCq(8192);
+  const cq = provider.createCq(cqEntriesFor(admits));
   const recv = provider.allocate(maxClients * RECVS_PER_CLIENT * KvLayout.SERVER_RECV_BYTES, Access.LOCAL_WRITE);
   const send = provider.allocate(maxClients * SEND_BUFFERS * KvLayout.CONTROL_RECV_BYTES, Access.LOCAL_WRITE);
-  return { provider, cq, region, windows, windowsNote, recv, send };
+  return { provider, cq, region, windows, windowsNote, recv, send, admits, holding: 0 };
 }
 
 /** What a role may do with the region: READ alone, or READ, WRITE and atomics. */

@@ -14,7 +14,7 @@ import type { Provider } from '../native/index.js';
 import { KvLayout } from '../protocol/constants.js';
 import { EMPTY_SLOT, slotBlock } from '../protocol/index-format.js';
 import type { Role } from '../protocol/tokens.js';
-import { CQ_MODERATION_US, type Fabric, openFabric, openLoopback, registerReadOnly } from './fabric.js';
+import { CQ_ENTRIES_PER_CLIENT, CQ_MODERATION_US, type Fabric, openFabric, openLoopback, registerReadOnly } from './fabric.js';
 import { AccessBits } from './eviction/access-bits.js';
 import { Evictor } from './eviction/evictor.js';
 import { ExpirySweep } from './eviction/expiry-sweep.js';
@@ -144,6 +144,11 @@ export class Namespace {
   /** Registers its region with `provider` (the server's, for `scheme`) and watches its own completion queue there. */
   attach(scheme: string, provider: Provider, readTokens: boolean): Fabric {
     const fabric = openFabric(provider, this.store);
+    const { maxClients } = this.store.layout;
+    if (fabric.admits < maxClients) {
+      const { name, maxCqe } = provider.deviceInfo;
+      this.log?.warn({ provider: scheme, device: name, maxCqe, maxClients, admits: fabric.admits }, `${name}'s completion queues hold ${maxCqe} entries: ${fabric.admits} of --max-clients ${maxClients} can connect on ${scheme}:// (each may have ${CQ_ENTRIES_PER_CLIENT} completions outstanding); the others are refused as FULL`);
+    }
     this.fabrics.set(scheme, fabric);
     this.counters.memoryWindows.set(scheme, fabric.windows ? 1 : 0);
     if (readTokens) registerReadOnly(fabric, this.store);

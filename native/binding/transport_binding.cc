@@ -784,6 +784,7 @@ class ProviderWrap : public Napi::ObjectWrap<ProviderWrap> {
     o.Set("maxInline", d.max_inline);
     o.Set("memoryWindows", d.memory_windows);
     o.Set("memoryWindowsNote", d.memory_windows_note);
+    o.Set("maxCqe", d.max_cqe);
     return o;
   }
   Napi::Value scheme(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), state_->provider->scheme()); }

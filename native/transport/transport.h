@@ -233,6 +233,8 @@ struct DeviceInfo {
   // Connection::bind_window works (verbs: type 2B windows, probed at start).
   bool memory_windows = false;
   std::string memory_windows_note;  // how that was found, or why not
+  // The deepest completion queue create_cq accepts (verbs: ibv_device_attr.max_cqe).
+  uint32_t max_cqe = 0;
 };
 
 class Provider {

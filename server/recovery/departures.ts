@@ -85,7 +85,7 @@ export class Departures {
       (error) => log?.error({ clientId: client.id, err: error.message }, 'lock recovery failed'),
       () => {
         this.departing.delete(client.id);
-        this.parts.clients.returnRing(client.ring);
+        this.parts.clients.returnRing(client.ring, client.fabric);
         this.parts.events.emit('clientDisconnected', client.id);
       },
     );

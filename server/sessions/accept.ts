@@ -105,8 +105,8 @@ export class Acceptor {
     if (this.parts.sessions.exhausted) {
       return reject(RejectReason.FULL, `the region's ${KvLayout.MAX_SESSIONS} sessions are used up: versions would repeat; copy the data into a new region`);
     }
-    const ring = clients.takeRing();
-    if (ring === undefined) return reject(RejectReason.FULL, `all ${store.layout.maxClients} client rings in use`);
+    const ring = clients.takeRing(fabric);
+    if (ring === undefined) return reject(RejectReason.FULL, ringsFullWhy(fabric, store.layout.maxClients));
     const id = clients.newId();
     // Persisted before the hello hands it out: a restart never hands it out again.
     const session = this.parts.sessions.take();
@@ -119,7 +119,7 @@ export class Acceptor {
     try {
       connection = request.accept({ cq: fabric.cq, initialRecvs: recvs, recvDepth: RECVS_PER_CLIENT + 16, sendDepth: 256 });
     } catch (error) {
-      clients.returnRing(ring);
+      clients.returnRing(ring, fabric);
       log?.error({ err: error }, 'accept failed');
       return;
     }
@@ -130,7 +130,7 @@ export class Acceptor {
     } catch (error) {
       // Never fall back to the region's rkey for one client: it would work on any connection.
       connection.disconnect();
-      clients.returnRing(ring);
+      clients.returnRing(ring, fabric);
       stats.count.rejectedConnections++;
       log?.error({ peer: request.peerAddress, err: (error as Error).message }, 'cannot bind the client\'s memory window: connection dropped');
       return;
@@ -157,4 +157,11 @@ export class Acceptor {
     this.held.push({ fabric, request, client });
     if (this.held.length === 1) this.parts.log?.info({ peer: request.peerAddress }, 'connection requests held until recovery finishes');
   }
+}
+
+/** Why takeRing found no ring for a client on `fabric`. */
+function ringsFullWhy(fabric: Fabric, maxClients: number): string {
+  if (fabric.holding < fabric.admits) return `all ${maxClients} client rings in use`;
+  if (fabric.admits === maxClients) return `all ${maxClients} client rings in use`;
+  return `${fabric.admits} clients connected on ${fabric.provider.scheme}://, as many as ${fabric.provider.deviceInfo.name}'s completion queue can serve (--max-clients ${maxClients})`;
 }

@@ -74,13 +74,20 @@ export class ClientTable {
     return this.byQp.get(`${fabric.provider.scheme}:${qpNum}`);
   }
 
-  /** A free client ring, or undefined when --max-clients are connected (or still departing). */
-  takeRing(): number | undefined {
-    return this.freeRings.pop();
+  /**
+   * A free client ring for a client on `fabric`, or undefined when --max-clients are connected (or
+   * still departing), or as many as `fabric`'s CQ can serve (Fabric.admits) are there.
+   */
+  takeRing(fabric: Fabric): number | undefined {
+    if (fabric.holding >= fabric.admits) return undefined;
+    const ring = this.freeRings.pop();
+    if (ring !== undefined) fabric.holding++;
+    return ring;
   }
 
-  returnRing(ring: number): void {
+  returnRing(ring: number, fabric: Fabric): void {
     this.freeRings.push(ring);
+    fabric.holding--;
   }
 
   /** Ids are never reused: a lock owner seen in a word is that client or a departed one. */

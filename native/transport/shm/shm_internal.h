@@ -267,6 +267,7 @@ class ShmProvider final : public Provider {
   uint32_t qp_counter_ = 0;
   int test_stop_opcode_ = -1;  // -1: the test hook is off
   bool windows_off_ = false;   // RKV_NO_MEMORY_WINDOWS=1: behave as a device without windows
+  uint32_t max_cqe_ = 1u << 20;  // create_cq's limit (RKV_SHM_TEST_MAX_CQE lowers it)
   uint32_t test_stop_length_ = 0;
   std::unordered_map<uint32_t, ShmMr*> mrs_;
   std::unordered_map<int, ShmListener*> listeners_;

@@ -466,6 +466,11 @@ ShmProvider::ShmProvider(EventSink sink) : sink_(std::move(sink)) {
   // Keys start at a random point so an rkey cannot be guessed from a restart.
   std::random_device random;
   key_counter_ = random();
+  // A test hook: behave as a device with shallower completion queues (a NIC's max_cqe).
+  if (const char* max_cqe = std::getenv("RKV_SHM_TEST_MAX_CQE")) {
+    const unsigned long value = std::strtoul(max_cqe, nullptr, 10);
+    if (value > 0 && value < max_cqe_) max_cqe_ = static_cast<uint32_t>(value);
+  }
   const char* no_windows = std::getenv("RKV_NO_MEMORY_WINDOWS");
   windows_off_ = no_windows != nullptr && std::strcmp(no_windows, "1") == 0;
   if (const char* stop = std::getenv("RKV_SHM_TEST_STOP_BEFORE")) {
@@ -509,6 +514,7 @@ DeviceInfo ShmProvider::device_info() const {
   info.atomic_cap = "GLOB";  // CPU atomics on a shared mapping are atomic for every process
   info.max_inline = u32(Limit::SHM_MAX_INLINE);
   info.max_qp_rd_atom = info.max_qp_init_rd_atom = 0xffff;
+  info.max_cqe = max_cqe_;
   info.memory_windows = !windows_off_;
   info.memory_windows_note = windows_off_ ? "RKV_NO_MEMORY_WINDOWS=1"
                                           : "checked by the poster's provider in the connection's shared area, as a NIC would";
@@ -576,8 +582,8 @@ void ShmProvider::forget_mr(ShmMr* mr) {
 }
 
 std::shared_ptr<CompletionQueue> ShmProvider::create_cq(uint32_t depth, std::string* error) {
-  if (depth == 0 || depth > (1u << 20)) {
-    *error = "CQ depth must be between 1 and 1048576";
+  if (depth == 0 || depth > max_cqe_) {
+    *error = "CQ depth must be between 1 and " + std::to_string(max_cqe_);
     return nullptr;
   }
   int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

@@ -126,6 +126,7 @@ class VerbsProvider final : public Provider {
     info.max_inline = core_->max_inline;
     info.memory_windows = core_->memory_windows;
     info.memory_windows_note = core_->memory_windows_note;
+    info.max_cqe = static_cast<uint32_t>(core_->attr.max_cqe);
     return info;
   }
 
