@@ -12,12 +12,13 @@
 // Each cell is the median of the rounds' ops/s; "one at a time" awaits every
 // GET (latency-bound), "batches of 32" issues 32 per tick (one doorbell each).
 import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 
 import { KvClient } from '../../client/index.js';
 import { KvServer } from '../../server/kv-server.js';
+import { writeFileEnsuringDir } from '../ycsb/report/results.js';
 import { getRate } from './get-rate.js';
 import { markdownTable } from './markdown-table.js';
 
@@ -66,13 +67,18 @@ for (let r = 0; r < rounds; r++) {
 }
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const rows: string[][] = [];
+const results = [];
 for (const mode of ['cached', 'uncached'] as Mode[]) {
   for (const batch of [1, 32]) {
     const none = median(cells.get(`${mode}/${batch}/none`)!);
     const lru = median(cells.get(`${mode}/${batch}/lru`)!);
+    results.push({ path: mode, batch, noneOps: none, lruOps: lru, ratio: lru / none, roundsNone: cells.get(`${mode}/${batch}/none`), roundsLru: cells.get(`${mode}/${batch}/lru`) });
     rows.push([mode === 'cached' ? 'location-cache hit (1 READ)' : 'no cache (2 round trips)', batch === 1 ? 'one at a time' : 'batches of 32', `${Math.round(none).toLocaleString('en')}`, `${Math.round(lru).toLocaleString('en')}`, (lru / none).toFixed(3)]);
   }
 }
 process.stdout.write(`${markdownTable(['GET path', 'issued', 'none: GET/s', 'lru (hint): GET/s', 'lru / none'], rows, 'll')}\n`);
+const output = join('bench', 'results', 'access-hints-shm.json');
+writeFileEnsuringDir(output, JSON.stringify({ benchmark: 'access-hints', provider: 'shm', node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, date: new Date().toISOString(), rounds, seconds, keys, results }, null, 2) + '\n');
+process.stdout.write(`results written to ${output}\n`);
 for (const kv of clients.values()) await kv.close();
 for (const server of Object.values(servers)) await server.close();

@@ -12,10 +12,13 @@
  * The server runs in a child process (bench/kv/server-child.js) over a private shm socket.
  */
 import { spawn } from 'node:child_process';
+import { cpus } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
 import { KvClient } from '../../client/index.js';
+import { writeFileEnsuringDir } from '../ycsb/report/results.js';
 import { markdownTable } from './markdown-table.js';
 
 const { values } = parseArgs({ options: { rounds: { type: 'string', default: '7' }, ms: { type: 'string', default: '400' }, keys: { type: 'string', default: '2000' } } });
@@ -60,6 +63,7 @@ const pairs: Array<[string, (i: number) => Promise<unknown>, (i: number) => Prom
 ];
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const rows: string[][] = [];
+const results = [];
 for (const [name, plain, withTtl] of pairs) {
   await round(plain, withTtl); // warm-up
   const a: number[] = [];
@@ -71,9 +75,13 @@ for (const [name, plain, withTtl] of pairs) {
     b.push(y);
     ratios.push(x / y);
   }
+  results.push({ op: name, noTtlOps: median(a), ttlOps: median(b), ratio: median(ratios), roundRatios: ratios });
   rows.push([name, `${Math.round(median(a)).toLocaleString('en')}/s`, `${Math.round(median(b)).toLocaleString('en')}/s`, `${median(ratios).toFixed(3)}× (${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)})`]);
 }
 process.stdout.write(markdownTable(['sequential, 1 KiB values', 'no TTL', 'TTL (1 h)', 'time with TTL / without: median (range) of rounds'], rows, 'lrrr') + '\n');
+const output = join('bench', 'results', 'ttl-cost-shm.json');
+writeFileEnsuringDir(output, JSON.stringify({ benchmark: 'ttl-cost', provider: 'shm', node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, date: new Date().toISOString(), rounds, roundMs, keys, results }, null, 2) + '\n');
+process.stdout.write(`results written to ${output}\n`);
 await cached.close();
 await uncached.close();
 child.kill('SIGTERM');
