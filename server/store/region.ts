@@ -9,6 +9,7 @@ import { Memory } from '../../native/index.js';
 import { KvLayout } from '../../protocol/constants.js';
 import { IndexView, EMPTY_SLOT, slotBlock, slotUnits } from '../../protocol/index-format.js';
 import { KvConfigError, type ServerSettings } from '../options.js';
+import { EpochTable } from './epoch-table.js';
 import { Heap } from './heap.js';
 import { type RegionLayout, LayoutError, compareLayout, formatMismatch, planLayout, readSuperblock, writeSuperblock } from './layout.js';
 
@@ -21,38 +22,54 @@ export class RegionStore {
   readonly existed: boolean;
   /** Heap blocks (units) of lock items, learned from notices and restarts, for releasing a dead holder's locks. */
   readonly lockItems = new Set<number>();
+  /** The region's random id for its life (format 5 on; 0n in a file of an earlier format). */
+  readonly regionId: bigint;
+  /** The hash slots' epoch words (format 5 on; undefined in a file of an earlier format). */
+  readonly epochs: EpochTable | undefined;
+  readonly layout: RegionLayout;
 
   private constructor(
-    readonly layout: RegionLayout,
+    planned: RegionLayout,
     readonly memory: Memory,
     graceMs: number,
     regionFile: string | undefined,
+    replan: (format: number) => RegionLayout,
   ) {
-    this.index = new IndexView(memory.bytes, layout.indexOffset, layout.bucketCount);
-    this.heap = new Heap(layout.heapBytes / KvLayout.UNIT_BYTES, layout.classes, graceMs);
+    let layout = planned;
     this.existed = memory.existed;
     if (this.existed) {
       const found = readSuperblock(memory.bytes);
       const format = formatMismatch(found);
       if (format) throw new KvConfigError(`${regionFile} ${format}`);
+      // A file of an earlier format is served in its own layout, and stays in its format.
+      if (found.magic === KvLayout.MAGIC && found.version !== planned.format) layout = replan(found.version);
       const mismatch = compareLayout(found, layout);
       if (mismatch) throw new KvConfigError(`${regionFile} was created with ${mismatch}: start with the options it was created with`);
       this.seed = found.seed;
+      this.regionId = layout.format >= 5 ? found.regionId : 0n;
     } else {
       this.seed = randomBytes(8).readBigUInt64LE();
+      this.regionId = randomBytes(8).readBigUInt64LE() || 1n;
     }
-    writeSuperblock(memory.bytes, layout, this.seed, BigInt(Date.now()));
+    this.layout = layout;
+    this.index = new IndexView(memory.bytes, layout.indexOffset, layout.bucketCount);
+    this.heap = new Heap(layout.heapBytes / KvLayout.UNIT_BYTES, layout.classes, graceMs);
+    this.epochs = layout.epochOffset ? new EpochTable(memory.bytes, layout.epochOffset) : undefined;
+    if (!this.existed) this.epochs?.openAll(0);
+    writeSuperblock(memory.bytes, layout, this.seed, BigInt(Date.now()), this.regionId);
   }
 
   /** Plans the layout and maps the region (a new one, or the region file's); KvConfigError if either cannot be. */
   static open(settings: ServerSettings): RegionStore {
-    let layout: RegionLayout;
-    try {
-      layout = planLayout({ regionBytes: settings.memoryBytes, buckets: settings.buckets, maxClients: settings.maxClients, maxValueBytes: settings.maxValueBytes, accessTable: settings.eviction !== 'none' });
-    } catch (error) {
-      if (error instanceof LayoutError) throw new KvConfigError(error.message);
-      throw error;
-    }
+    const plan = (format?: number): RegionLayout => {
+      try {
+        return planLayout({ regionBytes: settings.memoryBytes, buckets: settings.buckets, maxClients: settings.maxClients, maxValueBytes: settings.maxValueBytes, accessTable: settings.eviction !== 'none', format });
+      } catch (error) {
+        if (error instanceof LayoutError) throw new KvConfigError(error.message);
+        throw error;
+      }
+    };
+    const layout = plan();
     let memory: Memory;
     try {
       // Huge pages for an anonymous region when the host has them: fewer TLB misses for the
@@ -61,7 +78,7 @@ export class RegionStore {
     } catch (error) {
       throw new KvConfigError(`region: ${(error as Error).message}`);
     }
-    return new RegionStore(layout, memory, settings.graceMs, settings.regionFile);
+    return new RegionStore(layout, memory, settings.graceMs, settings.regionFile, plan);
   }
 
   get bytes(): Buffer {

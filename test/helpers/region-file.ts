@@ -6,7 +6,7 @@ import { closeSync, openSync, readFileSync, writeSync } from 'node:fs';
 import { ItemHeader, KvLayout } from '../../protocol/constants.js';
 import { packSlot, slotBlock, slotUnits } from '../../protocol/index-format.js';
 import { hashKey } from '../../native/index.js';
-import { type SuperblockFields, readSuperblock } from '../../server/store/layout.js';
+import { type RegionLayout, type SuperblockFields, planLayout, readSuperblock, writeSuperblock } from '../../server/store/layout.js';
 
 export interface SlotOfKey {
   /** File offset of the slot word. */
@@ -63,6 +63,19 @@ export function writeAt(file: string, at: number, bytes: Buffer): void {
   } finally {
     closeSync(fd);
   }
+}
+
+/**
+ * Rewrites `file` as what an earlier release wrote for the same options: an empty region of
+ * region format `format` (3 or 4: no epoch table, the index right after the rings) with the
+ * given layout's sizes and `seed`. Returns that format's layout.
+ */
+export function writeEmptyRegionOfFormat(file: string, layout: RegionLayout, seed: bigint, format: number): RegionLayout {
+  const old = planLayout({ regionBytes: layout.regionBytes, buckets: layout.bucketCount, maxClients: layout.maxClients, maxValueBytes: layout.maxValueBytes, format });
+  const bytes = Buffer.alloc(layout.regionBytes);
+  writeSuperblock(bytes, old, seed, 1n, 0n);
+  writeAt(file, 0, bytes);
+  return old;
 }
 
 export function writeU64At(file: string, at: number, value: bigint): void {

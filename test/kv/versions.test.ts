@@ -14,6 +14,8 @@ import { KvLayout, Superblock } from '../../protocol/constants.js';
 import { RejectReason, parseConnectData } from '../../protocol/connect.js';
 import { Provider, TransportError } from '../../native/index.js';
 import { KvConfigError } from '../../server/options.js';
+import { readSuperblock } from '../../server/store/layout.js';
+import { writeEmptyRegionOfFormat } from '../helpers/region-file.js';
 import { connect, startServer } from '../helpers/kv.js';
 import { listenUrl, providersUnderTest, testTimeoutMs } from '../helpers/providers.js';
 
@@ -107,7 +109,7 @@ test('a region file of another region format is refused at start, naming both fo
   const regionFile = join(mkdtempSync(join(tmpdir(), 'rkv-format-')), 'region');
   const server = await startServer(scheme, { listen: [listenUrl(scheme)], regionFile });
   await server.close();
-  const older = 2; // format 3 is still read (the next test)
+  const older = 2; // formats 3 and 4 are still read (the next test, and epochs.test.ts)
   const file = await open(regionFile, 'r+');
   const word = Buffer.alloc(8);
   word.writeBigUInt64LE(BigInt(older));
@@ -115,18 +117,23 @@ test('a region file of another region format is refused at start, naming both fo
   await file.close();
   const error = await t.throwsAsync(startServer(scheme, { listen: [listenUrl(scheme)], regionFile }));
   t.true(error instanceof KvConfigError, String(error));
-  t.regex(error!.message, new RegExp(`holds region format ${older}; this kv-server reads region formats 3 and ${KvLayout.REGION_FORMAT} only`));
+  t.regex(error!.message, new RegExp(`holds region format ${older}; this kv-server reads region formats 3, 4 and ${KvLayout.REGION_FORMAT} only`));
 });
 
 test('a region file of format 3 (the release before the access table) is served with its data, and refused with --eviction', async (t) => {
   const scheme = providersUnderTest()[0]!;
   const regionFile = join(mkdtempSync(join(tmpdir(), 'rkv-format3-')), 'region');
+  // What the release before the access table wrote: format 4's layout without an access table, marked format 3.
+  const probe = await startServer(scheme, { listen: [listenUrl(scheme)], regionFile });
+  const { layout } = probe.namespace('default');
+  const seed = readSuperblock(probe.region).seed;
+  await probe.close();
+  writeEmptyRegionOfFormat(regionFile, layout, seed, 4);
   const first = await startServer(scheme, { listen: [listenUrl(scheme)], regionFile });
   const writer = await connect(first);
   await writer.put('kept', 'from format 3');
   await writer.close();
   await first.close();
-  // What the previous release wrote: this layout without an access table, marked format 3.
   const file = await open(regionFile, 'r+');
   const word = Buffer.alloc(8);
   await file.read(word, 0, 8, Superblock.ACCESS_OFFSET);
