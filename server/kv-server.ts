@@ -19,6 +19,7 @@ import { KvLayout } from '../protocol/constants.js';
 import { DEFAULT_NAMESPACE, type TokenEntry } from '../protocol/tokens.js';
 import { listenOn, listenScheme, openProvider } from './fabric.js';
 import { Namespace } from './namespace.js';
+import type { EpochBarrierReport } from './replication/epoch-barrier.js';
 import { type KvServerOptions, type ServerSettings, KvConfigError, checkOptions, checkTokens, namespaceNames, namespaceRegionFile } from './options.js';
 import { TokenTable } from './sessions/tokens.js';
 import type { KvServerStats } from './stats.js';
@@ -193,6 +194,16 @@ export class KvServer extends EventEmitter {
   /** The default namespace's stats, or namespace `name`'s (KvConfigError if not hosted). */
   stats(name: string = DEFAULT_NAMESPACE): KvServerStats {
     return this.namespace(name).stats();
+  }
+
+  /**
+   * Runs the epoch barrier (docs/replication-design.md §4.3) on namespace `name`'s region for
+   * `hashSlots` into `epoch`. Replication's controller will call it; today tests and benchmarks do.
+   */
+  epochBarrier(hashSlots: readonly number[], epoch: number, name: string = DEFAULT_NAMESPACE): Promise<EpochBarrierReport> {
+    const ns = this.hosted.get(name);
+    if (!ns) return Promise.reject(new KvConfigError(`no namespace '${name}' on this server (it hosts ${this.namespaces.join(', ')})`));
+    return ns.epochBarrier(hashSlots, epoch);
   }
 
   /** The default namespace's region bytes (tests and kvctl's layout dump read them). */

@@ -25,6 +25,7 @@ import { Notices } from './notices.js';
 import type { ServerSettings } from './options.js';
 import { Chain } from './recovery/chain.js';
 import { Departures } from './recovery/departures.js';
+import { type EpochBarrierReport, runEpochBarrier } from './replication/epoch-barrier.js';
 import { HeldBlocks } from './recovery/held-blocks.js';
 import { LockRelease } from './recovery/locks.js';
 import { OrphanScan } from './recovery/orphan-scan.js';
@@ -247,6 +248,20 @@ export class Namespace {
       fenced++;
     }
     return fenced;
+  }
+
+  /**
+   * The epoch barrier for `hashSlots` into `epoch` (replication/epoch-barrier.ts): no write
+   * decided under an earlier epoch commits here once it resolves. Rejects on a region without an
+   * epoch table (format 4 and earlier) and if the server closes meanwhile.
+   */
+  epochBarrier(hashSlots: readonly number[], epoch: number): Promise<EpochBarrierReport> {
+    const liveOwners = () => {
+      const live = new Set<number>(this.departures.departing);
+      for (const client of this.clients.values()) live.add(client.id);
+      return live;
+    };
+    return runEpochBarrier({ store: this.store, liveOwners, isClosed: () => this.closed }, hashSlots, epoch);
   }
 
   stats(): KvServerStats {
