@@ -14,6 +14,7 @@ const benchmarks = [
   ['GET under access control: write client with and without memory windows, read-only client, a second namespace (--quick for a short run)', 'dist/bench/kv/access-control.js', []],
   ['what eviction\'s access hints cost a GET: --eviction none vs lru, interleaved', 'dist/bench/kv/access-hints.js', []],
   ['what a TTL costs: get and put of keys with and without a TTL, interleaved', 'dist/bench/kv/ttl-cost.js', []],
+  ['the epoch barrier replication will fence writes with: its time per region size, idle and under writes', 'dist/bench/kv/epoch-barrier.js', []],
   ['a cache under eviction: read-through over zipfian keys, rdma-kv --eviction vs redis allkeys-* (npm run bench:cache)', 'bin/kv-bench.js', ['cache', '--db', 'rdma-kv,redis', '--eviction', 'none,lru,lfu']],
 ];
 
