@@ -40,7 +40,7 @@ async function controllerName(prefix: string): Promise<string | undefined> {
   return text === null ? undefined : (JSON.parse(text) as ControllerRecord).name;
 }
 
-test.serial('one replica: config\'s primaries are exactly the clients\' map; kvctl layout shows its ranges', async (t) => {
+test.serial('one replica: config\'s primaries are exactly the clients\' map, also after kvctl forget; kvctl layout shows its ranges', async (t) => {
   const prefix = '/test-config-n1';
   const dir = clusterDir(t);
   const members: Member[] = [];
@@ -52,7 +52,7 @@ test.serial('one replica: config\'s primaries are exactly the clients\' map; kvc
     t.is(placed.replicas, 1);
     t.deepEqual(placed.members, ['kv-0', 'kv-1', 'kv-2']);
     const clients = assignSlots(kv.layout().map((m) => m.name));
-    const { names } = slotReplicaNames(placed);
+    const { names, epochs: epochsBefore } = slotReplicaNames(placed);
     for (let slot = 0; slot < SLOT_COUNT; slot++) {
       if (names[slot]!.length !== 1 || names[slot]![0] !== clients.members[clients.owner[slot]!]) t.fail(`hash slot ${slot}: config says ${names[slot]}, clients ${clients.members[clients.owner[slot]!]}`);
     }
@@ -69,6 +69,19 @@ test.serial('one replica: config\'s primaries are exactly the clients\' map; kvc
     t.regex(human.stdout, new RegExp(`^config epoch ${placed.epoch}, replicas 1, ${placed.slots.length} ranges:\\nSLOTS\\s+PRIMARY\\s+BACKUPS\\s+EPOCH$`, 'm'));
     const first = placed.slots[0]!;
     t.regex(human.stdout, new RegExp(`^${first.from}(-${first.to})?\\s+${placed.members[first.replicas[0]!]}\\s+-\\s+${first.epoch}$`, 'm'));
+
+    // kvctl forget of a stopped member: the controller places the hash slots anew, still the clients' map.
+    await members[2]!.process.stop('SIGTERM');
+    t.is((await kvctl([...target, 'forget', 'kv-2'])).code, 0);
+    await eventually(async () => (await config(prefix))?.members.length === 2, 'the controller dropped kv-2');
+    const after = (await config(prefix))!;
+    t.is(after.epoch, placed.epoch + 1);
+    const remaining = assignSlots(['kv-0', 'kv-1']);
+    const now = slotReplicaNames(after);
+    for (let slot = 0; slot < SLOT_COUNT; slot++) {
+      if (now.names[slot]![0] !== remaining.members[remaining.owner[slot]!]) t.fail(`hash slot ${slot} after forget: ${now.names[slot]}`);
+      if (now.epochs[slot] !== (names[slot]![0] === 'kv-2' ? after.epoch : epochsBefore[slot])) t.fail(`hash slot ${slot}: epoch ${now.epochs[slot]}`);
+    }
   } finally {
     await kv.close();
     await stopAll(members);
@@ -107,6 +120,27 @@ test.serial('--replicas refusals: out of range, without --etcd, without the expe
     t.deepEqual((await config(prefix))!.members, ['a']);
   } finally {
     await stopAll([first]);
+  }
+});
+
+test.serial('two first members racing: one that registered before any config existed leaves when the config disagrees', async (t) => {
+  const prefix = '/test-race';
+  const keys = etcdKeys(prefix);
+  const dir = clusterDir(t);
+  // Another "member" holds the controller key, so no config is written until the test writes one.
+  const lease = etcd.client.lease(30);
+  await etcd.client.put(keys.controller).value(JSON.stringify({ name: 'elsewhere', since: '' })).lease(await lease.grant());
+  try {
+    const late = kvServer(['--listen', `shm://${join(dir, 'late.sock')}`, '--memory', '64M', ...memberArgs(prefix, 'late', '--replicas', '3')], REPLICAS_ON);
+    await eventually(async () => (await etcd.client.get(keys.member('late')).string()) !== null, 'late registered while no config existed');
+    t.is(await etcd.client.get(keys.config).string(), null, 'a member that is not the controller writes no config');
+    t.true(await writeConfig(etcd.client, keys, nextConfig(undefined, [{ name: 'elsewhere' }], 2)!, undefined));
+    const finished = await late;
+    t.is(finished.code, 1);
+    t.regex(finished.stderr, /^kv-server: the cluster at \/test-race has --replicas 2; this server was started with --replicas 3$/m);
+    t.is(await etcd.client.get(keys.member('late')).string(), null, 'it removed the member key it created');
+  } finally {
+    await lease.revoke();
   }
 });
 

@@ -14,12 +14,15 @@ export interface EtcdCluster {
   alive: Map<string, Partial<AliveRecord>>;
 }
 
-/** The members and alive records under the prefix, in one read. */
+/** The members and alive records under the prefix, at one revision. */
 export async function readCluster(etcd: Etcd3, target: EtcdTarget): Promise<EtcdCluster> {
   const keys = etcdKeys(target.prefix);
   let entries: Record<string, string>;
   try {
-    entries = await etcd.getAll().prefix(keys.root).strings();
+    // Not the whole prefix: it also holds the controller's config (up to about 1 MB), and watch reads this every interval.
+    const joined = await etcd.getAll().prefix(keys.members).exec();
+    const live = await etcd.getAll().prefix(keys.alive).revision(joined.header.revision).exec();
+    entries = Object.fromEntries([...joined.kvs, ...live.kvs].map((kv) => [kv.key.toString(), kv.value.toString()]));
   } catch (error) {
     throw new Error(`cannot read the cluster from etcd at ${target.hosts.join(',')} (prefix ${target.prefix}): ${(error as Error).message}`);
   }
