@@ -154,6 +154,7 @@ test.serial('controller handover: SIGKILL the controller; another member takes o
     await eventually(async () => (await config(prefix))?.members.length === 3, 'all three placed');
     const before = (await config(prefix))!;
     t.is(before.replicas, 2);
+    t.like(JSON.parse((await etcd.client.get(`${prefix}/members/kv-1`).string())!), { name: 'kv-1', replicas: 2, zone: 'west' });
     // Zones east, west, east: every hash slot has kv-1 (the only west) and one east member.
     for (const { replicas } of before.slots) t.true(replicas.length === 2 && replicas.includes(1));
     const victim = await controllerName(prefix);
@@ -183,6 +184,16 @@ test.serial('controller handover: SIGKILL the controller; another member takes o
     }
     t.true(onNew > 0, `kv-3 holds ${onNew} hash slots`);
     t.is(await controllerName(prefix), heir);
+
+    // kv-3 restarts in zone west: its record follows, and no hash slot keeps two west replicas.
+    await members[3]!.process.stop('SIGTERM');
+    members[3] = await startMember(dir, 3, memberArgs(prefix, 'kv-3', '--replicas', '2', '--zone', 'west'), undefined, REPLICAS_ON);
+    t.like(JSON.parse((await etcd.client.get(`${prefix}/members/kv-3`).string())!), { zone: 'west' });
+    await eventually(async () => (await config(prefix))!.epoch > after.epoch, 'the controller re-placed for the new zone');
+    const west = new Set(['kv-1', 'kv-3']);
+    for (const r of slotReplicaNames((await config(prefix))!).names) {
+      if (r.length !== 2 || west.has(r[0]!) === west.has(r[1]!)) t.fail(`replicas ${r} are not one east, one west`);
+    }
   } finally {
     await stopAll(members);
   }
