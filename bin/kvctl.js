@@ -10,4 +10,8 @@ try {
   }
   throw err;
 }
-process.exit(await cli.main(process.argv.slice(2)));
+const code = await cli.main(process.argv.slice(2));
+// process.exit drops what a pipe has not taken yet (stdout to a pipe is asynchronous in Node):
+// exit once everything written before this empty write is flushed.
+process.stdout.once('error', () => process.exit(code));
+process.stdout.write('', () => process.exit(code));

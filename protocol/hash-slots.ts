@@ -18,17 +18,17 @@ export function keySlot(key: Buffer): number {
 
 /**
  * slot → index into `names` (sorted, deduplicated). Each member gets close to
- * 1/N of the slots (± a few percent).
+ * 1/N of the slots (± a few percent). The owner is the top of placeReplicas'
+ * ranking, so a config placed with one replica has exactly these primaries.
  */
 export function assignSlots(names: readonly string[]): { members: string[]; owner: Uint16Array } {
-  const members = [...new Set(names)].sort();
-  if (members.length > 0xffff) throw new RangeError(`${members.length} members: at most 65535`);
+  const members = sortedMembers(names);
   const owner = new Uint16Array(SLOT_COUNT);
   const seeds = members.map(nameSeed);
   for (let slot = 0; slot < SLOT_COUNT; slot++) {
     let best = 0;
     let bestScore = -1;
-    const s = Math.imul(slot + 1, 0x9e3779b1);
+    const s = slotSalt(slot);
     for (let m = 0; m < seeds.length; m++) {
       const score = mix32(seeds[m]! ^ s);
       if (score > bestScore) {
@@ -40,6 +40,55 @@ export function assignSlots(names: readonly string[]): { members: string[]; owne
   }
   return { members, owner };
 }
+
+/** A member as placement sees it: a member without a zone is its own failure domain. */
+export interface PlacedMember {
+  name: string;
+  zone?: string | undefined;
+}
+
+/**
+ * slot → the indices (into `members`, sorted by name) of its replicas, primary
+ * first: the members in descending rendezvous score (assignSlots' score, ties
+ * to the lower index), skipping any whose zone an earlier pick already has.
+ * Fewer than `replicas` when there are fewer distinct zones: a failure domain
+ * never holds two copies of a hash slot.
+ */
+export function placeReplicas(given: readonly PlacedMember[], replicas: number): { members: string[]; replicas: number[][] } {
+  const zoneOf = new Map<string, string>();
+  for (const m of given) zoneOf.set(m.name, m.zone === undefined || m.zone === '' ? `member:${m.name}` : `zone:${m.zone}`);
+  const members = sortedMembers([...zoneOf.keys()]);
+  const seeds = members.map(nameSeed);
+  const zones = members.map((name) => zoneOf.get(name)!);
+  const placed: number[][] = [];
+  const scores = new Float64Array(members.length);
+  for (let slot = 0; slot < SLOT_COUNT; slot++) {
+    const s = slotSalt(slot);
+    for (let m = 0; m < seeds.length; m++) scores[m] = mix32(seeds[m]! ^ s);
+    // N passes, each taking the best member of a zone not yet used: O(members × N), no sort.
+    const picked: number[] = [];
+    while (picked.length < replicas) {
+      let best = -1;
+      for (let m = 0; m < seeds.length; m++) {
+        if (best >= 0 && scores[m]! <= scores[best]!) continue;
+        if (picked.some((p) => zones[p] === zones[m])) continue;
+        best = m;
+      }
+      if (best < 0) break;
+      picked.push(best);
+    }
+    placed.push(picked);
+  }
+  return { members, replicas: placed };
+}
+
+function sortedMembers(names: readonly string[]): string[] {
+  const members = [...new Set(names)].sort();
+  if (members.length > 0xffff) throw new RangeError(`${members.length} members: at most 65535`);
+  return members;
+}
+
+const slotSalt = (slot: number) => Math.imul(slot + 1, 0x9e3779b1);
 
 /** 32-bit FNV-1a of the name's UTF-8 bytes, mixed. */
 function nameSeed(name: string): number {

@@ -7,9 +7,16 @@
 // A member whose lease expired keeps its hash slots (its keys are in its region
 // file, nowhere else), so they fail fast with KV_DISCONNECTED instead of
 // silently moving to a server that does not hold them.
+// Two more keys place the hash slots (server/replication/):
+//   <prefix>/controller      under the controller's own alive lease: which
+//                            member writes config (gone with its lease)
+//   <prefix>/config          no lease: each hash slot's replicas and epoch,
+//                            written only by the controller, by a transaction
+//                            conditioned on the key's mod_revision
 import { Etcd3 } from 'etcd3';
 
-import { KvInvalidArgumentError } from './errors.js';
+import { KvInvalidArgumentError, KvProtocolError } from './errors.js';
+import { SLOT_COUNT } from './hash-slots.js';
 
 export const DEFAULT_ETCD_PREFIX = '/rdma-kv';
 
@@ -27,6 +34,42 @@ export interface AliveRecord {
 export interface MemberRecord {
   name: string;
   joined: string;
+  /** Its --replicas (absent in records written before configs existed: 1). */
+  replicas?: number;
+  /** Its --zone, a failure domain (absent: its own). */
+  zone?: string;
+}
+
+/** --replicas accepts 1 to this. */
+export const MAX_REPLICAS = 3;
+
+/** A run of consecutive hash slots with the same replicas and epoch. */
+export interface SlotRange {
+  /** First and last hash slot, inclusive. */
+  from: number;
+  to: number;
+  /** Indices into ClusterConfig.members; [0] is the primary, the rest backups. */
+  replicas: number[];
+  /** Members being filled (step 7 of docs/replication-design.md; empty until then). */
+  syncing: number[];
+  /** The config epoch at which these replicas were last changed. */
+  epoch: number;
+}
+
+/** What the controller writes under <prefix>/config: every hash slot in exactly one range, in order. */
+export interface ClusterConfig {
+  /** Bumped by every change of any hash slot's replicas; never reused. */
+  epoch: number;
+  replicas: number;
+  /** Member names, sorted. */
+  members: string[];
+  slots: SlotRange[];
+}
+
+/** What the controller key holds (its lease says more: it is the holder's alive lease). */
+export interface ControllerRecord {
+  name: string;
+  since: string;
 }
 
 export const etcdKeys = (prefix: string) => {
@@ -36,10 +79,40 @@ export const etcdKeys = (prefix: string) => {
     root: `${root}/`,
     members: `${root}/members/`,
     alive: `${root}/alive/`,
+    config: `${root}/config`,
+    controller: `${root}/controller`,
     member: (name: string) => `${root}/members/${name}`,
     aliveKey: (name: string) => `${root}/alive/${name}`,
   };
 };
+
+/**
+ * A config read from etcd, checked: every hash slot covered once, in order, by ranges naming
+ * members that exist; throws KvProtocolError saying what is wrong (a reader must not route by it).
+ */
+export function parseClusterConfig(text: string): ClusterConfig {
+  let config: ClusterConfig;
+  try {
+    config = JSON.parse(text) as ClusterConfig;
+  } catch {
+    throw new KvProtocolError('etcd: config is not JSON');
+  }
+  const count = (v: unknown, min: number, max: number) => Number.isInteger(v) && (v as number) >= min && (v as number) <= max;
+  if (config === null || typeof config !== 'object' || !count(config.epoch, 0, 0xffffffff) || !count(config.replicas, 1, MAX_REPLICAS) ||
+    !Array.isArray(config.members) || !config.members.every((m) => typeof m === 'string') || !Array.isArray(config.slots)) {
+    throw new KvProtocolError('etcd: config lacks epoch, replicas, members or slots');
+  }
+  let next = 0;
+  for (const r of config.slots) {
+    const indices = (list: unknown) => Array.isArray(list) && list.every((i) => count(i, 0, config.members.length - 1));
+    if (r === null || typeof r !== 'object' || r.from !== next || !count(r.to, r.from, SLOT_COUNT - 1) || !indices(r.replicas) || !indices(r.syncing) || !count(r.epoch, 0, config.epoch)) {
+      throw new KvProtocolError(`etcd: config's range starting at hash slot ${next} is malformed`);
+    }
+    next = r.to + 1;
+  }
+  if (next !== SLOT_COUNT) throw new KvProtocolError(`etcd: config covers hash slots up to ${next - 1} only`);
+  return config;
+}
 
 /** A member name becomes part of etcd keys: keep it to a safe alphabet. */
 export function checkMemberName(name: string): string {

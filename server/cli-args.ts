@@ -149,6 +149,16 @@ function parser(argv: string[]) {
       defaultDescription: DEFAULTS.etcdTtl,
       describe: 'with --etcd: lease time; a crashed server shows as down after this',
     })
+    .option('replicas', {
+      requiresArg: true,
+      defaultDescription: '1',
+      describe: 'copies of each hash slot, 1 to 3, the same on every member; above 1 needs --etcd (and is not built yet: issue 17)',
+    })
+    .option('zone', {
+      requiresArg: true,
+      defaultDescription: 'none: its own',
+      describe: 'with --etcd: this member\'s failure domain; a hash slot\'s replicas go to distinct zones',
+    })
     .option('log-level', {
       requiresArg: true,
       choices: LOG_LEVELS,
@@ -167,7 +177,7 @@ function parser(argv: string[]) {
 const SCALAR_OPTIONS = [
   'memory', 'token', 'token-file', 'buckets', 'max-value', 'grace-ms', 'keepalive-ms', 'max-clients',
   'region-file', 'metrics-port', 'metrics-host', 'log-level', 'etcd-prefix', 'name', 'advertise', 'etcd-ttl',
-  'eviction', 'eviction-high', 'eviction-low', 'expiry-sweep-ms',
+  'eviction', 'eviction-high', 'eviction-low', 'expiry-sweep-ms', 'replicas', 'zone',
 ] as const;
 
 
@@ -257,6 +267,8 @@ export async function parseArgs(argv: string[]): Promise<Parsed> {
       evictionHigh: args['eviction-high'] as string | undefined,
       evictionLow: args['eviction-low'] as string | undefined,
       expirySweepMs: args['expiry-sweep-ms'] as string | undefined,
+      replicas: args.replicas as string | undefined,
+      zone: args.zone as string | undefined,
     },
   };
 }

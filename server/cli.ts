@@ -16,6 +16,8 @@ import { KvConfigError, KvServer, type KvServerStats } from './kv-server.js';
 import { namespaceRegionFile } from './options.js';
 import { type ServerLogging, createLogging } from './logging.js';
 import { EtcdRegistration } from './membership.js';
+import type { ReplicationController } from './replication/controller.js';
+import { checkReplicasBeforeJoining, startController } from './replication/join.js';
 import { watchTokenFile } from './token-reload.js';
 import { type MetricsServer, createRegistry, startMetricsServer } from './metrics.js';
 
@@ -121,6 +123,7 @@ interface Running {
   server: KvServer;
   metrics: MetricsServer | undefined;
   registration: EtcdRegistration | undefined;
+  controller: ReplicationController | undefined;
 }
 
 /**
@@ -131,6 +134,7 @@ interface Running {
 async function startServices(config: ServerConfig, logger: Logger): Promise<Running | Error> {
   let server: KvServer | undefined;
   let metrics: MetricsServer | undefined;
+  let registration: EtcdRegistration | undefined;
   try {
     if (config.metricsPort !== 0) {
       const registry = createRegistry(() => server && namespaceStats(server));
@@ -160,15 +164,21 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
       expirySweepMs: config.expirySweepMs,
       logger,
     });
-    let registration: EtcdRegistration | undefined;
+    let controller: ReplicationController | undefined;
     if (config.etcd) {
       const { advertise, ...etcd } = config.etcd;
+      const { replicas } = config;
       const url = advertise ?? server.urls[0]!;
       if (unroutable(url)) throw new StartupError(`--etcd: clients cannot dial ${url}; give --advertise`);
-      registration = await EtcdRegistration.register({ ...etcd, url, metricsUrl: metrics && dialableMetricsUrl(metrics.url, url), logger });
+      registration = await EtcdRegistration.register({
+        ...etcd, url, metricsUrl: metrics && dialableMetricsUrl(metrics.url, url), logger, replicas,
+        beforeClaim: (client) => checkReplicasBeforeJoining(client, etcd.prefix, replicas),
+      });
+      controller = await startController(registration, { ...etcd, replicas }, logger);
     }
-    return { server, metrics, registration };
+    return { server, metrics, registration, controller };
   } catch (error) {
+    await registration?.close();
     await server?.close().catch(() => undefined);
     await metrics?.close();
     return error instanceof Error ? error : new Error(String(error));
@@ -194,7 +204,10 @@ function banner(config: ServerConfig, { server, metrics }: Running, startMs: num
     );
   }
   out.push(authLine(config));
-  if (config.etcd) out.push(`kv-server: member '${config.etcd.name}' of the cluster at etcd ${config.etcd.hosts.join(',')} (prefix ${config.etcd.prefix})`);
+  if (config.etcd) {
+    const { name, hosts, prefix, zone } = config.etcd;
+    out.push(`kv-server: member '${name}' of the cluster at etcd ${hosts.join(',')} (prefix ${prefix}, --replicas ${config.replicas}${zone === undefined ? '' : `, zone ${zone}`})`);
+  }
   if (metrics) out.push(`kv-server: metrics on ${metrics.url}/metrics, stats on ${metrics.url}/stats`);
   out.push(`kv-server: ready in ${Math.round(startMs)} ms`);
   return out.join('\n') + '\n';
@@ -215,7 +228,7 @@ function authLine({ token, tokenFile }: ServerConfig): string {
 }
 
 /** Leaves the cluster first (clients stop dialing us), then stops serving; exits 1 if that takes too long. */
-async function shutDown({ server, metrics, registration }: Running, logger: Logger, signal: NodeJS.Signals): Promise<void> {
+async function shutDown({ server, metrics, registration, controller }: Running, logger: Logger, signal: NodeJS.Signals): Promise<void> {
   logger.info({ signal }, 'shutting down');
   const deadline = setTimeout(() => {
     logger.error({ timeoutMs: SHUTDOWN_TIMEOUT_MS }, 'shutdown timed out');
@@ -223,6 +236,7 @@ async function shutDown({ server, metrics, registration }: Running, logger: Logg
     process.exit(1);
   }, SHUTDOWN_TIMEOUT_MS);
   deadline.unref();
+  await controller?.close();
   await registration?.close();
   await server.close();
   await metrics?.close();

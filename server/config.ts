@@ -10,7 +10,7 @@ import { DEFAULT_NAMESPACE, type TokenEntry, loadTokenFile, namespaceNameProblem
 import { checkListenUrl } from '../protocol/providers.js';
 import { DEFAULT_ETCD_PREFIX, checkMemberName } from '../protocol/registry.js';
 
-import { type NamespaceOption, defaultGraceMs } from './options.js';
+import { type NamespaceOption, checkReplicas, checkZone, defaultGraceMs } from './options.js';
 import { LayoutError, type RegionLayout, planLayout } from './store/layout.js';
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -65,6 +65,8 @@ export interface ServerConfig {
   expirySweepMs: number;
   /** Cluster membership (--etcd), if any. */
   etcd: EtcdConfig | undefined;
+  /** --replicas: copies of each hash slot (1 without --etcd). */
+  replicas: number;
 }
 
 export interface EtcdConfig {
@@ -75,6 +77,8 @@ export interface EtcdConfig {
   /** The URL clients dial; undefined: the first URL the server listens on. */
   advertise: string | undefined;
   ttlSeconds: number;
+  /** --zone: this member's failure domain; undefined: its own. */
+  zone: string | undefined;
 }
 
 /** What yargs hands over (every option as the string the operator wrote). */
@@ -102,6 +106,8 @@ export interface RawServerArgs {
   evictionHigh?: string | undefined;
   evictionLow?: string | undefined;
   expirySweepMs?: string | undefined;
+  replicas?: string | undefined;
+  zone?: string | undefined;
 }
 
 /** The whole configuration, or a UsageError / StartupError for the first thing wrong. */
@@ -120,6 +126,7 @@ export function resolveConfig(args: RawServerArgs): ServerConfig {
     throw new UsageError(`--buckets: ${buckets} is not a power of two`);
   }
   const eviction = resolveEviction(args);
+  const etcd = resolveEtcd(args, listen);
   const config: ServerConfig = {
     listen,
     memoryBytes: parseSize(args.memory, '--memory'),
@@ -135,7 +142,8 @@ export function resolveConfig(args: RawServerArgs): ServerConfig {
     metricsHost: args.metricsHost,
     logLevel: args.logLevel,
     regionFile: args.regionFile,
-    etcd: resolveEtcd(args, listen),
+    etcd,
+    replicas: checkReplicas(args.replicas === undefined ? 1 : /^\s*\d+\s*$/.test(args.replicas) ? Number(args.replicas) : NaN, etcd !== undefined),
     ...eviction,
   };
   if (config.maxValueBytes < 1) throw new UsageError('--max-value must be at least 1 byte');
@@ -187,7 +195,7 @@ function resolveEviction(args: RawServerArgs): Pick<ServerConfig, 'eviction' | '
 /** --etcd and its companions; they mean nothing without it. */
 function resolveEtcd(args: RawServerArgs, listen: string[]): EtcdConfig | undefined {
   if (!args.etcd || args.etcd.length === 0) {
-    for (const [value, option] of [[args.name, '--name'], [args.advertise, '--advertise'], [args.etcdPrefix, '--etcd-prefix'], [args.etcdTtl, '--etcd-ttl']] as const) {
+    for (const [value, option] of [[args.name, '--name'], [args.advertise, '--advertise'], [args.etcdPrefix, '--etcd-prefix'], [args.etcdTtl, '--etcd-ttl'], [args.zone, '--zone']] as const) {
       if (value !== undefined) throw new UsageError(`${option} only means something with --etcd`);
     }
     return undefined;
@@ -216,7 +224,7 @@ function resolveEtcd(args: RawServerArgs, listen: string[]): EtcdConfig | undefi
   if (!prefix.startsWith('/') || prefix.length < 2) throw new UsageError(`--etcd-prefix ${prefix}: expected an absolute key prefix such as /rdma-kv`);
   const ttlMs = parseDuration(args.etcdTtl ?? DEFAULTS.etcdTtl, '--etcd-ttl');
   if (ttlMs < 2000 || ttlMs % 1000 !== 0) throw new UsageError('--etcd-ttl: a whole number of seconds, at least 2s');
-  return { hosts, prefix, name, advertise, ttlSeconds: ttlMs / 1000 };
+  return { hosts, prefix, name, advertise, ttlSeconds: ttlMs / 1000, zone: args.zone === undefined ? undefined : checkZone(args.zone) };
 }
 
 /** A wildcard address: fine to listen on, useless to dial. */

@@ -4,6 +4,8 @@
 //                            slots until an operator runs `kvctl forget`
 //   <prefix>/alive/<name>    its URL, under a lease this process keeps alive;
 //                            revoked on a clean stop, expired after a crash
+// The member key also records --replicas and --zone (server/replication/ places
+// hash slots by them); the controller key is created under this lease.
 // Two live servers must never share a name (they would share slots): an alive
 // key held by someone else is waited out for one TTL, then refused.
 import { hostname } from 'node:os';
@@ -26,15 +28,24 @@ export interface RegistrationOptions {
   logger: Logger;
   /** Each etcd call, and waiting for a predecessor's lease. @default 10000 */
   timeoutMs?: number;
+  /** --replicas and --zone, recorded in the member key for the controller (server/replication/). */
+  replicas?: number;
+  zone?: string | undefined;
+  /** Runs before anything is written (a check that may refuse the start with a StartupError). */
+  beforeClaim?: (client: Etcd3) => Promise<void>;
 }
 
 export class EtcdRegistration {
   private lease: Lease | undefined;
+  /** The current lease's id: the controller key is created under it. undefined while lost. */
+  leaseId: string | undefined;
+  /** Whether this run created the member key (a refused start removes it again). */
+  createdMember = false;
   private stopped = false;
   private retry: NodeJS.Timeout | undefined;
 
   private constructor(
-    private readonly client: Etcd3,
+    readonly client: Etcd3,
     private readonly options: RegistrationOptions,
   ) {}
 
@@ -44,6 +55,7 @@ export class EtcdRegistration {
     const client = openEtcd(options.hosts, timeoutMs);
     const registration = new EtcdRegistration(client, options);
     try {
+      await options.beforeClaim?.(client);
       await registration.claim(performance.now() + options.ttlSeconds * 1000 + 2000);
     } catch (error) {
       client.close();
@@ -62,13 +74,16 @@ export class EtcdRegistration {
   private async claim(deadline: number): Promise<void> {
     const lease = this.client.lease(this.options.ttlSeconds, { autoKeepAlive: true });
     lease.on('lost', (error) => this.lost(lease, error.message));
+    let leaseId: string;
     try {
-      await this.claimUnder(await lease.grant(), deadline);
+      leaseId = await lease.grant();
+      await this.claimUnder(leaseId, deadline);
     } catch (error) {
       await lease.revoke().catch(() => lease.release());
       throw error;
     }
     this.lease = lease;
+    this.leaseId = leaseId;
   }
 
   /** The claim itself: the alive key bound to `leaseId`, then the member key if it is new. */
@@ -105,17 +120,41 @@ export class EtcdRegistration {
       }
       await new Promise((resolve) => setTimeout(resolve, 500));
     }
-    const member: MemberRecord = { name, joined: new Date().toISOString() };
-    await this.client
-      .if(keys.member(name), 'Create', '==', 0)
-      .then(this.client.put(keys.member(name)).value(JSON.stringify(member)))
+    await this.recordMember();
+  }
+
+  /** Creates the member key, or brings its replicas and zone up to date (keeping when it joined). */
+  private async recordMember(): Promise<void> {
+    const { name, replicas = 1, zone } = this.options;
+    const key = etcdKeys(this.options.prefix).member(name);
+    const member: MemberRecord = { name, joined: new Date().toISOString(), replicas, ...(zone === undefined ? {} : { zone }) };
+    const txn = await this.client
+      .if(key, 'Create', '==', 0)
+      .then(this.client.put(key).value(JSON.stringify(member)))
+      .else(this.client.get(key))
       .commit();
+    if (txn.succeeded) {
+      this.createdMember = true;
+      return;
+    }
+    const held = txn.responses[0]?.response_range?.kvs[0];
+    let before: Partial<MemberRecord> = {};
+    try {
+      before = JSON.parse(held?.value.toString() ?? '{}') as Partial<MemberRecord>;
+    } catch {
+      // unreadable: rewritten below
+    }
+    if (before.replicas === replicas && before.zone === zone && typeof before.joined === 'string') return;
+    const updated = { ...member, joined: typeof before.joined === 'string' ? before.joined : member.joined };
+    // Only if it is still there: a `kvctl forget` meanwhile wins.
+    await this.client.if(key, 'Mod', '==', held?.mod_revision ?? '0').then(this.client.put(key).value(JSON.stringify(updated))).commit();
   }
 
   /** The lease expired (etcd unreachable for a TTL): clients see us as down until we register again. */
   private lost(lease: Lease, why: string): void {
     if (this.stopped || this.lease !== lease) return;
     this.lease = undefined;
+    this.leaseId = undefined;
     this.options.logger.error({ member: this.options.name, reason: why }, 'etcd lease lost: registering again');
     const again = () => {
       this.retry = undefined;

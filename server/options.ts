@@ -5,7 +5,8 @@
 import type { Logger } from 'pino';
 
 import { KvLayout } from '../protocol/constants.js';
-import { closestMatch } from '../protocol/operator-input.js';
+import { StartupError, UsageError, closestMatch } from '../protocol/operator-input.js';
+import { MAX_REPLICAS } from '../protocol/registry.js';
 import { DEFAULT_NAMESPACE, ROLES, type TokenEntry, namespaceNameProblem } from '../protocol/tokens.js';
 
 /** A namespace besides the default one: its own region of `memoryBytes` (docs/operations.md, "Namespaces"). */
@@ -77,6 +78,30 @@ export interface KvServerOptions {
    * recovery). It gets the URLs the server listens on (a port 0 resolved).
    */
   beforeRecovery?: (urls: readonly string[]) => Promise<void>;
+}
+
+/** The environment variable that lets tests start members with --replicas above 1 before replicated writes exist. */
+export const EXPERIMENTAL_REPLICAS_ENV = 'RKV_EXPERIMENTAL_REPLICAS';
+
+/**
+ * --replicas (already a number, or NaN for text that is none), checked against --etcd and the
+ * environment; throws StartupError (exit 1): docs/cluster.md, "Replicas and zones".
+ */
+export function checkReplicas(replicas: number, withEtcd: boolean, env: NodeJS.ProcessEnv = process.env): number {
+  if (!Number.isInteger(replicas) || replicas < 1 || replicas > MAX_REPLICAS) {
+    throw new StartupError(`--replicas must be a whole number from 1 to ${MAX_REPLICAS} (got ${Number.isNaN(replicas) ? 'something else' : replicas})`);
+  }
+  if (replicas > 1 && !withEtcd) throw new StartupError(`--replicas ${replicas} needs --etcd: the replicas of a hash slot are placed by the cluster's controller`);
+  if (replicas > 1 && env[EXPERIMENTAL_REPLICAS_ENV] !== '1') {
+    throw new StartupError('replicated writes are not built yet (issue 17); --replicas 1 is the only supported value');
+  }
+  return replicas;
+}
+
+/** --zone: a failure domain's name, recorded in etcd. */
+export function checkZone(zone: string): string {
+  if (!/^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$/.test(zone)) throw new UsageError(`--zone '${zone}': use 1-64 of A-Z a-z 0-9 . _ : @ -, starting with a letter or digit`);
+  return zone;
 }
 
 /** Bad configuration: one clear line for the operator. */

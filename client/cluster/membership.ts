@@ -76,13 +76,16 @@ export class EtcdMembership extends EventEmitter<SourceEvents> implements Member
   }
 
   private async load(): Promise<void> {
-    const { root } = this.keys;
-    const response = await this.client.getAll().prefix(root).exec();
-    for (const kv of response.kvs) this.apply(kv, false);
+    const { root, members, alive } = this.keys;
+    // members/ and alive/ only, at one revision: the prefix also holds the controller's config (up to about 1 MB).
+    const joined = await this.client.getAll().prefix(members).exec();
+    const { revision } = joined.header;
+    const live = await this.client.getAll().prefix(alive).revision(revision).exec();
+    for (const kv of [...joined.kvs, ...live.kvs]) this.apply(kv, false);
     this.watcher = await this.client
       .watch()
       .prefix(root)
-      .startRevision(String(Number(response.header.revision) + 1))
+      .startRevision(String(Number(revision) + 1))
       .create();
     this.watcher.on('put', (kv) => this.changed(this.apply(kv, false)));
     this.watcher.on('delete', (kv) => this.changed(this.apply(kv, true)));

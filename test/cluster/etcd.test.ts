@@ -134,6 +134,8 @@ test.serial('cluster flags without --etcd, and a bad --etcd, are usage errors', 
   const cases: Array<[string[], RegExp]> = [
     [['--name', 'x'], /--name only means something with --etcd/],
     [['--advertise', 'rdma://10.0.0.1:7471'], /--advertise only means something with --etcd/],
+    [['--zone', 'east'], /--zone only means something with --etcd/],
+    [['--etcd', 'http://127.0.0.1:2379', '--zone', 'a b'], /--zone 'a b': use 1-64 of/],
     [['--etcd', 'localhost:2379'], /--etcd localhost:2379: expected http:\/\/host:port/],
     [['--etcd', 'http://127.0.0.1:2379', '--name', 'a/b'], /--name: member name 'a\/b'/],
     [['--etcd', 'http://127.0.0.1:2379', '--etcd-ttl', '500ms'], /--etcd-ttl: a whole number of seconds, at least 2s/],

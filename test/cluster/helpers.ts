@@ -35,12 +35,13 @@ export async function memberUrl(scheme: Scheme, dir: string, index: number): Pro
   return `rdma://${address}:${await freePort()}`;
 }
 
-export async function startMember(dir: string, index: number, extra: string[] = [], url?: string): Promise<Member> {
+/** `env` adds variables to the server's environment (RKV_EXPERIMENTAL_REPLICAS for --replicas above 1). */
+export async function startMember(dir: string, index: number, extra: string[] = [], url?: string, env: NodeJS.ProcessEnv = {}): Promise<Member> {
   const socket = url ?? (await memberUrl('shm', dir, index));
   const regionFile = join(dir, `kv${index}.region`);
   const metricsPort = await freePort();
   const args = ['--listen', socket, '--memory', '64M', '--region-file', regionFile, '--metrics-port', String(metricsPort), '--log-level', 'warn', '--keepalive-ms', String(slow(1000)), ...extra];
-  return { url: socket, regionFile, metricsPort, args, process: await startServerProcess(args) };
+  return { url: socket, regionFile, metricsPort, args, process: await startServerProcess(args, env) };
 }
 
 /** Starts a stopped member again: same socket, same region file (a new metrics port: the old one may be taken by now). */

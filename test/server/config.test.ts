@@ -112,7 +112,18 @@ test('the defaults make a valid configuration: 1 GiB on shm:///run/rdma-kv/kv.so
     evictionHigh: 90,
     evictionLow: 80,
     expirySweepMs: 1000,
+    replicas: 1,
   });
+});
+
+test('resolveConfig: --replicas 1 to 3 and --zone with --etcd; above 1 only with the experimental switch (StartupError: exit 1)', (t) => {
+  const etcd = { ...defaults(), etcd: ['http://127.0.0.1:2379'], name: 'a' };
+  t.is(resolveConfig({ ...etcd, replicas: '1', zone: 'east' }).replicas, 1);
+  t.is(resolveConfig({ ...etcd, zone: 'east' }).etcd?.zone, 'east');
+  const refused = t.throws(() => resolveConfig({ ...etcd, replicas: '2' }), { instanceOf: StartupError });
+  t.is(refused?.message, 'replicated writes are not built yet (issue 17); --replicas 1 is the only supported value');
+  t.throws(() => resolveConfig({ ...etcd, replicas: '1.5' }), { instanceOf: StartupError, message: /--replicas must be a whole number from 1 to 3/ });
+  t.throws(() => resolveConfig({ ...defaults(), zone: 'east' }), { instanceOf: UsageError, message: '--zone only means something with --etcd' });
 });
 
 // With eviction every miss of a cache frees a block, and a grace period of them is heap no item

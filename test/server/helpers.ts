@@ -49,14 +49,15 @@ function collect(child: ChildProcess, what: string, guardMs = GUARD_MS): Promise
 }
 
 /** Runs a bin/ (or bench/) script to its end; `guardMs` for scripts that run longer by design. */
-export function run(script: string, args: string[], options: { stdin?: Buffer | string; guardMs?: number } = {}): Promise<Finished> {
-  const child = spawn(process.execPath, [script, ...args], { env: childEnv, stdio: ['pipe', 'pipe', 'pipe'] });
+export function run(script: string, args: string[], options: { stdin?: Buffer | string; guardMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<Finished> {
+  const child = spawn(process.execPath, [script, ...args], { env: { ...childEnv, ...options.env }, stdio: ['pipe', 'pipe', 'pipe'] });
   const done = collect(child, `${script} ${args.join(' ')}`, options.guardMs);
   child.stdin!.end(options.stdin ?? '');
   return done;
 }
 
-export const kvServer = (args: string[]) => run(KV_SERVER, args);
+/** kv-server to its end; `env` adds variables to the child's environment. */
+export const kvServer = (args: string[], env: NodeJS.ProcessEnv = {}) => run(KV_SERVER, args, { env });
 export const kvctl = (args: string[], options: { stdin?: Buffer | string } = {}) => run(KVCTL, args, options);
 
 let dir: string | undefined;
@@ -114,9 +115,9 @@ export interface ServerProcess {
   exited: Promise<Finished>;
 }
 
-/** Starts kv-server and resolves once it printed "ready" (rejects if it exits first). */
-export async function startServerProcess(args: string[]): Promise<ServerProcess> {
-  const child = spawn(process.execPath, [KV_SERVER, ...args], { env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+/** Starts kv-server and resolves once it printed "ready" (rejects if it exits first); `env` adds variables to its environment. */
+export async function startServerProcess(args: string[], env: NodeJS.ProcessEnv = {}): Promise<ServerProcess> {
+  const child = spawn(process.execPath, [KV_SERVER, ...args], { env: { ...childEnv, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
   const exited = collect(child, `kv-server ${args.join(' ')}`);

@@ -4,7 +4,7 @@
 // format is protocol/registry.ts; kv-server writes them.
 import type { Etcd3 } from 'etcd3';
 
-import { type AliveRecord, etcdKeys } from '../../protocol/registry.js';
+import { type AliveRecord, type ClusterConfig, etcdKeys, parseClusterConfig } from '../../protocol/registry.js';
 import type { EtcdTarget } from './args.js';
 
 export interface EtcdCluster {
@@ -14,12 +14,15 @@ export interface EtcdCluster {
   alive: Map<string, Partial<AliveRecord>>;
 }
 
-/** The members and alive records under the prefix, in one read. */
+/** The members and alive records under the prefix, at one revision. */
 export async function readCluster(etcd: Etcd3, target: EtcdTarget): Promise<EtcdCluster> {
   const keys = etcdKeys(target.prefix);
   let entries: Record<string, string>;
   try {
-    entries = await etcd.getAll().prefix(keys.root).strings();
+    // Not the whole prefix: it also holds the controller's config (up to about 1 MB), and watch reads this every interval.
+    const joined = await etcd.getAll().prefix(keys.members).exec();
+    const live = await etcd.getAll().prefix(keys.alive).revision(joined.header.revision).exec();
+    entries = Object.fromEntries([...joined.kvs, ...live.kvs].map((kv) => [kv.key.toString(), kv.value.toString()]));
   } catch (error) {
     throw new Error(`cannot read the cluster from etcd at ${target.hosts.join(',')} (prefix ${target.prefix}): ${(error as Error).message}`);
   }
@@ -43,4 +46,15 @@ export async function readCluster(etcd: Etcd3, target: EtcdTarget): Promise<Etcd
 /** Each member's metrics base URL as registered (undefined: not alive, or no --metrics-port). */
 export function etcdMetrics(cluster: EtcdCluster): Map<string, string | undefined> {
   return new Map(cluster.members.map((name) => [name, cluster.alive.get(name)?.metrics]));
+}
+
+/** The controller's config (docs/cluster.md, "Replicas and zones"), or undefined when none is written yet. Throws on an unreadable one. */
+export async function readClusterConfig(etcd: Etcd3, target: EtcdTarget): Promise<ClusterConfig | undefined> {
+  let text: string | null;
+  try {
+    text = await etcd.get(etcdKeys(target.prefix).config).string();
+  } catch (error) {
+    throw new Error(`cannot read the cluster from etcd at ${target.hosts.join(',')} (prefix ${target.prefix}): ${(error as Error).message}`);
+  }
+  return text === null ? undefined : parseClusterConfig(text);
 }

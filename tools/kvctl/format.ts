@@ -2,6 +2,7 @@
 // stats rows, values in --json. Pure functions of what the commands fetched.
 import { type KvStatusName, type MemberLayout, SLOT_COUNT } from '../../client/index.js';
 import { formatBytes } from '../../protocol/operator-input.js';
+import type { ClusterConfig } from '../../protocol/registry.js';
 
 /** Errors and warnings are one line on stderr, whatever the message held. */
 export function oneLine(text: string): string {
@@ -77,4 +78,27 @@ export function layoutTable(entries: LayoutEntry[]): string {
   const rows = entries.map((m) => [m.name, ...(named ? [] : [m.url ?? '-']), m.state, String(m.slots), `${m.percent.toFixed(1)}%`]);
   const header = named ? ['MEMBER', 'STATE', 'SLOTS', 'SHARE'] : ['MEMBER', 'URL', 'STATE', 'SLOTS', 'SHARE'];
   return table([header, ...rows], header.map((h) => h === 'SLOTS' || h === 'SHARE'));
+}
+
+/** One range of the controller's config, with member names. */
+export interface ConfigRange {
+  from: number;
+  to: number;
+  /** undefined: no replica (a config of no members). */
+  primary?: string;
+  backups: string[];
+  syncing: string[];
+  epoch: number;
+}
+
+export function configRanges(config: ClusterConfig): ConfigRange[] {
+  const name = (i: number) => config.members[i]!;
+  return config.slots.map(({ from, to, replicas, syncing, epoch }) => ({
+    from, to, ...(replicas.length > 0 ? { primary: name(replicas[0]!) } : {}), backups: replicas.slice(1).map(name), syncing: syncing.map(name), epoch,
+  }));
+}
+
+export function configTable(ranges: ConfigRange[]): string {
+  const rows = ranges.map((r) => [r.from === r.to ? String(r.from) : `${r.from}-${r.to}`, r.primary ?? '-', r.backups.join(',') || '-', String(r.epoch)]);
+  return table([['SLOTS', 'PRIMARY', 'BACKUPS', 'EPOCH'], ...rows], [false, false, false, true]);
 }

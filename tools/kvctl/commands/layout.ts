@@ -1,9 +1,14 @@
 // layout: the cluster map as every client computes it (members, state, hash
-// slots owned); with a key, its hash slot and the member that owns it.
+// slots owned); with a key, its hash slot and the member that owns it. On an
+// etcd cluster whose controller has written a config, also its ranges of hash
+// slots: primary, backups and epoch (the placement clients will route by once
+// replication lands; docs/cluster.md).
 import { SLOT_COUNT, keySlot } from '../../../client/index.js';
+import { type ClusterConfig, openEtcd } from '../../../protocol/registry.js';
 import type { CtlArgs } from '../args.js';
 import { withClient } from '../connect.js';
-import { layoutEntries, layoutTable } from '../format.js';
+import { readClusterConfig } from '../etcd.js';
+import { configRanges, configTable, layoutEntries, layoutTable, oneLine } from '../format.js';
 import type { Io } from '../io.js';
 
 export async function layout(args: CtlArgs, io: Io): Promise<void> {
@@ -14,16 +19,38 @@ export async function layout(args: CtlArgs, io: Io): Promise<void> {
     async (kv) => ({ members: layoutEntries(kv.layout()), owner: key === undefined ? undefined : kv.memberFor(key) }),
     false, // a cluster that is down still has a map
   );
+  const config = await readConfig(args, io);
   const slot = key === undefined ? undefined : keySlot(Buffer.from(key, 'utf8'));
+  const ranges = config && configRanges(config);
+  const range = slot === undefined ? undefined : ranges?.find((r) => r.from <= slot && slot <= r.to);
   if (args.json) {
-    io.stdout(JSON.stringify({ slots: SLOT_COUNT, members, ...(key === undefined ? {} : { key: { key, slot, member: owner ?? null } }) }) + '\n');
+    const configJson = config && { epoch: config.epoch, replicas: config.replicas, ranges };
+    const keyJson = key === undefined ? {} : { key: { key, slot, member: owner ?? null, ...(range ? { replicas: [range.primary, ...range.backups], epoch: range.epoch } : {}) } };
+    io.stdout(JSON.stringify({ slots: SLOT_COUNT, members, ...(configJson ? { config: configJson } : {}), ...keyJson }) + '\n');
     return;
   }
   if (key === undefined) {
     io.stdout(layoutTable(members) + `${SLOT_COUNT} slots over ${members.length} member${members.length === 1 ? '' : 's'}\n`);
+    if (config) io.stdout(`config epoch ${config.epoch}, replicas ${config.replicas}, ${ranges!.length} range${ranges!.length === 1 ? '' : 's'}:\n` + configTable(ranges!));
     return;
   }
   const m = members.find((entry) => entry.name === owner);
   const detail = m && (m.url === m.name ? m.state : `${m.url ?? 'no address'}, ${m.state}`);
-  io.stdout(m ? `${key}: slot ${slot}, member ${m.name} (${detail})\n` : `${key}: slot ${slot}, no member (the cluster is empty)\n`);
+  const placed = range ? `; config: primary ${range.primary ?? '-'}, backups ${range.backups.join(', ') || '-'}, epoch ${range.epoch}` : '';
+  io.stdout(m ? `${key}: slot ${slot}, member ${m.name} (${detail})${placed}\n` : `${key}: slot ${slot}, no member (the cluster is empty)${placed}\n`);
+}
+
+/** The config when the target is etcd and one is written; an unreadable one is warned about, not fatal. */
+async function readConfig(args: CtlArgs, io: Io): Promise<ClusterConfig | undefined> {
+  const { target } = args;
+  if (target.kind !== 'etcd') return undefined;
+  const etcd = openEtcd(target.hosts, args.timeoutMs);
+  try {
+    return await readClusterConfig(etcd, target);
+  } catch (error) {
+    io.stderr(`kvctl: warning: ${oneLine((error as Error).message)}\n`);
+    return undefined;
+  } finally {
+    etcd.close();
+  }
 }
