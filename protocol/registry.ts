@@ -16,6 +16,7 @@
 import { Etcd3 } from 'etcd3';
 
 import { KvInvalidArgumentError, KvProtocolError } from './errors.js';
+import { decodeClusterConfig } from './config-codec.js';
 import { SLOT_COUNT } from './hash-slots.js';
 
 export const DEFAULT_ETCD_PREFIX = '/rdma-kv';
@@ -87,25 +88,20 @@ export const etcdKeys = (prefix: string) => {
 };
 
 /**
- * A config read from etcd, checked: every hash slot covered once, in order, by ranges naming
+ * A config read from etcd (stored as config-codec.ts says), checked: every hash slot covered once, in order, by ranges naming
  * members that exist; throws KvProtocolError saying what is wrong (a reader must not route by it).
  */
 export function parseClusterConfig(text: string): ClusterConfig {
-  let config: ClusterConfig;
-  try {
-    config = JSON.parse(text) as ClusterConfig;
-  } catch {
-    throw new KvProtocolError('etcd: config is not JSON');
-  }
+  const config = decodeClusterConfig(text);
   const count = (v: unknown, min: number, max: number) => Number.isInteger(v) && (v as number) >= min && (v as number) <= max;
-  if (config === null || typeof config !== 'object' || !count(config.epoch, 0, 0xffffffff) || !count(config.replicas, 1, MAX_REPLICAS) ||
-    !Array.isArray(config.members) || !config.members.every((m) => typeof m === 'string') || !Array.isArray(config.slots)) {
+  if (!count(config.epoch, 0, 0xffffffff) || !count(config.replicas, 1, MAX_REPLICAS) ||
+    !Array.isArray(config.members) || !config.members.every((m) => typeof m === 'string')) {
     throw new KvProtocolError('etcd: config lacks epoch, replicas, members or slots');
   }
   let next = 0;
   for (const r of config.slots) {
     const indices = (list: unknown) => Array.isArray(list) && list.every((i) => count(i, 0, config.members.length - 1));
-    if (r === null || typeof r !== 'object' || r.from !== next || !count(r.to, r.from, SLOT_COUNT - 1) || !indices(r.replicas) || !indices(r.syncing) || !count(r.epoch, 0, config.epoch)) {
+    if (r === null || typeof r !== 'object' || r.from !== next || !count(r.to, r.from, SLOT_COUNT - 1) || !indices(r.replicas) || r.replicas.length === 0 || !indices(r.syncing) || !count(r.epoch, 0, config.epoch)) {
       throw new KvProtocolError(`etcd: config's range starting at hash slot ${next} is malformed`);
     }
     next = r.to + 1;

@@ -77,7 +77,7 @@ export class EtcdMembership extends EventEmitter<SourceEvents> implements Member
 
   private async load(): Promise<void> {
     const { root, members, alive } = this.keys;
-    // members/ and alive/ only, at one revision: the prefix also holds the controller's config (up to about 1 MB).
+    // members/ and alive/ only, at one revision: the prefix also holds the controller's config (tens of KB).
     const joined = await this.client.getAll().prefix(members).exec();
     const { revision } = joined.header;
     const live = await this.client.getAll().prefix(alive).revision(revision).exec();

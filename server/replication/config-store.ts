@@ -4,6 +4,7 @@
 // config, or that is no longer the controller, changes nothing and looks again.
 import type { Etcd3 } from 'etcd3';
 
+import { encodeClusterConfig } from '../../protocol/config-codec.js';
 import { type ClusterConfig, etcdKeys, parseClusterConfig } from '../../protocol/registry.js';
 
 type Keys = ReturnType<typeof etcdKeys>;
@@ -45,7 +46,7 @@ export async function readStoredConfig(client: Etcd3, keys: Keys, unreadable: (e
 export async function writeConfig(client: Etcd3, keys: Keys, config: ClusterConfig, modRevision: string | undefined, leaseId?: string): Promise<boolean> {
   let txn = modRevision === undefined ? client.if(keys.config, 'Create', '==', 0) : client.if(keys.config, 'Mod', '==', modRevision);
   if (leaseId !== undefined) txn = txn.and(keys.controller, 'Lease', '==', leaseId);
-  const result = await txn.then(client.put(keys.config).value(JSON.stringify(config))).commit();
+  const result = await txn.then(client.put(keys.config).value(encodeClusterConfig(config))).commit();
   return result.succeeded;
 }
 

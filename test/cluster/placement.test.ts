@@ -4,8 +4,11 @@
 // answer in any input order, and with one replica exactly the map clients
 // compute today (assignSlots), since clients route by their own map until
 // replication lands.
+import { deflateRawSync } from 'node:zlib';
+
 import test from 'ava';
 
+import { encodeClusterConfig } from '../../protocol/config-codec.js';
 import { SLOT_COUNT, assignSlots, placeReplicas } from '../../protocol/hash-slots.js';
 import { parseClusterConfig } from '../../protocol/registry.js';
 import { nextConfig, slotReplicaNames } from '../../server/replication/placement.js';
@@ -75,7 +78,7 @@ test('config epochs: a first config is epoch 1; an unchanged member set writes n
   const first = nextConfig(undefined, names(3).map((name) => ({ name })), 2)!;
   t.is(first.epoch, 1);
   t.true(first.slots.every((r) => r.epoch === 1 && r.syncing.length === 0 && r.replicas.length === 2));
-  t.deepEqual(parseClusterConfig(JSON.stringify(first)), first, 'what the controller writes, readers accept');
+  t.deepEqual(parseClusterConfig(encodeClusterConfig(first)), first, 'what the controller writes, readers accept');
   t.is(nextConfig(first, names(3).map((name) => ({ name })), 2), undefined);
 
   const second = nextConfig(first, names(4).map((name) => ({ name })), 2)!;
@@ -99,16 +102,31 @@ test('config epochs: a first config is epoch 1; an unchanged member set writes n
 
 test('a config a reader cannot trust is refused with the reason', (t) => {
   const good = nextConfig(undefined, names(2).map((name) => ({ name })), 1)!;
-  const cases: Array<[unknown, RegExp]> = [
+  const stored = JSON.parse(encodeClusterConfig(good)) as Record<string, unknown>;
+  const cases: Array<[string, RegExp]> = [
     ['not json', /not JSON/],
-    [{ ...good, replicas: 4 }, /lacks epoch, replicas/],
-    [{ ...good, slots: good.slots.slice(1) }, /range starting at hash slot 0 is malformed/],
-    [{ ...good, slots: good.slots.slice(0, -1) }, /covers hash slots up to \d+ only/],
-    [{ ...good, slots: [{ ...good.slots[0]!, replicas: [5] }, ...good.slots.slice(1)] }, /range starting at hash slot 0/],
-    [{ ...good, slots: [{ ...good.slots[0]!, epoch: 2 }, ...good.slots.slice(1)] }, /range starting at hash slot 0/],
+    [encodeClusterConfig({ ...good, replicas: 4 }), /lacks epoch, replicas/],
+    [JSON.stringify({ ...stored, format: undefined }), /config is of format undefined, this release reads slot-table-1/],
+    [JSON.stringify({ ...stored, epoch: -1 }), /lacks epoch, replicas/],
+    [JSON.stringify({ ...stored, table: 'not deflated' }), /slot table does not inflate/],
+    [JSON.stringify({ ...stored, table: deflateRawSync(Buffer.alloc(100)).toString('base64') }), /slot table is 100 bytes, not/],
+    [encodeClusterConfig({ ...good, slots: good.slots.slice(1) }), /range starting at hash slot 0 is malformed/],
+    [encodeClusterConfig({ ...good, slots: good.slots.slice(0, -1) }), /range starting at hash slot \d+ is malformed/],
+    [encodeClusterConfig({ ...good, slots: [{ ...good.slots[0]!, replicas: [5] }, ...good.slots.slice(1)] }), /range starting at hash slot 0/],
+    [encodeClusterConfig({ ...good, slots: [{ ...good.slots[0]!, epoch: 2 }, ...good.slots.slice(1)] }), /range starting at hash slot 0/],
   ];
-  for (const [value, message] of cases) {
-    const error = t.throws(() => parseClusterConfig(typeof value === 'string' ? value : JSON.stringify(value)));
+  for (const [text, message] of cases) {
+    const error = t.throws(() => parseClusterConfig(text));
     t.regex(error!.message, message);
+  }
+});
+
+test('the stored config is a deflated table: a few KB however the hash slots interleave, where ranges in JSON took about 1 MB', (t) => {
+  for (const [members, replicas] of [[3, 1], [10, 3], [40, 2]] as const) {
+    const config = nextConfig(undefined, names(members).map((name, i) => ({ name, zone: `z${i % 3}` })), replicas, 4_000_000_000)!;
+    const text = encodeClusterConfig(config);
+    t.true(config.slots.length > 5000, `${config.slots.length} ranges`);
+    t.true(text.length < 150_000, `${members} members, N = ${replicas}: ${text.length} bytes stored, ${JSON.stringify(config).length} as ranges`);
+    t.deepEqual(parseClusterConfig(text), config);
   }
 });

@@ -19,7 +19,7 @@ export async function readCluster(etcd: Etcd3, target: EtcdTarget): Promise<Etcd
   const keys = etcdKeys(target.prefix);
   let entries: Record<string, string>;
   try {
-    // Not the whole prefix: it also holds the controller's config (up to about 1 MB), and watch reads this every interval.
+    // Not the whole prefix: it also holds the controller's config (tens of KB), and watch reads this every interval.
     const joined = await etcd.getAll().prefix(keys.members).exec();
     const live = await etcd.getAll().prefix(keys.alive).revision(joined.header.revision).exec();
     entries = Object.fromEntries([...joined.kvs, ...live.kvs].map((kv) => [kv.key.toString(), kv.value.toString()]));
