@@ -324,7 +324,7 @@ int ClientCore::drain_completions(int budget) {
     const uint32_t index = wr_tag::op(c.wr_id);
     if (index >= kMaxOps) continue;  // close()'s drain marker
     Op& op = ops_[index];
-    if (!op.busy || op.seq != wr_tag::seq(c.wr_id)) continue;  // a finished op's late completion
+    if (!op.busy || op.seq != wr_tag::seq(c.wr_id) || op.connection != connection) continue;  // a finished op's late completion
     phase_done(op);
   }
   return n;
