@@ -48,7 +48,7 @@ void ClientCore::write_read_buckets(Op& op) {
       }
     } else {
       link(op).sends.write(op.tag(), op.item.offset, static_cast<uint32_t>(item_bytes(key_len, value_len)),
-                   heap_addr(op, op.block.offset));
+                           heap_addr(op, op.block.offset));
     }
     w.item_written = true;
   }
@@ -77,7 +77,7 @@ void ClientCore::write_lock(Op& op) {
   for (int k : {first, 1 - first}) {
     const BucketLock& lock = w.locks[k];
     link(op).sends.cas(op.tag(), op.area(area::CAS + 8 * k), bucket_addr(op, lock.bucket), lock.expect,
-               lock_word(static_cast<uint32_t>(lock.expect >> kLockVersionShift), link(op).region.client_id));
+                       lock_word(static_cast<uint32_t>(lock.expect >> kLockVersionShift), link(op).region.client_id));
   }
   link(op).sends.read(op.tag(), op.area(area::F1), kBucketBytes, bucket_addr(op, w.locks[0].bucket), true);
   link(op).sends.read(op.tag(), op.area(area::F2), kBucketBytes, bucket_addr(op, w.locks[1].bucket), true);
@@ -242,7 +242,7 @@ void ClientCore::write_alt_done(Op& op) {
   lock.bucket = w.alt_buckets[best];
   op.begin(Phase::W_ALT_LOCK);
   link(op).sends.cas(op.tag(), op.area(area::CAS + 16), bucket_addr(op, lock.bucket), lock.expect,
-             lock_word(static_cast<uint32_t>(lock.expect >> kLockVersionShift), link(op).region.client_id));
+                     lock_word(static_cast<uint32_t>(lock.expect >> kLockVersionShift), link(op).region.client_id));
   link(op).sends.read(op.tag(), op.area(area::FALT), kBucketBytes, bucket_addr(op, lock.bucket), true);
   link(op).sends.signal_last();
 }
@@ -281,7 +281,7 @@ void ClientCore::write_commit(Op& op) {
     link(op).sends.write(op.tag(), op.area(area::SLOT_MOVE), 8, bucket_addr(op, w.locks[2].bucket) + 8 + 8 * w.alt_index);
   }
   link(op).sends.write(op.tag(), op.area(area::SLOT_NEW), 8,
-               bucket_addr(op, w.locks[w.target_bucket].bucket) + 8 + 8 * static_cast<uint32_t>(w.target_index));
+                       bucket_addr(op, w.locks[w.target_bucket].bucket) + 8 + 8 * static_cast<uint32_t>(w.target_index));
   if (seal) link(op).sends.fence_last();
   add_releases(op);
   uint8_t* record = mem(op.area(area::RECORD));
@@ -295,7 +295,7 @@ void ClientCore::write_commit(Op& op) {
   const uint64_t record_addr = link(op).region.addr + link(op).region.ring_offset + u32(KvLayout::RING_HEADER_BYTES) +
                                (seq % kRingRecords) * u32(KvLayout::RECORD_BYTES);
   link(op).sends.write_imm(op.tag(), op.area(area::RECORD), u32(KvLayout::RECORD_BYTES), record_addr,
-                   static_cast<uint32_t>(seq));
+                           static_cast<uint32_t>(seq));
   link(op).sends.signal_last();
 }
 
