@@ -111,6 +111,7 @@ int ClientCore::add_connection(std::shared_ptr<transport::Connection> connection
   l->sends.attach(scratch_->data(), mr_->lkey(), region.rkey, l->connection->max_inline(), kMaxUnposted);
   l->locations.init(location_entries_);
   links_[index] = std::move(l);
+  link_end_ = std::max(link_end_, index + 1);
   return static_cast<int>(index);
 }
 
@@ -128,7 +129,7 @@ bool ClientCore::close(uint32_t wait_ms) {
   if (closed_) return quiescent_;
   closed_ = true;
   fail_all(KvStatus::DISCONNECTED, 0);
-  for (uint32_t i = 0; i < kMaxConnections; i++) {
+  for (uint32_t i = 0; i < link_end_; i++) {
     if (links_[i]) links_[i]->broken = true;  // later submits fail at once
   }
   quiescent_ = quiesce(nullptr, wait_ms);
@@ -141,12 +142,18 @@ bool ClientCore::close_connection(uint32_t connection, uint32_t wait_ms) {
   fail_connection(connection, KvStatus::DISCONNECTED, 0);
   l->broken = true;
   if (!quiesce(l, wait_ms)) return false;  // the index stays taken: the NIC may still write scratch for it
+  // Its counts stay in the core's (doorbells, location stats only grow).
+  closed_counts_.doorbells += l->sends.doorbells();
+  closed_counts_.locations.hits += l->locations.stats.hits;
+  closed_counts_.locations.misses += l->locations.stats.misses;
+  closed_counts_.locations.failures += l->locations.stats.failures;
   links_[connection].reset();
+  while (link_end_ > 0 && !links_[link_end_ - 1]) link_end_--;
   return true;
 }
 
 bool ClientCore::drained(const Link* only) const {
-  for (uint32_t i = 0; i < kMaxConnections; i++) {
+  for (uint32_t i = 0; i < link_end_; i++) {
     const Link* l = links_[i].get();
     if (l == nullptr || (only != nullptr && l != only)) continue;
     if (!l->sends.empty() || l->sends.outstanding() != 0) return false;
@@ -156,7 +163,7 @@ bool ClientCore::drained(const Link* only) const {
 
 bool ClientCore::quiesce(Link* only, uint32_t wait_ms) {
   const auto each = [&](auto&& fn) {
-    for (uint32_t i = 0; i < kMaxConnections; i++) {
+    for (uint32_t i = 0; i < link_end_; i++) {
       Link* l = links_[i].get();
       if (l != nullptr && (only == nullptr || l == only)) fn(*l, i);
     }
@@ -215,20 +222,20 @@ uint64_t ClientCore::largest_item(const RegionInfo& region) {
 uint64_t ClientCore::largest_item(const Op& op) const { return largest_item(link(op).region); }
 
 uint64_t ClientCore::doorbells() const {
-  uint64_t n = 0;
-  for (uint32_t i = 0; i < kMaxConnections; i++) n += links_[i] ? links_[i]->sends.doorbells() : 0;
+  uint64_t n = closed_counts_.doorbells;
+  for (uint32_t i = 0; i < link_end_; i++) n += links_[i] ? links_[i]->sends.doorbells() : 0;
   return n;
 }
 
 uint32_t ClientCore::connections() const {
   uint32_t n = 0;
-  for (uint32_t i = 0; i < kMaxConnections; i++) n += links_[i] != nullptr;
+  for (uint32_t i = 0; i < link_end_; i++) n += links_[i] != nullptr;
   return n;
 }
 
 LocationCache::Stats ClientCore::location_stats() const {
-  LocationCache::Stats sum;
-  for (uint32_t i = 0; i < kMaxConnections; i++) {
+  LocationCache::Stats sum = closed_counts_.locations;
+  for (uint32_t i = 0; i < link_end_; i++) {
     if (!links_[i]) continue;
     sum.hits += links_[i]->locations.stats.hits;
     sum.misses += links_[i]->locations.stats.misses;
@@ -259,7 +266,7 @@ size_t ClientCore::poll(OpResult* out, size_t max) {
   // Values handed out by the previous poll or submit have been copied by now.
   for (BufferPool::Buffer& buffer : lent_) buffers_.give_back(&buffer);
   lent_.clear();
-  for (uint32_t i = 0; i < kMaxConnections; i++) {
+  for (uint32_t i = 0; i < link_end_; i++) {
     Link* l = links_[i].get();
     if (l == nullptr || l->broken || l->connection->state() == ConnState::CONNECTED) continue;
     l->broken = true;
@@ -343,7 +350,7 @@ void ClientCore::run_due_backoffs() {
 // One doorbell per connection with requests waiting. Returns whether any waited.
 bool ClientCore::post_sends() {
   bool posting = false;
-  for (uint32_t i = 0; i < kMaxConnections; i++) {
+  for (uint32_t i = 0; i < link_end_; i++) {
     Link* l = links_[i].get();
     if (l == nullptr || l->sends.empty()) continue;
     posting = true;
@@ -456,7 +463,7 @@ void ClientCore::release_op(Op& op) {
 }
 
 void ClientCore::fail_all(KvStatus status, uint32_t detail) {
-  for (uint32_t i = 0; i < kMaxConnections; i++) {
+  for (uint32_t i = 0; i < link_end_; i++) {
     if (links_[i]) fail_connection(i, status, detail);
   }
 }

@@ -308,6 +308,11 @@ class ClientCore {
   std::unique_ptr<transport::Memory> scratch_;
   std::unique_ptr<transport::MemoryRegion> mr_;
   std::unique_ptr<std::unique_ptr<Link>[]> links_;  // by index; null: free
+  uint32_t link_end_ = 0;  // one past the highest index in use: the passes look no further
+  struct {
+    uint64_t doorbells = 0;
+    LocationCache::Stats locations;
+  } closed_counts_;  // of the connections closed so far
   uint32_t op_timeout_ms_ = 5000;
   size_t location_entries_ = 0;
 

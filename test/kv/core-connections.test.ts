@@ -205,7 +205,7 @@ for (const scheme of providersUnderTest()) {
   });
 
   test(`${scheme}: a lost connection fails only its own ops; the other connection goes on, and control completions of both come back`, async (t) => {
-    const { client, a, b, core } = await setup(t, scheme);
+    const { client, cq, a, b, core } = await setup(t, scheme);
     place(a, 'k', 'from-a', 10);
     // Every bucket of b locked by another client: b's GETs back off until their deadline.
     for (let i = 0; i < b.buckets; i++) b.region.bytes.writeBigUInt64LE(1n, INDEX + i * 64);
@@ -244,9 +244,17 @@ for (const scheme of providersUnderTest()) {
       { id: 3, status: KvStatus.DISCONNECTED },
       { id: 4, status: KvStatus.OK, value: 'from-a' },
     ]);
-    // Closing b's connection frees its index for the next connection.
+    // Closing b's connection frees its index for the next connection, which runs on its own region.
+    const doorbells = core.doorbells;
     t.true(core.closeConnection(1));
     t.is(core.connections, 1);
+    t.is(core.doorbells, doorbells, 'a closed connection\'s doorbells still count');
+    const c = await connectServer(scheme, client, cq, 256, 5n);
+    t.teardown(() => c.close());
+    place(c, 'k', 'from-c', 40);
+    t.is(core.addConnection(client, c.connection, regionOf(c, 3)), 1);
+    const reused = submit(core, [{ type: KvOp.GET, id: 5, connection: 1, key: 'k' }]);
+    t.deepEqual(await settle(core, reused.done, 1), [{ id: 5, status: KvStatus.OK, value: 'from-c' }]);
   });
 
   test(`${scheme}: an op naming a connection the core lacks fails with PROTOCOL; a connection of another provider is refused`, async (t) => {
