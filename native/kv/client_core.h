@@ -115,7 +115,6 @@ class ClientCore {
  public:
   static constexpr uint32_t kCloseWaitMs = 2000;
   static constexpr size_t kDefaultLocationEntries = u32(KvLayout::DEFAULT_LOCATION_CACHE_ENTRIES);
-
   static constexpr uint32_t kMaxConnections = u32(KvLayout::MAX_CORE_CONNECTIONS);
 
   // A core with `connection` as its connection 0.
@@ -134,7 +133,7 @@ class ClientCore {
   // Ends one connection as close() ends them all: its ops fail with
   // DISCONNECTED and it waits (up to wait_ms) until its requests are done;
   // then its index is free again. Returns whether they are all done (false:
-  // the index stays taken, and scratch is never freed).
+  // the index stays taken, and close() waits for them again).
   bool close_connection(uint32_t connection, uint32_t wait_ms = kCloseWaitMs);
 
   // Accepts ops while free ops and scratch last; returns how many were taken
@@ -162,7 +161,7 @@ class ClientCore {
   void fail_connection(uint32_t connection, KvStatus status, uint32_t detail);
   // Fails every op in flight with DISCONNECTED and waits (up to wait_ms)
   // until every request the core posted has completed or been flushed, so
-  // scratch can be freed. After half the wait it disconnects the connection,
+  // scratch can be freed. After half the wait it disconnects the connections,
   // which flushes whatever a silent peer still holds. Later submits fail with
   // DISCONNECTED; poll() still hands out the results. Idempotent. Returns
   // whether the requests are all done.
@@ -178,7 +177,8 @@ class ClientCore {
   // The location caches' counts, summed over the connections.
   LocationCache::Stats location_stats() const;
   uint8_t* scratch() const { return scratch_->data(); }
-  // The largest item the buffer pool holds: larger ones move only through a
+  // The largest item of a connection's server the buffer pool holds (0: no
+  // such connection): larger ones move only through a
   // registered buffer of the caller's (OpDesc::ext); without one a GET answers
   // BUFFER_TOO_SMALL with the value's length, a PUT is refused so.
   uint64_t item_limit(uint32_t connection = 0) const {
