@@ -258,7 +258,7 @@ for (const scheme of providersUnderTest()) {
   });
 
   test(`${scheme}: an op naming a connection the core lacks fails with PROTOCOL; a connection of another provider is refused`, async (t) => {
-    const { core, b } = await setup(t, scheme);
+    const { client, core, b } = await setup(t, scheme);
     const { taken, done } = submit(core, [
       { type: KvOp.GET, id: 1, connection: 5, key: 'k' },
       { type: KvOp.PUT, id: 2, connection: 200, key: 'k', value: 'v' },
@@ -274,5 +274,8 @@ for (const scheme of providersUnderTest()) {
     const other = new Provider(scheme);
     t.teardown(() => other.close());
     t.throws(() => core.addConnection(other, b.connection, regionOf(b, 3)), { message: /another provider/ });
+    t.throws(() => core.addConnection(client, b.connection, { ...regionOf(b, 3), bucketCount: 3 }), { message: /power of two/ });
+    t.true(core.closeConnection(63), 'no such connection: nothing to wait for');
+    t.is(core.connections, 2);
   });
 }
