@@ -142,8 +142,12 @@ export interface NativeClientCore {
   /** taken + results * 65536 (see ClientCore.submit in native/client-core.ts). */
   submit(count: number): number;
   poll(): number;
-  failAll(status: number): void;
+  failAll(status: number, connection?: number): void;
   close(waitMs?: number): boolean;
+  addConnection(provider: NativeProvider, connection: NativeConnection, region: CoreRegion): number;
+  closeConnection(connection: number, waitMs?: number): boolean;
+  connectionItemLimit(connection: number): number;
+  readonly connections: number;
   /** [hits, misses, validation failures] of the location cache since the core was made. */
   locationStats(): [number, number, number];
   readonly inflight: number;

@@ -1,4 +1,7 @@
-// The client data path (native/kv/client_core.cc) over one connection, typed.
+// The client data path (native/kv/client_core.cc) over one or more
+// connections of one provider that complete on one CQ, typed: the connection
+// it was made with is connection 0, addConnection() adds more (a cluster's
+// members), and each op names its connection (OpLayout.CONNECTION).
 // One crossing per batch: the caller writes op descriptors (OpLayout words)
 // into opWords and their keys and values into arena, then submit(n), which
 // drives the round trips as far as they complete synchronously (on shm: to
@@ -91,9 +94,33 @@ export class ClientCore {
   get controlCount(): number {
     return this.controlWords[ControlWords.COUNT]!;
   }
-  /** Finishes every op it holds with `status` (their results come with the next poll()). */
-  failAll(status: KvStatus): void {
-    this.#native.failAll(status);
+  /** Finishes every op it holds (or those of one connection) with `status` (their results come with the next poll()). */
+  failAll(status: KvStatus, connection?: number): void {
+    if (connection === undefined) this.#native.failAll(status);
+    else this.#native.failAll(status, connection);
+  }
+  /**
+   * Adds a connection of the core's provider whose requests complete on the core's CQ (made
+   * with it): ops name it by the index returned. Throws when the core drives
+   * KvLayout.MAX_CORE_CONNECTIONS already, the region cannot be served or the core is closed.
+   */
+  addConnection(provider: Provider, connection: Connection, region: CoreRegion): number {
+    return this.#native.addConnection(provider.native, connection.native, region);
+  }
+  /**
+   * Ends one connection's data path as close() ends the core's: its ops fail with DISCONNECTED
+   * and it waits (up to `waitMs`) until its requests are done; then its index may be reused.
+   */
+  closeConnection(connection: number, waitMs?: number): boolean {
+    return waitMs === undefined ? this.#native.closeConnection(connection) : this.#native.closeConnection(connection, waitMs);
+  }
+  /** itemLimit for the server behind one connection (its --max-value). */
+  connectionItemLimit(connection: number): number {
+    return this.#native.connectionItemLimit(connection);
+  }
+  /** Connections in use (a native call: not for the hot path). */
+  get connections(): number {
+    return this.#native.connections;
   }
   /**
    * Ends the data path: fails the ops in flight with DISCONNECTED (the next
@@ -119,12 +146,12 @@ export class ClientCore {
   get inflight(): number {
     return this.#native.inflight;
   }
-  /** post_send calls so far. */
   /** Ops waiting out a backoff (a held lock, a full ring): nothing of theirs is posted. */
   get backoffs(): number {
     return this.#native.backoffs;
   }
 
+  /** post_send calls so far, over every connection. */
   get doorbells(): number {
     return this.#native.doorbells;
   }

@@ -1,4 +1,7 @@
-// JS class over the client core: ClientCore(provider, connection, cq, region, options).
+// JS class over the client core: ClientCore(provider, connection, cq, region, options),
+// whose connection is its connection 0; addConnection(provider, connection,
+// region) adds another of the same provider, on the same CQ (a cluster's
+// members), and each op names its connection (OpLayout.CONNECTION).
 //
 // One crossing per batch: JS writes op descriptors (OpLayout words) into
 // opWords and keys/values into arena, then submit(n), which also runs the
@@ -93,6 +96,27 @@ Napi::Value free_registered(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(info.Env(), registered.erase(id) > 0);
 }
 
+// The server's region as the session's hello described it (CoreRegion).
+RegionInfo region_of(const Napi::Object& r) {
+  RegionInfo region;
+  region.addr = bigint_field(r, "addr");
+  region.rkey = static_cast<uint32_t>(bigint_field(r, "rkey"));
+  region.length = bigint_field(r, "length");
+  region.bucket_count = static_cast<uint32_t>(bigint_field(r, "bucketCount"));
+  region.index_offset = bigint_field(r, "indexOffset");
+  region.heap_offset = bigint_field(r, "heapOffset");
+  region.heap_bytes = bigint_field(r, "heapBytes");
+  region.seed = bigint_field(r, "seed");
+  region.ring_offset = bigint_field(r, "ringOffset");
+  region.client_id = static_cast<uint32_t>(bigint_field(r, "clientId"));
+  region.version_base = bigint_field(r, "versionBase");
+  region.max_value = static_cast<uint32_t>(bigint_field(r, "maxValueBytes"));
+  region.grace_ms = static_cast<uint32_t>(bigint_field(r, "graceMs"));
+  // Absent unless the server evicts (its hello's region carries it).
+  if (r.Has("accessOffset") && !r.Get("accessOffset").IsUndefined()) region.access_offset = bigint_field(r, "accessOffset");
+  return region;
+}
+
 class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
  public:
   static Napi::Function define(Napi::Env env) {
@@ -101,6 +125,10 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
                         InstanceMethod<&ClientCoreWrap::poll>("poll"),
                         InstanceMethod<&ClientCoreWrap::fail_all>("failAll"),
                         InstanceMethod<&ClientCoreWrap::close>("close"),
+                        InstanceMethod<&ClientCoreWrap::add_connection>("addConnection"),
+                        InstanceMethod<&ClientCoreWrap::close_connection>("closeConnection"),
+                        InstanceMethod<&ClientCoreWrap::connection_item_limit>("connectionItemLimit"),
+                        InstanceAccessor<&ClientCoreWrap::connections>("connections"),
                         InstanceMethod<&ClientCoreWrap::location_stats>("locationStats"),
                         InstanceAccessor<&ClientCoreWrap::inflight>("inflight"),
                         InstanceAccessor<&ClientCoreWrap::doorbells>("doorbells"),
@@ -118,23 +146,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
     if (!info[3].IsObject() || !info[4].IsObject()) {
       throw_error(env, "ERR_INVALID_ARG_TYPE", "new ClientCore(provider, connection, cq, region, options)");
     }
-    Napi::Object r = info[3].As<Napi::Object>();
-    RegionInfo region;
-    region.addr = bigint_field(r, "addr");
-    region.rkey = static_cast<uint32_t>(bigint_field(r, "rkey"));
-    region.length = bigint_field(r, "length");
-    region.bucket_count = static_cast<uint32_t>(bigint_field(r, "bucketCount"));
-    region.index_offset = bigint_field(r, "indexOffset");
-    region.heap_offset = bigint_field(r, "heapOffset");
-    region.heap_bytes = bigint_field(r, "heapBytes");
-    region.seed = bigint_field(r, "seed");
-    region.ring_offset = bigint_field(r, "ringOffset");
-    region.client_id = static_cast<uint32_t>(bigint_field(r, "clientId"));
-    region.version_base = bigint_field(r, "versionBase");
-    region.max_value = static_cast<uint32_t>(bigint_field(r, "maxValueBytes"));
-    region.grace_ms = static_cast<uint32_t>(bigint_field(r, "graceMs"));
-    // Absent unless the server evicts (its hello's region carries it).
-    if (r.Has("accessOffset") && !r.Get("accessOffset").IsUndefined()) region.access_offset = bigint_field(r, "accessOffset");
+    const RegionInfo region = region_of(info[3].As<Napi::Object>());
     Napi::Object o = info[4].As<Napi::Object>();
     const size_t scratch_bytes = static_cast<size_t>(bigint_field(o, "scratchBytes"));
     const uint32_t timeout = static_cast<uint32_t>(bigint_field(o, "opTimeoutMs"));
@@ -176,6 +188,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
       OpDesc& d = descs_[i];
       d.type = static_cast<KvOp>(w[u32(OpLayout::TYPE)]);
       d.id = w[u32(OpLayout::ID)];
+      d.connection = w[u32(OpLayout::CONNECTION)];  // no such connection: the op fails with PROTOCOL
       const uint64_t ko = w[u32(OpLayout::KEY_OFFSET)], kl = w[u32(OpLayout::KEY_LEN)];
       const uint64_t vo = w[u32(OpLayout::VALUE_OFFSET)], vl = w[u32(OpLayout::VALUE_LEN)];
       if (ko + kl > arena_bytes_ || vo + vl > arena_bytes_) {
@@ -293,9 +306,38 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
   Napi::Value item_limit(const Napi::CallbackInfo& info) {
     return Napi::Number::New(info.Env(), static_cast<double>(core_->item_limit()));
   }
+  // failAll(status[, connection]): every op, or the ops of one connection.
   Napi::Value fail_all(const Napi::CallbackInfo& info) {
-    core_->fail_all(static_cast<KvStatus>(info[0].As<Napi::Number>().Uint32Value()), 0);
+    const auto status = static_cast<KvStatus>(info[0].As<Napi::Number>().Uint32Value());
+    if (info[1].IsNumber()) {
+      core_->fail_connection(info[1].As<Napi::Number>().Uint32Value(), status, 0);
+    } else {
+      core_->fail_all(status, 0);
+    }
     return info.Env().Undefined();
+  }
+  // addConnection(provider, connection, region) -> its index. The connection
+  // must be of the core's provider and complete on the core's CQ.
+  Napi::Value add_connection(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!info[2].IsObject()) throw_error(env, "ERR_INVALID_ARG_TYPE", "addConnection(provider, connection, region)");
+    if (provider_of(info[0]) != provider_) throw_error(env, "ERR_INVALID_ARG_VALUE", "the connection is of another provider than the core's");
+    std::string error;
+    const int index = core_->add_connection(connection_of(info[1]), region_of(info[2].As<Napi::Object>()), &error);
+    if (index < 0) throw_error(env, "ERR_RKV_CLIENT", error);
+    return Napi::Number::New(env, index);
+  }
+  // closeConnection(index[, waitMs]) -> whether its requests are all done (its index is free again).
+  Napi::Value close_connection(const Napi::CallbackInfo& info) {
+    const uint32_t index = info[0].As<Napi::Number>().Uint32Value();
+    const uint32_t wait = info[1].IsNumber() ? info[1].As<Napi::Number>().Uint32Value() : ClientCore::kCloseWaitMs;
+    return Napi::Boolean::New(info.Env(), core_->close_connection(index, wait));
+  }
+  Napi::Value connection_item_limit(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), static_cast<double>(core_->item_limit(info[0].As<Napi::Number>().Uint32Value())));
+  }
+  Napi::Value connections(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), core_->connections());
   }
   // close([waitMs]) -> whether every request the core posted has completed or
   // been flushed (false: its scratch stays mapped for good).
@@ -306,7 +348,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
   // locationStats() -> [hits, misses, validation failures] of the location
   // cache since the core was made (read on demand: stats, metrics).
   Napi::Value location_stats(const Napi::CallbackInfo& info) {
-    const kv::LocationCache::Stats& s = core_->location_stats();
+    const kv::LocationCache::Stats s = core_->location_stats();
     Napi::Array a = Napi::Array::New(info.Env(), 3);
     a.Set(0u, static_cast<double>(s.hits));
     a.Set(1u, static_cast<double>(s.misses));

@@ -14,9 +14,9 @@
 namespace rkv::kv {
 
 void ClientCore::note_access(Op& op, uint32_t block) {
-  if (region_.access_offset == 0) return;  // the server does not evict
+  if (link(op).region.access_offset == 0) return;  // the server does not evict
   mem(op.area(area::ACCESS))[0] = 1;
-  sends_.write(op.tag(), op.area(area::ACCESS), 1, region_.addr + region_.access_offset + block);
+  link(op).sends.write(op.tag(), op.area(area::ACCESS), 1, link(op).region.addr + link(op).region.access_offset + block);
 }
 
 }  // namespace rkv::kv

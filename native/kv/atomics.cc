@@ -18,12 +18,12 @@ void ClientCore::begin_create(Op& op) {
   // The buffer of the lookup's last candidate (another key's item) may be too small for ours.
   if (op.item.held && BufferPool::order_bytes(op.item.order) < bytes) free_item(op);
   if (!op.item.held && !take_item(op, bytes)) return retry_later(op, Phase::G_BUCKETS);
-  op.version = next_version();
+  op.version = next_version(op);
   if (op.version == 0) return finish(op, KvStatus::DISCONNECTED);
   AtomicState& a = op.atomic();
   uint8_t* item = mem(op.item.offset);
   build_item(item, type_for(op.type), op.key, op.key_len, nullptr, 0, op.version);
-  store_le<uint64_t>(item + kAtomicWord, op.type == KvOp::INCR ? counter_word(a.delta) : lock_word(1, region_.client_id));
+  store_le<uint64_t>(item + kAtomicWord, op.type == KvOp::INCR ? counter_word(a.delta) : lock_word(1, link(op).region.client_id));
   op.start_write().item_units = item_units(bytes);
   write_read_buckets(op);
 }
@@ -31,7 +31,7 @@ void ClientCore::begin_create(Op& op) {
 // Created: the counter holds the delta, the lock token 1, held by us.
 void ClientCore::created(Op& op) {
   AtomicState& a = op.atomic();
-  a.addr = heap_addr(op.block.offset) + kAtomicWord;
+  a.addr = heap_addr(op, op.block.offset) + kAtomicWord;
   a.result = op.type == KvOp::INCR ? counter_value(counter_word(a.delta)) : 1;
   cache_store(op);
   finish(op, KvStatus::OK);
@@ -43,20 +43,20 @@ void ClientCore::atomic_step(Op& op) {
   const uint64_t result = op.area(area::ATOM);
   switch (op.type) {
     case KvOp::INCR:
-      sends_.faa(op.tag(), result, a.addr, counter_word(a.delta));
+      link(op).sends.faa(op.tag(), result, a.addr, counter_word(a.delta));
       break;
     case KvOp::LOCK: {
       // Free (token t, owner 0) -> (t + 1, me): the fencing token grows with every acquisition.
       const uint32_t token = static_cast<uint32_t>(a.expect >> kLockVersionShift);
-      sends_.cas(op.tag(), result, a.addr, a.expect, lock_word(token + 1, region_.client_id));
+      link(op).sends.cas(op.tag(), result, a.addr, a.expect, lock_word(token + 1, link(op).region.client_id));
       break;
     }
     default:  // UNLOCK: (t, me) -> (t, 0)
-      a.expect = lock_word(a.token, region_.client_id);
-      sends_.cas(op.tag(), result, a.addr, a.expect, lock_word(a.token, 0));
+      a.expect = lock_word(a.token, link(op).region.client_id);
+      link(op).sends.cas(op.tag(), result, a.addr, a.expect, lock_word(a.token, 0));
       break;
   }
-  sends_.signal_last();
+  link(op).sends.signal_last();
 }
 
 void ClientCore::atomic_done(Op& op) {
@@ -92,8 +92,8 @@ void ClientCore::atomic_done(Op& op) {
 
 bool ClientCore::cache_lookup(Op& op) {
   AddressCache::Hit hit;
-  const auto ttl = std::chrono::milliseconds(region_.grace_ms / 2);
-  if (!cache_.lookup(op.key, op.key_len, type_for(op.type), Clock::now(), ttl, &hit)) return false;
+  const auto ttl = std::chrono::milliseconds(link(op).region.grace_ms / 2);
+  if (!link(op).cache.lookup(op.key, op.key_len, type_for(op.type), Clock::now(), ttl, &hit)) return false;
   AtomicState& a = op.atomic();
   a.addr = hit.addr;
   a.expect = lock_word(static_cast<uint32_t>(hit.word >> kLockVersionShift), 0);
@@ -107,10 +107,10 @@ void ClientCore::cache_store(Op& op) {
   const uint64_t word = op.type == KvOp::LOCK
                             ? lock_word(static_cast<uint32_t>(a.result ? a.result : a.expect >> kLockVersionShift), 0)
                             : 0;
-  cache_.store(op.key, op.key_len, type_for(op.type), a.addr, word, Clock::now());
+  link(op).cache.store(op.key, op.key_len, type_for(op.type), a.addr, word, Clock::now());
 }
 
-void ClientCore::cache_forget(const Op& op) { cache_.forget(op.key, op.key_len); }
+void ClientCore::cache_forget(const Op& op) { link(op).cache.forget(op.key, op.key_len); }
 
 size_t AddressCache::position(const uint8_t* key, uint32_t key_len) const {
   return hash_bytes(key, key_len, 1) % entries_.size();

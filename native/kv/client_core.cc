@@ -42,24 +42,21 @@ std::unique_ptr<ClientCore> ClientCore::create(std::shared_ptr<transport::Provid
                                                std::shared_ptr<transport::CompletionQueue> cq,
                                                const RegionInfo& region, size_t scratch_bytes,
                                                uint32_t op_timeout_ms, std::string* error, size_t location_entries) {
-  if (region.bucket_count < 2 || (region.bucket_count & (region.bucket_count - 1)) != 0) {
-    *error = "the server's bucket count is not a power of two >= 2";
-    return nullptr;
-  }
   std::unique_ptr<ClientCore> core(new ClientCore());
   core->provider_ = std::move(provider);
-  core->connection_ = std::move(connection);
   core->cq_ = std::move(cq);
-  core->region_ = region;
   core->op_timeout_ms_ = op_timeout_ms;
+  core->location_entries_ = location_entries;
   const size_t items_begin = kMaxOps * area::kBytes;
   // The pool holds two of the largest items, or of 2 MiB ones (every item of the
   // default 1 MiB --max-value) when items are larger than that: items past
   // what scratch holds two of move through the caller's registered buffers.
-  const uint64_t largest = core->largest_item();
+  if (region.bucket_count < 2 || (region.bucket_count & (region.bucket_count - 1)) != 0) {
+    *error = "the server's bucket count is not a power of two >= 2";
+    return nullptr;
+  }
+  const uint64_t largest = largest_item(region);
   scratch_bytes = std::max<size_t>(scratch_bytes, items_begin + 2 * std::min<uint64_t>(largest, kPooledItemFloor));
-  core->item_limit_ = largest;
-  while (core->item_limit_ > kPooledItemFloor && items_begin + 2 * core->item_limit_ > scratch_bytes) core->item_limit_ /= 2;
   core->scratch_ = transport::Memory::allocate(scratch_bytes, "", error);
   if (!core->scratch_) return nullptr;
   core->mr_ = core->provider_->register_memory(*core->scratch_, 0, core->scratch_->length(),
@@ -73,16 +70,49 @@ std::unique_ptr<ClientCore> ClientCore::create(std::shared_ptr<transport::Provid
     core->free_ops_.push_back(static_cast<uint32_t>(kMaxOps - 1 - i));
   }
   core->buffers_.init(items_begin, core->scratch_->length());
-  core->sends_.attach(core->scratch_->data(), core->mr_->lkey(), region.rkey, core->connection_->max_inline(),
-                      kMaxUnposted);
+  core->links_ = std::make_unique<std::unique_ptr<Link>[]>(kMaxConnections);
   core->completions_.resize(u32(Limit::MAX_POLL_BATCH));
   core->ready_.reserve(kReadyReserve);
   core->controls_.reserve(kControlsReserve);
   core->lent_.reserve(kReadyReserve);
   core->rng_.seed(region.client_id * 2654435761u + 1);
-  core->locations_.init(location_entries);
   core->unchecked_ = unchecked_locations_from_env();
+  if (core->add_connection(std::move(connection), region, error) != 0) return nullptr;
   return core;
+}
+
+int ClientCore::add_connection(std::shared_ptr<transport::Connection> connection, const RegionInfo& region,
+                               std::string* error) {
+  if (closed_) {
+    *error = "the client core is closed";
+    return -1;
+  }
+  if (region.bucket_count < 2 || (region.bucket_count & (region.bucket_count - 1)) != 0) {
+    *error = "the server's bucket count is not a power of two >= 2";
+    return -1;
+  }
+  const size_t items_begin = kMaxOps * area::kBytes;
+  const uint64_t largest = largest_item(region);
+  if (items_begin + 2 * std::min<uint64_t>(largest, kPooledItemFloor) > scratch_->length()) {
+    *error = "the client core's scratch is too small for this server's --max-value";
+    return -1;
+  }
+  uint32_t index = 0;
+  while (index < kMaxConnections && links_[index]) index++;
+  if (index == kMaxConnections) {
+    *error = "the client core drives " + std::to_string(kMaxConnections) + " connections already";
+    return -1;
+  }
+  auto l = std::make_unique<Link>();
+  l->connection = std::move(connection);
+  l->region = region;
+  l->item_limit = largest;
+  while (l->item_limit > kPooledItemFloor && items_begin + 2 * l->item_limit > scratch_->length()) l->item_limit /= 2;
+  l->sends.attach(scratch_->data(), mr_->lkey(), region.rkey, l->connection->max_inline(), kMaxUnposted);
+  l->locations.init(location_entries_);
+  links_[index] = std::move(l);
+  link_end_ = std::max(link_end_, index + 1);
+  return static_cast<int>(index);
 }
 
 ClientCore::~ClientCore() {
@@ -99,66 +129,132 @@ bool ClientCore::close(uint32_t wait_ms) {
   if (closed_) return quiescent_;
   closed_ = true;
   fail_all(KvStatus::DISCONNECTED, 0);
-  broken_ = true;  // later submits fail at once
+  for (uint32_t i = 0; i < link_end_; i++) {
+    if (links_[i]) links_[i]->broken = true;  // later submits fail at once
+  }
+  quiescent_ = quiesce(nullptr, wait_ms);
+  return quiescent_;
+}
+
+bool ClientCore::close_connection(uint32_t connection, uint32_t wait_ms) {
+  Link* l = link_at(connection);
+  if (l == nullptr) return true;
+  fail_connection(connection, KvStatus::DISCONNECTED, 0);
+  l->broken = true;
+  if (!quiesce(l, wait_ms)) return false;  // the index stays taken: the NIC may still write scratch for it
+  // Its counts stay in the core's (doorbells, location stats only grow).
+  closed_counts_.doorbells += l->sends.doorbells();
+  closed_counts_.locations.hits += l->locations.stats.hits;
+  closed_counts_.locations.misses += l->locations.stats.misses;
+  closed_counts_.locations.failures += l->locations.stats.failures;
+  links_[connection].reset();
+  while (link_end_ > 0 && !links_[link_end_ - 1]) link_end_--;
+  return true;
+}
+
+bool ClientCore::drained(const Link* only) const {
+  for (uint32_t i = 0; i < link_end_; i++) {
+    const Link* l = links_[i].get();
+    if (l == nullptr || (only != nullptr && l != only)) continue;
+    if (!l->sends.empty() || l->sends.outstanding() != 0) return false;
+  }
+  return true;
+}
+
+bool ClientCore::quiesce(Link* only, uint32_t wait_ms) {
+  const auto each = [&](auto&& fn) {
+    for (uint32_t i = 0; i < link_end_; i++) {
+      Link* l = links_[i].get();
+      if (l != nullptr && (only == nullptr || l == only)) fn(*l, i);
+    }
+  };
   // A phase cut short by a full send queue (and dropped just now) left
   // requests no signaled completion will vouch for: a signaled zero-length
   // READ behind them does.
-  if (sends_.unsignaled_tail()) {
-    sends_.read(wr_tag::make(wr_tag::kNoOp, 0), 0, 0, region_.addr);
-    sends_.signal_last();
-  }
+  each([&](Link& l, uint32_t i) {
+    if (!l.sends.unsignaled_tail()) return;
+    l.sends.read(wr_tag::make(i, wr_tag::kNoOp, 0), 0, 0, l.region.addr);
+    l.sends.signal_last();
+  });
   const auto start = Clock::now();
   const auto wait = std::chrono::milliseconds(wait_ms);
   bool disconnected = false;
-  quiescent_ = false;
+  bool refused = false;
   for (;;) {
-    if (!sends_.empty()) {
-      const int rc = sends_.flush(*connection_);
-      if (rc != 0 && rc != ENOMEM) break;  // refused: nothing can vouch for the tail
-    }
+    each([&](Link& l, uint32_t) {
+      if (l.sends.empty()) return;
+      const int rc = l.sends.flush(*l.connection);
+      if (rc != 0 && rc != ENOMEM) refused = true;  // nothing can vouch for the tail
+    });
+    if (refused) break;
     drain_completions(static_cast<int>(completions_.size()));
-    if (sends_.empty() && sends_.outstanding() == 0) {
-      quiescent_ = true;
-      break;
-    }
+    if (drained(only)) break;
     const auto waited = Clock::now() - start;
     if (waited >= wait) break;
     if (!disconnected && waited >= wait / 2) {
       // A healthy peer answers in microseconds: this one is silent, and
       // only the queue pair's error state (a flush) ends its requests now.
-      connection_->disconnect();
+      each([](Link& l, uint32_t) { l.connection->disconnect(); });
       disconnected = true;
     }
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
-  sends_.drop();
-  return quiescent_;
+  const bool done = !refused && drained(only);
+  each([](Link& l, uint32_t) { l.sends.drop(); });
+  return done;
 }
 
-uint64_t ClientCore::bucket_addr(uint32_t bucket) const {
-  return region_.addr + region_.index_offset + static_cast<uint64_t>(bucket) * kBucketBytes;
+uint64_t ClientCore::bucket_addr(const Op& op, uint32_t bucket) const {
+  const RegionInfo& r = link(op).region;
+  return r.addr + r.index_offset + static_cast<uint64_t>(bucket) * kBucketBytes;
 }
-uint64_t ClientCore::heap_addr(uint32_t units) const {
-  return region_.addr + region_.heap_offset + static_cast<uint64_t>(units) * kUnit;
+uint64_t ClientCore::heap_addr(const Op& op, uint32_t units) const {
+  const RegionInfo& r = link(op).region;
+  return r.addr + r.heap_offset + static_cast<uint64_t>(units) * kUnit;
 }
-bool ClientCore::slot_in_heap(uint64_t slot) const {
+bool ClientCore::slot_in_heap(const Op& op, uint64_t slot) const {
   const uint64_t units = slot_units(slot);
-  return units > 0 && (static_cast<uint64_t>(slot_offset(slot)) + units) * kUnit <= region_.heap_bytes;
+  return units > 0 && (static_cast<uint64_t>(slot_offset(slot)) + units) * kUnit <= link(op).region.heap_bytes;
 }
-uint64_t ClientCore::largest_item() const {
-  return BufferPool::order_bytes(BufferPool::order_for(item_bytes(kMaxKey, region_.max_value)));
+uint64_t ClientCore::largest_item(const RegionInfo& region) {
+  return BufferPool::order_bytes(BufferPool::order_for(item_bytes(kMaxKey, region.max_value)));
+}
+uint64_t ClientCore::largest_item(const Op& op) const { return largest_item(link(op).region); }
+
+uint64_t ClientCore::doorbells() const {
+  uint64_t n = closed_counts_.doorbells;
+  for (uint32_t i = 0; i < link_end_; i++) n += links_[i] ? links_[i]->sends.doorbells() : 0;
+  return n;
+}
+
+uint32_t ClientCore::connections() const {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < link_end_; i++) n += links_[i] != nullptr;
+  return n;
+}
+
+LocationCache::Stats ClientCore::location_stats() const {
+  LocationCache::Stats sum = closed_counts_.locations;
+  for (uint32_t i = 0; i < link_end_; i++) {
+    if (!links_[i]) continue;
+    sum.hits += links_[i]->locations.stats.hits;
+    sum.misses += links_[i]->locations.stats.misses;
+    sum.failures += links_[i]->locations.stats.failures;
+  }
+  return sum;
 }
 
 // A write's version: the session's base and our sequence in it. 0 once the
 // session's 2^40 versions are used up: the session ends (we disconnect) and the
 // client's reconnect starts a new one, with a new base, rather than reuse one.
-uint64_t ClientCore::next_version() {
+uint64_t ClientCore::next_version(Op& op) {
   constexpr uint64_t kSequences = 1ull << u32(KvLayout::SESSION_VERSION_BITS);
-  if (version_seq_ + 1 >= kSequences) {
-    if (!broken_) connection_->disconnect();
+  Link& l = link(op);
+  if (l.version_seq + 1 >= kSequences) {
+    if (!l.broken) l.connection->disconnect();
     return 0;
   }
-  return region_.version_base | ++version_seq_;
+  return l.region.version_base | ++l.version_seq;
 }
 
 bool ClientCore::take_item(Op& op, uint64_t bytes) { return buffers_.take(bytes, &op.item); }
@@ -170,9 +266,11 @@ size_t ClientCore::poll(OpResult* out, size_t max) {
   // Values handed out by the previous poll or submit have been copied by now.
   for (BufferPool::Buffer& buffer : lent_) buffers_.give_back(&buffer);
   lent_.clear();
-  if (!broken_ && connection_->state() != ConnState::CONNECTED) {
-    broken_ = true;
-    fail_all(KvStatus::DISCONNECTED, 0);
+  for (uint32_t i = 0; i < link_end_; i++) {
+    Link* l = links_[i].get();
+    if (l == nullptr || l->broken || l->connection->state() == ConnState::CONNECTED) continue;
+    l->broken = true;
+    fail_connection(i, KvStatus::DISCONNECTED, 0);
   }
   advance();
   settle();
@@ -194,8 +292,7 @@ void ClientCore::advance() {
   for (int pass = 0; pass < kMaxPasses; pass++) {
     const int n = drain_completions(static_cast<int>(completions_.size()));
     if (pass == 0 && backoffs_ > 0) run_due_backoffs();
-    const bool posting = !sends_.empty();
-    post_sends();
+    const bool posting = post_sends();
     if (n == 0 && !posting) return;
   }
 }
@@ -218,19 +315,23 @@ int ClientCore::drain_completions(int budget) {
       controls_.push_back(c);
       continue;
     }
-    sends_.completed(c.wr_id);
+    const uint32_t connection = wr_tag::connection(c.wr_id);
+    Link* l = link_at(connection);
+    if (l == nullptr) continue;  // a closed connection's late completion
+    l->sends.completed(c.wr_id);
     if (c.status != WcStatus::SUCCESS) {
-      if (!broken_) {
-        broken_ = true;
-        broken_detail_ = u32(c.status);
-        fail_all(c.status == WcStatus::WR_FLUSH_ERR ? KvStatus::DISCONNECTED : KvStatus::RDMA_ERROR, u32(c.status));
+      if (!l->broken) {
+        l->broken = true;
+        l->broken_detail = u32(c.status);
+        fail_connection(connection, c.status == WcStatus::WR_FLUSH_ERR ? KvStatus::DISCONNECTED : KvStatus::RDMA_ERROR,
+                        u32(c.status));
       }
       continue;
     }
     const uint32_t index = wr_tag::op(c.wr_id);
     if (index >= kMaxOps) continue;  // close()'s drain marker
     Op& op = ops_[index];
-    if (!op.busy || op.seq != wr_tag::seq(c.wr_id)) continue;  // a finished op's late completion
+    if (!op.busy || op.seq != wr_tag::seq(c.wr_id) || op.connection != connection) continue;  // a finished op's late completion
     phase_done(op);
   }
   return n;
@@ -246,12 +347,20 @@ void ClientCore::run_due_backoffs() {
   }
 }
 
-void ClientCore::post_sends() {
-  const int rc = sends_.flush(*connection_);
-  if (rc != 0 && rc != ENOMEM) {
-    broken_ = true;
-    fail_all(KvStatus::DISCONNECTED, 0);
+// One doorbell per connection with requests waiting. Returns whether any waited.
+bool ClientCore::post_sends() {
+  bool posting = false;
+  for (uint32_t i = 0; i < link_end_; i++) {
+    Link* l = links_[i].get();
+    if (l == nullptr || l->sends.empty()) continue;
+    posting = true;
+    const int rc = l->sends.flush(*l->connection);
+    if (rc != 0 && rc != ENOMEM) {
+      l->broken = true;
+      fail_connection(i, KvStatus::DISCONNECTED, 0);
+    }
   }
+  return posting;
 }
 
 size_t ClientCore::take_controls(Completion* out, size_t max) {
@@ -334,14 +443,16 @@ void ClientCore::finish(Op& op, KvStatus status, uint32_t detail) {
   r.result.detail = answered ? op.retries : detail;
   r.result.version = status != KvStatus::OK ? 0 : op.is_atomic() ? op.atomic().result : op.version;
   r.result.block_unused = op.block.held && !(status == KvStatus::OK && op.block.published);
-  if (op.type == KvOp::DELETE || status == KvStatus::TYPE_MISMATCH) cache_forget(op);
-  location_after(op, status);
+  if (op.linked) {
+    if (op.type == KvOp::DELETE || status == KvStatus::TYPE_MISMATCH) cache_forget(op);
+    location_after(op, status);
+  }
   free_item(op);
   release_op(op);
 }
 
 void ClientCore::release_op(Op& op) {
-  if (op.ring_credit) ring_.reserved--;
+  if (op.ring_credit) link(op).ring.reserved--;
   op.ring_credit = false;
   if (op.phase == Phase::BACKOFF) backoffs_--;
   op.busy = false;
@@ -352,9 +463,17 @@ void ClientCore::release_op(Op& op) {
 }
 
 void ClientCore::fail_all(KvStatus status, uint32_t detail) {
-  sends_.drop();  // requests of the ops failed here must never be posted
+  for (uint32_t i = 0; i < link_end_; i++) {
+    if (links_[i]) fail_connection(i, status, detail);
+  }
+}
+
+void ClientCore::fail_connection(uint32_t connection, KvStatus status, uint32_t detail) {
+  Link* l = link_at(connection);
+  if (l == nullptr) return;
+  l->sends.drop();  // requests of the ops failed here must never be posted
   for (size_t i = 0; i < kMaxOps; i++) {
-    if (ops_[i].busy) finish(ops_[i], status, detail);
+    if (ops_[i].busy && ops_[i].connection == connection) finish(ops_[i], status, detail);
   }
 }
 

@@ -12,12 +12,21 @@
 // buffer_pool.{h,cc} (item buffers), posting.{h,cc} (the send list), op.h
 // (per-operation state).
 //
+// Connections: one core drives up to kMaxConnections connections of one
+// provider (a cluster's members), all completing on its one CQ. Each op names
+// the connection it runs on (OpDesc::connection); what belongs to a server's
+// region (its rkey and layout, our ring there, the session's versions, the
+// address and location caches) and the requests waiting for its doorbell are
+// the connection's (Link); ops, scratch, item buffers and the CQ are shared.
+// A pass posts one doorbell per connection that has requests.
+//
 // Ownership: the core owns its scratch memory (bucket images, item buffers,
 // atomics results) and its ops (64, made once). A GET's value stays in scratch until the
 // next poll() or submit(), so JS must copy it out before calling either again. The
-// connection and its CQ are shared with JS, which posts control SENDs and
+// connections and the CQ are shared with JS, which posts control SENDs and
 // receives control messages on them (the wr_id bit KvLayout::CONTROL_TAG_SHIFT
-// marks control requests; their completions go back to JS as they came).
+// marks control requests; their completions go back to JS as they came, and
+// JS tells by their wr_id which connection each is for).
 // Scratch is freed only once the NIC or provider can no longer write it:
 // close() waits for that, and the destructor closes.
 #pragma once
@@ -62,6 +71,7 @@ struct RegionInfo {
 struct OpDesc {
   KvOp type;
   uint32_t id;
+  uint32_t connection = 0;  // the core's index of the connection it runs on
   const uint8_t* key;
   uint32_t key_len;
   const uint8_t* value;
@@ -105,7 +115,9 @@ class ClientCore {
  public:
   static constexpr uint32_t kCloseWaitMs = 2000;
   static constexpr size_t kDefaultLocationEntries = u32(KvLayout::DEFAULT_LOCATION_CACHE_ENTRIES);
+  static constexpr uint32_t kMaxConnections = u32(KvLayout::MAX_CORE_CONNECTIONS);
 
+  // A core with `connection` as its connection 0.
   static std::unique_ptr<ClientCore> create(std::shared_ptr<transport::Provider> provider,
                                             std::shared_ptr<transport::Connection> connection,
                                             std::shared_ptr<transport::CompletionQueue> cq, const RegionInfo& region,
@@ -113,6 +125,16 @@ class ClientCore {
                                             size_t location_entries = kDefaultLocationEntries);
   // Closes (if not yet closed), then frees scratch unless the NIC might still write it.
   ~ClientCore();
+
+  // Another connection of the core's provider whose requests complete on the
+  // core's CQ. Returns its index (the lowest free one), or -1 with `error`
+  // (too many, a region the core cannot serve, the core closed).
+  int add_connection(std::shared_ptr<transport::Connection> connection, const RegionInfo& region, std::string* error);
+  // Ends one connection as close() ends them all: its ops fail with
+  // DISCONNECTED and it waits (up to wait_ms) until its requests are done;
+  // then its index is free again. Returns whether they are all done (false:
+  // the index stays taken, and close() waits for them again).
+  bool close_connection(uint32_t connection, uint32_t wait_ms = kCloseWaitMs);
 
   // Accepts ops while free ops and scratch last; returns how many were taken
   // (the rest stay with the caller). Posts the first round trip of each, then
@@ -133,28 +155,36 @@ class ClientCore {
   // The completions of JS's control requests drained since the last call, as
   // the CQ gave them (up to max; the rest wait for the next call).
   size_t take_controls(transport::Completion* out, size_t max);
-  // Finishes every op with `status` (a lost connection) and drops their
-  // requests not yet posted.
+  // Finishes every op with `status` and drops their requests not yet posted.
   void fail_all(KvStatus status, uint32_t detail);
+  // The same for the ops of one connection (it was lost).
+  void fail_connection(uint32_t connection, KvStatus status, uint32_t detail);
   // Fails every op in flight with DISCONNECTED and waits (up to wait_ms)
   // until every request the core posted has completed or been flushed, so
-  // scratch can be freed. After half the wait it disconnects the connection,
+  // scratch can be freed. After half the wait it disconnects the connections,
   // which flushes whatever a silent peer still holds. Later submits fail with
   // DISCONNECTED; poll() still hands out the results. Idempotent. Returns
   // whether the requests are all done.
   bool close(uint32_t wait_ms = kCloseWaitMs);
 
   size_t inflight() const { return busy_; }
-  uint64_t doorbells() const { return sends_.doorbells(); }
+  // post_send calls so far, over every connection.
+  uint64_t doorbells() const;
+  uint32_t connections() const;  // connections in use
   // Ops waiting out a backoff: nothing of theirs is posted, so no completion
   // wakes an event-mode client for them (its op queue polls again on a timer).
   uint32_t backoffs() const { return backoffs_; }
-  const LocationCache::Stats& location_stats() const { return locations_.stats; }
+  // The location caches' counts, summed over the connections.
+  LocationCache::Stats location_stats() const;
   uint8_t* scratch() const { return scratch_->data(); }
-  // The largest item the buffer pool holds: larger ones move only through a
+  // The largest item of a connection's server the buffer pool holds (0: no
+  // such connection): larger ones move only through a
   // registered buffer of the caller's (OpDesc::ext); without one a GET answers
   // BUFFER_TOO_SMALL with the value's length, a PUT is refused so.
-  uint64_t item_limit() const { return item_limit_; }
+  uint64_t item_limit(uint32_t connection = 0) const {
+    const Link* l = link_at(connection);
+    return l ? l->item_limit : 0;
+  }
   size_t scratch_length() const { return scratch_->length(); }
 
  private:
@@ -173,12 +203,36 @@ class ClientCore {
     uint64_t consumed = 0;
   };
 
+  // One connection and what the core keeps of the server behind it.
+  struct Link {
+    std::shared_ptr<transport::Connection> connection;
+    RegionInfo region;
+    SendList sends;           // its requests waiting for its doorbell
+    RingCredits ring;
+    uint64_t version_seq = 0;
+    uint64_t item_limit = 0;  // item_limit() for this server's items
+    bool broken = false;      // lost: its submits fail at once
+    uint32_t broken_detail = 0;
+    AddressCache cache;
+    LocationCache locations;
+  };
+
   ClientCore() = default;
   uint8_t* mem(uint64_t scratch_offset) const { return scratch_->data() + scratch_offset; }
-  uint64_t bucket_addr(uint32_t bucket) const;
-  uint64_t heap_addr(uint32_t units) const;
-  bool slot_in_heap(uint64_t slot) const;  // its item lies inside the heap
-  uint64_t largest_item() const;           // the largest buffer an item can need
+  Link& link(const Op& op) const;
+  Link* link_at(uint32_t connection) const {
+    return connection < kMaxConnections ? links_[connection].get() : nullptr;
+  }
+  uint64_t bucket_addr(const Op& op, uint32_t bucket) const;
+  uint64_t heap_addr(const Op& op, uint32_t units) const;
+  bool slot_in_heap(const Op& op, uint64_t slot) const;  // its item lies inside the heap
+  uint64_t largest_item(const Op& op) const;             // the largest buffer an item can need
+  static uint64_t largest_item(const RegionInfo& region);
+  // Waits, up to wait_ms, until every request posted on `only` (null: on
+  // every connection) has completed or been flushed, posting what waits and
+  // draining the CQ; after half the wait it disconnects those connections.
+  bool quiesce(Link* only, uint32_t wait_ms);
+  bool drained(const Link* only) const;
 
   // Submit's steps (submit.cc).
   Op* claim(const OpDesc& d);
@@ -191,14 +245,14 @@ class ClientCore {
   int drain_completions(int budget);
   void run_due_backoffs();
   size_t hand_out(OpResult* out, size_t max);
-  void post_sends();
+  bool post_sends();
   // Every op's end.
   void phase_done(Op& op);
   void retry_later(Op& op, Phase resume);
   void resume(Op& op);
   void finish(Op& op, KvStatus status, uint32_t detail = 0);
   void release_op(Op& op);
-  uint64_t next_version();
+  uint64_t next_version(Op& op);
   bool take_item(Op& op, uint64_t bytes);
   void free_item(Op& op);
 
@@ -220,7 +274,7 @@ class ClientCore {
   // GET on a location-cache hit, and what ops teach the cache (location_cache.cc).
   static constexpr uint32_t kSkipVersion = 1, kSkipState = 2;  // test hook: checks a hit skips
   static uint32_t unchecked_locations_from_env();
-  std::chrono::milliseconds location_trust() const;
+  std::chrono::milliseconds location_trust(const Op& op) const;
   bool get_cached(Op& op);
   void get_cached_done(Op& op);
   void location_found(const Op& op, uint64_t slot, const uint8_t* item);
@@ -250,35 +304,32 @@ class ClientCore {
   void cache_forget(const Op& op);
 
   std::shared_ptr<transport::Provider> provider_;  // destroyed last
-  std::shared_ptr<transport::Connection> connection_;
   std::shared_ptr<transport::CompletionQueue> cq_;
   std::unique_ptr<transport::Memory> scratch_;
   std::unique_ptr<transport::MemoryRegion> mr_;
-  RegionInfo region_;
+  std::unique_ptr<std::unique_ptr<Link>[]> links_;  // by index; null: free
+  uint32_t link_end_ = 0;  // one past the highest index in use: the passes look no further
+  struct {
+    uint64_t doorbells = 0;
+    LocationCache::Stats locations;
+  } closed_counts_;  // of the connections closed so far
   uint32_t op_timeout_ms_ = 5000;
+  size_t location_entries_ = 0;
 
   std::unique_ptr<Op[]> ops_;
   std::vector<uint32_t> free_ops_;  // reserved for every op
   size_t busy_ = 0;
   uint32_t backoffs_ = 0;  // ops in BACKOFF
   BufferPool buffers_;
-  SendList sends_;
   std::vector<transport::Completion> completions_;
   std::vector<Ready> ready_;                  // finished, waiting for poll() to hand them out
   std::vector<transport::Completion> controls_;  // JS's, waiting for take_controls()
   std::vector<BufferPool::Buffer> lent_;      // values handed out by the last poll()
-  uint64_t version_seq_ = 0;
-  RingCredits ring_;
-  bool broken_ = false;
   bool closed_ = false;
   bool quiescent_ = true;  // after close(): every posted request completed or flushed
   bool arm_when_done_ = false;  // event mode (set_arm_when_done)
-  uint32_t broken_detail_ = 0;
   std::minstd_rand rng_;
-  AddressCache cache_;
-  LocationCache locations_;
   uint32_t unchecked_ = 0;  // kSkip*: a test hook, 0 in use
-  uint64_t item_limit_ = 0;  // item_limit()
 };
 
 }  // namespace rkv::kv

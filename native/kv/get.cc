@@ -13,9 +13,9 @@ namespace rkv::kv {
 void ClientCore::get_read_buckets(Op& op, Phase phase) {
   op.begin(phase);
   if (phase == Phase::G_BUCKETS) op.lookup().started = Clock::now();
-  sends_.read(op.tag(), op.area(area::B1), kBucketBytes, bucket_addr(op.kh.b1));
-  sends_.read(op.tag(), op.area(area::B2), kBucketBytes, bucket_addr(op.kh.b2));
-  sends_.signal_last();
+  link(op).sends.read(op.tag(), op.area(area::B1), kBucketBytes, bucket_addr(op, op.kh.b1));
+  link(op).sends.read(op.tag(), op.area(area::B2), kBucketBytes, bucket_addr(op, op.kh.b2));
+  link(op).sends.signal_last();
 }
 
 void ClientCore::get_buckets_done(Op& op) {
@@ -60,15 +60,15 @@ void ClientCore::get_item_next(Op& op) {
   // A slot names memory we are about to READ: one outside the heap is damage
   // (slots are written whole), and a READ there would break the connection for
   // every operation on it. Only this operation fails.
-  if (!slot_in_heap(c.slot)) return finish(op, KvStatus::CORRUPT);
-  if (op.ext.lkey != 0 || bytes > item_limit_) return get_large_next(op, c.slot);  // large.cc
-  if (bytes < kHeader || bytes > largest_item() || !take_item(op, bytes)) {
+  if (!slot_in_heap(op, c.slot)) return finish(op, KvStatus::CORRUPT);
+  if (op.ext.lkey != 0 || bytes > link(op).item_limit) return get_large_next(op, c.slot);  // large.cc
+  if (bytes < kHeader || bytes > largest_item(op) || !take_item(op, bytes)) {
     return retry_later(op, Phase::G_BUCKETS);  // no scratch now, or a slot from the future: read again later
   }
   op.begin(Phase::G_ITEM);
   note_access(op, slot_offset(c.slot));
-  sends_.read(op.tag(), op.item.offset, static_cast<uint32_t>(bytes), heap_addr(slot_offset(c.slot)));
-  sends_.signal_last();
+  link(op).sends.read(op.tag(), op.item.offset, static_cast<uint32_t>(bytes), heap_addr(op, slot_offset(c.slot)));
+  link(op).sends.signal_last();
 }
 
 void ClientCore::get_item_done(Op& op) {
@@ -83,7 +83,7 @@ void ClientCore::get_item_done(Op& op) {
   const uint64_t bytes = static_cast<uint64_t>(slot_units(c.slot)) * kUnit;
   const bool intact = item_bytes(key_len, value_len) <= bytes &&
                       load_le<uint32_t>(item + kChecksumAt) == item_checksum(item, key_len, value_len);
-  const bool late = completed - s.started > std::chrono::milliseconds(region_.grace_ms / 2);
+  const bool late = completed - s.started > std::chrono::milliseconds(link(op).region.grace_ms / 2);
   if (!intact || late) {
     // Torn, or a block that may have been freed and reused under us: start
     // over, through the backoff, which counts the retry and ends the op at its
@@ -110,7 +110,7 @@ void ClientCore::get_item_done(Op& op) {
   }
   if (op.is_atomic()) {
     AtomicState& a = op.atomic();
-    a.addr = heap_addr(slot_offset(c.slot)) + kAtomicWord;
+    a.addr = heap_addr(op, slot_offset(c.slot)) + kAtomicWord;
     a.expect = as_free(load_le<uint64_t>(item + kAtomicWord));
     free_item(op);
     cache_store(op);

@@ -32,14 +32,14 @@ void ClientCore::get_large_next(Op& op, uint64_t slot) {
     s.next++;
     return get_item_next(op);
   }
-  if (bytes > largest_item()) return retry_later(op, Phase::G_BUCKETS);  // a slot from the future, as get.cc
-  const uint64_t item = heap_addr(slot_offset(slot));
+  if (bytes > largest_item(op)) return retry_later(op, Phase::G_BUCKETS);  // a slot from the future, as get.cc
+  const uint64_t item = heap_addr(op, slot_offset(slot));
   const uint32_t into = static_cast<uint32_t>(std::min<uint64_t>(bytes - head, op.ext.len));
   op.begin(Phase::G_LARGE);
   note_access(op, slot_offset(slot));
-  sends_.read(op.tag(), op.area(area::CAND), head, item);
-  if (op.ext.lkey != 0 && into > 0) sends_.read_into(op.tag(), op.ext.data, op.ext.lkey, into, item + head);
-  sends_.signal_last();
+  link(op).sends.read(op.tag(), op.area(area::CAND), head, item);
+  if (op.ext.lkey != 0 && into > 0) link(op).sends.read_into(op.tag(), op.ext.data, op.ext.lkey, into, item + head);
+  link(op).sends.signal_last();
 }
 
 void ClientCore::get_large_done(Op& op) {
@@ -50,7 +50,7 @@ void ClientCore::get_large_done(Op& op) {
   const uint32_t key_len = load_le<uint16_t>(head + u32(ItemHeader::KEY_LEN));
   const uint32_t value_len = load_le<uint32_t>(head + u32(ItemHeader::VALUE_LEN));
   const uint64_t bytes = static_cast<uint64_t>(slot_units(c.slot)) * kUnit;
-  const bool late = completed - s.started > std::chrono::milliseconds(region_.grace_ms / 2);
+  const bool late = completed - s.started > std::chrono::milliseconds(link(op).region.grace_ms / 2);
   const bool ours = key_len == op.key_len && std::memcmp(head + kHeader, op.key, key_len) == 0 &&
                     load_le<uint16_t>(head + u32(ItemHeader::TYPE)) == u32(type_for(op.type));
   // Late, only our key's intact item can be confirmed live; anything else may be
@@ -80,8 +80,8 @@ void ClientCore::get_large_done(Op& op) {
   op.version = load_le<uint64_t>(head + u32(ItemHeader::VERSION));
   if (late) {  // is the item still live now that the value has landed?
     op.begin(Phase::G_LARGE_LIVE);
-    sends_.read(op.tag(), op.area(area::LIVE), kHeader, heap_addr(slot_offset(c.slot)));
-    sends_.signal_last();
+    link(op).sends.read(op.tag(), op.area(area::LIVE), kHeader, heap_addr(op, slot_offset(c.slot)));
+    link(op).sends.signal_last();
     return;
   }
   answer_large(op, head, value_len);

@@ -65,18 +65,18 @@ uint32_t ClientCore::unchecked_locations_from_env() {
 // reused only a grace period after its item was unlinked, so a READ shorter
 // than that cannot overlap both the item and a reuse that follows its unlink.
 // Half of it, as for GET's item READ (get.cc), is the margin.
-std::chrono::milliseconds ClientCore::location_trust() const { return std::chrono::milliseconds(region_.grace_ms / 2); }
+std::chrono::milliseconds ClientCore::location_trust(const Op& op) const { return std::chrono::milliseconds(link(op).region.grace_ms / 2); }
 
 // A GET's first round trip when the cache knows where the key's item was:
 // one READ of it. False: no usable entry (a miss), the caller reads the buckets.
 bool ClientCore::get_cached(Op& op) {
   const auto now = Clock::now();
-  const LocationCache::Entry* e = locations_.find(location_tag(op.kh));
+  const LocationCache::Entry* e = link(op).locations.find(location_tag(op.kh));
   const uint64_t bytes = e ? static_cast<uint64_t>(e->units) * kUnit : 0;
-  const bool usable = e != nullptr && slot_in_heap(make_slot(op.kh.fp, e->units, e->offset)) && bytes >= kHeader &&
-                      bytes <= largest_item();
+  const bool usable = e != nullptr && slot_in_heap(op, make_slot(op.kh.fp, e->units, e->offset)) && bytes >= kHeader &&
+                      bytes <= largest_item(op);
   if (!usable || !take_item(op, bytes)) {
-    locations_.stats.misses++;
+    link(op).locations.stats.misses++;
     return false;
   }
   LookupState& s = op.lookup();
@@ -84,8 +84,8 @@ bool ClientCore::get_cached(Op& op) {
   s.cached = *e;
   op.begin(Phase::G_CACHED);
   note_access(op, e->offset);
-  sends_.read(op.tag(), op.item.offset, static_cast<uint32_t>(bytes), heap_addr(e->offset));
-  sends_.signal_last();
+  link(op).sends.read(op.tag(), op.item.offset, static_cast<uint32_t>(bytes), heap_addr(op, e->offset));
+  link(op).sends.signal_last();
   return true;
 }
 
@@ -107,16 +107,16 @@ void ClientCore::get_cached_done(Op& op) {
       ((unchecked_ & kSkipVersion) != 0 || load_le<uint64_t>(item + u32(ItemHeader::VERSION)) == s.cached.version) &&
       ((unchecked_ & kSkipState) != 0 || item_live(item)) &&
       load_le<uint32_t>(item + kChecksumAt) == item_checksum(item, key_len, value_len) &&
-      completed - s.started < location_trust();
+      completed - s.started < location_trust(op);
   const Expiry expiry = valid ? expiry_of(item) : Expiry::BAD;
   if (expiry == Expiry::BAD) {  // a failed check, or an expiry no writer writes: the full path decides
-    locations_.stats.failures++;
-    locations_.forget(location_tag(op.kh));
+    link(op).locations.stats.failures++;
+    link(op).locations.forget(location_tag(op.kh));
     free_item(op);
     op.start_lookup();
     return get_read_buckets(op, Phase::G_BUCKETS);
   }
-  locations_.stats.hits++;
+  link(op).locations.stats.hits++;
   // The key's current item, expired: the key is absent (finish forgets the entry).
   if (expiry == Expiry::EXPIRED) return finish(op, KvStatus::NOT_FOUND);
   op.version = load_le<uint64_t>(item + u32(ItemHeader::VERSION));
@@ -129,7 +129,7 @@ void ClientCore::get_cached_done(Op& op) {
 // worth remembering.
 void ClientCore::location_found(const Op& op, uint64_t slot, const uint8_t* item) {
   if (!item_live(item)) return;
-  locations_.store(location_tag(op.kh), slot_offset(slot), slot_units(slot),
+  link(op).locations.store(location_tag(op.kh), slot_offset(slot), slot_units(slot),
                    load_le<uint64_t>(item + u32(ItemHeader::VERSION)));
 }
 
@@ -144,12 +144,12 @@ void ClientCore::location_after(Op& op, KvStatus status) {
     case KvOp::CAS:
       if (status == KvStatus::OK && op.block.published) {
         const WriteState& w = op.write();
-        locations_.store(tag, op.block.offset, w.item_units, op.version);
+        link(op).locations.store(tag, op.block.offset, w.item_units, op.version);
       }
       return;
-    case KvOp::DELETE: return locations_.forget(tag);
+    case KvOp::DELETE: return link(op).locations.forget(tag);
     case KvOp::GET:
-      if (status == KvStatus::NOT_FOUND || status == KvStatus::TYPE_MISMATCH) locations_.forget(tag);
+      if (status == KvStatus::NOT_FOUND || status == KvStatus::TYPE_MISMATCH) link(op).locations.forget(tag);
       return;
     default: return;
   }

@@ -173,6 +173,8 @@ struct ClientCore::Op {
   Phase phase = Phase::IDLE;
   Phase resume = Phase::IDLE;  // what BACKOFF returns to
   uint8_t seq = 0;             // tags completions of the current phase
+  uint8_t connection = 0;      // the core's index of the connection it runs on
+  bool linked = false;         // that connection exists (else the op is refused before it starts)
   // The operation.
   KvOp type = KvOp::GET;
   uint32_t id = 0;
@@ -195,7 +197,7 @@ struct ClientCore::Op {
   std::variant<LookupState, WriteState, AtomicState> state;
 
   uint64_t area(size_t offset) const { return area_base + offset; }
-  uint64_t tag() const { return wr_tag::make(index, seq); }
+  uint64_t tag() const { return wr_tag::make(connection, index, seq); }
   void begin(Phase p) {
     phase = p;
     seq++;
@@ -218,5 +220,7 @@ struct ClientCore::Op {
     return (is_atomic() ? atomic().step.emplace<WriteState>() : state.emplace<WriteState>()).aim(kh);
   }
 };
+
+inline ClientCore::Link& ClientCore::link(const Op& op) const { return *links_[op.connection]; }
 
 }  // namespace rkv::kv

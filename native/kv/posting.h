@@ -21,15 +21,22 @@
 
 namespace rkv::kv {
 
-// wr_id of the core's requests: [signaled:1 | op:8 | phase seq:8]. JS's
+// wr_id of the core's requests: [connection:8 | signaled:1 | op:8 | phase
+// seq:8]: a completion finds its connection's send list, and its op. JS's
 // control requests carry kControlTag (client_core.h) instead.
 namespace wr_tag {
 constexpr uint64_t kSignaled = 1ull << 16;
+constexpr uint32_t kConnectionShift = 17;
 constexpr uint32_t kNoOp = 0xff;  // the drain marker close() posts: no op's
-inline uint64_t make(uint32_t op, uint8_t seq) { return static_cast<uint64_t>(op) << 8 | seq; }
+inline uint64_t make(uint32_t connection, uint32_t op, uint8_t seq) {
+  return static_cast<uint64_t>(connection) << kConnectionShift | static_cast<uint64_t>(op) << 8 | seq;
+}
+inline uint32_t connection(uint64_t wr_id) { return static_cast<uint32_t>(wr_id >> kConnectionShift) & 0xff; }
 inline uint32_t op(uint64_t wr_id) { return static_cast<uint32_t>(wr_id >> 8) & 0xff; }
 inline uint8_t seq(uint64_t wr_id) { return static_cast<uint8_t>(wr_id); }
 }  // namespace wr_tag
+static_assert(u32(KvLayout::MAX_CORE_CONNECTIONS) <= 0xff);
+static_assert(wr_tag::kConnectionShift + 8 < u32(KvLayout::CONTROL_TAG_SHIFT));
 
 class SendList {
  public:
@@ -69,7 +76,7 @@ class SendList {
   // (ENOMEM) and its end was never posted, so no completion will say when
   // the requests before it are done.
   bool unsignaled_tail() const { return unsignaled_tail_; }
-  // post_send calls so far: one per pass, whatever the batch's size.
+  // post_send calls so far: one per pass (and connection), whatever the batch's size.
   uint64_t doorbells() const { return doorbells_; }
 
  private:

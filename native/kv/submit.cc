@@ -24,7 +24,7 @@ size_t ClientCore::submit(const OpDesc* descs, size_t count) {
     if (op == nullptr) break;  // no free op, or no item buffer now: the caller keeps the rest
     adopt(*op, d, now);
     if (const KvStatus refused = refusal(*op, d); refused != KvStatus::OK) {
-      finish(*op, refused, refused == KvStatus::DISCONNECTED ? broken_detail_ : 0);
+      finish(*op, refused, refused == KvStatus::DISCONNECTED ? link(*op).broken_detail : 0);
       continue;
     }
     start(*op, d);
@@ -40,10 +40,12 @@ ClientCore::Op* ClientCore::claim(const OpDesc& d) {
   if (free_ops_.empty()) return nullptr;
   Op& op = ops_[free_ops_.back()];
   // With the caller's buffer only the header and key are built here; an item
-  // past item_limit_ without one is refused (refusal), not waited for.
+  // past the connection's item limit without one is refused (refusal), not
+  // waited for; so is an op on no connection.
+  const Link* l = link_at(d.connection);
   const uint64_t bytes = d.ext_lkey != 0 ? kHeader + d.key_len : item_bytes(d.key_len, d.value_len);
-  const bool builds_item = (d.type == KvOp::PUT || d.type == KvOp::CAS) && d.key_len <= kMaxKey &&
-                           d.value_len <= region_.max_value && bytes <= item_limit_;
+  const bool builds_item = l != nullptr && (d.type == KvOp::PUT || d.type == KvOp::CAS) && d.key_len <= kMaxKey &&
+                           d.value_len <= l->region.max_value && bytes <= l->item_limit;
   if (builds_item && !take_item(op, bytes)) return nullptr;
   free_ops_.pop_back();
   busy_++;
@@ -55,6 +57,9 @@ ClientCore::Op* ClientCore::claim(const OpDesc& d) {
 void ClientCore::adopt(Op& op, const OpDesc& d, Clock::time_point now) {
   op.type = d.type;
   op.id = d.id;
+  // An op on no connection runs on none: refusal() turns it away before anything reads connection 0.
+  op.linked = link_at(d.connection) != nullptr;
+  op.connection = static_cast<uint8_t>(op.linked ? d.connection : 0);
   op.retries = 0;
   op.deadline = now + std::chrono::milliseconds(op_timeout_ms_);
   if (d.type == KvOp::LOCK && d.lock_timeout_ms > 0) op.deadline = now + std::chrono::milliseconds(d.lock_timeout_ms);
@@ -63,9 +68,10 @@ void ClientCore::adopt(Op& op, const OpDesc& d, Clock::time_point now) {
   op.key_len = d.key_len;
   op.expiry = d.expiry;
   op.ext = {d.ext, d.ext_len, d.ext_lkey};
-  if (d.key_len <= kMaxKey) {
+  if (d.key_len <= kMaxKey && op.linked) {
     std::memcpy(op.key, d.key, d.key_len);
-    op.kh = hash_key(op.key, op.key_len, region_.seed, region_.bucket_count);
+    const RegionInfo& r = link(op).region;
+    op.kh = hash_key(op.key, op.key_len, r.seed, r.bucket_count);
   }
   switch (d.type) {
     case KvOp::PUT:
@@ -92,12 +98,14 @@ void ClientCore::adopt(Op& op, const OpDesc& d, Clock::time_point now) {
 
 // Why the op cannot start (OK: it can).
 KvStatus ClientCore::refusal(const Op& op, const OpDesc& d) const {
+  const Link* l = link_at(d.connection);
+  if (l == nullptr) return KvStatus::PROTOCOL;  // no such connection
   if (d.key_len > kMaxKey) return KvStatus::KEY_TOO_LARGE;
-  if (d.value_len > region_.max_value) return KvStatus::VALUE_TOO_LARGE;
+  if (d.value_len > l->region.max_value) return KvStatus::VALUE_TOO_LARGE;
   if (d.ext_bad) return KvStatus::BAD_BUFFER;
   if (d.expiry >= kExpiryLimit) return KvStatus::PROTOCOL;  // JS checks TTLs: past the limit is no item's
-  if (broken_) return KvStatus::DISCONNECTED;
-  if (op.block.held && (static_cast<uint64_t>(d.block) + d.block_units) * kUnit > region_.heap_bytes) {
+  if (l->broken) return KvStatus::DISCONNECTED;
+  if (op.block.held && (static_cast<uint64_t>(d.block) + d.block_units) * kUnit > l->region.heap_bytes) {
     return KvStatus::PROTOCOL;  // a block outside the heap
   }
   switch (d.type) {
@@ -109,7 +117,7 @@ KvStatus ClientCore::refusal(const Op& op, const OpDesc& d) const {
       return KvStatus::OK;
     case KvOp::PUT:
     case KvOp::CAS:  // the caller's block must hold the item, as long as its slot will say
-      if (d.ext_lkey == 0 && item_bytes(d.key_len, d.value_len) > item_limit_) return KvStatus::BUFFER_TOO_SMALL;
+      if (d.ext_lkey == 0 && item_bytes(d.key_len, d.value_len) > l->item_limit) return KvStatus::BUFFER_TOO_SMALL;
       return slot_length_units(item_units(item_bytes(d.key_len, d.value_len))) > d.block_units ? KvStatus::PROTOCOL : KvStatus::OK;
     default:
       return KvStatus::PROTOCOL;  // not an operation
@@ -131,7 +139,7 @@ void ClientCore::start(Op& op, const OpDesc& d) {
       return write_read_buckets(op);
     default: {  // PUT, CAS: the new item, built in its buffer now
       op.write().item_units = item_units(item_bytes(d.key_len, d.value_len));
-      op.version = next_version();
+      op.version = next_version(op);
       if (op.version == 0) return finish(op, KvStatus::DISCONNECTED);
       if (op.ext.lkey != 0) {  // the value stays in the caller's buffer: W_READ writes it from there
         build_item_header(mem(op.item.offset), ItemType::BYTES, op.key, op.key_len, d.value, d.value_len, op.version,

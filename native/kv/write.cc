@@ -25,14 +25,14 @@ constexpr uint32_t kRingRecords = u32(KvLayout::RING_RECORDS);
 void ClientCore::write_read_buckets(Op& op) {
   WriteState& w = op.write();
   if (!op.ring_credit) {
-    if (ring_.written + ring_.reserved >= ring_.consumed + kRingRecords) {
+    if (link(op).ring.written + link(op).ring.reserved >= link(op).ring.consumed + kRingRecords) {
       // Our ring is full as far as we know: read how far the server got.
       op.begin(Phase::W_CREDIT);
-      sends_.read(op.tag(), op.area(area::CREDIT), 8, region_.addr + region_.ring_offset);
-      return sends_.signal_last();
+      link(op).sends.read(op.tag(), op.area(area::CREDIT), 8, link(op).region.addr + link(op).region.ring_offset);
+      return link(op).sends.signal_last();
     }
     op.ring_credit = true;
-    ring_.reserved++;
+    link(op).ring.reserved++;
   }
   op.begin(Phase::W_READ);
   if (op.item.held && !w.item_written) {
@@ -42,24 +42,24 @@ void ClientCore::write_read_buckets(Op& op) {
     if (op.ext.lkey != 0) {
       // Header and key from scratch, the value from the caller's registered
       // buffer: two WRITEs of one doorbell, in order before the slot's.
-      sends_.write(op.tag(), op.item.offset, kHeader + key_len, heap_addr(op.block.offset));
+      link(op).sends.write(op.tag(), op.item.offset, kHeader + key_len, heap_addr(op, op.block.offset));
       if (value_len > 0) {
-        sends_.write_from(op.tag(), op.ext.data, op.ext.lkey, value_len, heap_addr(op.block.offset) + kHeader + key_len);
+        link(op).sends.write_from(op.tag(), op.ext.data, op.ext.lkey, value_len, heap_addr(op, op.block.offset) + kHeader + key_len);
       }
     } else {
-      sends_.write(op.tag(), op.item.offset, static_cast<uint32_t>(item_bytes(key_len, value_len)),
-                   heap_addr(op.block.offset));
+      link(op).sends.write(op.tag(), op.item.offset, static_cast<uint32_t>(item_bytes(key_len, value_len)),
+                           heap_addr(op, op.block.offset));
     }
     w.item_written = true;
   }
-  sends_.read(op.tag(), op.area(area::B1), kBucketBytes, bucket_addr(w.locks[0].bucket));
-  sends_.read(op.tag(), op.area(area::B2), kBucketBytes, bucket_addr(w.locks[1].bucket));
-  sends_.signal_last();
+  link(op).sends.read(op.tag(), op.area(area::B1), kBucketBytes, bucket_addr(op, w.locks[0].bucket));
+  link(op).sends.read(op.tag(), op.area(area::B2), kBucketBytes, bucket_addr(op, w.locks[1].bucket));
+  link(op).sends.signal_last();
 }
 
 void ClientCore::credit_done(Op& op) {
-  ring_.consumed = std::max(ring_.consumed, load_le<uint64_t>(mem(op.area(area::CREDIT))));
-  if (ring_.written + ring_.reserved >= ring_.consumed + kRingRecords) return retry_later(op, Phase::W_READ);
+  link(op).ring.consumed = std::max(link(op).ring.consumed, load_le<uint64_t>(mem(op.area(area::CREDIT))));
+  if (link(op).ring.written + link(op).ring.reserved >= link(op).ring.consumed + kRingRecords) return retry_later(op, Phase::W_READ);
   write_read_buckets(op);
 }
 
@@ -76,17 +76,17 @@ void ClientCore::write_lock(Op& op) {
   const int first = w.locks[0].bucket < w.locks[1].bucket ? 0 : 1;
   for (int k : {first, 1 - first}) {
     const BucketLock& lock = w.locks[k];
-    sends_.cas(op.tag(), op.area(area::CAS + 8 * k), bucket_addr(lock.bucket), lock.expect,
-               lock_word(static_cast<uint32_t>(lock.expect >> kLockVersionShift), region_.client_id));
+    link(op).sends.cas(op.tag(), op.area(area::CAS + 8 * k), bucket_addr(op, lock.bucket), lock.expect,
+                       lock_word(static_cast<uint32_t>(lock.expect >> kLockVersionShift), link(op).region.client_id));
   }
-  sends_.read(op.tag(), op.area(area::F1), kBucketBytes, bucket_addr(w.locks[0].bucket), true);
-  sends_.read(op.tag(), op.area(area::F2), kBucketBytes, bucket_addr(w.locks[1].bucket), true);
+  link(op).sends.read(op.tag(), op.area(area::F1), kBucketBytes, bucket_addr(op, w.locks[0].bucket), true);
+  link(op).sends.read(op.tag(), op.area(area::F2), kBucketBytes, bucket_addr(op, w.locks[1].bucket), true);
   w.ncandidates = 0;
   w.damaged_slot = false;
   for (const uint8_t* image : images) {
     for (uint32_t i = 0; i < kSlots; i++) add_candidate_read(op, slot_at(image, i));
   }
-  sends_.signal_last();
+  link(op).sends.signal_last();
 }
 
 // Reads the header and key of a same-fingerprint item, to tell whether it is
@@ -97,11 +97,11 @@ void ClientCore::add_candidate_read(Op& op, uint64_t slot) {
   if (std::find(w.candidates, w.candidates + w.ncandidates, slot) != w.candidates + w.ncandidates) return;
   const uint32_t want = kHeader + op.key_len;
   if (static_cast<uint64_t>(slot_units(slot)) * kUnit < want) return;
-  if (!slot_in_heap(slot)) {
+  if (!slot_in_heap(op, slot)) {
     w.damaged_slot = true;  // maybe our key's: the write fails with KV_CORRUPT (write_decide)
     return;
   }
-  sends_.read(op.tag(), op.area(area::CAND + w.ncandidates * area::kCandStride), want, heap_addr(slot_offset(slot)));
+  link(op).sends.read(op.tag(), op.area(area::CAND + w.ncandidates * area::kCandStride), want, heap_addr(op, slot_offset(slot)));
   w.candidates[w.ncandidates++] = slot;
 }
 
@@ -113,12 +113,12 @@ void ClientCore::write_locked(Op& op) {
   // Under the locks, the fenced images are the truth. Any same-fingerprint
   // slot whose item we have not read yet is read now (rare: it appeared
   // between the first read and the lock).
-  const size_t before = sends_.size();
+  const size_t before = link(op).sends.size();
   op.begin(Phase::W_VERIFY);
   for (const uint8_t* image : {mem(op.area(area::F1)), mem(op.area(area::F2))}) {
     for (uint32_t i = 0; i < kSlots; i++) add_candidate_read(op, slot_at(image, i));
   }
-  if (sends_.size() > before) return sends_.signal_last();
+  if (link(op).sends.size() > before) return link(op).sends.signal_last();
   write_decide(op);
 }
 
@@ -159,7 +159,7 @@ void ClientCore::write_decide(Op& op) {
       if (op.is_atomic()) {
         // Created by someone else meanwhile: use theirs.
         AtomicState& a = op.atomic();
-        a.addr = heap_addr(slot_offset(slot)) + kAtomicWord;
+        a.addr = heap_addr(op, slot_offset(slot)) + kAtomicWord;
         a.expect = as_free(load_le<uint64_t>(header + kAtomicWord));
         w.then_atomic = true;
         return release_and_retry(op);
@@ -205,15 +205,15 @@ void ClientCore::write_displace(Op& op) {
   op.begin(Phase::W_ALT);
   for (uint32_t b = 0; b < 2; b++) {
     for (uint32_t i = 0; i < kSlots; i++) {
-      const uint32_t alt = alternate_bucket(w.locks[b].bucket, slot_fp(slot_at(images[b], i)), region_.bucket_count);
+      const uint32_t alt = alternate_bucket(w.locks[b].bucket, slot_fp(slot_at(images[b], i)), link(op).region.bucket_count);
       if (alt == w.locks[0].bucket || alt == w.locks[1].bucket) continue;
       if (std::find(w.alt_buckets, w.alt_buckets + w.nalt, alt) != w.alt_buckets + w.nalt) continue;
-      sends_.read(op.tag(), op.area(area::ALT + w.nalt * kBucketBytes), kBucketBytes, bucket_addr(alt));
+      link(op).sends.read(op.tag(), op.area(area::ALT + w.nalt * kBucketBytes), kBucketBytes, bucket_addr(op, alt));
       w.alt_buckets[w.nalt++] = alt;
     }
   }
   if (w.nalt == 0) return release_and_finish(op, KvStatus::TABLE_FULL);
-  sends_.signal_last();
+  link(op).sends.signal_last();
 }
 
 void ClientCore::write_alt_done(Op& op) {
@@ -224,7 +224,7 @@ void ClientCore::write_alt_done(Op& op) {
   for (uint32_t b = 0; b < 2; b++) {
     for (uint32_t i = 0; i < kSlots; i++) {
       const uint64_t slot = slot_at(images[b], i);
-      const uint32_t alt = alternate_bucket(w.locks[b].bucket, slot_fp(slot), region_.bucket_count);
+      const uint32_t alt = alternate_bucket(w.locks[b].bucket, slot_fp(slot), link(op).region.bucket_count);
       const uint32_t* at = std::find(w.alt_buckets, w.alt_buckets + w.nalt, alt);
       if (at == w.alt_buckets + w.nalt) continue;
       const uint8_t* image = mem(op.area(area::ALT + static_cast<size_t>(at - w.alt_buckets) * kBucketBytes));
@@ -241,10 +241,10 @@ void ClientCore::write_alt_done(Op& op) {
   BucketLock& lock = w.locks[2];
   lock.bucket = w.alt_buckets[best];
   op.begin(Phase::W_ALT_LOCK);
-  sends_.cas(op.tag(), op.area(area::CAS + 16), bucket_addr(lock.bucket), lock.expect,
-             lock_word(static_cast<uint32_t>(lock.expect >> kLockVersionShift), region_.client_id));
-  sends_.read(op.tag(), op.area(area::FALT), kBucketBytes, bucket_addr(lock.bucket), true);
-  sends_.signal_last();
+  link(op).sends.cas(op.tag(), op.area(area::CAS + 16), bucket_addr(op, lock.bucket), lock.expect,
+                     lock_word(static_cast<uint32_t>(lock.expect >> kLockVersionShift), link(op).region.client_id));
+  link(op).sends.read(op.tag(), op.area(area::FALT), kBucketBytes, bucket_addr(op, lock.bucket), true);
+  link(op).sends.signal_last();
 }
 
 void ClientCore::write_alt_locked(Op& op) {
@@ -267,36 +267,36 @@ void ClientCore::write_commit(Op& op) {
   const bool seal = op.type == KvOp::DELETE && w.seal_add != 0;
   if (seal) {
     // Sealed before it is unlinked (the slot WRITE below waits for the atomic: FENCE).
-    sends_.faa(op.tag(), op.area(area::ATOM), heap_addr(slot_offset(w.old_slot)) + kAtomicWord, w.seal_add);
+    link(op).sends.faa(op.tag(), op.area(area::ATOM), heap_addr(op, slot_offset(w.old_slot)) + kAtomicWord, w.seal_add);
   }
   if (w.old_slot != 0) {
     // Marked before it is unlinked (same queue pair: the mark lands first), so
     // a client READing it through its location cache never takes it for the
     // key's current item (location_cache.cc).
     store_le<uint64_t>(mem(op.area(area::MARK)), u32(ItemState::SUPERSEDED));
-    sends_.write(op.tag(), op.area(area::MARK), 8, heap_addr(slot_offset(w.old_slot)) + kStateAt);
+    link(op).sends.write(op.tag(), op.area(area::MARK), 8, heap_addr(op, slot_offset(w.old_slot)) + kStateAt);
   }
   if (w.moving) {
     // The moved entry is written to its new home before its old slot is reused.
-    sends_.write(op.tag(), op.area(area::SLOT_MOVE), 8, bucket_addr(w.locks[2].bucket) + 8 + 8 * w.alt_index);
+    link(op).sends.write(op.tag(), op.area(area::SLOT_MOVE), 8, bucket_addr(op, w.locks[2].bucket) + 8 + 8 * w.alt_index);
   }
-  sends_.write(op.tag(), op.area(area::SLOT_NEW), 8,
-               bucket_addr(w.locks[w.target_bucket].bucket) + 8 + 8 * static_cast<uint32_t>(w.target_index));
-  if (seal) sends_.fence_last();
+  link(op).sends.write(op.tag(), op.area(area::SLOT_NEW), 8,
+                       bucket_addr(op, w.locks[w.target_bucket].bucket) + 8 + 8 * static_cast<uint32_t>(w.target_index));
+  if (seal) link(op).sends.fence_last();
   add_releases(op);
   uint8_t* record = mem(op.area(area::RECORD));
   std::memset(record, 0, u32(KvLayout::RECORD_BYTES));
   store_le<uint64_t>(record + u32(Record::KIND), u32(op.type == KvOp::DELETE ? RecordKind::DELETE : RecordKind::PUT));
   store_le<uint64_t>(record + u32(Record::NEW_SLOT), load_le<uint64_t>(mem(op.area(area::SLOT_NEW))));
   store_le<uint64_t>(record + u32(Record::OLD_SLOT), w.old_slot);
-  const uint64_t seq = ring_.written++;
-  ring_.reserved--;
+  const uint64_t seq = link(op).ring.written++;
+  link(op).ring.reserved--;
   op.ring_credit = false;
-  const uint64_t record_addr = region_.addr + region_.ring_offset + u32(KvLayout::RING_HEADER_BYTES) +
+  const uint64_t record_addr = link(op).region.addr + link(op).region.ring_offset + u32(KvLayout::RING_HEADER_BYTES) +
                                (seq % kRingRecords) * u32(KvLayout::RECORD_BYTES);
-  sends_.write_imm(op.tag(), op.area(area::RECORD), u32(KvLayout::RECORD_BYTES), record_addr,
-                   static_cast<uint32_t>(seq));
-  sends_.signal_last();
+  link(op).sends.write_imm(op.tag(), op.area(area::RECORD), u32(KvLayout::RECORD_BYTES), record_addr,
+                           static_cast<uint32_t>(seq));
+  link(op).sends.signal_last();
 }
 
 // One FETCH_AND_ADD per lock held: clears the owner and bumps the version.
@@ -304,7 +304,7 @@ void ClientCore::add_releases(Op& op) {
   WriteState& w = op.write();
   for (size_t k = 0; k < 3; k++) {
     if (!w.locks[k].held) continue;
-    sends_.faa(op.tag(), op.area(area::FAA + 8 * k), bucket_addr(w.locks[k].bucket), release_addend(region_.client_id));
+    link(op).sends.faa(op.tag(), op.area(area::FAA + 8 * k), bucket_addr(op, w.locks[k].bucket), release_addend(link(op).region.client_id));
     w.locks[k].held = false;
   }
 }
@@ -312,10 +312,10 @@ void ClientCore::add_releases(Op& op) {
 // Gives back every lock taken, then retries after a backoff (or, with a
 // final status set, finishes with it).
 void ClientCore::release_and_retry(Op& op) {
-  const size_t before = sends_.size();
+  const size_t before = link(op).sends.size();
   op.begin(Phase::W_RELEASE);
   add_releases(op);
-  if (sends_.size() > before) return sends_.signal_last();
+  if (link(op).sends.size() > before) return link(op).sends.signal_last();
   released(op);
 }
 
