@@ -201,3 +201,14 @@ export function validate(value: Buffer): { writer: number; seq: number } | strin
   if (value.readUInt32LE(8) !== value.length) return `length field ${value.readUInt32LE(8)} for ${value.length} bytes`;
   return selfValidating(writer, seq, value.length).equals(value) ? { writer, seq } : `bytes of writer ${writer} seq ${seq} do not match`;
 }
+
+/** Whether process `pid` is stopped (SIGSTOP; the shm provider's RKV_SHM_TEST_STOP_BEFORE hook stops itself so): /proc/PID/stat's state letter. */
+export function processStopped(pid: number): boolean {
+  try {
+    // "pid (comm) S ...": the state letter follows the command's closing parenthesis
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) === 'T';
+  } catch {
+    return false;
+  }
+}

@@ -4,7 +4,6 @@
 // paused writer is made deterministic by the shm provider's test hook
 // (RKV_SHM_TEST_STOP_BEFORE=WRITE:8 stops the child by SIGSTOP right before its
 // PUT's commit, holding the key's two bucket locks), as in fencing.test.ts.
-import { readFileSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,18 +16,10 @@ import { keySlot } from '../../protocol/hash-slots.js';
 import { EpochBarrierError } from '../../server/replication/epoch-barrier.js';
 import { EPOCH_TABLE_BYTES, readSuperblock } from '../../server/store/layout.js';
 import { EpochTable } from '../../server/store/epoch-table.js';
-import { connect, forkKvChild, startServer } from '../helpers/kv.js';
+import { connect, forkKvChild, processStopped, startServer } from '../helpers/kv.js';
 import { writeEmptyRegionOfFormat } from '../helpers/region-file.js';
 import { eventually, listenUrl, providersUnderTest } from '../helpers/providers.js';
 
-const stopped = (pid: number): boolean => {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) === 'T';
-  } catch {
-    return false;
-  }
-};
 
 /** Settles within the current turns of the event loop? (A pending promise stays pending.) */
 const settledYet = async (promise: Promise<unknown>): Promise<boolean> => {
@@ -126,7 +117,7 @@ if (providersUnderTest().includes('shm')) {
       let report: Record<string, unknown> | undefined;
       child.on('message', (m: Record<string, unknown>) => (report = m));
       const exited = new Promise<void>((resolve) => child.on('close', () => resolve()));
-      await eventually(() => stopped(child.pid!), 'the writer stopped itself before its commit, holding its bucket locks');
+      await eventually(() => processStopped(child.pid!), 'the writer stopped itself before its commit, holding its bucket locks');
 
       const barrier = server.epochBarrier([hashSlot], 1);
       t.false(await settledYet(barrier), 'the barrier waits while the writer holds its locks');

@@ -7,25 +7,15 @@
 // (the SUPERSEDED mark on the item it replaces; the slot WRITE follows in the
 // same post), while it holds the key's bucket locks. On verbs the fence is the NIC's: the queue pair
 // in error executes nothing more.
-import { readFileSync } from 'node:fs';
 
 import test from 'ava';
 
 import { KvError } from '../../client/index.js';
 import { connectData } from '../../protocol/connect.js';
 import { Access, Provider } from '../../native/index.js';
-import { connect, forkKvChild, startServer } from '../helpers/kv.js';
+import { connect, forkKvChild, processStopped, startServer } from '../helpers/kv.js';
 import { eventually, providersUnderTest } from '../helpers/providers.js';
 
-const stopped = (pid: number): boolean => {
-  try {
-    // /proc/PID/stat: "pid (comm) S ..." — the state letter follows the command's closing parenthesis
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) === 'T';
-  } catch {
-    return false;
-  }
-};
 
 if (providersUnderTest().includes('shm')) {
   test('shm: a fenced client paused inside its slot WRITE cannot replace a value acknowledged after the fence', async (t) => {
@@ -40,7 +30,7 @@ if (providersUnderTest().includes('shm')) {
     let report: Record<string, unknown> | undefined;
     child.on('message', (m: Record<string, unknown>) => (report = m));
     const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
-    await eventually(() => stopped(child.pid!), 'the writer stopped itself before its slot WRITE');
+    await eventually(() => processStopped(child.pid!), 'the writer stopped itself before its slot WRITE');
     // Silent for three keepalive intervals: the server fences it.
     await eventually(() => server.stats().fencedClients >= 1, 'the server fenced the paused writer');
 
@@ -72,7 +62,7 @@ if (providersUnderTest().includes('shm')) {
     // The delete's last doorbell: seal (FETCH_AND_ADD), then the slot WRITE — it stops before the WRITE.
     const child = forkKvChild(t, ['del', server.urls[0]!, 'sealed'], { env: { RKV_SHM_TEST_STOP_BEFORE: 'WRITE:8' } });
     const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
-    await eventually(() => stopped(child.pid!), 'the deleter stopped itself between seal and unlink');
+    await eventually(() => processStopped(child.pid!), 'the deleter stopped itself between seal and unlink');
     child.kill('SIGKILL');
     await exited;
     await eventually(() => server.stats().fencedClients >= 1, 'the server fenced the dead deleter');
