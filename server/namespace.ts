@@ -256,11 +256,7 @@ export class Namespace {
    * epoch table (format 4 and earlier) and if the server closes meanwhile.
    */
   epochBarrier(hashSlots: readonly number[], epoch: number): Promise<EpochBarrierReport> {
-    const liveOwners = () => {
-      const live = new Set<number>(this.departures.departing);
-      for (const client of this.clients.values()) live.add(client.id);
-      return live;
-    };
+    const liveOwners = () => this.clients.liveIds(this.departures.departing);
     return runEpochBarrier({ store: this.store, liveOwners, isClosed: () => this.closed }, hashSlots, epoch);
   }
 

@@ -105,8 +105,7 @@ export class OrphanScan {
       if (lockOwner(word) !== 0 && !lockSealed(word)) held.push({ at: atomicWordOffset(item), word, swap: releasedLockItemWord(word) });
     }
     // Now the live ids: see above for why after the words.
-    const live = new Set<number>(this.parts.departing);
-    for (const client of this.parts.clients.values()) live.add(client.id);
+    const live = this.parts.clients.liveIds(this.parts.departing);
     const orphans = held.filter(({ word }) => !live.has(lockOwner(word))).slice(0, ORPHAN_RELEASE_BURST);
     // The next scan starts after this window, or after the last bucket released if the burst was cut short.
     const lastBucket = orphans.length === ORPHAN_RELEASE_BURST ? [...orphans].reverse().find((o) => o.bucket !== undefined)?.bucket : undefined;

@@ -60,6 +60,16 @@ export class ClientTable {
     return this.byConnection.values();
   }
 
+  /**
+   * Ids that may still own a lock or land a write: every client in the table (an id is entered
+   * when it is assigned) and the `departing` ones, whose departure releases their locks.
+   */
+  liveIds(departing: ReadonlySet<number>): Set<number> {
+    const live = new Set<number>(departing);
+    for (const client of this.byConnection.values()) live.add(client.id);
+    return live;
+  }
+
   connections(): IterableIterator<Connection> {
     return this.byConnection.keys();
   }
