@@ -9,7 +9,7 @@ import { deflateRawSync, inflateRawSync } from 'node:zlib';
 
 import { KvProtocolError } from './errors.js';
 import { SLOT_COUNT } from './hash-slots.js';
-import type { ClusterConfig, SlotRange } from './registry.js';
+import { type ClusterConfig, MAX_REPLICAS, type SlotRange } from './registry.js';
 
 export const CONFIG_FORMAT = 'slot-table-1';
 /** A table entry naming no member. */
@@ -48,7 +48,7 @@ export function decodeClusterConfig(text: string): ClusterConfig {
   }
   if (stored === null || typeof stored !== 'object') throw new KvProtocolError('etcd: config lacks epoch, replicas, members or slots');
   if (stored.format !== CONFIG_FORMAT) throw new KvProtocolError(`etcd: config is of format ${JSON.stringify(stored.format)}, this release reads ${CONFIG_FORMAT}`);
-  if (!Number.isInteger(stored.replicas) || stored.replicas < 1 || stored.replicas > 3 || typeof stored.table !== 'string') {
+  if (!Number.isInteger(stored.replicas) || stored.replicas < 1 || stored.replicas > MAX_REPLICAS || typeof stored.table !== 'string') {
     throw new KvProtocolError('etcd: config lacks epoch, replicas, members or slots');
   }
   const stride = strideOf(stored.replicas);
