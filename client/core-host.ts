@@ -22,9 +22,19 @@ export interface HostOptions {
   timeoutMs: number;
 }
 
-/** Control buffers per session: receives, then sends (session.ts). */
+/**
+ * Receive buffers per session for the server's messages (session.ts), reposted as they are
+ * handled. The server may send a burst (a grant for each of ~30 size classes, a reclaim,
+ * pongs) before this client polls: with 16, rxe in the guest counted 2 RNR NAKs per
+ * memory-reuse run; with 64, none.
+ */
 export const CONTROL_RECVS = 64;
+/** Send buffers per session, after the receive buffers. */
 export const CONTROL_SENDS = 32;
+/**
+ * Keys and values of one submit, past the largest value scratch holds (whichever member's:
+ * a value past a member's item limit goes through a registered buffer, not the arena).
+ */
 const ARENA_BYTES = 4 << 20;
 /**
  * The CQ: the core's own requests (its MAX_INFLIGHT ops, shared by every member) as one
@@ -97,7 +107,6 @@ export class CoreHost {
       link = this.core.addConnection(this.provider, connection, region);
     } else {
       const scratchBytes = this.options.scratchBytes ?? 16 << 20;
-      // The arena takes the largest value scratch holds, whichever member's it is.
       const arenaBytes = ARENA_BYTES + Math.min(scratchBytes / 2, 1 << 30) + KvLayout.MAX_KEY_BYTES;
       const event = this.options.pollMode === 'event';
       this.core = new ClientCore(this.provider, connection, this.cq, region, {
