@@ -53,6 +53,7 @@ export class CoreHost {
   private settingUp = 0;
   private attached = 0;
   private closing = false;
+  private released = false;
   private past = { doorbells: 0, hits: 0, misses: 0, validationFailures: 0 };
 
   constructor(
@@ -81,7 +82,9 @@ export class CoreHost {
     this.settingUp++;
   }
   settled(): void {
-    if (--this.settingUp === 0) this.parked.clear();
+    if (--this.settingUp > 0) return;
+    this.parked.clear();
+    this.releaseIfIdle(); // a session whose setup failed after close()
   }
 
   /** A control completion, to its session (one of a session gone is dropped: a flush). */
@@ -127,6 +130,8 @@ export class CoreHost {
     if (!core) return;
     if (--this.attached > 0) {
       core.closeConnection(link);
+      // Its wait drained the CQ: the other members' completions it took wake no event-mode watcher.
+      setImmediate(() => this.queue.pollOnce());
       return;
     }
     const s = core.locationStats();
@@ -135,7 +140,7 @@ export class CoreHost {
     this.core = undefined;
     if (this.options.pollMode === 'event') this.cq.unwatch();
     core.close(); // scratch is safe to free once it returns
-    if (this.closing) this.provider.close();
+    this.releaseIfIdle();
   }
 
   /** post_send calls over every core so far. */
@@ -155,7 +160,13 @@ export class CoreHost {
     if (this.closing) return;
     this.closing = true;
     this.queue.stop();
-    if (this.attached === 0) this.provider.close();
+    this.releaseIfIdle();
+  }
+
+  private releaseIfIdle(): void {
+    if (!this.closing || this.released || this.attached > 0 || this.settingUp > 0) return;
+    this.released = true;
+    this.provider.close();
   }
 }
 

@@ -172,6 +172,7 @@ export class OpQueue implements Slots {
     this.failInflight(error, session);
     this.removeQueued((work) => work.session === session, error);
     this.attached.delete(session);
+    if (this.head < this.queue.length) this.scheduleFlush(); // the other members' ops may have slots now
   }
 
   /** Fails what is queued on `session` (its server client is closing). */
@@ -193,6 +194,7 @@ export class OpQueue implements Slots {
     }
     this.failInflight(error, session);
     this.attached.delete(session);
+    if (this.head < this.queue.length) this.scheduleFlush();
   }
 
   private failInflight(error: Error, session: Session): void {
