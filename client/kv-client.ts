@@ -1,13 +1,14 @@
 // The client library. A KvClient talks to one server or to a cluster: each
 // key hashes to one of 16,384 slots, each slot belongs to one member
-// (cluster/slots.ts), and each member has its own ServerClient with its own
-// queue pair. Operations issued in one tick go out as one batch per server,
-// one doorbell each. A member that is down fails its keys fast with a
+// (cluster/slots.ts), and each member has its own ServerClient and queue pair,
+// all driven by one native core per provider (core-host.ts): operations issued
+// in one tick go out as one submit, one doorbell per server. A member down fails its keys fast with a
 // retryable KV_DISCONNECTED while the others keep serving.
 import { EventEmitter } from 'node:events';
 import { appendFileSync } from 'node:fs';
 
 import { EtcdMembership, type Member, type MembershipSource, StaticMembership } from './cluster/membership.js';
+import { CoreHosts } from './core-host.js';
 import { SLOT_COUNT, assignSlots, keySlot } from '../protocol/hash-slots.js';
 import { KvLayout, KvOp, KvStatus } from '../protocol/constants.js';
 import { KvAuthError, KvDisconnectedError, KvError, KvInvalidArgumentError, KvNamespaceError, KvProtocolError } from '../protocol/errors.js';
@@ -42,9 +43,11 @@ export class KvClient extends EventEmitter<ClientEvents> {
   private readonly metrics: ClientMetrics | undefined;
   private unwatchMetrics: (() => void) | undefined;
   private closing: Promise<void> | undefined;
+  private readonly hosts: CoreHosts;
 
   private constructor(private readonly options: KvClientOptions) {
     super();
+    this.hosts = new CoreHosts({ ...options, timeoutMs: Math.ceil(options.timeoutMs ?? 5000) }); // the transport takes whole ms
     const history = options.history;
     if (history !== undefined) {
       const write = typeof history === 'string' ? (event: HistoryEvent) => appendFileSync(history, JSON.stringify(event) + '\n') : history;
@@ -62,7 +65,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
     }
     if (options.metrics) {
       this.metrics = new ClientMetrics(options.metrics);
-      this.unwatchMetrics = this.metrics.watchServers(() => this.members.map((name) => this.servers.get(name)?.status ?? 'down'), () => this.stats(), () => Array.from(this.servers.values(), (s) => s.retried));
+      this.unwatchMetrics = this.metrics.watchServers(() => this.members.map((name) => this.servers.get(name)?.status ?? 'down'), () => this.stats(), () => this.hosts.retried());
     }
   }
 
@@ -91,15 +94,9 @@ export class KvClient extends EventEmitter<ClientEvents> {
     return this._status;
   }
 
-  /** Counters since the client was created, summed over its current servers (read on demand). */
+  /** Counters since the client was created, over every server it had (read on demand). */
   stats(): ClientStats {
-    const locationCache = { hits: 0, misses: 0, validationFailures: 0 };
-    for (const server of this.servers.values()) {
-      const s = server.locationStats;
-      locationCache.hits += s.hits;
-      locationCache.misses += s.misses;
-      locationCache.validationFailures += s.validationFailures;
-    }
+    const locationCache = this.hosts.locationStats();
     const gets = locationCache.hits + locationCache.misses + locationCache.validationFailures;
     return { gets, oneRoundTripGets: locationCache.hits, locationCache };
   }
@@ -209,7 +206,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
 
   private open(name: string, url: string): Promise<void> {
     const { servers: _s, etcd: _e, history: _h, metrics: _m, ...rest } = this.options;
-    const server = new ServerClient(this.recorder ? { ...rest, url, recorder: this.recorder } : { ...rest, url });
+    const server = new ServerClient(this.recorder ? { ...rest, url, hosts: this.hosts, recorder: this.recorder } : { ...rest, url, hosts: this.hosts });
     this.servers.set(name, server);
     server.on('status', (status) => {
       if (this.servers.get(name) !== server) return;
@@ -441,6 +438,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
     this.unwatchMetrics?.();
     await this.source?.close();
     await Promise.all([...this.servers.values()].map((s) => s.close()));
+    this.hosts.close(); // the provider goes once the last session has (a replaced server's may still be closing)
   }
 }
 

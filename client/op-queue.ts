@@ -1,23 +1,26 @@
-// One server's operations: queued, submitted to the native core, finished.
-// Operations issued in one tick go to the core with one crossing (one doorbell
-// per pass); the core drives every round trip and hands back one result per
+// The operations of a KvClient's servers over one provider (one CoreHost):
+// queued, submitted to the host's native core, finished. Operations issued in
+// one tick go to the core with one crossing, whichever members they are for
+// (one doorbell per member per pass); each names its session's link, and
+// the core drives every round trip and hands back one result per
 // operation, from that same submit where completions are synchronous (shm),
 // else from a poll: busy mode spins briefly after each submit, then polls on
 // setImmediate; event mode waits for the CQ's event (the core re-arms it). Each
-// call also hands back the session's control completions (to onControl). A
+// call also hands back control completions (the host routes them by qpNum). A
 // batch (getMany, putMany) is one record with one promise. Nothing is allocated
 // per op beyond its record and promise and a GET's value; ops in the core are
 // found by slot (the op id's low bits), not in a Map.
 //
 // Ownership: a record is the queue's from add() until its promise settles; an
-// op's heap block is its own once taken from the session's pools, and goes
+// op's heap block is its own once taken from its session's pools, and goes
 // back to them when the core did not take the op or did not use the block.
-import { type Completion, ControlWords, type PollMode, readCompletion } from '../native/index.js';
-import { KvLayout, KvOp, KvStatus, OpLayout, ResultLayout } from '../protocol/constants.js';
-import { KvDisconnectedError, KvTimeoutError, errorForStatus } from '../protocol/errors.js';
+import { type ClientCore, ControlWords, type PollMode, readCompletion } from '../native/index.js';
+import { KvLayout, KvOp, KvStatus, OpLayout } from '../protocol/constants.js';
+import { KvDisconnectedError, KvTimeoutError } from '../protocol/errors.js';
+import type { CoreHost } from './core-host.js';
 import { describe } from './keys.js';
-import { opName } from './op-names.js';
 import { Answer, Batch, type Bytes, microtask, type OpRequest, PendingOp, type Submission, writeArgument, writeDescriptor, writeExpiry } from './op-records.js';
+import { type Slots, deliverResults } from './op-results.js';
 import type { Session } from './session.js';
 
 export { Answer, Batch } from './op-records.js';
@@ -39,17 +42,19 @@ const SLOT_BITS = 31 - Math.clz32(SLOTS);
 
 type Work = PendingOp | Batch;
 
-export class OpQueue {
-  private session: Session | undefined;
+export class OpQueue implements Slots {
+  /** The sessions whose ops it takes (attach() to lose() or close()). */
+  private readonly attached = new Set<Session>();
   /** Waiting records, from `head` on (a batch stays until all its keys are in the core). */
   private queue: Array<Work | undefined> = [];
   private head = 0;
   /** By slot: the record of the op in the core, its key index (batches), its block and size class. */
-  private readonly owners: Array<Work | undefined> = new Array<Work | undefined>(SLOTS).fill(undefined);
+  readonly owners: Array<Work | undefined> = new Array<Work | undefined>(SLOTS).fill(undefined);
   private readonly ids = new Uint32Array(SLOTS);
-  private readonly members = new Int32Array(SLOTS);
-  private readonly blocks = new Int32Array(SLOTS).fill(-1);
-  private readonly classes = new Int32Array(SLOTS);
+  readonly members = new Int32Array(SLOTS);
+  readonly blocks = new Int32Array(SLOTS).fill(-1);
+  readonly classes = new Int32Array(SLOTS);
+  readonly sessions: Array<Session | undefined> = new Array<Session | undefined>(SLOTS).fill(undefined);
   private readonly freeSlots = Int32Array.from({ length: SLOTS }, (_, i) => SLOTS - 1 - i);
   private freeCount = SLOTS;
   /** The slot of each descriptor of the batch being submitted. */
@@ -70,25 +75,21 @@ export class OpQueue {
   submits = 0;
   readonly retried = new Float64Array(KvOp.UNLOCK + 1);
 
-  /** `onControl` hears every control-channel completion the core hands back (after the op results of the same call). */
+  /** The host's core takes the ops; every control completion goes to the host to route (after the op results of the same call). */
   constructor(
+    private readonly host: CoreHost,
     private readonly timeoutMs: number,
     private readonly pollMode: PollMode,
-    private readonly onControl: (session: Session, completion: Completion) => void,
   ) {}
 
-  /** Ops go to `session` from now on (until lose() or close()). */
+  /** Ops may go to `session` from now on (until lose() or close()). */
   attach(session: Session): void {
-    this.session = session;
-    if (this.pollMode === 'event') {
-      session.cq.watch(() => this.pollOnce());
-      session.cq.arm();
-    }
+    this.attached.add(session);
   }
 
-  /** Ops in the core waiting out a backoff. */
+  /** Ops in the core waiting out a backoff (every member's). */
   get backoffs(): number {
-    return this.session?.core.backoffs ?? 0;
+    return this.host.core?.backoffs ?? 0;
   }
 
   /** Ops in the core. */
@@ -96,37 +97,47 @@ export class OpQueue {
     return SLOTS - this.freeCount;
   }
 
-  /** Queues one operation for the next flush (in this tick's microtasks). */
-  add(request: OpRequest, answer: Answer = Answer.FULL): Submission {
+  /** Ops in the core for `session`. */
+  inflightOf(session: Session): number {
+    let n = 0;
+    for (let slot = 0; slot < SLOTS; slot++) if (this.owners[slot] !== undefined && this.sessions[slot] === session) n++;
+    return n;
+  }
+
+  /** Queues one operation on `session` for the next flush (in this tick's microtasks). */
+  add(session: Session, request: OpRequest, answer: Answer = Answer.FULL): Submission {
     const op = new PendingOp(request, answer);
+    op.session = session;
     this.queue.push(op);
     this.scheduleFlush();
     return op;
   }
 
-  /** Queues a batch; its keys go to the core as slots allow. */
-  addBatch(batch: Batch): void {
+  /** Queues a batch on `session`; its keys go to the core as slots allow. */
+  addBatch(session: Session, batch: Batch): void {
+    batch.session = session;
     this.queue.push(batch);
     this.scheduleFlush();
   }
 
-  /** Blocks by size class the queued ops wait for (a reclaim leaves them). */
-  needed(): Map<number, number> {
+  /** Blocks by size class the ops queued on `session` wait for (a reclaim leaves them). */
+  needed(session: Session): Map<number, number> {
     const needed = new Map<number, number>();
     const add = (cls: number) => {
       if (cls >= 0) needed.set(cls, (needed.get(cls) ?? 0) + 1);
     };
     for (let i = this.head; i < this.queue.length; i++) {
       const work = this.queue[i]!;
+      if (work.session !== session) continue;
       if (work instanceof PendingOp) add(work.cls);
       else if (work.classes) for (let k = work.next; k < work.keys.length; k++) add(work.classes[k]!);
     }
     return needed;
   }
 
-  /** Fails the queued ops waiting for a block of size class `cls` (the server has none left). */
-  failWaiting(cls: number, error: Error): void {
-    this.removeQueued((work) => (work instanceof PendingOp ? work.cls === cls : work.classes !== undefined && work.classes.subarray(work.next).includes(cls)), error);
+  /** Fails the ops queued on `session` waiting for a block of size class `cls` (its server has none left). */
+  failWaiting(session: Session, cls: number, error: Error): void {
+    this.removeQueued((work) => work.session === session && (work instanceof PendingOp ? work.cls === cls : work.classes !== undefined && work.classes.subarray(work.next).includes(cls)), error);
   }
 
   scheduleFlush(): void {
@@ -138,49 +149,58 @@ export class OpQueue {
 
   /** Polls the core until it has nothing more (in event mode the core re-arms the CQ), then flushes. */
   pollOnce(): void {
-    const session = this.session;
-    if (!session) return;
+    const core = this.host.core;
+    if (!core) return;
     for (;;) {
-      const n = session.core.poll();
-      const controls = session.core.controlCount;
+      const n = core.poll();
+      const controls = core.controlCount;
       if (n === 0 && controls === 0) break;
-      this.onPolled(session, n, controls);
+      this.onPolled(core, n, controls);
     }
     if (this.head < this.queue.length) this.flush();
-    else this.watchBackoffs(session);
+    else this.watchBackoffs(core);
   }
 
-  /** The session's connection is lost: finish everything the core holds, then the rest of the queue. */
+  /** The session's connection is lost: finish what the core holds of it, then the rest of its queued ops. */
   lose(session: Session, reason: string): void {
-    session.core.failAll(KvStatus.DISCONNECTED);
-    this.onPolled(session, session.core.poll(), session.core.controlCount);
+    const core = this.host.core;
+    if (core) {
+      core.failAll(KvStatus.DISCONNECTED, session.link);
+      this.onPolled(core, core.poll(), core.controlCount);
+    }
     const error = new KvDisconnectedError(`lost the server: ${reason}`);
-    this.failInflight(error);
-    this.removeQueued(() => true, error);
-    this.session = undefined;
+    this.failInflight(error, session);
+    this.removeQueued((work) => work.session === session, error);
+    this.attached.delete(session);
+    if (this.head < this.queue.length) this.scheduleFlush(); // the other members' ops may have slots now
   }
 
-  /** Fails what is queued and takes nothing more from the timer. */
-  close(error: Error): void {
+  /** Fails what is queued on `session` (its server client is closing). */
+  close(session: Session | undefined, error: Error): void {
+    this.removeQueued((work) => work.session === session, error);
+  }
+
+  /** Takes nothing more from the timers (the host is closing). */
+  stop(): void {
     if (this.timer) clearTimeout(this.timer);
     if (this.backoffTimer) clearTimeout(this.backoffTimer);
-    this.removeQueued(() => true, error);
   }
 
-  /** Waits, until `deadline` at most, for the ops in the core (they may hold bucket locks), then fails the rest. */
-  async drain(deadline: number, error: Error): Promise<void> {
-    while (this.inflightCount > 0 && performance.now() < deadline) {
+  /** Waits, until `deadline` at most, for the session's ops in the core (they may hold bucket locks), then fails the rest. */
+  async drain(session: Session, deadline: number, error: Error): Promise<void> {
+    while (this.inflightOf(session) > 0 && performance.now() < deadline) {
       this.pollOnce();
       await new Promise((resolve) => setImmediate(resolve));
     }
-    this.failInflight(error);
-    this.session = undefined;
+    this.failInflight(error, session);
+    this.attached.delete(session);
+    if (this.head < this.queue.length) this.scheduleFlush();
   }
 
-  private failInflight(error: Error): void {
+  private failInflight(error: Error, session: Session): void {
     for (let slot = 0; slot < SLOTS; slot++) {
       const owner = this.owners[slot];
-      if (!owner) continue;
+      if (!owner || this.sessions[slot] !== session) continue;
       this.release(slot);
       if (owner instanceof PendingOp) owner.reject(error);
       else owner.fail(error);
@@ -203,7 +223,7 @@ export class OpQueue {
     }
   }
 
-  private release(slot: number): void {
+  release(slot: number): void {
     this.owners[slot] = undefined;
     this.blocks[slot] = -1;
     this.freeSlots[this.freeCount++] = slot;
@@ -211,9 +231,8 @@ export class OpQueue {
 
   /** Submits what fits (slots, arena, granted blocks) with one crossing. */
   private flush(): void {
-    const session = this.session;
-    if (!session || this.head === this.queue.length) return;
-    const { core, pools } = session;
+    const core = this.host.core;
+    if (!core || this.head === this.queue.length) return;
     const words = core.opWords;
     const arena = core.arena;
     let count = 0;
@@ -222,6 +241,8 @@ export class OpQueue {
     const queue = this.queue;
     fill: while (this.head < queue.length && this.freeCount > 0) {
       const work = queue[this.head]!;
+      const session = work.session!;
+      const pools = session.pools;
       if (work instanceof PendingOp) {
         if (arenaUsed + work.keyBytes + work.valueBytes > arena.length) break;
         let block = -1;
@@ -231,7 +252,7 @@ export class OpQueue {
           (waiting ??= []).push(work);
           continue;
         }
-        arenaUsed = this.describe(words, arena, count++, arenaUsed, work, 0, work.type, work.key, work.keyBytes, work.value, work.valueBytes, work.cls, block);
+        arenaUsed = this.describe(words, arena, count++, arenaUsed, session, work, 0, work.type, work.key, work.keyBytes, work.value, work.valueBytes, work.cls, block);
         work.sent = true;
         if (work.type !== KvOp.DELETE) writeArgument(words, (count - 1) * OpLayout.WORDS, work);
         continue;
@@ -248,7 +269,7 @@ export class OpQueue {
         const cls = classes ? classes[k]! : -1;
         const block = cls >= 0 ? (pools.take(cls) ?? -1) : -1;
         if (cls >= 0 && block < 0) break;
-        arenaUsed = this.describe(words, arena, count++, arenaUsed, work, k, work.type, keys[k]!, keyBytes[k]!, values?.[k], vb, cls, block);
+        arenaUsed = this.describe(words, arena, count++, arenaUsed, session, work, k, work.type, keys[k]!, keyBytes[k]!, values?.[k], vb, cls, block);
         if (work.type === KvOp.PUT) writeExpiry(words, (count - 1) * OpLayout.WORDS, work.expiries?.[k] ?? 0);
         work.next++;
       }
@@ -270,7 +291,7 @@ export class OpQueue {
         this.spinsLeft = 0; // this turn's time is spent
       }
       // What the core could not take goes back to the front, in order.
-      for (let i = count - 1; i >= taken; i--) this.giveBack(this.submitted[i]!, pools);
+      for (let i = count - 1; i >= taken; i--) this.giveBack(this.submitted[i]!);
     }
     if (this.head === queue.length) {
       queue.length = 0;
@@ -281,24 +302,24 @@ export class OpQueue {
     }
     // Ops left queued start their deadline now (no clock read for the ones that went at once).
     for (let i = queue.length - 1; i >= this.head && queue[i]!.deadline === 0; i--) queue[i]!.deadline = performance.now() + this.timeoutMs;
-    if (count > 0) this.onPolled(session, core.submittedResults, core.controlCount);
-    if (this.session === session && this.inflightCount > 0 && this.pollMode === 'busy' && this.spinsLeft > 0) this.spin(session);
+    if (count > 0) this.onPolled(core, core.submittedResults, core.controlCount);
+    if (this.host.core === core && this.inflightCount > 0 && this.pollMode === 'busy' && this.spinsLeft > 0) this.spin(core);
     // Ops that finished inside the submit freed their slots: the rest goes next (not after a refusal:
     // an op in flight holds the item buffer, and its completion flushes).
     if (count > 0 && this.freeCount > 0 && this.head < this.queue.length && (taken === count || this.inflightCount === 0)) this.scheduleFlush();
     this.startPolling();
-    this.watchBackoffs(session);
+    this.watchBackoffs(core);
     this.armTimer();
   }
 
   /** Event mode: ops waiting out a backoff (a held lock, a full ring) are retried by the next poll, a millisecond on. */
-  private watchBackoffs(session: Session): void {
-    if (this.pollMode !== 'event' || this.backoffTimer || this.session !== session || session.core.backoffs === 0) return;
+  private watchBackoffs(core: ClientCore): void {
+    if (this.pollMode !== 'event' || this.backoffTimer || this.host.core !== core || core.backoffs === 0) return;
     this.backoffTimer = setTimeout(() => ((this.backoffTimer = undefined), this.pollOnce()), 1);
   }
 
-  /** Writes descriptor `i` (and its key and value into the arena) for key `k` of `owner` in a free slot; returns the arena used. */
-  private describe(words: Uint32Array, arena: Buffer, i: number, at: number, owner: Work, k: number, type: KvOp, key: Bytes, keyBytes: number, value: Bytes | undefined, valueBytes: number, cls: number, block: number): number {
+  /** Writes descriptor `i` (and its key and value into the arena) for key `k` of `owner` on `session` in a free slot; returns the arena used. */
+  private describe(words: Uint32Array, arena: Buffer, i: number, at: number, session: Session, owner: Work, k: number, type: KvOp, key: Bytes, keyBytes: number, value: Bytes | undefined, valueBytes: number, cls: number, block: number): number {
     const slot = this.freeSlots[--this.freeCount]!;
     const id = ((++this.uses << SLOT_BITS) | slot) >>> 0; // OpLayout.ID is one word: ids wrap
     this.owners[slot] = owner;
@@ -306,15 +327,17 @@ export class OpQueue {
     this.members[slot] = k;
     this.blocks[slot] = block;
     this.classes[slot] = cls;
+    this.sessions[slot] = session;
     this.submitted[i] = slot;
-    const units = cls >= 0 ? this.session!.pools.unitsOf(cls) : 0;
+    const units = cls >= 0 ? session.pools.unitsOf(cls) : 0;
+    words[i * OpLayout.WORDS + OpLayout.CONNECTION] = session.link;
     return writeDescriptor(words, arena, i * OpLayout.WORDS, at, type, id, key, keyBytes, value, valueBytes, block < 0 ? 0 : block, units);
   }
 
   /** An op the core did not take: its slot and block back, its record to the queue's front. */
-  private giveBack(slot: number, pools: Session['pools']): void {
+  private giveBack(slot: number): void {
     const owner = this.owners[slot]!;
-    if (this.blocks[slot]! >= 0) pools.giveBack(this.classes[slot]!, this.blocks[slot]!);
+    if (this.blocks[slot]! >= 0) this.sessions[slot]!.pools.giveBack(this.classes[slot]!, this.blocks[slot]!);
     this.release(slot);
     if (owner instanceof PendingOp) owner.sent = false;
     else owner.next--; // a batch's untaken keys are the last it described
@@ -328,108 +351,52 @@ export class OpQueue {
   }
 
   /** Polls right after posting, a few µs: a NIC's round trip often ends within that, saving a turn of the event loop. */
-  private spin(session: Session): void {
+  private spin(core: ClientCore): void {
     const end = performance.now() + SPIN_MS;
     do {
-      const n = session.core.poll();
-      const controls = session.core.controlCount;
-      if (n > 0 || controls > 0) this.onPolled(session, n, controls);
-    } while (this.session === session && this.inflightCount > 0 && performance.now() < end);
+      const n = core.poll();
+      const controls = core.controlCount;
+      if (n > 0 || controls > 0) this.onPolled(core, n, controls);
+    } while (this.host.core === core && this.inflightCount > 0 && performance.now() < end);
+  }
+
+  /** Some session waits for a grant (its queued ops may need it). */
+  private awaitingGrants(): boolean {
+    for (const session of this.attached) if (session.pools.awaitingGrants) return true;
+    return false;
   }
 
   private startPolling(): void {
     if (this.polling || this.pollMode === 'event') return;
-    if (!this.session || (this.inflightCount === 0 && !this.session.pools.awaitingGrants && this.head === this.queue.length)) return;
+    if (!this.host.core || (this.inflightCount === 0 && !this.awaitingGrants() && this.head === this.queue.length)) return;
     this.polling = true;
     const loop = () => {
       this.pollOnce();
       // Queued ops count too: a grant may be all they wait for.
-      if (this.session && (this.inflightCount > 0 || this.session.pools.awaitingGrants || this.head < this.queue.length)) setImmediate(loop);
+      if (this.host.core && (this.inflightCount > 0 || this.awaitingGrants() || this.head < this.queue.length)) setImmediate(loop);
       else this.polling = false;
     };
     setImmediate(loop);
   }
 
   /** One call's output: `n` op results, then `controls` control completions. */
-  private onPolled(session: Session, n: number, controls: number): void {
-    if (n > 0) this.onResults(session, n);
-    if (controls > 0) this.onControls(session, controls);
+  private onPolled(core: ClientCore, n: number, controls: number): void {
+    if (n > 0) deliverResults(this, core, n, ++this.handouts);
+    if (controls > 0) this.onControls(core, controls);
   }
 
-  private onControls(session: Session, count: number): void {
-    const words = session.core.controlWords;
+  private onControls(core: ClientCore, count: number): void {
+    const words = core.controlWords;
     for (let i = 0; i < count; i++) {
-      // Not flush() from here (onControl schedules one): flush polls, which would overwrite these words.
-      this.onControl(session, readCompletion(words, i, ControlWords.ENTRIES));
+      // Not flush() from here (a session's onControl schedules one): flush polls, which would overwrite these words.
+      this.host.route(readCompletion(words, i, ControlWords.ENTRIES));
     }
   }
 
   /** The op of a result's id, or -1 (a stale id). */
-  private slotOf(id: number): number {
+  slotOf(id: number): number {
     const slot = id & (SLOTS - 1);
     return this.owners[slot] !== undefined && this.ids[slot] === id ? slot : -1;
-  }
-
-  private onResults(session: Session, n: number): void {
-    const words = session.core.resultWords;
-    const scratch = session.core.scratch;
-    const handout = ++this.handouts;
-    // First the bytes each batch's values take in this hand-out: one Buffer each.
-    for (let i = 0, o = 0; i < n; i++, o += ResultLayout.WORDS) {
-      const slot = this.slotOf(words[o + ResultLayout.ID]!);
-      const owner = slot < 0 ? undefined : this.owners[slot];
-      if (!(owner instanceof Batch) || owner.type !== KvOp.GET || words[o + ResultLayout.STATUS] !== KvStatus.OK) continue;
-      if (owner.handout !== handout) {
-        owner.handout = handout;
-        owner.chunk = undefined;
-        owner.chunkBytes = owner.chunkUsed = 0;
-      }
-      owner.chunkBytes += words[o + ResultLayout.VALUE_LEN]!;
-    }
-    for (let i = 0, o = 0; i < n; i++, o += ResultLayout.WORDS) {
-      const slot = this.slotOf(words[o + ResultLayout.ID]!);
-      if (slot < 0) continue;
-      const owner = this.owners[slot]!;
-      const k = this.members[slot]!;
-      if (words[o + ResultLayout.BLOCK_UNUSED] && this.blocks[slot]! >= 0) session.pools.giveBack(this.classes[slot]!, this.blocks[slot]!);
-      this.release(slot);
-      const status = words[o + ResultLayout.STATUS]!;
-      if (status === KvStatus.OK || status === KvStatus.NOT_FOUND || status === KvStatus.VERSION_MISMATCH) this.retried[owner.type] += words[o + ResultLayout.DETAIL]!;
-      if (owner instanceof Batch) {
-        if (owner.failed) continue;
-        if (status === KvStatus.OK && owner.type === KvOp.GET) {
-          const at = words[o + ResultLayout.VALUE_OFFSET]!;
-          const len = words[o + ResultLayout.VALUE_LEN]!;
-          const chunk = (owner.chunk ??= Buffer.allocUnsafe(owner.chunkBytes));
-          scratch.copy(chunk, owner.chunkUsed, at, at + len); // a copy: scratch is reused
-          owner.out![owner.positions ? owner.positions[k]! : k] = chunk.subarray(owner.chunkUsed, (owner.chunkUsed += len));
-        } else if (status !== KvStatus.OK && status !== KvStatus.NOT_FOUND) {
-          owner.fail(errorForStatus(status, words[o + ResultLayout.DETAIL]!, `${opName(owner.type)} ${describe(owner.keys[k]!)}`));
-          continue;
-        }
-        if (--owner.left === 0) owner.resolve(owner.out);
-        continue;
-      }
-      if (status === KvStatus.OK || status === KvStatus.NOT_FOUND || (status === KvStatus.VERSION_MISMATCH && owner.mismatchResolves)) {
-        let value: Buffer | undefined;
-        if (owner.type === KvOp.GET && status === KvStatus.OK && owner.ext === undefined) {
-          const at = words[o + ResultLayout.VALUE_OFFSET]!;
-          const len = words[o + ResultLayout.VALUE_LEN]!;
-          value = Buffer.allocUnsafe(len); // a copy: scratch is reused
-          scratch.copy(value, 0, at, at + len);
-        }
-        if (owner.answer === Answer.VALUE || owner.answer === Answer.NONE) owner.resolve(value); // undefined but for a GET's value
-        else if (owner.answer === Answer.LENGTH) owner.resolve(status === KvStatus.OK ? words[o + ResultLayout.VALUE_LEN]! : undefined); // in the registered buffer
-        else {
-          const version = BigInt(words[o + ResultLayout.VERSION_LO]!) | (BigInt(words[o + ResultLayout.VERSION_HI]!) << 32n);
-          const retries = words[o + ResultLayout.DETAIL]!;
-          const expiry = words[o + ResultLayout.EXPIRY_LO]! + words[o + ResultLayout.EXPIRY_HI]! * 0x100000000;
-          owner.resolve(value ? { status, value, version, retries, expiry } : { status, version, retries, expiry, length: words[o + ResultLayout.VALUE_LEN]! });
-        }
-      } else {
-        owner.reject(errorForStatus(status, words[o + ResultLayout.DETAIL]!, `${opName(owner.type)} ${describe(owner.key)}`));
-      }
-    }
   }
 
   /** Fails queued ops whose deadline passed (a grant that never came, a stuck server). */

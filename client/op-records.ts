@@ -10,6 +10,7 @@
 import { KvOp, OpLayout } from '../protocol/constants.js';
 import { KvBufferTooSmallError } from '../protocol/errors.js';
 import type { ExtRef } from './large-values.js';
+import type { Session } from './session.js';
 
 /** Key or value bytes as the queue takes them. */
 export type Bytes = Buffer | string;
@@ -96,6 +97,8 @@ export class PendingOp implements OpRequest, Submission {
   resolve!: (value: unknown) => void;
   private rejectPromise!: (error: Error) => void;
   sent = false;
+  /** The session (member) it runs on: set when queued. */
+  session: Session | undefined = undefined;
 
   constructor(r: OpRequest, answer: Answer) {
     this.type = r.type;
@@ -139,6 +142,8 @@ export class Batch {
   /** Keys without an answer yet. */
   left: number;
   failed = false;
+  /** As PendingOp's. */
+  session: Session | undefined = undefined;
   readonly promise: Promise<Array<Buffer | undefined> | undefined>;
   resolve!: (out: Array<Buffer | undefined> | undefined) => void;
   reject!: (error: Error) => void;

@@ -2,10 +2,11 @@
 // connection status and reconnects (a Session per connection), the checks an
 // operation passes before it is queued (its limits are the server's), and the
 // control messages that concern more than the session (grants, reclaim). The
-// operations themselves run in an OpQueue. KvClient routes keys to these.
+// operations themselves run in the op queue of the session's host, shared
+// with the KvClient's other servers (core-host.ts). KvClient routes keys to these.
 import { EventEmitter } from 'node:events';
 
-import type { Completion, LocationStats } from '../native/index.js';
+import type { Completion } from '../native/index.js';
 import { KvLayout, KvOp, KvStatus } from '../protocol/constants.js';
 import type { ControlMessage, Hello } from '../protocol/control.js';
 import {
@@ -22,7 +23,8 @@ import { type HistoryRecorder, recorded } from './history.js';
 import { toBuffer } from './keys.js';
 import { roleRefusal } from './roles.js';
 import { type ExtRef, extOf, freedError, holding, withBounce } from './large-values.js';
-import { Answer, Batch, type Bytes, type OpRequest, type OpResult, OpQueue } from './op-queue.js';
+import type { CoreHost, CoreHosts } from './core-host.js';
+import { Answer, Batch, type Bytes, type OpRequest, type OpResult } from './op-queue.js';
 import { Session, type SessionOptions } from './session.js';
 import type { KvClientOptions, KvStatusName, Value } from './types.js';
 
@@ -33,6 +35,8 @@ export type { Bytes, OpResult } from './op-queue.js';
 export interface ServerClientOptions extends SessionOptions, Pick<KvClientOptions, 'pollMode' | 'timeoutMs' | 'reconnect'> {
   /** The cluster's recorder: one history, ids unique across servers. */
   recorder?: HistoryRecorder;
+  /** The KvClient's hosts: its sessions share their provider's core and op queue. */
+  hosts: CoreHosts;
 }
 
 type ClientEvents = {
@@ -43,18 +47,16 @@ type ClientEvents = {
 export class ServerClient extends EventEmitter<ClientEvents> {
   private session: Session | undefined;
   private _status: KvStatusName = 'connecting';
-  private readonly queue: OpQueue;
+  /** The host of its sessions (from the first on): shared with the KvClient's other servers. */
+  private host: CoreHost | undefined;
   private readonly timeoutMs: number;
   private reconnectTimer: NodeJS.Timeout | undefined;
   private closing: Promise<void> | undefined;
   private hello: Hello | undefined;
-  /** The location-cache counts of connections that ended (each session's core counts its own). */
-  private pastLocations: LocationStats = { hits: 0, misses: 0, validationFailures: 0 };
 
   constructor(readonly options: ServerClientOptions) {
     super();
     this.timeoutMs = Math.ceil(options.timeoutMs ?? 5000); // the transport takes whole ms
-    this.queue = new OpQueue(this.timeoutMs, options.pollMode ?? 'busy', (session, completion) => this.onControl(session, completion));
   }
 
   get url(): string {
@@ -65,14 +67,14 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     return this._status;
   }
 
-  /** core.submit calls: one doorbell each (for tests and metrics). */
+  /** core.submit calls of its host's queue (every server of the provider's: a batch over them is one) (for tests and metrics). */
   get submits(): number {
-    return this.queue.submits;
+    return this.host?.queue.submits ?? 0;
   }
 
-  /** Ops waiting out a backoff (a held lock, a full ring). */
+  /** Ops waiting out a backoff (a held lock, a full ring), in its host's core. */
   get backoffs(): number {
-    return this.queue.backoffs;
+    return this.host?.queue.backoffs ?? 0;
   }
 
   /** The largest value the server accepts, in bytes (undefined before the first hello). */
@@ -80,21 +82,9 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     return this.hello?.layout.maxValueBytes;
   }
 
-  /** Retries of the ops that resolved, by KvOp, over every connection (metrics). */
-  get retried(): Float64Array {
-    return this.queue.retried;
-  }
-
-  /** post_send calls by the native core of the current connection. */
+  /** post_send calls by its host's cores so far. */
   get doorbells(): number {
-    return this.session?.core.doorbells ?? 0;
-  }
-
-  /** The location cache's counts over every connection so far. */
-  get locationStats(): LocationStats {
-    const now = this.session?.core.locationStats();
-    const r = this.pastLocations;
-    return now ? { hits: r.hits + now.hits, misses: r.misses + now.misses, validationFailures: r.validationFailures + now.validationFailures } : { ...r };
+    return this.host?.doorbells ?? 0;
   }
 
   /** Connects once; rejects with why not. */
@@ -184,7 +174,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       if (tooLarge) return Promise.reject(tooLarge);
     }
     const batch = new Batch(KvOp.GET, keys, keyBytes, undefined, undefined, undefined, out, positions);
-    this.queue.addBatch(batch);
+    this.session!.host.queue.addBatch(this.session!, batch);
     return batch.promise;
   }
 
@@ -203,12 +193,12 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       const value = values[i]!;
       const vb = (valueBytes[i] = typeof value === 'string' ? Buffer.byteLength(value) : value.length);
       if (vb > maxValueBytes) return Promise.reject(new KvValueTooLargeError(`value of ${vb} bytes: the limit is ${maxValueBytes}`));
-      const limit = this.session!.core.itemLimit - KvLayout.ITEM_HEADER_BYTES - keyBytes[i]!; // a batch's values go through scratch
+      const limit = this.session!.itemLimit - KvLayout.ITEM_HEADER_BYTES - keyBytes[i]!; // a batch's values go through scratch
       if (vb > limit) return Promise.reject(new KvValueTooLargeError(`value of ${vb} bytes: putMany takes values up to ${limit} bytes here; put() takes larger ones`));
       sizes[i] = classFor(classes, itemUnits(keyBytes[i]!, vb));
     }
     const batch = new Batch(KvOp.PUT, keys, keyBytes, values, valueBytes, sizes, undefined, undefined, expiries);
-    this.queue.addBatch(batch);
+    this.session!.host.queue.addBatch(this.session!, batch);
     return batch.promise;
   }
 
@@ -235,7 +225,9 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     if (keyBytes > KvLayout.MAX_KEY_BYTES) {
       return Promise.reject(new KvKeyTooLargeError(`key of ${keyBytes} bytes: the limit is ${KvLayout.MAX_KEY_BYTES}`));
     }
-    const { classes, maxValueBytes } = this.session!.hello.layout;
+    const session = this.session!;
+    const queue = session.host.queue;
+    const { classes, maxValueBytes } = session.hello.layout;
     let bytes: Bytes | undefined;
     let valueBytes = 0;
     let cls = -1; // the size class of the block it may need
@@ -258,9 +250,9 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       if (ext) {
         // Written from the caller's registered buffer, without a copy.
         const request: OpRequest = { type, key, keyBytes, value: undefined, valueBytes: 0, arg, cls, mismatchResolves, ext, expiry };
-        return holding(ext, () => this.queue.add(request, answer).result);
+        return holding(ext, () => queue.add(session, request, answer).result);
       }
-      if (KvLayout.ITEM_HEADER_BYTES + keyBytes + valueBytes > this.session!.core.itemLimit) {
+      if (KvLayout.ITEM_HEADER_BYTES + keyBytes + valueBytes > session.itemLimit) {
         // Larger than the core's scratch holds: through a registered bounce buffer (one copy).
         const from = bytes!;
         return withBounce(valueBytes, (bounce) => {
@@ -276,10 +268,10 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     const request: OpRequest = { type, key, keyBytes, value: bytes, valueBytes, arg, cls, mismatchResolves, ext: into, large, expiry };
     const { recorder } = this.options;
     if (recorder && into === undefined) { // a getInto is not recorded: its answer is a length, not a value
-      const r = recorded(recorder, request, (op) => this.queue.add(op));
+      const r = recorded(recorder, request, (op) => queue.add(session, op));
       return answer === Answer.FULL ? r : r.then((x) => (answer === Answer.VALUE && x.status === KvStatus.OK ? x.value : undefined));
     }
-    return this.queue.add(request, answer).result;
+    return queue.add(session, request, answer).result;
   }
 
   /** Waits for operations in flight, gives unused blocks back, disconnects. Idempotent. */
@@ -297,18 +289,19 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   }
 
   private async establish(): Promise<void> {
-    const session = await Session.open(this.options, this.timeoutMs);
+    const session = await Session.open(this.options, this.timeoutMs, this.options.hosts, (s, completion) => this.onControl(s, completion));
     if (this._status === 'closed') {
       // close() came while we connected: nothing will ever use or close this session.
       session.close();
       throw new KvDisconnectedError('the client was closed');
     }
     this.session = session;
+    this.host = session.host;
     this.hello = session.hello;
     session.connection.once('disconnected', (reason) => this.lost(session, reason));
-    this.queue.attach(session);
+    session.host.queue.attach(session);
     session.startKeepalive(
-      () => this.queue.pollOnce(),
+      () => session.host.queue.pollOnce(),
       (reason) => this.lost(session, reason),
     );
     this.setStatus('ready');
@@ -316,8 +309,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
 
   private lost(session: Session, reason: string): void {
     if (this.session !== session) return;
-    this.queue.lose(session, reason); // fails what is in flight, then the core can close
-    this.pastLocations = this.locationStats;
+    session.host.queue.lose(session, reason); // fails what is in flight, then its link can close
     session.abandon();
     this.session = undefined;
     if (this._status === 'closed') return;
@@ -344,15 +336,14 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     const wasReady = this._status === 'ready';
     this.setStatus('closed');
     if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
-    this.queue.close(new KvDisconnectedError('the client was closed'));
     const session = this.session;
     if (!session) return;
+    session.host.queue.close(session, new KvDisconnectedError('the client was closed'));
     session.stopKeepalive();
     // In-flight ops may hold bucket locks: let them finish rather than abandon them.
-    await this.queue.drain(wasReady ? performance.now() + this.timeoutMs : 0, new KvDisconnectedError('the client was closed'));
-    this.pastLocations = this.locationStats;
+    await session.host.queue.drain(session, wasReady ? performance.now() + this.timeoutMs : 0, new KvDisconnectedError('the client was closed'));
     this.session = undefined;
-    session.close(); // nothing in flight is the queue's any more: the core closes too
+    session.close(); // nothing in flight is the queue's any more: its link closes too
   }
 
   // ---- control messages --------------------------------------------------------------------
@@ -371,7 +362,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       session.pong();
     } else if (message?.t === 'reclaim') {
       try {
-        session.pools.answerReclaim(this.queue.needed());
+        session.pools.answerReclaim(session.host.queue.needed(session));
       } catch {
         // the connection is going away
       }
@@ -380,11 +371,11 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       if (message.blocks.length === 0) {
         // Nothing left of that size: PUTs waiting for it fail now.
         const bytes = session.pools.unitsOf(message.c) * KvLayout.UNIT_BYTES;
-        this.queue.failWaiting(message.c, new KvOutOfMemoryError(`the server has no free block of ${bytes} bytes`));
+        session.host.queue.failWaiting(session, message.c, new KvOutOfMemoryError(`the server has no free block of ${bytes} bytes`));
       }
       // Not flush(): we are inside the queue's result loop, and flush polls,
       // which would overwrite the result words still being read.
-      this.queue.scheduleFlush();
+      session.host.queue.scheduleFlush();
     }
   }
 }

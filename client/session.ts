@@ -1,15 +1,15 @@
-// One connection to one server: the transport objects, the server's hello,
-// the native client core, the heap blocks granted over this connection, the
-// control channel (msgpack over SEND/RECV on the same queue pair: grants,
-// returns, reclaim, keepalive) and its keepalive. A ServerClient opens one
-// session per connection; losing the connection ends the session, and a
-// reconnect opens a new one.
+// One connection to one server: its queue pair on its host's CQ (the host,
+// core-host.ts, is the KvClient's for the URL's provider: one core drives every
+// member's connection, this one as link `link`), the server's hello, the heap
+// blocks granted over this connection, the control channel (msgpack over
+// SEND/RECV on the same queue pair: grants, returns, reclaim, keepalive) and
+// its keepalive. A ServerClient opens one session per connection; losing the
+// connection ends the session, and a reconnect opens a new one.
 import {
   Access,
-  ClientCore,
   type Completion,
-  type CompletionQueue,
   type Connection,
+  type CoreRegion,
   type MemoryRegion,
   Opcode,
   Provider,
@@ -26,6 +26,7 @@ import { schemeOf, urlExamples } from '../protocol/providers.js';
 import { SendBuffers } from '../protocol/send-buffers.js';
 import { StallClock } from '../protocol/stall-clock.js';
 import { BlockPools } from './block-pools.js';
+import { CONTROL_RECVS, CONTROL_SENDS, CoreHost, type CoreHosts } from './core-host.js';
 
 /** What a session needs to connect. */
 export interface SessionOptions {
@@ -43,18 +44,12 @@ export interface SessionOptions {
 
 /** Control wr_ids carry this bit; the core hands their completions back apart from op results. */
 const CONTROL_TAG = 2 ** KvLayout.CONTROL_TAG_SHIFT;
-/**
- * Receive buffers for the server's messages, reposted as they are handled. The server may
- * send a burst (a grant for each of ~30 size classes, a reclaim, pongs) before this client
- * polls: with 16, rxe in the guest counted 2 RNR NAKs per memory-reuse run; with 64, none.
- */
-const CONTROL_RECVS = 64;
-/** Send buffers, after the receive buffers. */
-const CONTROL_SENDS = 32;
-const ARENA_BYTES = 4 << 20;
 
 export class Session {
-  readonly core: ClientCore;
+  /** Its index among the core's connections (OpLayout.CONNECTION). */
+  readonly link: number;
+  /** The largest item (header + key + value) the core's scratch holds for this server. */
+  readonly itemLimit: number;
   /** The blocks granted over this connection. */
   readonly pools: BlockPools;
   /** Control buffers CONTROL_RECVS and up: a burst of sends (a reclaim's answer) waits for them, never overwrites one the NIC may still read. */
@@ -64,26 +59,16 @@ export class Session {
   private ended = false;
 
   private constructor(
-    readonly provider: Provider,
-    readonly cq: CompletionQueue,
+    readonly host: CoreHost,
+    /** A host of its own (Session.open without one): closed with the session. */
+    private readonly ownsHost: boolean,
     readonly connection: Connection,
     private readonly control: MemoryRegion,
     readonly hello: Hello,
-    options: SessionOptions,
-    timeoutMs: number,
   ) {
-    const { region, layout } = hello;
-    // A read client has no ring; its core never writes one (its writes are refused first: roles.ts).
-    const { bucketCount, indexOffset, heapOffset, heapBytes, seed, ringOffset = 0n, maxValueBytes } = layout;
-    this.core = new ClientCore(
-      provider,
-      connection,
-      cq,
-      { ...region, bucketCount, indexOffset, heapOffset, heapBytes, seed, ringOffset, maxValueBytes, clientId: hello.clientId, versionBase: hello.versionBase, graceMs: hello.graceMs },
-      { scratchBytes: options.scratchBytes ?? 16 << 20, opTimeoutMs: timeoutMs, arenaBytes: ARENA_BYTES + Math.min(maxValueBytes, (options.scratchBytes ?? 16 << 20) / 2) + KvLayout.MAX_KEY_BYTES,
-        armWhenDone: options.pollMode === 'event', locationCacheEntries: options.locationCacheEntries },
-    );
-    this.pools = new BlockPools(layout.classes, Number(heapBytes), (message) => this.sendControl(message));
+    this.link = host.attach(connection, coreRegion(hello));
+    this.itemLimit = host.core!.connectionItemLimit(this.link);
+    this.pools = new BlockPools(hello.layout.classes, Number(hello.layout.heapBytes), (message) => this.sendControl(message));
     this.sendBuffers = new SendBuffers(CONTROL_SENDS, (buffer, bytes) => {
       const index = CONTROL_RECVS + buffer;
       const localOffset = index * KvLayout.CONTROL_RECV_BYTES;
@@ -92,27 +77,36 @@ export class Session {
     });
   }
 
+  /** The host's core, while this session is attached. */
+  get core() {
+    return this.host.core!;
+  }
+
   /**
-   * Connects, waits for the server's hello and sets up the core. Rejects with a
-   * KvError: KV_AUTH, KV_NO_NAMESPACE, KV_PROTOCOL, KV_INVALID_ARGUMENT (no such provider, or not
-   * usable here), KV_DISCONNECTED (anything else).
+   * Connects on `host` (by default a host of its own), waits for the server's hello and adds
+   * the connection to the host's core; from then on `onControl` hears its control completions.
+   * Rejects with a KvError: KV_AUTH, KV_NO_NAMESPACE, KV_PROTOCOL, KV_INVALID_ARGUMENT (no such
+   * provider, or not usable here), KV_DISCONNECTED (anything else).
    */
-  static async open(options: SessionOptions, timeoutMs: number): Promise<Session> {
+  static async open(options: SessionOptions, timeoutMs: number, hosts?: CoreHosts, onControl?: (session: Session, completion: Completion) => void): Promise<Session> {
     const { url } = options;
     const scheme = schemeOf(url);
     if (!scheme) throw new KvInvalidArgumentError(`unknown URL '${url}': expected ${urlExamples()}`);
-    let provider: Provider;
+    let host: CoreHost;
     try {
-      provider = new Provider(scheme);
+      host = hosts ? hosts.of(scheme) : new CoreHost(new Provider(scheme), { ...options, timeoutMs });
     } catch (error) {
       throw providerError(url, error);
     }
+    let control: MemoryRegion | undefined;
+    let connection: Connection | undefined;
+    host.settingUpOne();
     try {
-      const cq = provider.createCq(1024);
-      const control = provider.allocate((CONTROL_RECVS + CONTROL_SENDS) * KvLayout.CONTROL_RECV_BYTES, Access.LOCAL_WRITE);
-      const connection = await connect(provider, cq, control, options, timeoutMs);
-      // The hello is the server's first message.
-      const [wc] = await cq.take(1, { timeoutMs });
+      control = host.provider.allocate((CONTROL_RECVS + CONTROL_SENDS) * KvLayout.CONTROL_RECV_BYTES, Access.LOCAL_WRITE);
+      connection = await connect(host, control, options, timeoutMs);
+      // The hello is the server's first message; what follows it (grants) waits for the session.
+      const early: Completion[] = [];
+      const wc = await firstCompletion(host, connection.qpNum, early, timeoutMs);
       if (!wc || wc.statusName !== 'SUCCESS' || wc.opcode !== Opcode.RECV) {
         throw new KvDisconnectedError(`${url}: no hello from the server (${wc?.statusName ?? 'nothing'})`);
       }
@@ -120,10 +114,22 @@ export class Session {
       const hello = decode(controlBytes(control, index, wc.byteLen));
       if (hello.t !== 'hello' || hello.v !== KvLayout.PROTOCOL_VERSION) throw new KvProtocolError(`${url}: unexpected first message`);
       connection.postRecv([recv(control, index)]);
-      return new Session(provider, cq, connection, control, hello, options, timeoutMs);
+      const session = new Session(host, !hosts, connection, control, hello);
+      const handler = (completion: Completion) => onControl?.(session, completion);
+      host.listen(connection.qpNum, handler);
+      for (const completion of early) handler(completion);
+      return session;
     } catch (error) {
-      provider.close();
+      if (connection) {
+        host.listen(connection.qpNum, undefined);
+        connection.disconnect();
+      }
+      if (!hosts) host.close();
+      else if (control && !connection) control.deregister();
+      else if (control) void connection!.fenced({ warnMs: 60_000 }).then((fenced) => fenced && control!.deregister());
       throw providerError(url, error);
+    } finally {
+      host.settled();
     }
   }
 
@@ -218,26 +224,47 @@ export class Session {
   private end(): void {
     this.ended = true;
     this.stopKeepalive();
-    this.cq.unwatch();
   }
 
   /**
-   * Disconnects first, so that whatever the core still has posted is flushed
-   * at once and its close() never waits on a silent server; then the core
-   * (scratch is safe to free once it returns), then the transport.
+   * Disconnects first, so that whatever the core still has posted on it is
+   * flushed at once and closing its link never waits on a silent server; then
+   * the link (the last closes the core: scratch is safe to free once it returns).
    */
   private release(): void {
-    this.connection.disconnect();
-    this.core.close();
-    this.provider.close();
+    const { connection, control } = this;
+    connection.disconnect();
+    this.host.listen(connection.qpNum, undefined);
+    this.host.detach(this.link);
+    if (this.ownsHost) this.host.close();
+    // The provider outlives the session: its control buffers go once the server can no longer write them.
+    else void connection.fenced({ warnMs: 60_000 }).then((fenced) => fenced && control.deregister());
   }
 }
 
-async function connect(provider: Provider, cq: CompletionQueue, control: MemoryRegion, options: SessionOptions, timeoutMs: number): Promise<Connection> {
+/**
+ * The first control completion of queue pair `qpNum` (undefined: none within `timeoutMs`);
+ * the ones after it until the session exists go to `early`. Pumped here: while the host has
+ * no core, straight from the CQ; with one, through the op queue's poll, which routes them.
+ */
+async function firstCompletion(host: CoreHost, qpNum: number, early: Completion[], timeoutMs: number): Promise<Completion | undefined> {
+  let first: Completion | undefined;
+  const handler = (completion: Completion) => void (first === undefined ? (first = completion) : early.push(completion));
+  host.listen(qpNum, handler);
+  const start = performance.now();
+  for (let i = 0; first === undefined && performance.now() - start < timeoutMs; i++) {
+    host.pump();
+    if (first !== undefined) break;
+    await new Promise((resolve) => (i < 1000 ? setImmediate(resolve) : setTimeout(resolve, 1)));
+  }
+  return first;
+}
+
+async function connect(host: CoreHost, control: MemoryRegion, options: SessionOptions, timeoutMs: number): Promise<Connection> {
   const { url } = options;
   try {
-    return await provider.connect(url, {
-      cq,
+    return await host.provider.connect(url, {
+      cq: host.cq,
       initialRecvs: Array.from({ length: CONTROL_RECVS }, (_, i) => recv(control, i)),
       privateData: connectData(options.token, options.namespace),
       timeoutMs,
@@ -265,6 +292,12 @@ async function connect(provider: Provider, cq: CompletionQueue, control: MemoryR
 /** Control buffer `index` as a receive request. */
 function recv(control: MemoryRegion, index: number): RecvRequest {
   return { wrId: CONTROL_TAG + index, local: control, localOffset: index * KvLayout.CONTROL_RECV_BYTES, length: KvLayout.CONTROL_RECV_BYTES };
+}
+
+/** The hello's region and layout as the core takes them. A read client has no ring; its core never writes one (its writes are refused first: roles.ts). */
+function coreRegion(hello: Hello): CoreRegion {
+  const { bucketCount, indexOffset, heapOffset, heapBytes, seed, ringOffset = 0n, maxValueBytes } = hello.layout;
+  return { ...hello.region, bucketCount, indexOffset, heapOffset, heapBytes, seed, ringOffset, maxValueBytes, clientId: hello.clientId, versionBase: hello.versionBase, graceMs: hello.graceMs };
 }
 
 function controlBytes(control: MemoryRegion, index: number, length: number): Buffer {

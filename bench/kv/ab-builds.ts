@@ -6,7 +6,10 @@
  * rounds (wall and this process's CPU µs per key) and each build's median per-round time
  * ratio to the first build's.
  *
- *   node dist/bench/kv/ab-builds.js get|get64|getmany ROUNDS ROUND_MS CHECKOUT [CHECKOUT ...]
+ *   node dist/bench/kv/ab-builds.js get|get64|getmany|cgetmany|cgetmany192 ROUNDS ROUND_MS CHECKOUT [CHECKOUT ...]
+ *
+ * cgetmany and cgetmany192: getMany of 64 or 192 keys on a cluster of three server children
+ * (a static list), the keys spread over the members.
  *
  * e.g. `node dist/bench/kv/ab-builds.js getmany 40 200 /path/to/main .` (each CHECKOUT built).
  * 100,000 keys of 1 KiB (workload.ts), every answer checked by its index.
@@ -19,18 +22,21 @@ import { startServerChild } from './data-path/processes.js';
 import { Workload } from './data-path/workload.js';
 
 const [phase, roundsArg, roundMsArg, ...checkouts] = process.argv.slice(2);
-if (!['get', 'get64', 'getmany'].includes(phase ?? '') || checkouts.length === 0) {
-  console.error('usage: node dist/bench/kv/ab-builds.js get|get64|getmany ROUNDS ROUND_MS CHECKOUT [CHECKOUT ...]');
+if (!['get', 'get64', 'getmany', 'cgetmany', 'cgetmany192'].includes(phase ?? '') || checkouts.length === 0) {
+  console.error('usage: node dist/bench/kv/ab-builds.js get|get64|getmany|cgetmany|cgetmany192 ROUNDS ROUND_MS CHECKOUT [CHECKOUT ...]');
   process.exit(2);
 }
 const rounds = Number(roundsArg);
 const roundMs = Number(roundMsArg);
 const w = new Workload(100_000, 1024);
-const server = await startServerChild(512, undefined);
+const cluster = phase!.startsWith('c');
+const batch = phase === 'cgetmany192' ? 192 : 64;
+const servers = await Promise.all(Array.from({ length: cluster ? 3 : 1 }, () => startServerChild(cluster ? 256 : 512, undefined)));
 const clients: KvClient[] = [];
 for (const dir of checkouts) {
   const build = (await import(pathToFileURL(resolve(dir, 'dist/client/index.js')).href)) as typeof import('../../client/index.js');
-  clients.push(await build.KvClient.connect({ url: server.url, pollMode: 'busy' }));
+  const where = cluster ? { servers: servers.map((s) => s.url) } : { url: servers[0]!.url };
+  clients.push(await build.KvClient.connect({ ...where, pollMode: 'busy' }));
 }
 let next = 0;
 await Promise.all(Array.from({ length: 64 }, async () => {
@@ -54,8 +60,8 @@ async function round(kv: KvClient, ms: number): Promise<{ us: number; cpu: numbe
       for (; performance.now() < end; keys += 16) for (let i = 0; i < 16; i++) { const k = w.keyAt(at++); check(k, await kv.get(w.names[k]!)); }
     }));
   } else {
-    for (; performance.now() < end; keys += 64) {
-      const ks = Array.from({ length: 64 }, () => w.keyAt(at++));
+    for (; performance.now() < end; keys += batch) {
+      const ks = Array.from({ length: batch }, () => w.keyAt(at++));
       if (phase === 'get') for (const k of ks) check(k, await kv.get(w.names[k]!));
       else (await kv.getMany(ks.map((k) => w.names[k]!))).forEach((v, i) => check(ks[i]!, v));
     }
@@ -78,4 +84,4 @@ results.forEach((rs, i) => {
   if (i > 0) console.log(`  ${checkouts[i]} / ${checkouts[0]}: median per-round wall ratio ${median(rs.map((x, k) => x.us / results[0]![k]!.us)).toFixed(3)}`);
 });
 for (const kv of clients) await kv.close();
-await server.stop();
+for (const server of servers) await server.stop();

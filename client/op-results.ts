@@ -1,0 +1,89 @@
+// The results of one poll() or submit() of the client core, delivered to the
+// records they belong to (found by the op id's slot): a single op's promise
+// settles, a batch's value is copied into its one Buffer of this hand-out, and
+// a block the core did not use goes back to the pools of the op's session.
+import type { ClientCore } from '../native/index.js';
+import { KvOp, KvStatus, ResultLayout } from '../protocol/constants.js';
+import { errorForStatus } from '../protocol/errors.js';
+import { describe } from './keys.js';
+import { opName } from './op-names.js';
+import { Answer, Batch, type PendingOp } from './op-records.js';
+import type { Session } from './session.js';
+
+/** The op queue's slots, as results are delivered to them. */
+export interface Slots {
+  readonly owners: Array<PendingOp | Batch | undefined>;
+  /** By slot: the key index of a batch's op. */
+  readonly members: Int32Array;
+  readonly blocks: Int32Array;
+  readonly classes: Int32Array;
+  /** By slot: the session (member) the op runs on. */
+  readonly sessions: Array<Session | undefined>;
+  /** Retries of the ops that resolved, by KvOp. */
+  readonly retried: Float64Array;
+  /** The slot of a result's op id, or -1 (a stale id). */
+  slotOf(id: number): number;
+  release(slot: number): void;
+}
+
+/** Delivers the `n` results the core left in resultWords (`handout`: this call's number, new each call). */
+export function deliverResults(q: Slots, core: ClientCore, n: number, handout: number): void {
+  const words = core.resultWords;
+  const scratch = core.scratch;
+  // First the bytes each batch's values take in this hand-out: one Buffer each.
+  for (let i = 0, o = 0; i < n; i++, o += ResultLayout.WORDS) {
+    const slot = q.slotOf(words[o + ResultLayout.ID]!);
+    const owner = slot < 0 ? undefined : q.owners[slot];
+    if (!(owner instanceof Batch) || owner.type !== KvOp.GET || words[o + ResultLayout.STATUS] !== KvStatus.OK) continue;
+    if (owner.handout !== handout) {
+      owner.handout = handout;
+      owner.chunk = undefined;
+      owner.chunkBytes = owner.chunkUsed = 0;
+    }
+    owner.chunkBytes += words[o + ResultLayout.VALUE_LEN]!;
+  }
+  for (let i = 0, o = 0; i < n; i++, o += ResultLayout.WORDS) {
+    const slot = q.slotOf(words[o + ResultLayout.ID]!);
+    if (slot < 0) continue;
+    const owner = q.owners[slot]!;
+    const k = q.members[slot]!;
+    if (words[o + ResultLayout.BLOCK_UNUSED] && q.blocks[slot]! >= 0) q.sessions[slot]!.pools.giveBack(q.classes[slot]!, q.blocks[slot]!);
+    q.release(slot);
+    const status = words[o + ResultLayout.STATUS]!;
+    if (status === KvStatus.OK || status === KvStatus.NOT_FOUND || status === KvStatus.VERSION_MISMATCH) q.retried[owner.type] += words[o + ResultLayout.DETAIL]!;
+    if (owner instanceof Batch) {
+      if (owner.failed) continue;
+      if (status === KvStatus.OK && owner.type === KvOp.GET) {
+        const at = words[o + ResultLayout.VALUE_OFFSET]!;
+        const len = words[o + ResultLayout.VALUE_LEN]!;
+        const chunk = (owner.chunk ??= Buffer.allocUnsafe(owner.chunkBytes));
+        scratch.copy(chunk, owner.chunkUsed, at, at + len); // a copy: scratch is reused
+        owner.out![owner.positions ? owner.positions[k]! : k] = chunk.subarray(owner.chunkUsed, (owner.chunkUsed += len));
+      } else if (status !== KvStatus.OK && status !== KvStatus.NOT_FOUND) {
+        owner.fail(errorForStatus(status, words[o + ResultLayout.DETAIL]!, `${opName(owner.type)} ${describe(owner.keys[k]!)}`));
+        continue;
+      }
+      if (--owner.left === 0) owner.resolve(owner.out);
+      continue;
+    }
+    if (status === KvStatus.OK || status === KvStatus.NOT_FOUND || (status === KvStatus.VERSION_MISMATCH && owner.mismatchResolves)) {
+      let value: Buffer | undefined;
+      if (owner.type === KvOp.GET && status === KvStatus.OK && owner.ext === undefined) {
+        const at = words[o + ResultLayout.VALUE_OFFSET]!;
+        const len = words[o + ResultLayout.VALUE_LEN]!;
+        value = Buffer.allocUnsafe(len); // a copy: scratch is reused
+        scratch.copy(value, 0, at, at + len);
+      }
+      if (owner.answer === Answer.VALUE || owner.answer === Answer.NONE) owner.resolve(value); // undefined but for a GET's value
+      else if (owner.answer === Answer.LENGTH) owner.resolve(status === KvStatus.OK ? words[o + ResultLayout.VALUE_LEN]! : undefined); // in the registered buffer
+      else {
+        const version = BigInt(words[o + ResultLayout.VERSION_LO]!) | (BigInt(words[o + ResultLayout.VERSION_HI]!) << 32n);
+        const retries = words[o + ResultLayout.DETAIL]!;
+        const expiry = words[o + ResultLayout.EXPIRY_LO]! + words[o + ResultLayout.EXPIRY_HI]! * 0x100000000;
+        owner.resolve(value ? { status, value, version, retries, expiry } : { status, version, retries, expiry, length: words[o + ResultLayout.VALUE_LEN]! });
+      }
+    } else {
+      owner.reject(errorForStatus(status, words[o + ResultLayout.DETAIL]!, `${opName(owner.type)} ${describe(owner.key)}`));
+    }
+  }
+}
