@@ -122,6 +122,8 @@ export interface CoreRegion {
   clientId: number; versionBase: bigint; graceMs: number;
   // The access table's offset when the server evicts (GETs mark what they read); absent: none.
   accessOffset?: bigint;
+  // The epoch table's offset (region format 5, write clients): a write READs its hash slot's word; absent: none.
+  epochOffset?: bigint;
 }
 export interface CoreOptions {
   /** The core's scratch memory (bucket images, atomics results, the buffer pool), registered once. */

@@ -18,8 +18,12 @@ export interface Hello {
   clientId: number;
   /** session << 40: the base of this session's write versions, unique for the region's life. */
   versionBase: bigint;
-  /** accessOffset: the access table's region offset, with eviction on (write clients only). */
-  region: { addr: bigint; rkey: number; length: bigint; accessOffset?: bigint };
+  /**
+   * accessOffset: the access table's region offset, with eviction on (write clients only).
+   * epochOffset (v7): the epoch table's region offset, region format 5 (write clients only): every
+   * write READs its hash slot's word with its lock CASes and goes on only while it is open.
+   */
+  region: { addr: bigint; rkey: number; length: bigint; accessOffset?: bigint; epochOffset?: bigint };
   layout: {
     bucketCount: number;
     indexOffset: bigint;

@@ -25,6 +25,7 @@ export type KvErrorCode =
   | 'KV_READ_ONLY'
   | 'KV_BUFFER_TOO_SMALL'
   | 'KV_BAD_BUFFER'
+  | 'KV_EPOCH_MOVED'
   | `RDMA_${string}`;
 
 export class KvError extends Error {
@@ -159,7 +160,9 @@ export function errorForStatus(status: number, detail: number, what: string): Kv
     case KvStatus.LOCK_CONTENDED: return new KvLockContendedError(`${what}: the key's buckets stayed locked (${detail} tries)`);
     case KvStatus.TYPE_MISMATCH: return new KvTypeMismatchError(`${what}: the key holds another kind of item (bytes, a counter, a lock) than this operation works on`);
     case KvStatus.VERSION_MISMATCH: return new KvError('KV_VERSION_MISMATCH', `${what}: the version did not match`);
-    case KvStatus.CORRUPT: return new KvCorruptError(`${what}: the item failed its checksum ${detail} times`);
+    case KvStatus.CORRUPT:
+      return new KvCorruptError(detail > 0 ? `${what}: the item failed its checksum ${detail} times` : `${what}: the server's region holds damage where this key lives (a slot outside the heap, or an epoch word in no known state)`);
+    case KvStatus.EPOCH_MOVED: return new KvError('KV_EPOCH_MOVED', `${what}: the key's hash slot is at epoch ${detail} on this server, not at the writer's; nothing was written (refresh the configuration)`, true);
     case KvStatus.BUFFER_TOO_SMALL: return new KvBufferTooSmallError(detail, `${what}: the value is ${detail} bytes: it needs a buffer of at least ${detail} bytes (getInto with an allocBuffer of that size)`);
     case KvStatus.BAD_BUFFER: return new KvBadBufferError(`${what}: the registered buffer was freed, or the range lies outside it`);
     case KvStatus.RDMA_ERROR: {

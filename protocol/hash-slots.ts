@@ -1,6 +1,9 @@
-// Which server holds a key. A key hashes to one of 16,384 hash slots exactly as
-// in Redis Cluster (CRC16 of the key, or of its {hash tag}: keys sharing a tag
-// share a hash slot, and so a server). "Hash slot" is this cluster partition;
+// Which server holds a key. A key hashes to one of 16,384 hash slots as in
+// Redis Cluster (CRC16 of the key, or of its {hash tag}: keys sharing a tag
+// share a hash slot, and so a server), by the cluster-key-slot package, which
+// differs from Redis for an empty "{}" followed by more text (it hashes what
+// follows up to the next "}"; Redis hashes the whole key). The client core
+// computes the same number for a write's epoch READ (native/kv/hash_slot.h). "Hash slot" is this cluster partition;
 // a "slot" alone is an 8-byte entry of an index bucket (index-format.ts).
 // Hash slots map to members by rendezvous hashing
 // of the member's name: every client with the same member set computes the

@@ -165,6 +165,11 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
       logger,
     });
     let controller: ReplicationController | undefined;
+    if (config.replicas > 1) {
+      // Replicated writes check every replica's epoch word (protocol v7); a region without the table cannot be one.
+      const old = server.namespaces.map((name) => ({ name, format: server!.namespace(name).layout.format })).find(({ format }) => format < 5);
+      if (old) throw new StartupError(`--replicas ${config.replicas}: ${config.regionFile} (namespace '${old.name}') is of region format ${old.format}, which has no epoch table; a replica needs format 5: serve it with --replicas 1, or copy its data into a new region`);
+    }
     if (config.etcd) {
       const { advertise, ...etcd } = config.etcd;
       const { replicas } = config;

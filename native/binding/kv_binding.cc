@@ -114,6 +114,8 @@ RegionInfo region_of(const Napi::Object& r) {
   region.grace_ms = static_cast<uint32_t>(bigint_field(r, "graceMs"));
   // Absent unless the server evicts (its hello's region carries it).
   if (r.Has("accessOffset") && !r.Get("accessOffset").IsUndefined()) region.access_offset = bigint_field(r, "accessOffset");
+  // Absent for a region without an epoch table (format 3 or 4) and for read clients.
+  if (r.Has("epochOffset") && !r.Get("epochOffset").IsUndefined()) region.epoch_offset = bigint_field(r, "epochOffset");
   return region;
 }
 
@@ -200,13 +202,14 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
       d.value_len = static_cast<uint32_t>(vl);
       d.block = w[u32(OpLayout::BLOCK)];
       d.block_units = w[u32(OpLayout::BLOCK_UNITS)];
+      d.epoch = w[u32(OpLayout::EPOCH)];
       read_argument(d, w);
       read_external(d, w);
     }
     const size_t taken = core_->submit(descs_.data(), count);
-    // An op that does not name a buffer leaves these words alone: clear them.
+    // An op that does not name a buffer or an epoch leaves these words alone: clear them.
     w = op_words_->data();
-    for (uint32_t i = 0; i < count; i++, w += u32(OpLayout::WORDS)) w[u32(OpLayout::EXT_BUFFER)] = 0;
+    for (uint32_t i = 0; i < count; i++, w += u32(OpLayout::WORDS)) w[u32(OpLayout::EXT_BUFFER)] = w[u32(OpLayout::EPOCH)] = 0;
     const size_t n = write_out(core_->take_results(results_.data(), kMaxBatch));
     return Napi::Number::New(env, static_cast<double>(taken + n * 65536));
   }

@@ -91,6 +91,11 @@ int ClientCore::add_connection(std::shared_ptr<transport::Connection> connection
     *error = "the server's bucket count is not a power of two >= 2";
     return -1;
   }
+  if (region.epoch_offset != 0 &&
+      (region.epoch_offset % 8 != 0 || region.epoch_offset + 8ull * u32(EpochWord::HASH_SLOTS) > region.length)) {
+    *error = "the server's epoch table lies outside its region";
+    return -1;
+  }
   const size_t items_begin = kMaxOps * area::kBytes;
   const uint64_t largest = largest_item(region);
   if (items_begin + 2 * std::min<uint64_t>(largest, kPooledItemFloor) > scratch_->length()) {
@@ -404,12 +409,13 @@ void ClientCore::phase_done(Op& op) {
 }
 
 // Randomized exponential backoff, 1 µs to 1 ms; past the deadline the op
-// fails (a GET with TIMEOUT, anything that waits for a lock with LOCK_CONTENDED).
+// fails (a GET, or a write waiting for its epoch word to open, with TIMEOUT;
+// anything that waits for a lock with LOCK_CONTENDED).
 void ClientCore::retry_later(Op& op, Phase resume) {
   op.retries++;
   const auto now = Clock::now();
   if (now > op.deadline) {
-    return finish(op, op.type == KvOp::GET ? KvStatus::TIMEOUT : KvStatus::LOCK_CONTENDED, op.retries);
+    return finish(op, op.type == KvOp::GET || op.epoch_wait ? KvStatus::TIMEOUT : KvStatus::LOCK_CONTENDED, op.retries);
   }
   const uint32_t cap = 1u << std::min<uint32_t>(op.retries, 10);
   op.backoff_until = now + std::chrono::microseconds(1 + rng_() % cap);

@@ -64,6 +64,9 @@ struct RegionInfo {
   // The access table (kv-server --eviction lru|lfu): a byte per heap unit, 0 = none.
   // A GET WRITEs 1 into its item's byte (access.cc); the server reads and clears them.
   uint64_t access_offset = 0;
+  // The epoch table (region format 5): a word per hash slot that a write READs,
+  // fenced, with its lock CASes (write.cc). 0: none (format 3 or 4, or a read client).
+  uint64_t epoch_offset = 0;
 };
 
 // One operation as JS submits it. Key and value point into the caller's
@@ -94,6 +97,7 @@ struct OpDesc {
   uint32_t ext_lkey = 0;
   bool ext_bad = false;
   uint64_t expiry = 0;  // PUT, CAS: the new item's EXPIRY (absolute Unix ms, 0 = never)
+  uint32_t epoch = 0;   // writes: the hash slot's epoch in the writer's configuration (0: none, any OPEN word)
 };
 
 struct OpResult {
@@ -292,7 +296,7 @@ class ClientCore {
   void write_commit(Op& op);
   void add_releases(Op& op);
   void release_and_retry(Op& op);
-  void release_and_finish(Op& op, KvStatus status);
+  void release_and_finish(Op& op, KvStatus status, uint32_t detail = 0);
   void released(Op& op);
   // INCR, LOCK, UNLOCK (atomics.cc).
   void begin_create(Op& op);

@@ -33,6 +33,7 @@ constexpr size_t RECORD = 368;               // notification record (32 B)
 constexpr size_t SLOT_NEW = 400, SLOT_MOVE = 408, CREDIT = 416, ATOM = 424;
 constexpr size_t MARK = 432;                 // ItemState::SUPERSEDED, the mark a write puts on the item it unlinks
 constexpr size_t ACCESS = 440;               // the 1 a GET WRITEs into its item's access byte (access.cc)
+constexpr size_t EPOCH = 448;                // a write's hash slot's epoch word, read with its lock CASes
 constexpr size_t ALT = 512;                  // up to 14 candidate displacement buckets
 constexpr size_t LIVE = ALT;                 // a large GET's header read again (a GET never displaces)
 constexpr size_t CAND = 1536;                // candidate headers: 48 + key bytes each
@@ -140,8 +141,9 @@ struct WriteState {
   int alt_index = -1;
   uint32_t alt_buckets[2 * kSlots];
   uint32_t nalt = 0;
-  // After W_RELEASE: finish with this instead of retrying (OK: retry).
+  // After W_RELEASE: finish with this instead of retrying (OK: retry), and its detail.
   KvStatus final_status = KvStatus::OK;
+  uint32_t final_detail = 0;
   bool then_atomic = false;  // creation found the key already there: do the atomic on it
 
   // The key's two buckets are the first two to lock.
@@ -192,6 +194,8 @@ struct ClientCore::Op {
   } ext;
   uint64_t version = 0;     // the item's version: read (GET) or written
   uint64_t expiry = 0;      // the item's EXPIRY: read (GET) or written (PUT, CAS); 0 = never
+  uint32_t epoch = 0;       // writes: the epoch the hash slot's word must hold (0: any, while OPEN)
+  bool epoch_wait = false;  // the last retry waited for a closed or fenced epoch word (at the deadline: TIMEOUT)
   GrantedBlock block;
   bool ring_credit = false;  // a record of our notification ring is promised to this op (writes)
   std::variant<LookupState, WriteState, AtomicState> state;

@@ -67,6 +67,8 @@ void ClientCore::adopt(Op& op, const OpDesc& d, Clock::time_point now) {
   op.block = {d.block, d.block_units, granted, false};
   op.key_len = d.key_len;
   op.expiry = d.expiry;
+  op.epoch = d.epoch;
+  op.epoch_wait = false;
   op.ext = {d.ext, d.ext_len, d.ext_lkey};
   if (d.key_len <= kMaxKey && op.linked) {
     std::memcpy(op.key, d.key, d.key_len);

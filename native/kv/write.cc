@@ -4,7 +4,8 @@
 //   W_CREDIT    our notification ring looks full: read how far the server got
 //   W_READ      the new item into its granted block (once), both buckets
 //   W_LOCK      CAS both bucket locks (lower bucket first), reread both behind
-//               a fence, read the header and key of same-fingerprint items
+//               a fence, read the header and key of same-fingerprint items,
+//               and (region format 5) the key's hash slot's epoch word
 //   W_VERIFY    items whose slots appeared between the reads
 //   W_ALT(_LOCK) both buckets full: lock the emptiest bucket an entry can move to
 //   W_COMMIT    the mark on the item unlinked, the slot(s), the lock releases,
@@ -13,6 +14,7 @@
 #include <algorithm>
 
 #include "client_core.h"
+#include "hash_slot.h"
 #include "op.h"
 
 namespace rkv::kv {
@@ -81,6 +83,12 @@ void ClientCore::write_lock(Op& op) {
   }
   link(op).sends.read(op.tag(), op.area(area::F1), kBucketBytes, bucket_addr(op, w.locks[0].bucket), true);
   link(op).sends.read(op.tag(), op.area(area::F2), kBucketBytes, bucket_addr(op, w.locks[1].bucket), true);
+  if (link(op).region.epoch_offset != 0) {
+    // Fenced: read after both CASes took effect. A barrier that closes the word
+    // after this READ sees our locks held and waits for them (epoch-barrier.ts).
+    const uint64_t word = link(op).region.epoch_offset + 8ull * key_hash_slot(op.key, op.key_len);
+    link(op).sends.read(op.tag(), op.area(area::EPOCH), 8, link(op).region.addr + word, true);
+  }
   w.ncandidates = 0;
   w.damaged_slot = false;
   for (const uint8_t* image : images) {
@@ -109,7 +117,21 @@ void ClientCore::write_locked(Op& op) {
   WriteState& w = op.write();
   w.locks[0].held = load_le<uint64_t>(mem(op.area(area::CAS))) == w.locks[0].expect;
   w.locks[1].held = load_le<uint64_t>(mem(op.area(area::CAS + 8))) == w.locks[1].expect;
+  op.epoch_wait = false;
   if (!w.locks[0].held || !w.locks[1].held) return release_and_retry(op);
+  if (link(op).region.epoch_offset != 0) {
+    const uint64_t word = load_le<uint64_t>(mem(op.area(area::EPOCH)));
+    const uint32_t epoch = static_cast<uint32_t>(word >> u32(EpochWord::EPOCH_SHIFT));
+    const uint32_t state = static_cast<uint32_t>(word);
+    // Another epoch than our configuration's: the hash slot's replicas changed; the writer refreshes.
+    if (op.epoch != 0 && epoch != op.epoch) return release_and_finish(op, KvStatus::EPOCH_MOVED, epoch);
+    // A barrier is running, or the member does not serve the hash slot now: wait, within the timeout.
+    if (state == u32(EpochWord::CLOSED) || state == u32(EpochWord::FENCED)) {
+      op.epoch_wait = true;
+      return release_and_retry(op);
+    }
+    if (state != u32(EpochWord::OPEN)) return release_and_finish(op, KvStatus::CORRUPT);
+  }
   // Under the locks, the fenced images are the truth. Any same-fingerprint
   // slot whose item we have not read yet is read now (rare: it appeared
   // between the first read and the lock).
@@ -319,8 +341,9 @@ void ClientCore::release_and_retry(Op& op) {
   released(op);
 }
 
-void ClientCore::release_and_finish(Op& op, KvStatus status) {
+void ClientCore::release_and_finish(Op& op, KvStatus status, uint32_t detail) {
   op.write().final_status = status;
+  op.write().final_detail = detail;
   release_and_retry(op);
 }
 
@@ -333,7 +356,7 @@ void ClientCore::released(Op& op) {
     cache_store(op);
     return atomic_step(op);
   }
-  if (w.final_status != KvStatus::OK) return finish(op, w.final_status);
+  if (w.final_status != KvStatus::OK) return finish(op, w.final_status, w.final_detail);
   retry_later(op, Phase::W_READ);
 }
 

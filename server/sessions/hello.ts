@@ -25,7 +25,14 @@ export function helloFor(client: Client, store: RegionStore, settings: Pick<Serv
     versionBase: sessionVersionBase(client.session),
     // accessOffset (eviction on, write clients): where a GET marks the item it read (docs/architecture.md,
     // "Eviction"). A read client's rkey cannot WRITE, so it marks nothing.
-    region: { addr: region.addr, rkey: region.rkey, length: BigInt(layout.regionBytes), ...(writes && layout.accessOffset > 0 ? { accessOffset: BigInt(layout.accessOffset) } : {}) },
+    // epochOffset (format 5, write clients): the epoch table each write READs (a read client writes nothing).
+    region: {
+      addr: region.addr,
+      rkey: region.rkey,
+      length: BigInt(layout.regionBytes),
+      ...(writes && layout.accessOffset > 0 ? { accessOffset: BigInt(layout.accessOffset) } : {}),
+      ...(writes && layout.epochOffset > 0 ? { epochOffset: BigInt(layout.epochOffset) } : {}),
+    },
     layout: {
       bucketCount: layout.bucketCount,
       indexOffset: BigInt(layout.indexOffset),

@@ -16,7 +16,10 @@ import { keySlot } from '../../protocol/hash-slots.js';
 import { EpochBarrierError } from '../../server/replication/epoch-barrier.js';
 import { EPOCH_TABLE_BYTES, readSuperblock } from '../../server/store/layout.js';
 import { EpochTable } from '../../server/store/epoch-table.js';
+import { hashKey } from '../../native/index.js';
 import { connect, forkKvChild, processStopped, startServer } from '../helpers/kv.js';
+import { rawClient } from '../helpers/raw-client.js';
+import { kvServer } from '../server/helpers.js';
 import { writeEmptyRegionOfFormat } from '../helpers/region-file.js';
 import { eventually, listenUrl, providersUnderTest } from '../helpers/providers.js';
 
@@ -80,6 +83,20 @@ test('a region file of format 4 (no epoch table) is served in its own layout, ke
   t.is(Number(server.region.readBigUInt64LE(Superblock.EPOCH_OFFSET)), 0, 'no epoch table was written into it');
 });
 
+test('kv-server --replicas 2 refuses a format-4 region file: replicated writes check every replica\'s epoch word', async (t) => {
+  const regionFile = join(mkdtempSync(join(tmpdir(), 'rkv-format4-replicas-')), 'region');
+  const probe = await startServer(scheme, { listen: [listenUrl(scheme)], regionFile, memoryBytes: 64 << 20 });
+  const { layout } = probe.namespace('default');
+  const seed = readSuperblock(probe.region).seed;
+  await probe.close();
+  writeEmptyRegionOfFormat(regionFile, layout, seed, 4);
+  // The region is checked before etcd is dialled: this address is never used.
+  const args = ['--listen', listenUrl('shm'), '--memory', '64M', '--region-file', regionFile, '--etcd', 'http://127.0.0.1:9', '--name', 'm'];
+  const refused = await kvServer([...args, '--replicas', '2'], { RKV_EXPERIMENTAL_REPLICAS: '1' });
+  t.is(refused.code, 1, refused.stderr);
+  t.regex(refused.stderr, /^kv-server: --replicas 2: .* is of region format 4, which has no epoch table; a replica needs format 5: serve it with --replicas 1, or copy its data into a new region$/m);
+});
+
 test('a region file of format 6 is refused, naming the formats this server reads', async (t) => {
   const regionFile = join(mkdtempSync(join(tmpdir(), 'rkv-format6-')), 'region');
   const server = await startServer(scheme, { listen: [listenUrl(scheme)], regionFile });
@@ -91,6 +108,14 @@ test('a region file of format 6 is refused, naming the formats this server reads
   await file.close();
   const error = await t.throwsAsync(startServer(scheme, { listen: [listenUrl(scheme)], regionFile }));
   t.regex(error!.message, /holds region format 6; this kv-server reads region formats 3, 4 and 5 only/);
+});
+
+test("a write client's hello names the epoch table (protocol v7)", async (t) => {
+  const server = await startServer(scheme);
+  t.teardown(() => server.close());
+  const raw = await rawClient(t, scheme, server);
+  t.is(raw.hello.v, 7);
+  t.is(raw.hello.region.epochOffset, BigInt(server.namespace('default').layout.epochOffset));
 });
 
 test('with no lock held the barrier opens the hash slots at the new epoch and leaves the others alone', async (t) => {
@@ -110,9 +135,14 @@ if (providersUnderTest().includes('shm')) {
     test(`shm: the barrier waits for a writer that holds bucket locks, until it ${end === 'resumes' ? 'resumes and releases them' : 'is killed and its locks are released'}`, async (t) => {
       const server = await startServer('shm', { keepaliveMs: 60_000 }); // never fenced for silence during the test
       t.teardown(() => server.close());
-      const key = 'barrier-key';
+      const key = '{barrier}.a';
       const hashSlot = keySlot(Buffer.from(key));
-      const epochs = new EpochTable(server.region, readSuperblock(server.region).epochOffset);
+      const sb = readSuperblock(server.region);
+      const epochs = new EpochTable(server.region, sb.epochOffset);
+      // Another key of the same hash slot in other buckets: its write waits for the word, not for the stopped writer's locks.
+      const buckets = (k: string) => { const { b1, b2 } = hashKey(Buffer.from(k), sb.seed, sb.bucketCount); return [b1, b2]; };
+      const other = Array.from({ length: 64 }, (_, i) => `{barrier}.b${i}`).find((k) => !buckets(k).some((b) => buckets(key).includes(b)))!;
+      t.is(keySlot(Buffer.from(other)), hashSlot);
       const child = forkKvChild(t, ['put', server.urls[0]!, key, 'written under epoch 0'], { env: { RKV_SHM_TEST_STOP_BEFORE: 'WRITE:8' } });
       let report: Record<string, unknown> | undefined;
       child.on('message', (m: Record<string, unknown>) => (report = m));
@@ -122,6 +152,10 @@ if (providersUnderTest().includes('shm')) {
       const barrier = server.epochBarrier([hashSlot], 1);
       t.false(await settledYet(barrier), 'the barrier waits while the writer holds its locks');
       t.deepEqual(epochs.read(hashSlot), { epoch: 1, state: 'closed' }, 'the word is closed: a writer reading it now starts over');
+      const late = await connect(server);
+      t.teardown(() => late.close());
+      const lateWrite = late.put(other, 'after the barrier opened');
+      t.false(await settledYet(lateWrite), "a write of the hash slot that READs the closed word waits (v7's epoch check)");
 
       if (end === 'resumes') child.kill('SIGCONT');
       else child.kill('SIGKILL');
@@ -130,6 +164,8 @@ if (providersUnderTest().includes('shm')) {
       t.is(done.waitedFor, 2, "it waited for the writer's two bucket locks");
       t.deepEqual(epochs.read(hashSlot), { epoch: 1, state: 'open' });
       if (end === 'resumes') t.is(report?.acked, true, 'the writer, let go, finished its write before the barrier opened');
+      await lateWrite;
+      t.is((await late.get(other))?.toString(), 'after the barrier opened');
       const kv = await connect(server);
       t.teardown(() => kv.close());
       await kv.put(key, 'after the barrier');

@@ -1,0 +1,221 @@
+// A write's epoch check in the native core (protocol v7; docs/replication-design.md
+// §4.2), on a bare connected pair whose region the test lays out itself, epoch
+// table included, so it can put any word there: every write READs its key's
+// hash slot's epoch word, fenced, in the round of its lock CASes. A word at
+// another epoch than the op's EPOCH ends the write with EPOCH_MOVED and nothing
+// written; a CLOSED or FENCED word keeps it waiting (locks given back) until
+// the word opens; a word in no known state is damage. The core finds the word
+// by the same hash slot as protocol/hash-slots.ts keySlot ({tags} included).
+import test from 'ava';
+
+import { EpochWord, KvOp, KvStatus, OpLayout, ResultLayout } from '../../native/constants.generated.js';
+import { ClientCore, type CoreRegion, hashKey } from '../../native/index.js';
+import { keySlot } from '../../protocol/hash-slots.js';
+import { type Pair, connectPair } from '../helpers/pair.js';
+import { providersUnderTest, slow } from '../helpers/providers.js';
+import { rng } from '../helpers/random.js';
+
+const BUCKETS = 1024;
+const INDEX = 4096;
+const HEAP = INDEX + BUCKETS * 64;
+const HEAP_BYTES = 512 << 10;
+const EPOCHS = (1 << 20) - EpochWord.HASH_SLOTS * 8;
+const SEED = 7n;
+
+function regionOf(p: Pair, epochTable: boolean): CoreRegion {
+  return {
+    addr: p.region.addr, rkey: p.region.rkey, length: 1n << 20n, bucketCount: BUCKETS, indexOffset: BigInt(INDEX), heapOffset: BigInt(HEAP),
+    heapBytes: BigInt(HEAP_BYTES), seed: SEED, ringOffset: BigInt(HEAP + HEAP_BYTES), clientId: 1, versionBase: 1n << 40n,
+    maxValueBytes: 4096, graceMs: slow(1000), ...(epochTable ? { epochOffset: BigInt(EPOCHS) } : {}),
+  };
+}
+
+const word = (epoch: number, state: number): bigint => (BigInt(epoch) << 32n) | BigInt(state);
+const setWord = (p: Pair, slot: number, value: bigint): void => void p.region.bytes.writeBigUInt64LE(value, EPOCHS + 8 * slot);
+const setAll = (p: Pair, value: bigint): void => {
+  for (let slot = 0; slot < EpochWord.HASH_SLOTS; slot++) setWord(p, slot, value);
+};
+
+interface Op {
+  type: KvOp;
+  id: number;
+  key: string;
+  value?: string;
+  block?: number;
+  epoch?: number;
+}
+interface Done {
+  id: number;
+  status: number;
+  detail?: number;
+  blockUnused?: boolean;
+  value?: string;
+}
+
+function results(core: ClientCore, n: number): Done[] {
+  return Array.from({ length: n }, (_, i) => {
+    const w = (f: number) => core.resultWords[i * ResultLayout.WORDS + f]!;
+    const done: Done = { id: w(ResultLayout.ID), status: w(ResultLayout.STATUS) };
+    if (done.status === KvStatus.EPOCH_MOVED) done.detail = w(ResultLayout.DETAIL);
+    if (w(ResultLayout.BLOCK_UNUSED)) done.blockUnused = true;
+    if (done.status === KvStatus.OK && w(ResultLayout.VALUE_LEN) > 0) {
+      done.value = core.scratch.toString('utf8', w(ResultLayout.VALUE_OFFSET), w(ResultLayout.VALUE_OFFSET) + w(ResultLayout.VALUE_LEN));
+    }
+    return done;
+  });
+}
+
+function submit(core: ClientCore, ops: Op[]): Done[] {
+  let at = 0;
+  ops.forEach((op, i) => {
+    const o = i * OpLayout.WORDS;
+    core.opWords.fill(0, o, o + OpLayout.WORDS);
+    core.opWords[o + OpLayout.TYPE] = op.type;
+    core.opWords[o + OpLayout.ID] = op.id;
+    core.opWords[o + OpLayout.EPOCH] = op.epoch ?? 0;
+    const key = Buffer.from(op.key);
+    core.opWords[o + OpLayout.KEY_OFFSET] = at;
+    core.opWords[o + OpLayout.KEY_LEN] = key.copy(core.arena, at);
+    at += key.length;
+    if (op.value !== undefined) {
+      const value = Buffer.from(op.value);
+      core.opWords[o + OpLayout.VALUE_OFFSET] = at;
+      core.opWords[o + OpLayout.VALUE_LEN] = value.copy(core.arena, at);
+      at += value.length;
+    }
+    if (op.block !== undefined) {
+      core.opWords[o + OpLayout.BLOCK] = op.block;
+      core.opWords[o + OpLayout.BLOCK_UNITS] = 4;
+    }
+  });
+  if (core.submit(ops.length) !== ops.length) throw new Error('the core did not take every op');
+  return results(core, core.submittedResults);
+}
+
+/** Polls until `count` results are in, or `turns` event-loop turns have passed (then fewer). */
+async function collect(core: ClientCore, done: Done[], count: number, turns = Infinity): Promise<Done[]> {
+  const deadline = performance.now() + slow(5000);
+  for (let turn = 0; done.length < count && turn < turns && performance.now() < deadline; turn++) {
+    done.push(...results(core, core.poll()));
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  return done.sort((a, b) => a.id - b.id);
+}
+
+/** The key's value as a GET finds it (undefined: NOT_FOUND). */
+async function valueOf(core: ClientCore, key: string): Promise<string | undefined> {
+  const [done] = await collect(core, submit(core, [{ type: KvOp.GET, id: 99, key }]), 1);
+  if (done?.status === KvStatus.NOT_FOUND) return undefined;
+  if (done?.status !== KvStatus.OK) throw new Error(`GET ${key}: ${JSON.stringify(done)}`);
+  return done.value;
+}
+
+/** Both bucket lock words of `key`: free (owner 0) once a write gave them back. */
+function lockOwners(p: Pair, key: string): number[] {
+  const { b1, b2 } = hashKey(Buffer.from(key), SEED, BUCKETS);
+  return [b1, b2].map((b) => Number(p.region.bytes.readBigUInt64LE(INDEX + b * 64) & 0xffffffffn));
+}
+
+async function setup(t: { teardown(fn: () => void): void }, scheme: (typeof SCHEMES)[number], { epochTable = true, opTimeoutMs = slow(3000) } = {}) {
+  const p = await connectPair(scheme, { serverRecvs: 64, recvBytes: 64 });
+  setAll(p, word(0, EpochWord.OPEN));
+  const core = new ClientCore(p.client, p.clientConn, p.clientCq, regionOf(p, epochTable), { scratchBytes: 1 << 20, opTimeoutMs, arenaBytes: 1 << 16 });
+  t.teardown(() => {
+    core.close();
+    p.close();
+  });
+  return { p, core };
+}
+
+const SCHEMES = providersUnderTest();
+for (const scheme of SCHEMES) {
+  test(`${scheme}: a write at another epoch than its hash slot's word ends EPOCH_MOVED with the word's epoch: nothing written, locks and block given back`, async (t) => {
+    const { p, core } = await setup(t, scheme);
+    const slot = keySlot(Buffer.from('k'));
+    setWord(p, slot, word(5, EpochWord.OPEN));
+    // Epoch 0 in the op: no configuration, any open word will do.
+    t.deepEqual(await collect(core, submit(core, [{ type: KvOp.PUT, id: 1, key: 'k', value: 'v1', block: 100 }]), 1), [{ id: 1, status: KvStatus.OK }]);
+    // The writer's configuration says 4; the word says 5.
+    const moved = await collect(core, submit(core, [
+      { type: KvOp.PUT, id: 2, key: 'k', value: 'v2', block: 104, epoch: 4 },
+      { type: KvOp.DELETE, id: 3, key: 'k', epoch: 4 },
+      { type: KvOp.CAS, id: 4, key: 'k', value: 'v3', block: 108, epoch: 6 },
+      { type: KvOp.INCR, id: 5, key: 'counter', block: 112, epoch: 4 },
+    ]), 4);
+    t.deepEqual(moved, [
+      { id: 2, status: KvStatus.EPOCH_MOVED, detail: 5, blockUnused: true },
+      { id: 3, status: KvStatus.EPOCH_MOVED, detail: 5 },
+      { id: 4, status: KvStatus.EPOCH_MOVED, detail: 5, blockUnused: true },
+      // Creating the counter goes through the same locked write, and the same check (its own hash slot's word).
+      { id: 5, status: KvStatus.EPOCH_MOVED, detail: 0, blockUnused: true },
+    ]);
+    t.deepEqual(lockOwners(p, 'k'), [0, 0], 'the bucket locks were given back');
+    t.deepEqual(lockOwners(p, 'counter'), [0, 0]);
+    // Nothing was written: the key still holds v1, and the counter does not exist.
+    t.is(await valueOf(core, 'k'), 'v1');
+    t.is(await valueOf(core, 'counter'), undefined);
+    // At the word's epoch the write goes through.
+    t.deepEqual(await collect(core, submit(core, [{ type: KvOp.PUT, id: 8, key: 'k', value: 'v4', block: 116, epoch: 5 }]), 1), [{ id: 8, status: KvStatus.OK }]);
+  });
+
+  for (const [name, state] of [['CLOSED', EpochWord.CLOSED], ['FENCED', EpochWord.FENCED]] as const) {
+    test(`${scheme}: a write whose hash slot's word is ${name} waits without holding its locks, and goes through once the word opens; other hash slots do not wait`, async (t) => {
+      const { p, core } = await setup(t, scheme);
+      setWord(p, keySlot(Buffer.from('held')), word(1, state));
+      const done = submit(core, [
+        { type: KvOp.PUT, id: 1, key: 'held', value: 'v', block: 100 },
+        { type: KvOp.PUT, id: 2, key: 'free', value: 'v', block: 104 },
+      ]);
+      // 'free' finishes; 'held' keeps backing off for as many turns as we give it.
+      t.deepEqual(await collect(core, done, 2, 200), [{ id: 2, status: KvStatus.OK }]);
+      t.is(core.inflight, 1);
+      t.deepEqual(lockOwners(p, 'held'), [0, 0], 'it waits with its locks given back (a barrier does not wait for it)');
+      setWord(p, keySlot(Buffer.from('held')), word(1, EpochWord.OPEN));
+      t.deepEqual(await collect(core, done, 2), [{ id: 1, status: KvStatus.OK }, { id: 2, status: KvStatus.OK }]);
+    });
+  }
+
+  test(`${scheme}: a write whose word stays closed ends at its deadline with TIMEOUT, its block unused`, async (t) => {
+    const { p, core } = await setup(t, scheme, { opTimeoutMs: slow(300) });
+    setWord(p, keySlot(Buffer.from('k')), word(0, EpochWord.CLOSED));
+    t.deepEqual(await collect(core, submit(core, [{ type: KvOp.PUT, id: 1, key: 'k', value: 'v', block: 100 }]), 1), [{ id: 1, status: KvStatus.TIMEOUT, blockUnused: true }]);
+    t.deepEqual(lockOwners(p, 'k'), [0, 0]);
+  });
+
+  test(`${scheme}: an epoch word in no known state is damage: the write fails with CORRUPT and gives its locks back`, async (t) => {
+    const { p, core } = await setup(t, scheme);
+    setWord(p, keySlot(Buffer.from('k')), word(0, 7));
+    t.deepEqual(await collect(core, submit(core, [{ type: KvOp.PUT, id: 1, key: 'k', value: 'v', block: 100 }]), 1), [{ id: 1, status: KvStatus.CORRUPT, blockUnused: true }]);
+    t.deepEqual(lockOwners(p, 'k'), [0, 0]);
+  });
+
+  test(`${scheme}: the core reads the word of the key's hash slot as keySlot computes it, {hash tags} included`, async (t) => {
+    const { p, core } = await setup(t, scheme);
+    // Every word open at its own hash slot + 1: a write expecting keySlot(key) + 1 goes through only on
+    // that word, and a wrong word's EPOCH_MOVED names the hash slot the core read (its epoch - 1).
+    for (let slot = 0; slot < EpochWord.HASH_SLOTS; slot++) setWord(p, slot, word(slot + 1, EpochWord.OPEN));
+    const random = rng(17);
+    const alphabet = ['a', 'b', '{', '}', 'é', '\u0000'];
+    const keys = ['plain', '{user1000}.following', '{user1000}.followers', 'foo{}{bar}', 'foo{{bar}}zap', 'foo{bar}{zap}', 'a{', '}{x}', '{}', '{}}', 'é{ü}'];
+    while (keys.length < 200) keys.push(Array.from({ length: 1 + Math.floor(random() * 9) }, () => alphabet[Math.floor(random() * alphabet.length)]).join(''));
+    for (let first = 0; first < keys.length; first += 50) {
+      const batch = keys.slice(first, first + 50);
+      const done = submit(core, batch.map((key, i) => ({ type: KvOp.PUT, id: i + 1, key, value: 'v', block: 100 + 4 * (first + i), epoch: keySlot(Buffer.from(key)) + 1 })));
+      const read = (await collect(core, done, batch.length)).map((d) => (d.status === KvStatus.EPOCH_MOVED ? `read hash slot ${d.detail! - 1}` : d.status));
+      t.deepEqual(read, batch.map(() => KvStatus.OK), `keys ${JSON.stringify(batch)}`);
+    }
+  });
+
+  test(`${scheme}: a region without an epoch table (format 4, or a read client) takes no epoch READ`, async (t) => {
+    const { p, core } = await setup(t, scheme, { epochTable: false });
+    setAll(p, word(9, EpochWord.CLOSED)); // what lies there is not an epoch table: never read
+    t.deepEqual(await collect(core, submit(core, [{ type: KvOp.PUT, id: 1, key: 'k', value: 'v', block: 100, epoch: 3 }]), 1), [{ id: 1, status: KvStatus.OK }]);
+  });
+
+  test(`${scheme}: an epoch table past the region's end is refused when the connection is added`, async (t) => {
+    const p = await connectPair(scheme);
+    t.teardown(() => p.close());
+    const region = { ...regionOf(p, true), epochOffset: BigInt((1 << 20) - 8) };
+    t.throws(() => new ClientCore(p.client, p.clientConn, p.clientCq, region, { scratchBytes: 1 << 20, opTimeoutMs: 1000, arenaBytes: 1 << 16 }), { message: /epoch table lies outside/ });
+  });
+}
