@@ -7,7 +7,7 @@
 // connection the core lacks is refused with PROTOCOL.
 import test from 'ava';
 
-import { ControlWords, KvLayout, KvOp, KvStatus, OpLayout, Opcode, ResultLayout, SendFlag, WcStatus } from '../../native/constants.generated.js';
+import { ControlWords, KvLayout, KvOp, KvStatus, Opcode, ResultLayout, SendFlag, WcStatus } from '../../native/constants.generated.js';
 import {
   Access,
   ClientCore,
@@ -23,6 +23,7 @@ import {
 } from '../../native/index.js';
 import { ItemType } from '../../protocol/constants.js';
 import { packSlot } from '../../protocol/index-format.js';
+import { type CoreOp, writeOps } from '../helpers/core-ops.js';
 import { type Scheme, listenUrl, providersUnderTest, slow, testTimeoutMs } from '../helpers/providers.js';
 
 const INDEX = 4096;
@@ -93,41 +94,14 @@ function place(s: BareServer, key: string, value: string, block: number): void {
   s.region.bytes.writeBigUInt64LE(packSlot(fingerprint, Math.ceil(item.length / KvLayout.UNIT_BYTES), block), INDEX + b1 * 64 + 8);
 }
 
-interface Op {
-  type: KvOp;
-  id: number;
-  connection: number;
-  key: string;
-  value?: string;
-  block?: number;
-}
 interface Done {
   id: number;
   status: number;
   value?: string;
 }
 
-function submit(core: ClientCore, ops: Op[]): { taken: number; done: Done[] } {
-  let at = 0;
-  ops.forEach((op, i) => {
-    const o = i * OpLayout.WORDS;
-    core.opWords.fill(0, o, o + OpLayout.WORDS);
-    core.opWords[o + OpLayout.TYPE] = op.type;
-    core.opWords[o + OpLayout.ID] = op.id;
-    core.opWords[o + OpLayout.CONNECTION] = op.connection;
-    const key = Buffer.from(op.key);
-    core.opWords[o + OpLayout.KEY_OFFSET] = at;
-    core.opWords[o + OpLayout.KEY_LEN] = key.copy(core.arena, at);
-    at += key.length;
-    if (op.value !== undefined) {
-      const value = Buffer.from(op.value);
-      core.opWords[o + OpLayout.VALUE_OFFSET] = at;
-      core.opWords[o + OpLayout.VALUE_LEN] = value.copy(core.arena, at);
-      at += value.length;
-      core.opWords[o + OpLayout.BLOCK] = op.block ?? 0;
-      core.opWords[o + OpLayout.BLOCK_UNITS] = 4;
-    }
-  });
+function submit(core: ClientCore, ops: CoreOp[]): { taken: number; done: Done[] } {
+  writeOps(core, ops);
   const taken = core.submit(ops.length);
   return { taken, done: results(core, core.submittedResults) };
 }

@@ -8,9 +8,10 @@
 // by the same hash slot as protocol/hash-slots.ts keySlot ({tags} included).
 import test from 'ava';
 
-import { EpochWord, KvOp, KvStatus, OpLayout, ResultLayout } from '../../native/constants.generated.js';
+import { EpochWord, KvOp, KvStatus, ResultLayout } from '../../native/constants.generated.js';
 import { ClientCore, type CoreRegion, hashKey } from '../../native/index.js';
 import { keySlot } from '../../protocol/hash-slots.js';
+import { type CoreOp, writeOps } from '../helpers/core-ops.js';
 import { type Pair, connectPair } from '../helpers/pair.js';
 import { providersUnderTest, slow } from '../helpers/providers.js';
 import { rng } from '../helpers/random.js';
@@ -36,14 +37,6 @@ const setAll = (p: Pair, value: bigint): void => {
   for (let slot = 0; slot < EpochWord.HASH_SLOTS; slot++) setWord(p, slot, value);
 };
 
-interface Op {
-  type: KvOp;
-  id: number;
-  key: string;
-  value?: string;
-  block?: number;
-  epoch?: number;
-}
 interface Done {
   id: number;
   status: number;
@@ -65,29 +58,8 @@ function results(core: ClientCore, n: number): Done[] {
   });
 }
 
-function submit(core: ClientCore, ops: Op[]): Done[] {
-  let at = 0;
-  ops.forEach((op, i) => {
-    const o = i * OpLayout.WORDS;
-    core.opWords.fill(0, o, o + OpLayout.WORDS);
-    core.opWords[o + OpLayout.TYPE] = op.type;
-    core.opWords[o + OpLayout.ID] = op.id;
-    core.opWords[o + OpLayout.EPOCH] = op.epoch ?? 0;
-    const key = Buffer.from(op.key);
-    core.opWords[o + OpLayout.KEY_OFFSET] = at;
-    core.opWords[o + OpLayout.KEY_LEN] = key.copy(core.arena, at);
-    at += key.length;
-    if (op.value !== undefined) {
-      const value = Buffer.from(op.value);
-      core.opWords[o + OpLayout.VALUE_OFFSET] = at;
-      core.opWords[o + OpLayout.VALUE_LEN] = value.copy(core.arena, at);
-      at += value.length;
-    }
-    if (op.block !== undefined) {
-      core.opWords[o + OpLayout.BLOCK] = op.block;
-      core.opWords[o + OpLayout.BLOCK_UNITS] = 4;
-    }
-  });
+function submit(core: ClientCore, ops: CoreOp[]): Done[] {
+  writeOps(core, ops);
   if (core.submit(ops.length) !== ops.length) throw new Error('the core did not take every op');
   return results(core, core.submittedResults);
 }
