@@ -91,8 +91,9 @@ int ClientCore::add_connection(std::shared_ptr<transport::Connection> connection
     *error = "the server's bucket count is not a power of two >= 2";
     return -1;
   }
-  if (region.epoch_offset != 0 &&
-      (region.epoch_offset % 8 != 0 || region.epoch_offset + 8ull * u32(EpochWord::HASH_SLOTS) > region.length)) {
+  constexpr uint64_t kEpochTableBytes = 8ull * u32(EpochWord::HASH_SLOTS);
+  if (region.epoch_offset != 0 && (region.epoch_offset % 8 != 0 || region.epoch_offset > region.length ||
+                                   region.length - region.epoch_offset < kEpochTableBytes)) {
     *error = "the server's epoch table lies outside its region";
     return -1;
   }

@@ -1,7 +1,7 @@
 // The hash slot of a key, as protocol/hash-slots.ts keySlot computes it
-// (CRC16-XMODEM of the key, or of its {tag}, modulo 16,384). A write READs its hash slot's epoch word (write.cc); the
-// cluster client routes by the same number. test/kv/epochs.test.ts holds the
-// two to the same answers.
+// (CRC16-XMODEM of the key, or of its {tag}, modulo 16,384). A write READs its
+// hash slot's epoch word (write.cc); the cluster client routes by the same
+// number. test/kv/epoch-check.test.ts holds the two to the same answers.
 #pragma once
 
 #include <array>

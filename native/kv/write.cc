@@ -26,6 +26,7 @@ constexpr uint32_t kRingRecords = u32(KvLayout::RING_RECORDS);
 // RTT1: the new item into its granted block (PUT, once), and both buckets.
 void ClientCore::write_read_buckets(Op& op) {
   WriteState& w = op.write();
+  op.epoch_wait = false;  // set again only if this attempt finds its epoch word closed (retry_later's TIMEOUT)
   if (!op.ring_credit) {
     if (link(op).ring.written + link(op).ring.reserved >= link(op).ring.consumed + kRingRecords) {
       // Our ring is full as far as we know: read how far the server got.
@@ -117,20 +118,20 @@ void ClientCore::write_locked(Op& op) {
   WriteState& w = op.write();
   w.locks[0].held = load_le<uint64_t>(mem(op.area(area::CAS))) == w.locks[0].expect;
   w.locks[1].held = load_le<uint64_t>(mem(op.area(area::CAS + 8))) == w.locks[1].expect;
-  op.epoch_wait = false;
   if (!w.locks[0].held || !w.locks[1].held) return release_and_retry(op);
   if (link(op).region.epoch_offset != 0) {
     const uint64_t word = load_le<uint64_t>(mem(op.area(area::EPOCH)));
     const uint32_t epoch = static_cast<uint32_t>(word >> u32(EpochWord::EPOCH_SHIFT));
     const uint32_t state = static_cast<uint32_t>(word);
+    const bool known = state == u32(EpochWord::OPEN) || state == u32(EpochWord::CLOSED) || state == u32(EpochWord::FENCED);
+    if (!known) return release_and_finish(op, KvStatus::CORRUPT);  // damage: its epoch means nothing either
     // Another epoch than our configuration's: the hash slot's replicas changed; the writer refreshes.
     if (op.epoch != 0 && epoch != op.epoch) return release_and_finish(op, KvStatus::EPOCH_MOVED, epoch);
     // A barrier is running, or the member does not serve the hash slot now: wait, within the timeout.
-    if (state == u32(EpochWord::CLOSED) || state == u32(EpochWord::FENCED)) {
+    if (state != u32(EpochWord::OPEN)) {
       op.epoch_wait = true;
       return release_and_retry(op);
     }
-    if (state != u32(EpochWord::OPEN)) return release_and_finish(op, KvStatus::CORRUPT);
   }
   // Under the locks, the fenced images are the truth. Any same-fingerprint
   // slot whose item we have not read yet is read now (rare: it appeared

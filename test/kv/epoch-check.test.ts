@@ -82,6 +82,16 @@ async function valueOf(core: ClientCore, key: string): Promise<string | undefine
   return done.value;
 }
 
+/** Polls until the core's one op waits out a backoff. */
+async function untilBackingOff(core: ClientCore): Promise<void> {
+  const deadline = performance.now() + slow(5000);
+  while (core.backoffs !== 1) {
+    if (performance.now() > deadline) throw new Error('the op never backed off');
+    if (core.poll() !== 0) throw new Error('an op finished while the word was closed');
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+}
+
 /** Both bucket lock words of `key`: free (owner 0) once a write gave them back. */
 function lockOwners(p: Pair, key: string): number[] {
   const { b1, b2 } = hashKey(Buffer.from(key), SEED, BUCKETS);
@@ -138,9 +148,12 @@ for (const scheme of SCHEMES) {
         { type: KvOp.PUT, id: 1, key: 'held', value: 'v', block: 100 },
         { type: KvOp.PUT, id: 2, key: 'free', value: 'v', block: 104 },
       ]);
-      // 'free' finishes; 'held' keeps backing off for as many turns as we give it.
+      // 'free' finishes; 'held' keeps backing off however many more turns we give it.
+      t.deepEqual(await collect(core, done, 1), [{ id: 2, status: KvStatus.OK }]);
       t.deepEqual(await collect(core, done, 2, 200), [{ id: 2, status: KvStatus.OK }]);
       t.is(core.inflight, 1);
+      // An op backs off only once its releases completed: read the lock words then, with no poll between.
+      await untilBackingOff(core);
       t.deepEqual(lockOwners(p, 'held'), [0, 0], 'it waits with its locks given back (a barrier does not wait for it)');
       setWord(p, keySlot(Buffer.from('held')), word(1, EpochWord.OPEN));
       t.deepEqual(await collect(core, done, 2), [{ id: 1, status: KvStatus.OK }, { id: 2, status: KvStatus.OK }]);
@@ -152,6 +165,9 @@ for (const scheme of SCHEMES) {
     setWord(p, keySlot(Buffer.from('k')), word(0, EpochWord.CLOSED));
     t.deepEqual(await collect(core, submit(core, [{ type: KvOp.PUT, id: 1, key: 'k', value: 'v', block: 100 }]), 1), [{ id: 1, status: KvStatus.TIMEOUT, blockUnused: true }]);
     t.deepEqual(lockOwners(p, 'k'), [0, 0]);
+    // A damaged word is damage whatever epoch it seems to hold (not a retryable EPOCH_MOVED).
+    setWord(p, keySlot(Buffer.from('k')), word(4, 9));
+    t.deepEqual(await collect(core, submit(core, [{ type: KvOp.PUT, id: 2, key: 'k', value: 'v', block: 104, epoch: 3 }]), 1), [{ id: 2, status: KvStatus.CORRUPT, blockUnused: true }]);
   });
 
   test(`${scheme}: an epoch word in no known state is damage: the write fails with CORRUPT and gives its locks back`, async (t) => {
@@ -187,7 +203,9 @@ for (const scheme of SCHEMES) {
   test(`${scheme}: an epoch table past the region's end is refused when the connection is added`, async (t) => {
     const p = await connectPair(scheme);
     t.teardown(() => p.close());
-    const region = { ...regionOf(p, true), epochOffset: BigInt((1 << 20) - 8) };
-    t.throws(() => new ClientCore(p.client, p.clientConn, p.clientCq, region, { scratchBytes: 1 << 20, opTimeoutMs: 1000, arenaBytes: 1 << 16 }), { message: /epoch table lies outside/ });
+    for (const epochOffset of [BigInt((1 << 20) - 8), BigInt(2 << 20), 2n ** 64n - 8n]) {
+      const region = { ...regionOf(p, true), epochOffset };
+      t.throws(() => new ClientCore(p.client, p.clientConn, p.clientCq, region, { scratchBytes: 1 << 20, opTimeoutMs: 1000, arenaBytes: 1 << 16 }), { message: /epoch table lies outside/ }, String(epochOffset));
+    }
   });
 }
