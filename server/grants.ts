@@ -79,7 +79,10 @@ export class Grants {
    * Answers a grant with what the heap has. With nothing that fits, the clients holding
    * granted blocks are asked to give back those they do not use (the one asking too: it may
    * hold other size classes' blocks), and the grant waits for their answers — at most two
-   * keepalive intervals, within which every live client polls — before KV_OUT_OF_MEMORY.
+   * keepalive intervals, within which every live client polls — and for blocks in their grace
+   * period (superseded and deleted items: free within one grace period) before
+   * KV_OUT_OF_MEMORY. Without that wait, a burst of overwrites that left the heap's free
+   * memory in its grace period failed the next grant although the memory was hers soon.
    */
   private request(client: Client, c: number, n: number): void {
     const blocks = this.store.heap.grant(c, n);
@@ -87,12 +90,17 @@ export class Grants {
       // With eviction on, items are evicted and the grant waits out their grace period too.
       this.evictor?.shortOfMemory();
       const asked = this.askForUnusedBlocks();
-      if (asked || this.evicting()) {
-        this.waiting.push({ client, c, n, until: performance.now() + 2 * this.keepaliveMs + (this.evictor ? 2 * this.graceMs : 0) });
+      if (asked || this.evicting() || this.freeingSoon()) {
+        this.waiting.push({ client, c, n, until: performance.now() + 2 * this.keepaliveMs + 2 * this.graceMs });
         return;
       }
     }
     this.answer(client, c, blocks);
+  }
+
+  /** Blocks are waiting out their grace period: free memory within one grace period. */
+  private freeingSoon(): boolean {
+    return this.store.heap.graceBytes > 0;
   }
 
   private answer(client: Client, c: number, blocks: number[]): void {
@@ -142,7 +150,7 @@ export class Grants {
         this.waiting.push(wait);
         continue;
       }
-      if (blocks.length === 0 && outstanding && now < wait.until) {
+      if (blocks.length === 0 && (outstanding || this.freeingSoon()) && now < wait.until) {
         this.waiting.push(wait);
         continue;
       }

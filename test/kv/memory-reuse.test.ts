@@ -139,6 +139,26 @@ for (const scheme of providersUnderTest()) {
     t.true(count >= 0.8 * freshCount, `only ${count} of the ${freshCount} a fresh server stores`);
   });
 
+  test(`${scheme}: a grant waits for blocks in their grace period: writes right after deletes that left no free block succeed, not KV_OUT_OF_MEMORY`, async (t) => {
+    // A grace period long enough that the deleted values' blocks are surely still in it when the
+    // next PUTs ask for blocks (the op timeout covers the wait: 2 keepalive intervals + 2 grace periods).
+    const graceMs = slow(3000);
+    const server = await startServer(scheme, { ...FILLED, graceMs });
+    t.teardown(() => server.close());
+    const kv = await connect(server, { timeoutMs: 4 * graceMs + 4 * slow(1000) });
+    t.teardown(() => kv.close());
+    const value = (i: number) => Buffer.alloc(4000, 0x61 + (i % 26));
+    const keys = await fillUntilFull(kv, 'full-', () => 4000);
+    const freedBefore = server.stats().blocksFreed;
+    const deleted = keys.slice(0, 128);
+    for (const key of deleted) await persist(() => kv.delete(key));
+    t.is(server.stats().blocksFreed, freedBefore, 'the deleted values are still in their grace period');
+    // The heap has no free block of this size; 128 are in their grace period.
+    await Promise.all(Array.from({ length: 64 }, (_, i) => kv.put(`after-${i}`, value(i))));
+    t.true(server.stats().blocksFreed > freedBefore, 'they were served from the deleted values, once their grace period passed');
+    for (let i = 0; i < 64; i++) t.true((await kv.get(`after-${i}`))?.equals(value(i)), `after-${i}`);
+  });
+
   test(`${scheme}: a client holding a 1 MiB value leaves room for another client's 1 MiB value`, async (t) => {
     const server = await startServer(scheme, SMALL);
     t.teardown(() => server.close());
