@@ -3,8 +3,9 @@
 // share a hash slot, and so a server), by the cluster-key-slot package, which
 // differs from Redis for an empty "{}" followed by more text (it hashes what
 // follows up to the next "}"; Redis hashes the whole key). The client core
-// computes the same number for a write's epoch READ (native/kv/hash_slot.h). "Hash slot" is this cluster partition;
-// a "slot" alone is an 8-byte entry of an index bucket (index-format.ts).
+// computes the same number for a write's epoch READ (native/kv/hash_slot.h).
+// "Hash slot" is this cluster partition; a "slot" alone is an 8-byte entry of
+// an index bucket (index-format.ts).
 // Hash slots map to members by rendezvous hashing
 // of the member's name: every client with the same member set computes the
 // same map, whatever order it learned them in, and adding or removing one

@@ -82,7 +82,7 @@ export class Grants {
    * keepalive intervals, within which every live client polls — and for blocks in their grace
    * period (superseded and deleted items: free within one grace period) before
    * KV_OUT_OF_MEMORY. Without that wait, a burst of overwrites that left the heap's free
-   * memory in its grace period failed the next grant although the memory was hers soon.
+   * memory in its grace period failed the next grant though that memory was free a moment later.
    */
   private request(client: Client, c: number, n: number): void {
     const blocks = this.store.heap.grant(c, n);
@@ -170,7 +170,7 @@ export class Grants {
    */
   private evicting(): boolean {
     if (!this.evictor) return false;
-    return this.evictor.mayFreeMore || this.store.heap.graceBytes > 0;
+    return this.evictor.mayFreeMore || this.freeingSoon();
   }
 
   /** Forgets the asks of departed clients and those unanswered for two keepalive intervals. */
