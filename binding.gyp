@@ -20,6 +20,7 @@
         "native/kv/large.cc",
         "native/kv/location_cache.cc",
         "native/kv/posting.cc",
+        "native/kv/replicated.cc",
         "native/kv/submit.cc",
         "native/kv/write.cc",
         "native/server/notice_drain.cc",

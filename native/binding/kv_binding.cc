@@ -203,13 +203,21 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
       d.block = w[u32(OpLayout::BLOCK)];
       d.block_units = w[u32(OpLayout::BLOCK_UNITS)];
       d.epoch = w[u32(OpLayout::EPOCH)];
+      d.backups = w[u32(OpLayout::BACKUPS)];  // more than MAX_BACKUPS: the op fails with PROTOCOL
+      for (uint32_t b = 0; b < std::min(d.backups, u32(OpLayout::MAX_BACKUPS)); b++) {
+        const uint32_t* bw = w + u32(OpLayout::BACKUP_0) + b * u32(OpLayout::BACKUP_WORDS);
+        d.backup[b] = {bw[u32(OpLayout::BACKUP_CONNECTION)], bw[u32(OpLayout::BACKUP_BLOCK)],
+                       bw[u32(OpLayout::BACKUP_BLOCK_UNITS)]};
+      }
       read_argument(d, w);
       read_external(d, w);
     }
     const size_t taken = core_->submit(descs_.data(), count);
-    // An op that does not name a buffer or an epoch leaves these words alone: clear them.
+    // An op that does not name a buffer, an epoch or backups leaves these words alone: clear them.
     w = op_words_->data();
-    for (uint32_t i = 0; i < count; i++, w += u32(OpLayout::WORDS)) w[u32(OpLayout::EXT_BUFFER)] = w[u32(OpLayout::EPOCH)] = 0;
+    for (uint32_t i = 0; i < count; i++, w += u32(OpLayout::WORDS)) {
+      w[u32(OpLayout::EXT_BUFFER)] = w[u32(OpLayout::EPOCH)] = w[u32(OpLayout::BACKUPS)] = 0;
+    }
     const size_t n = write_out(core_->take_results(results_.data(), kMaxBatch));
     return Napi::Number::New(env, static_cast<double>(taken + n * 65536));
   }
@@ -234,6 +242,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
       w[u32(ResultLayout::VERSION_HI)] = static_cast<uint32_t>(r.version >> 32);
       w[u32(ResultLayout::DETAIL)] = r.detail;
       w[u32(ResultLayout::BLOCK_UNUSED)] = r.block_unused ? 1 : 0;
+      w[u32(ResultLayout::BACKUP_BLOCKS_UNUSED)] = r.backup_blocks_unused;
       w[u32(ResultLayout::EXPIRY_LO)] = static_cast<uint32_t>(r.expiry);
       w[u32(ResultLayout::EXPIRY_HI)] = static_cast<uint32_t>(r.expiry >> 32);
     }

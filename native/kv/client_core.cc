@@ -413,6 +413,12 @@ void ClientCore::phase_done(Op& op) {
 // fails (a GET, or a write waiting for its epoch word to open, with TIMEOUT;
 // anything that waits for a lock with LOCK_CONTENDED).
 void ClientCore::retry_later(Op& op, Phase resume) {
+  // A replicated write's member retries with its whole group (replicated.cc).
+  if (op.group.grouped() && resume == Phase::W_READ) return group_stop(op, GroupState::Vote::RETRY);
+  backoff(op, resume);
+}
+
+void ClientCore::backoff(Op& op, Phase resume) {
   op.retries++;
   const auto now = Clock::now();
   if (now > op.deadline) {
@@ -435,12 +441,18 @@ void ClientCore::resume(Op& op) {
     case Phase::A_ATOMIC:
       return atomic_step(op);
     default:  // W_READ
+      if (op.group.is_leader()) return group_restart(op);
       op.write().moving = false;
       return write_read_buckets(op);
   }
 }
 
 void ClientCore::finish(Op& op, KvStatus status, uint32_t detail) {
+  if (op.group.grouped()) return group_end(op, status, detail);
+  complete(op, status, detail);
+}
+
+void ClientCore::complete(Op& op, KvStatus status, uint32_t detail) {
   Ready& r = ready_.emplace_back();
   r.result.id = op.id;
   r.result.status = status;
@@ -450,6 +462,7 @@ void ClientCore::finish(Op& op, KvStatus status, uint32_t detail) {
   r.result.detail = answered ? op.retries : detail;
   r.result.version = status != KvStatus::OK ? 0 : op.is_atomic() ? op.atomic().result : op.version;
   r.result.block_unused = op.block.held && !(status == KvStatus::OK && op.block.published);
+  r.result.backup_blocks_unused = op.group.unused;
   if (op.linked) {
     if (op.type == KvOp::DELETE || status == KvStatus::TYPE_MISMATCH) cache_forget(op);
     location_after(op, status);
@@ -464,6 +477,9 @@ void ClientCore::release_op(Op& op) {
   if (op.phase == Phase::BACKOFF) backoffs_--;
   op.busy = false;
   op.phase = Phase::IDLE;
+  op.group = GroupState{};
+  if (op.shares_item) op.item.held = false;  // the leader's: a later use of this op must not give it back
+  op.shares_item = false;
   op.seq++;  // late completions of this op's requests are ignored
   free_ops_.push_back(op.index);
   busy_--;

@@ -98,6 +98,14 @@ struct OpDesc {
   bool ext_bad = false;
   uint64_t expiry = 0;  // PUT, CAS: the new item's EXPIRY (absolute Unix ms, 0 = never)
   uint32_t epoch = 0;   // writes: the hash slot's epoch in the writer's configuration (0: none, any OPEN word)
+  // PUT, DELETE, CAS on a replicated hash slot: the backups it also writes,
+  // each on its connection with the block that backup granted (op.h, GroupState).
+  uint32_t backups = 0;
+  struct Backup {
+    uint32_t connection = 0;
+    uint32_t block = 0;
+    uint32_t block_units = 0;
+  } backup[u32(OpLayout::MAX_BACKUPS)];
 };
 
 struct OpResult {
@@ -109,11 +117,15 @@ struct OpResult {
   uint32_t detail = 0;        // RDMA_ERROR: the WcStatus; retries otherwise
   bool block_unused = false;  // a PUT that did not publish its block
   uint64_t expiry = 0;        // a GET that found the key: its item's EXPIRY (0 = never)
+  uint32_t backup_blocks_unused = 0;  // a replicated write: bit i, backup i's block was not published
 };
 
 // The wr_id bit of JS's control requests (the SENDs and RECVs of control
 // messages); the core's own requests never have it.
 constexpr uint64_t kControlTag = 1ull << u32(KvLayout::CONTROL_TAG_SHIFT);
+
+// Where a replicated write's member stopped (op.h, GroupState).
+enum class GroupVote : uint8_t { RUNNING, HELD, RETRY, DONE };
 
 class ClientCore {
  public:
@@ -253,8 +265,11 @@ class ClientCore {
   // Every op's end.
   void phase_done(Op& op);
   void retry_later(Op& op, Phase resume);
+  void backoff(Op& op, Phase resume);
   void resume(Op& op);
+  // An op's end: a grouped op's goes through its group (group_end), the rest answer (complete).
   void finish(Op& op, KvStatus status, uint32_t detail = 0);
+  void complete(Op& op, KvStatus status, uint32_t detail);
   void release_op(Op& op);
   uint64_t next_version(Op& op);
   bool take_item(Op& op, uint64_t bytes);
@@ -298,6 +313,17 @@ class ClientCore {
   void release_and_retry(Op& op);
   void release_and_finish(Op& op, KvStatus status, uint32_t detail = 0);
   void released(Op& op);
+  // Replicated writes: a leader and its followers (replicated.cc).
+  KvStatus backup_refusal(const OpDesc& d) const;
+  void attach_followers(Op& leader, const OpDesc& d);
+  void start_followers(Op& leader);
+  bool has_followers(const Op& leader) const;
+  void group_stop(Op& op, GroupVote vote, KvStatus status = KvStatus::OK, uint32_t detail = 0);
+  void group_end(Op& op, KvStatus status, uint32_t detail);
+  void end_follower(Op& follower, KvStatus status, uint32_t detail, bool committed);
+  void group_decide(Op& leader);
+  void group_restart(Op& leader);
+  void abandon(Op& follower);
   // INCR, LOCK, UNLOCK (atomics.cc).
   void begin_create(Op& op);
   void atomic_step(Op& op);

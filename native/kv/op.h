@@ -84,6 +84,7 @@ enum class ClientCore::Phase : uint8_t {
   W_CREDIT, W_READ, W_LOCK, W_VERIFY, W_ALT, W_ALT_LOCK, W_COMMIT, W_RELEASE,
   A_ATOMIC,
   BACKOFF,
+  W_PARKED,  // a replicated write's member, stopped until its group decides (replicated.cc)
 };
 
 // A slot seen in a bucket image, and where: bucket 0 = b1, 1 = b2; index 0..6.
@@ -167,6 +168,41 @@ struct AtomicState {
   std::variant<LookupState, WriteState> step;
 };
 
+// A replicated write (docs/replication-design.md, scheme A): the op on the
+// primary leads one follower op per backup. Each member locks and decides on
+// its own replica, then stops (a vote); the leader decides for the group:
+// all held → the followers commit, then the leader; any retry → all release
+// and the group retries together; any failure → all release and the leader
+// answers. The leader answers only once every follower has ended.
+constexpr uint32_t kMaxBackups = u32(OpLayout::MAX_BACKUPS);
+struct GroupState {
+  static constexpr uint8_t kNone = 0xff;
+  using Vote = GroupVote;
+  Vote vote = Vote::RUNNING;
+  KvStatus status = KvStatus::OK;  // DONE: why
+  uint32_t detail = 0;
+  bool go = false;  // the group decided: this member's W_COMMIT posts
+  // Follower.
+  uint8_t leader = kNone;   // its leader's index
+  uint8_t backup = 0;       // which backup of the descriptor it writes
+  bool abandoned = false;   // its leader is ending: give the locks back and end at the next stop
+  // Leader.
+  uint8_t followers[kMaxBackups] = {kNone, kNone};  // by backup; kNone: ended (or none)
+  uint8_t nbackups = 0;
+  bool committing = false;           // the followers' commits are posted
+  bool ending = false;               // answering end_status once every follower has ended
+  bool abandoning = false;           // group_end is ending the followers: they must not answer for it
+  KvStatus end_status = KvStatus::OK;
+  uint32_t end_detail = 0;
+  KvStatus failure = KvStatus::OK;   // the first follower failure
+  uint32_t failure_detail = 0;
+  uint8_t unused = 0;                // bit i: backup i's block was not published
+
+  bool is_follower() const { return leader != kNone; }
+  bool is_leader() const { return nbackups > 0; }
+  bool grouped() const { return is_follower() || is_leader(); }
+};
+
 struct ClientCore::Op {
   // Which of the core's ops this is, whether in use, and the tag of its phase.
   uint32_t index = 0;
@@ -198,6 +234,8 @@ struct ClientCore::Op {
   bool epoch_wait = false;  // the last retry waited for a closed or fenced epoch word (at the deadline: TIMEOUT)
   GrantedBlock block;
   bool ring_credit = false;  // a record of our notification ring is promised to this op (writes)
+  bool shares_item = false;  // a follower: `item` is its leader's (never freed by it)
+  GroupState group;
   std::variant<LookupState, WriteState, AtomicState> state;
 
   uint64_t area(size_t offset) const { return area_base + offset; }

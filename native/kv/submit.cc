@@ -23,11 +23,16 @@ size_t ClientCore::submit(const OpDesc* descs, size_t count) {
     Op* op = claim(d);
     if (op == nullptr) break;  // no free op, or no item buffer now: the caller keeps the rest
     adopt(*op, d, now);
-    if (const KvStatus refused = refusal(*op, d); refused != KvStatus::OK) {
-      finish(*op, refused, refused == KvStatus::DISCONNECTED ? link(*op).broken_detail : 0);
+    KvStatus refused = refusal(*op, d);
+    if (refused == KvStatus::OK && d.backups > 0) refused = backup_refusal(d);
+    if (refused != KvStatus::OK) {
+      op->group.unused = static_cast<uint8_t>((1u << std::min(d.backups, kMaxBackups)) - 1);  // none was used
+      finish(*op, refused, refused == KvStatus::DISCONNECTED && op->linked ? link(*op).broken_detail : 0);
       continue;
     }
+    if (d.backups > 0) attach_followers(*op, d);
     start(*op, d);
+    start_followers(*op);
   }
   post_sends();
   advance();
@@ -37,7 +42,8 @@ size_t ClientCore::submit(const OpDesc* descs, size_t count) {
 
 // A free op, with the item buffer a PUT or CAS builds its item in.
 ClientCore::Op* ClientCore::claim(const OpDesc& d) {
-  if (free_ops_.empty()) return nullptr;
+  // A replicated write takes an op per backup too (replicated.cc).
+  if (free_ops_.size() < 1 + std::min(d.backups, kMaxBackups)) return nullptr;
   Op& op = ops_[free_ops_.back()];
   // With the caller's buffer only the header and key are built here; an item
   // past the connection's item limit without one is refused (refusal), not
@@ -61,6 +67,7 @@ void ClientCore::adopt(Op& op, const OpDesc& d, Clock::time_point now) {
   op.linked = link_at(d.connection) != nullptr;
   op.connection = static_cast<uint8_t>(op.linked ? d.connection : 0);
   op.retries = 0;
+  op.version = 0;  // a DELETE answers none; PUT and CAS set theirs in start()
   op.deadline = now + std::chrono::milliseconds(op_timeout_ms_);
   if (d.type == KvOp::LOCK && d.lock_timeout_ms > 0) op.deadline = now + std::chrono::milliseconds(d.lock_timeout_ms);
   const bool granted = d.type == KvOp::PUT || d.type == KvOp::CAS || d.type == KvOp::INCR || d.type == KvOp::LOCK;

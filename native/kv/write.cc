@@ -168,7 +168,9 @@ void ClientCore::write_decide(Op& op) {
       if (header_expired(header)) {
         // Our key's item has expired: the key is absent. This write replaces the
         // item (a CAS only "if absent"), a DELETE unlinks it and answers NOT_FOUND.
-        if (op.type == KvOp::CAS && w.expected_version != 0) return release_and_finish(op, KvStatus::VERSION_MISMATCH);
+        if (op.type == KvOp::CAS && w.expected_version != 0 && !op.group.is_follower()) {
+          return release_and_finish(op, KvStatus::VERSION_MISMATCH);
+        }
         if (op.type == KvOp::DELETE) w.final_status = KvStatus::NOT_FOUND;
         w.target_bucket = static_cast<int>(b);
         w.target_index = static_cast<int>(i);
@@ -176,6 +178,15 @@ void ClientCore::write_decide(Op& op) {
         break;  // only bytes items expire: no seal
       }
       const uint16_t type = load_le<uint16_t>(header + u32(ItemHeader::TYPE));
+      if (op.group.is_follower()) {
+        // A backup's slot is made to name the new item whatever it held: the
+        // primary's images decided the type and the version (replicated.cc).
+        w.target_bucket = static_cast<int>(b);
+        w.target_index = static_cast<int>(i);
+        w.old_slot = slot;
+        w.seal_add = type == u32(ItemType::COUNTER) ? kCounterSeal : type == u32(ItemType::LOCK) ? kLockSeal : 0;
+        break;
+      }
       if (op.type != KvOp::DELETE && type != u32(type_for(op.type))) {
         return release_and_finish(op, KvStatus::TYPE_MISMATCH);
       }
@@ -202,7 +213,7 @@ void ClientCore::write_decide(Op& op) {
     store_le<uint64_t>(mem(op.area(area::SLOT_NEW)), 0);
     return write_commit(op);
   }
-  if (op.type == KvOp::CAS && w.target_bucket < 0 && w.expected_version != 0) {
+  if (op.type == KvOp::CAS && w.target_bucket < 0 && w.expected_version != 0 && !op.group.is_follower()) {
     return release_and_finish(op, KvStatus::VERSION_MISMATCH);  // expected a version; the key is absent
   }
   store_le<uint64_t>(mem(op.area(area::SLOT_NEW)), make_slot(op.kh.fp, w.item_units, op.block.offset));
@@ -285,9 +296,12 @@ void ClientCore::write_alt_locked(Op& op) {
 // RTT3: the slot(s), the releases (which clear the owner and bump the
 // version), and the notification record with its immediate.
 void ClientCore::write_commit(Op& op) {
+  // A replicated write's member commits when its group says (replicated.cc).
+  if (op.group.grouped() && !op.group.go) return group_stop(op, GroupState::Vote::HELD);
   WriteState& w = op.write();
   op.begin(Phase::W_COMMIT);
-  const bool seal = op.type == KvOp::DELETE && w.seal_add != 0;
+  // A DELETE's of a counter or lock; a backup's write over one (only DELETE and backups set seal_add).
+  const bool seal = w.seal_add != 0;
   if (seal) {
     // Sealed before it is unlinked (the slot WRITE below waits for the atomic: FENCE).
     link(op).sends.faa(op.tag(), op.area(area::ATOM), heap_addr(op, slot_offset(w.old_slot)) + kAtomicWord, w.seal_add);
@@ -356,6 +370,10 @@ void ClientCore::released(Op& op) {
     free_item(op);
     cache_store(op);
     return atomic_step(op);
+  }
+  if (op.group.grouped()) {
+    return group_stop(op, w.final_status == KvStatus::OK ? GroupState::Vote::RETRY : GroupState::Vote::DONE,
+                      w.final_status, w.final_detail);
   }
   if (w.final_status != KvStatus::OK) return finish(op, w.final_status, w.final_detail);
   retry_later(op, Phase::W_READ);

@@ -14,6 +14,10 @@ export interface CoreOp {
   block?: number;
   /** OpLayout.EPOCH (0: no configuration). */
   epoch?: number;
+  /** A replicated write's backups: each one's connection and granted block (4 units). */
+  backups?: readonly { connection: number; block: number }[];
+  /** CAS: OpLayout.EXPECTED_VERSION. */
+  expectedVersion?: bigint;
 }
 
 /** Writes `ops` as descriptors 0.. of the core's opWords, keys and values packed into its arena. */
@@ -40,5 +44,16 @@ export function writeOps(core: ClientCore, ops: readonly CoreOp[]): void {
       core.opWords[o + OpLayout.BLOCK] = op.block;
       core.opWords[o + OpLayout.BLOCK_UNITS] = 4;
     }
+    if (op.expectedVersion !== undefined) {
+      core.opWords[o + OpLayout.EXPECTED_VERSION_LO] = Number(op.expectedVersion & 0xffffffffn);
+      core.opWords[o + OpLayout.EXPECTED_VERSION_HI] = Number(op.expectedVersion >> 32n);
+    }
+    core.opWords[o + OpLayout.BACKUPS] = op.backups?.length ?? 0;
+    op.backups?.forEach((backup, k) => {
+      const b = o + OpLayout.BACKUP_0 + k * OpLayout.BACKUP_WORDS;
+      core.opWords[b + OpLayout.BACKUP_CONNECTION] = backup.connection;
+      core.opWords[b + OpLayout.BACKUP_BLOCK] = backup.block;
+      core.opWords[b + OpLayout.BACKUP_BLOCK_UNITS] = 4;
+    });
   });
 }

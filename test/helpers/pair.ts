@@ -35,11 +35,14 @@ export interface PairOptions {
   cqDepth?: number;
   serverRecvs?: number;
   recvBytes?: number;
+  /** The client side's provider and CQ, shared with other pairs (one client core drives several servers); close() leaves them open. */
+  client?: Provider;
+  clientCq?: CompletionQueue;
 }
 
 export async function connectPair(scheme: Scheme, options: PairOptions = {}): Promise<Pair> {
   const server = new Provider(scheme);
-  const client = new Provider(scheme);
+  const client = options.client ?? new Provider(scheme);
   const region = server.allocate(options.regionBytes ?? 1 << 20, options.regionAccess ?? access.REMOTE_ALL);
   const serverCq = server.createCq(options.cqDepth ?? 1024);
   const recvBytes = options.recvBytes ?? 4096;
@@ -63,7 +66,7 @@ export async function connectPair(scheme: Scheme, options: PairOptions = {}): Pr
     });
   });
   const scratch = client.allocate(options.scratchBytes ?? 1 << 20, Access.LOCAL_WRITE);
-  const clientCq = client.createCq(options.cqDepth ?? 1024);
+  const clientCq = options.clientCq ?? client.createCq(options.cqDepth ?? 1024);
   const clientConn = await client.connect(listener.url, { cq: clientCq, privateData: Buffer.from('pair'), timeoutMs: testTimeoutMs() });
   const serverConn = await accepted;
   return {
@@ -81,7 +84,7 @@ export async function connectPair(scheme: Scheme, options: PairOptions = {}): Pr
       clientConn.disconnect();
       serverConn.disconnect();
       listener.close();
-      client.close();
+      if (options.client === undefined) client.close();
       server.close();
     },
   };

@@ -1,0 +1,255 @@
+// Replicated writes (docs/replication-design.md, scheme A): PUT, DELETE and
+// CAS on a hash slot with backups. The op on the primary (the leader) has a
+// follower op per backup, on that backup's connection, writing the same item
+// (the leader's buffer, its version) into the block that backup granted.
+//
+//   R1, R2   every member runs write.cc's rounds on its own replica at once:
+//            the item WRITE and bucket READs, the lock CASes with the epoch READ
+//   stop     each member stops with a vote (group_stop): HELD (locks held,
+//            decided), RETRY (locks given back) or DONE (locks given back, an
+//            answer); a follower's DONE ends it
+//   decide   once every member stopped (group_decide): the leader's DONE or a
+//            follower's failure → everyone gives its locks back, the leader
+//            answers; any RETRY → the same, then the group retries together
+//            after the leader's backoff; all HELD → R3
+//   R3       the followers commit; once every one has ended committed,
+//   R4       the leader commits, and answers.
+//
+// The primary's images decide (a CAS's version, a DELETE's NOT_FOUND, a
+// type); a backup's slot is made to name the new item whatever it held
+// (write.cc). Readers read only the primary, and a primary commits only after
+// every backup did, so anything readable is on every backup.
+//
+// Ownership: followers are ops of the core like any other, claimed with
+// their leader in submit; they give no result. The leader answers only when
+// its followers have all ended, so a follower never outlives the item buffer
+// it writes from, and the answer says which backup blocks went unused.
+#include "client_core.h"
+#include "op.h"
+
+namespace rkv::kv {
+
+using Vote = GroupState::Vote;
+
+// Why a replicated write's backups cannot run it (OK: they can).
+KvStatus ClientCore::backup_refusal(const OpDesc& d) const {
+  if (d.backups > kMaxBackups) return KvStatus::PROTOCOL;
+  if (d.type != KvOp::PUT && d.type != KvOp::DELETE && d.type != KvOp::CAS) return KvStatus::PROTOCOL;
+  const uint64_t bytes = item_bytes(d.key_len, d.value_len);
+  for (uint32_t i = 0; i < d.backups; i++) {
+    const OpDesc::Backup& b = d.backup[i];
+    const Link* l = link_at(b.connection);
+    // Each replica once: a member named twice would take its own locks twice.
+    if (l == nullptr || b.connection == d.connection || (i == 1 && b.connection == d.backup[0].connection)) {
+      return KvStatus::PROTOCOL;
+    }
+    if (d.value_len > l->region.max_value) return KvStatus::VALUE_TOO_LARGE;
+    if (l->broken) return KvStatus::DISCONNECTED;
+    if (d.type == KvOp::DELETE) continue;
+    if (d.ext_lkey == 0 && bytes > l->item_limit) return KvStatus::BUFFER_TOO_SMALL;
+    if ((static_cast<uint64_t>(b.block) + b.block_units) * kUnit > l->region.heap_bytes ||
+        slot_length_units(item_units(bytes)) > b.block_units) {
+      return KvStatus::PROTOCOL;  // a block outside that backup's heap, or too small for the item
+    }
+  }
+  return KvStatus::OK;
+}
+
+// The leader's followers, one per backup; claim() made sure the ops are free.
+void ClientCore::attach_followers(Op& leader, const OpDesc& d) {
+  const auto now = Clock::now();
+  leader.group.nbackups = static_cast<uint8_t>(d.backups);
+  for (uint32_t i = 0; i < d.backups; i++) {
+    Op& f = ops_[free_ops_.back()];
+    free_ops_.pop_back();
+    busy_++;
+    f.busy = true;
+    OpDesc fd = d;
+    fd.connection = d.backup[i].connection;
+    fd.block = d.backup[i].block;
+    fd.block_units = d.backup[i].block_units;
+    fd.backups = 0;
+    adopt(f, fd, now);
+    f.group.leader = static_cast<uint8_t>(leader.index);
+    f.group.backup = static_cast<uint8_t>(i);
+    leader.group.followers[i] = static_cast<uint8_t>(f.index);
+  }
+}
+
+// Starts the followers' first round, with the item the leader built (start()).
+void ClientCore::start_followers(Op& leader) {
+  if (!leader.busy || !leader.group.is_leader() || leader.group.ending) return;
+  for (uint8_t index : leader.group.followers) {
+    if (index == GroupState::kNone) continue;
+    Op& f = ops_[index];
+    f.item = leader.item;
+    f.shares_item = true;
+    f.version = leader.version;
+    if (f.type != KvOp::DELETE) f.write().item_units = leader.write().item_units;
+    write_read_buckets(f);
+  }
+}
+
+// A member stopped: it holds its locks, decided (HELD), or gave them back
+// to retry (RETRY) or to answer (DONE).
+void ClientCore::group_stop(Op& op, Vote vote, KvStatus status, uint32_t detail) {
+  op.begin(Phase::W_PARKED);
+  GroupState& g = op.group;
+  if (g.is_follower()) {
+    if (vote == Vote::DONE) return end_follower(op, status, detail, false);
+    if (g.abandoned) {
+      if (vote == Vote::HELD) return release_and_finish(op, KvStatus::DISCONNECTED);  // ends at its DONE
+      return end_follower(op, status, detail, false);
+    }
+  }
+  g.vote = vote;
+  g.status = status;
+  g.detail = detail;
+  group_decide(g.is_follower() ? ops_[g.leader] : op);
+}
+
+// A follower's end: committed, or not (its block unused, and unless that
+// was harmless, the group's failure).
+void ClientCore::end_follower(Op& f, KvStatus status, uint32_t detail, bool committed) {
+  Op& leader = ops_[f.group.leader];
+  GroupState& g = leader.group;
+  // A DELETE of a key the backup lacks has nothing to change there.
+  const bool harmless = committed || f.group.abandoned || (f.type == KvOp::DELETE && status == KvStatus::NOT_FOUND);
+  if (!harmless && g.failure == KvStatus::OK) {
+    g.failure = status;
+    g.failure_detail = detail;
+  }
+  if (f.block.held && !(committed && f.block.published)) g.unused |= static_cast<uint8_t>(1u << f.group.backup);
+  g.followers[f.group.backup] = GroupState::kNone;
+  if (f.linked && f.type == KvOp::DELETE) cache_forget(f);
+  release_op(f);  // no answer of its own; the item buffer is the leader's
+  if (g.ending) {
+    if (!g.abandoning && !has_followers(leader)) complete(leader, g.end_status, g.end_detail);
+    return;
+  }
+  group_decide(leader);
+}
+
+bool ClientCore::has_followers(const Op& leader) const {
+  for (uint8_t index : leader.group.followers) {
+    if (index != GroupState::kNone) return true;
+  }
+  return false;
+}
+
+// Once every member stopped, what the group does next.
+void ClientCore::group_decide(Op& leader) {
+  GroupState& g = leader.group;
+  if (g.ending || g.vote == Vote::RUNNING) return;
+  uint32_t held = g.vote == Vote::HELD;
+  bool retry = g.vote == Vote::RETRY;
+  for (uint8_t index : g.followers) {
+    if (index == GroupState::kNone) continue;
+    const GroupState& fg = ops_[index].group;
+    if (fg.vote == Vote::RUNNING) return;  // still working (or committing)
+    held += fg.vote == Vote::HELD;
+    retry |= fg.vote == Vote::RETRY;
+    if (ops_[index].epoch_wait) leader.epoch_wait = true;  // a backup's epoch word is closed: TIMEOUT at the deadline
+  }
+  const auto release_held = [&](KvStatus status) {
+    for (uint8_t index : g.followers) {
+      if (index == GroupState::kNone || ops_[index].group.vote != Vote::HELD) continue;
+      ops_[index].group.vote = Vote::RUNNING;
+      release_and_retry(ops_[index]);  // stops again with RETRY
+    }
+    if (g.vote == Vote::HELD) {
+      g.vote = Vote::RUNNING;
+      if (status == KvStatus::OK) return release_and_retry(leader);
+      release_and_finish(leader, status, g.failure_detail);  // stops again with DONE
+    }
+  };
+  if (g.committing) {
+    // Every follower has ended: all committed, or one failed mid-commit
+    // (its backup may hold the write: the op may have taken effect).
+    g.committing = false;
+    if (g.failure != KvStatus::OK) return release_held(g.failure);
+    g.vote = Vote::RUNNING;
+    g.go = true;
+    return write_commit(leader);
+  }
+  if (g.vote == Vote::DONE || g.failure != KvStatus::OK) {
+    // The primary answered (the primary decides), or a backup cannot take the write.
+    const KvStatus status = g.vote == Vote::DONE ? g.status : g.failure;
+    const uint32_t detail = g.vote == Vote::DONE ? g.detail : g.failure_detail;
+    if (g.vote == Vote::HELD) return release_held(status);
+    return group_end(leader, status, detail);  // followers give their locks back, then the leader answers
+  }
+  if (retry) {
+    if (held > 0) return release_held(KvStatus::OK);
+    return backoff(leader, Phase::W_READ);  // resume: group_restart; past the deadline, finish
+  }
+  // All held: the backups commit first.
+  if (!has_followers(leader)) {
+    g.vote = Vote::RUNNING;
+    g.go = true;
+    return write_commit(leader);
+  }
+  g.committing = true;
+  for (uint8_t index : g.followers) {
+    if (index == GroupState::kNone) continue;
+    Op& f = ops_[index];
+    f.group.vote = Vote::RUNNING;
+    f.group.go = true;
+    write_commit(f);
+  }
+}
+
+// The group's retry, after the leader's backoff: every member from R1.
+void ClientCore::group_restart(Op& leader) {
+  leader.group.vote = Vote::RUNNING;
+  leader.group.go = false;
+  for (uint8_t index : leader.group.followers) {
+    if (index == GroupState::kNone) continue;
+    Op& f = ops_[index];
+    f.group.vote = Vote::RUNNING;
+    f.group.go = false;
+    f.write().moving = false;
+    write_read_buckets(f);
+  }
+  leader.write().moving = false;
+  write_read_buckets(leader);
+}
+
+// finish() of a grouped op. A follower ends; a leader answers at once if it
+// has no followers left, else once they have given their locks back.
+void ClientCore::group_end(Op& op, KvStatus status, uint32_t detail) {
+  if (op.group.is_follower()) {
+    const bool committed = op.phase == Phase::W_COMMIT && (status == KvStatus::OK || status == KvStatus::NOT_FOUND);
+    return end_follower(op, status, detail, committed);
+  }
+  GroupState& g = op.group;
+  if (g.ending) return;  // answering already (a lost connection failing it again)
+  if (!has_followers(op)) return complete(op, status, detail);
+  g.ending = true;
+  g.end_status = status;
+  g.end_detail = detail;
+  if (op.phase == Phase::BACKOFF) backoffs_--;
+  op.begin(Phase::W_PARKED);
+  g.abandoning = true;  // followers ending synchronously below must not answer for the leader
+  for (uint8_t index : g.followers) {
+    if (index != GroupState::kNone) abandon(ops_[index]);
+  }
+  g.abandoning = false;
+  if (!has_followers(op)) complete(op, status, detail);
+}
+
+// The leader is ending: a follower gives back its locks (if it holds any and
+// can) and ends; one in the middle of a round ends at its next stop.
+void ClientCore::abandon(Op& f) {
+  f.group.abandoned = true;
+  const bool stopped = f.phase == Phase::W_PARKED && f.group.vote != Vote::RUNNING;
+  if (f.phase == Phase::IDLE || link(f).broken || (stopped && f.group.vote == Vote::RETRY)) {
+    return end_follower(f, KvStatus::DISCONNECTED, 0, false);
+  }
+  if (stopped && f.group.vote == Vote::HELD) {
+    f.group.vote = Vote::RUNNING;
+    release_and_finish(f, KvStatus::DISCONNECTED);
+  }
+}
+
+}  // namespace rkv::kv

@@ -1,0 +1,281 @@
+// Replicated writes in the client core (docs/replication-design.md, scheme A):
+// one core, three bare servers (a primary and two backups, each region with
+// its own bucket count and seed). A PUT, DELETE or CAS naming backups lands
+// on every replica with one version, or on none: the primary's images decide
+// (a CAS's version, a DELETE's NOT_FOUND); a backup that cannot take the write
+// (its epoch moved, its table full, its connection lost) fails the op with
+// nothing committed on the primary; a backup whose lock is held makes the
+// whole group give its locks back and retry; every lock is given back; the
+// answer says which backup blocks went unused.
+import test from 'ava';
+
+import { EpochWord, KvLayout, KvOp, KvStatus, ResultLayout } from '../../native/constants.generated.js';
+import { ClientCore, type CoreRegion, Provider, hashKey, nativeBuildItem } from '../../native/index.js';
+import { ItemType } from '../../protocol/constants.js';
+import { keySlot } from '../../protocol/hash-slots.js';
+import { packSlot } from '../../protocol/index-format.js';
+import { type CoreOp, writeOps } from '../helpers/core-ops.js';
+import { type Pair, connectPair } from '../helpers/pair.js';
+import { type Scheme, providersUnderTest, slow } from '../helpers/providers.js';
+
+const INDEX = 4096;
+const HEAP_BYTES = 512 << 10;
+const EPOCHS = (1 << 20) - EpochWord.HASH_SLOTS * 8;
+
+/** A replica's region shape: its own bucket count and seed, as members differ. */
+interface Replica {
+  pair: Pair;
+  buckets: number;
+  seed: bigint;
+}
+const heapOf = (r: Replica) => INDEX + r.buckets * 64;
+
+function regionOf(r: Replica, clientId: number): CoreRegion {
+  const heap = heapOf(r);
+  return {
+    addr: r.pair.region.addr, rkey: r.pair.region.rkey, length: 1n << 20n, bucketCount: r.buckets, indexOffset: BigInt(INDEX),
+    heapOffset: BigInt(heap), heapBytes: BigInt(HEAP_BYTES), seed: r.seed, ringOffset: BigInt(heap + HEAP_BYTES), clientId,
+    versionBase: BigInt(clientId) << 40n, maxValueBytes: 4096, graceMs: slow(1000), epochOffset: BigInt(EPOCHS),
+  };
+}
+
+const word = (epoch: number, state: number): bigint => (BigInt(epoch) << 32n) | BigInt(state);
+function setEpochs(r: Replica, value: bigint): void {
+  for (let slot = 0; slot < EpochWord.HASH_SLOTS; slot++) r.pair.region.bytes.writeBigUInt64LE(value, EPOCHS + 8 * slot);
+}
+
+interface Done {
+  id: number;
+  status: number;
+  version?: bigint;
+  value?: string;
+  blockUnused?: boolean;
+  backupsUnused?: number;
+}
+
+function results(core: ClientCore, n: number): Done[] {
+  return Array.from({ length: n }, (_, i) => {
+    const w = (f: number) => core.resultWords[i * ResultLayout.WORDS + f]!;
+    const done: Done = { id: w(ResultLayout.ID), status: w(ResultLayout.STATUS) };
+    if (done.status === KvStatus.OK) done.version = (BigInt(w(ResultLayout.VERSION_HI)) << 32n) | BigInt(w(ResultLayout.VERSION_LO));
+    if (done.status === KvStatus.OK && w(ResultLayout.VALUE_LEN) > 0) {
+      done.value = core.scratch.toString('utf8', w(ResultLayout.VALUE_OFFSET), w(ResultLayout.VALUE_OFFSET) + w(ResultLayout.VALUE_LEN));
+    }
+    if (w(ResultLayout.BLOCK_UNUSED)) done.blockUnused = true;
+    if (w(ResultLayout.BACKUP_BLOCKS_UNUSED)) done.backupsUnused = w(ResultLayout.BACKUP_BLOCKS_UNUSED);
+    return done;
+  });
+}
+
+function submit(core: ClientCore, ops: CoreOp[]): { taken: number; done: Done[] } {
+  writeOps(core, ops);
+  const taken = core.submit(ops.length);
+  return { taken, done: results(core, core.submittedResults) };
+}
+
+/** Polls until `count` results are in, or `turns` event-loop turns have passed (then fewer). */
+async function collect(core: ClientCore, done: Done[], count: number, turns = Infinity): Promise<Done[]> {
+  const deadline = performance.now() + slow(8000);
+  for (let turn = 0; done.length < count && turn < turns && performance.now() < deadline; turn++) {
+    done.push(...results(core, core.poll()));
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  return done.sort((a, b) => a.id - b.id);
+}
+
+async function run(core: ClientCore, ops: CoreOp[]): Promise<Done[]> {
+  const { taken, done } = submit(core, ops);
+  if (taken !== ops.length) throw new Error(`the core took ${taken} of ${ops.length} ops`);
+  return collect(core, done, ops.length);
+}
+
+/** The key as a GET on each replica finds it: value and version, or undefined (NOT_FOUND). */
+async function everywhere(core: ClientCore, key: string): Promise<({ value: string; version: bigint } | undefined)[]> {
+  const done = await run(core, [0, 1, 2].map((connection) => ({ type: KvOp.GET, id: 90 + connection, key, connection })));
+  return done.map((d) => {
+    if (d.status === KvStatus.NOT_FOUND) return undefined;
+    if (d.status !== KvStatus.OK) throw new Error(`GET ${key}: ${JSON.stringify(d)}`);
+    return { value: d.value!, version: d.version! };
+  });
+}
+
+/** The key's value on one replica (undefined: NOT_FOUND). */
+async function valueOn(core: ClientCore, key: string, connection: number): Promise<string | undefined> {
+  const [done] = await run(core, [{ type: KvOp.GET, id: 80, key, connection }]);
+  if (done!.status !== KvStatus.OK && done!.status !== KvStatus.NOT_FOUND) throw new Error(`GET ${key}: ${JSON.stringify(done)}`);
+  return done!.value;
+}
+
+/** The owners of the key's two bucket lock words on a replica (0: free). */
+function lockOwners(r: Replica, key: string): number[] {
+  const { b1, b2 } = hashKey(Buffer.from(key), r.seed, r.buckets);
+  return [b1, b2].map((b) => Number(r.pair.region.bytes.readBigUInt64LE(INDEX + b * 64) & 0xffffffffn));
+}
+
+/** `key` as an item of `type` placed directly in a replica's region (its slot in the key's first bucket). */
+function place(r: Replica, key: string, value: string, block: number, version: bigint, type: number = ItemType.BYTES): void {
+  const k = Buffer.from(key);
+  const item = nativeBuildItem(type, k, Buffer.from(value), version);
+  item.copy(r.pair.region.bytes, heapOf(r) + block * KvLayout.UNIT_BYTES);
+  const { b1, fingerprint } = hashKey(k, r.seed, r.buckets);
+  r.pair.region.bytes.writeBigUInt64LE(packSlot(fingerprint, Math.ceil(item.length / KvLayout.UNIT_BYTES), block), INDEX + b1 * 64 + 8);
+}
+
+const BACKUPS = (first: number, second: number) => [{ connection: 1, block: first }, { connection: 2, block: second }];
+
+async function setup(t: { teardown(fn: () => void): void }, scheme: Scheme, opTimeoutMs = slow(3000)) {
+  const client = new Provider(scheme);
+  const clientCq = client.createCq(1024);
+  const shapes: [number, bigint][] = [[1024, 7n], [512, 9n], [2048, 11n]];
+  const replicas: Replica[] = [];
+  for (const [buckets, seed] of shapes) {
+    const pair = await connectPair(scheme, { serverRecvs: 64, recvBytes: 64, client, clientCq });
+    replicas.push({ pair, buckets, seed });
+    setEpochs(replicas.at(-1)!, word(0, EpochWord.OPEN));
+  }
+  const [primary, b1, b2] = replicas as [Replica, Replica, Replica];
+  const core = new ClientCore(client, primary.pair.clientConn, clientCq, regionOf(primary, 1), {
+    scratchBytes: 1 << 20, opTimeoutMs, arenaBytes: 1 << 16,
+  });
+  core.addConnection(client, b1.pair.clientConn, regionOf(b1, 2));
+  core.addConnection(client, b2.pair.clientConn, regionOf(b2, 3));
+  t.teardown(() => {
+    core.close();
+    for (const r of replicas) r.pair.close();
+    client.close();
+  });
+  return { core, primary, b1, b2, replicas };
+}
+
+for (const scheme of providersUnderTest()) {
+  test(`${scheme}: a replicated PUT lands on the primary and both backups with one version; overwrite and DELETE follow on all three`, async (t) => {
+    const { core, replicas } = await setup(t, scheme);
+    const put = await run(core, [{ type: KvOp.PUT, id: 1, key: 'k', value: 'v1', block: 100, backups: BACKUPS(200, 300) }]);
+    t.is(put[0]!.status, KvStatus.OK);
+    t.falsy(put[0]!.blockUnused);
+    t.falsy(put[0]!.backupsUnused, 'both backup blocks were published');
+    const first = await everywhere(core, 'k');
+    t.deepEqual(first, [0, 1, 2].map(() => ({ value: 'v1', version: put[0]!.version! })));
+    const again = await run(core, [{ type: KvOp.PUT, id: 2, key: 'k', value: 'v2', block: 104, backups: BACKUPS(204, 304) }]);
+    t.deepEqual((await everywhere(core, 'k')).map((e) => e?.value), ['v2', 'v2', 'v2']);
+    t.true(again[0]!.version! > put[0]!.version!);
+    for (const r of replicas) t.deepEqual(lockOwners(r, 'k'), [0, 0]);
+    t.deepEqual(await run(core, [{ type: KvOp.DELETE, id: 3, key: 'k', backups: BACKUPS(0, 0) }]), [{ id: 3, status: KvStatus.OK, version: 0n }]);
+    t.deepEqual(await everywhere(core, 'k'), [undefined, undefined, undefined]);
+    // A key the primary lacks: NOT_FOUND, whatever a backup holds (the primary decides).
+    t.deepEqual((await run(core, [{ type: KvOp.DELETE, id: 4, key: 'k', backups: BACKUPS(0, 0) }]))[0]!.status, KvStatus.NOT_FOUND);
+  });
+
+  test(`${scheme}: a replicated CAS is judged on the primary's version; a backup's item is replaced whatever it held (another version, a counter)`, async (t) => {
+    const { core, primary, b1, b2 } = await setup(t, scheme);
+    place(primary, 'k', 'old', 40, (9n << 40n) | 1n);
+    place(b1, 'k', 'stale', 40, (9n << 40n) | 7n);  // a backup ahead by an unacknowledged write
+    place(b2, 'k', '', 40, (9n << 40n) | 2n, ItemType.COUNTER);
+    const wrong = await run(core, [
+      { type: KvOp.CAS, id: 1, key: 'k', value: 'new', block: 100, expectedVersion: (9n << 40n) | 7n, backups: BACKUPS(200, 300) },
+    ]);
+    t.deepEqual(wrong, [{ id: 1, status: KvStatus.VERSION_MISMATCH, blockUnused: true, backupsUnused: 0b11 }]);
+    // Nothing changed (backup 2 holds a counter, which GET does not read as bytes).
+    const untouched = await run(core, [0, 1].map((connection) => ({ type: KvOp.GET, id: 10 + connection, key: 'k', connection })));
+    t.deepEqual(untouched.map((d) => d.value), ['old', 'stale']);
+    const right = await run(core, [
+      { type: KvOp.CAS, id: 2, key: 'k', value: 'new', block: 104, expectedVersion: (9n << 40n) | 1n, backups: BACKUPS(204, 304) },
+    ]);
+    t.is(right[0]!.status, KvStatus.OK);
+    t.falsy(right[0]!.backupsUnused);
+    t.deepEqual(await everywhere(core, 'k'), [0, 1, 2].map(() => ({ value: 'new', version: right[0]!.version! })));
+    // The counter the backup held was sealed before it was unlinked (atomics through a cached address start over).
+    const counterWord = b2.pair.region.bytes.readBigUInt64LE(heapOf(b2) + 40 * KvLayout.UNIT_BYTES + 24);
+    t.not(counterWord & BigInt(KvLayout.COUNTER_SEAL), 0n);
+    for (const r of [primary, b1, b2]) t.deepEqual(lockOwners(r, 'k'), [0, 0]);
+  });
+
+  test(`${scheme}: a backup that cannot take the write fails it with nothing committed on the primary: its epoch moved, its table full`, async (t) => {
+    const { core, primary, b1, b2 } = await setup(t, scheme);
+    t.is((await run(core, [{ type: KvOp.PUT, id: 1, key: 'k', value: 'v1', block: 100, backups: BACKUPS(200, 300) }]))[0]!.status, KvStatus.OK);
+    // Backup 2's word says epoch 6; the writer's configuration says 5 (the primary and backup 1 agree).
+    const slot = keySlot(Buffer.from('k'));
+    for (const r of [primary, b1]) r.pair.region.bytes.writeBigUInt64LE(word(5, EpochWord.OPEN), EPOCHS + 8 * slot);
+    b2.pair.region.bytes.writeBigUInt64LE(word(6, EpochWord.OPEN), EPOCHS + 8 * slot);
+    const moved = await run(core, [{ type: KvOp.PUT, id: 2, key: 'k', value: 'v2', block: 104, epoch: 5, backups: BACKUPS(204, 304) }]);
+    t.deepEqual(moved.map(({ id, status, blockUnused, backupsUnused }) => ({ id, status, blockUnused, backupsUnused })), [
+      { id: 2, status: KvStatus.EPOCH_MOVED, blockUnused: true, backupsUnused: 0b11 },
+    ]);
+    t.deepEqual((await everywhere(core, 'k')).map((e) => e?.value), ['v1', 'v1', 'v1'], 'nothing written anywhere');
+    for (const r of [primary, b1, b2]) t.deepEqual(lockOwners(r, 'k'), [0, 0]);
+    // Backup 1's table is full where the key goes: both of its buckets full and every entry's other bucket too.
+    b2.pair.region.bytes.writeBigUInt64LE(word(5, EpochWord.OPEN), EPOCHS + 8 * slot);
+    for (let bucket = 0; bucket < b1.buckets; bucket++) {
+      for (let i = 0; i < 7; i++) b1.pair.region.bytes.writeBigUInt64LE(packSlot(1 + ((bucket + i) % 4000), 4, 2000 + i), INDEX + bucket * 64 + 8 + 8 * i);
+    }
+    const full = await run(core, [{ type: KvOp.PUT, id: 3, key: 'fresh', value: 'f', block: 108, backups: BACKUPS(208, 308) }]);
+    t.is(full[0]!.status, KvStatus.TABLE_FULL);
+    t.is(await valueOn(core, 'fresh', 0), undefined, 'the primary never committed');
+    t.is(await valueOn(core, 'fresh', 2), undefined, 'nor backup 2');
+    t.true(full[0]!.blockUnused);
+    for (const r of [primary, b2]) t.deepEqual(lockOwners(r, 'fresh'), [0, 0]);
+  });
+
+  test(`${scheme}: a backup's held bucket lock makes the whole group give its locks back and retry; it lands once the lock is free, or times out`, async (t) => {
+    const { core, primary, b1 } = await setup(t, scheme, slow(1500));
+    const { b1: bucket } = hashKey(Buffer.from('k'), b1.seed, b1.buckets);
+    const lockAt = INDEX + bucket * 64;
+    b1.pair.region.bytes.writeBigUInt64LE(77n, lockAt); // held by client 77
+    const { done } = submit(core, [{ type: KvOp.PUT, id: 1, key: 'k', value: 'v1', block: 100, backups: BACKUPS(200, 300) }]);
+    t.deepEqual(await collect(core, done, 1, 50), [], 'the write waits');
+    t.deepEqual(lockOwners(primary, 'k'), [0, 0], 'the primary holds no lock while it waits');
+    // Not on the primary (a GET on backup 1 would wait for its held lock too).
+    t.is(await valueOn(core, 'k', 0), undefined);
+    b1.pair.region.bytes.writeBigUInt64LE(1n << 32n, lockAt); // released
+    const landed = await collect(core, done, 1);
+    t.is(landed[0]!.status, KvStatus.OK);
+    t.deepEqual((await everywhere(core, 'k')).map((e) => e?.value), ['v1', 'v1', 'v1']);
+    // Held for good: the op gives up at its deadline, every block unused, nothing written.
+    b1.pair.region.bytes.writeBigUInt64LE(77n, lockAt);
+    const stuck = await run(core, [{ type: KvOp.PUT, id: 2, key: 'k', value: 'v2', block: 104, backups: BACKUPS(204, 304) }]);
+    t.deepEqual(stuck.map(({ status, blockUnused, backupsUnused }) => ({ status, blockUnused, backupsUnused })), [
+      { status: KvStatus.LOCK_CONTENDED, blockUnused: true, backupsUnused: 0b11 },
+    ]);
+    t.is(await valueOn(core, 'k', 0), 'v1');
+    t.is(await valueOn(core, 'k', 2), 'v1');
+    t.deepEqual(lockOwners(primary, 'k'), [0, 0]);
+  });
+
+  test(`${scheme}: a replicated write takes an op per replica; bad backups are refused with every block unused`, async (t) => {
+    const { core } = await setup(t, scheme);
+    // 64 ops: 21 writes of three replicas fit, the 22nd stays with the caller.
+    const ops: CoreOp[] = Array.from({ length: 22 }, (_, i) => ({
+      type: KvOp.PUT, id: i + 1, key: `k${i}`, value: 'v', block: 100 + 4 * i, backups: BACKUPS(100 + 4 * i, 100 + 4 * i),
+    }));
+    const { taken, done } = submit(core, ops);
+    t.is(taken, 21);
+    const landed = await collect(core, done, 21);
+    t.true(landed.every((d) => d.status === KvStatus.OK));
+    t.deepEqual((await everywhere(core, 'k20')).map((e) => e?.value), ['v', 'v', 'v']);
+    const refused = await run(core, [
+      { type: KvOp.PUT, id: 1, key: 'a', value: 'v', block: 400, backups: [{ connection: 0, block: 400 }] }, // the primary again
+      { type: KvOp.PUT, id: 2, key: 'b', value: 'v', block: 404, backups: [{ connection: 1, block: 404 }, { connection: 1, block: 408 }] },
+      { type: KvOp.INCR, id: 3, key: 'c', block: 412, backups: BACKUPS(412, 412) }, // atomics are not replicated yet
+      { type: KvOp.PUT, id: 4, key: 'd', value: 'v', block: 416, backups: [{ connection: 5, block: 416 }] }, // no such connection
+      { type: KvOp.PUT, id: 5, key: 'e', value: 'v', block: 420, backups: [{ connection: 1, block: (HEAP_BYTES / KvLayout.UNIT_BYTES) - 1 }] },
+    ]);
+    t.deepEqual(refused.map(({ id, status, backupsUnused }) => ({ id, status, backupsUnused })), [
+      { id: 1, status: KvStatus.PROTOCOL, backupsUnused: 0b1 },
+      { id: 2, status: KvStatus.PROTOCOL, backupsUnused: 0b11 },
+      { id: 3, status: KvStatus.PROTOCOL, backupsUnused: 0b11 },
+      { id: 4, status: KvStatus.PROTOCOL, backupsUnused: 0b1 },
+      { id: 5, status: KvStatus.PROTOCOL, backupsUnused: 0b1 },
+    ]);
+    t.deepEqual((await everywhere(core, 'a'))[1], undefined);
+  });
+
+  test(`${scheme}: a backup's lost connection fails the write with nothing written on the primary and its locks given back`, async (t) => {
+    const { core, primary, b2 } = await setup(t, scheme);
+    b2.pair.serverConn.disconnect();
+    const lost = await run(core, [{ type: KvOp.PUT, id: 1, key: 'k', value: 'v1', block: 100, backups: BACKUPS(200, 300) }]);
+    t.true([KvStatus.DISCONNECTED, KvStatus.RDMA_ERROR].includes(lost[0]!.status as never), JSON.stringify(lost));
+    t.true(lost[0]!.blockUnused);
+    t.is(await valueOn(core, 'k', 0), undefined);
+    t.deepEqual(lockOwners(primary, 'k'), [0, 0]);
+  });
+}
