@@ -3,8 +3,10 @@
 // operation is submitted, and its completion when the result comes back. The
 // recorder (one per KvClient, shared by its servers) numbers the operations.
 import { KvOp, KvStatus } from '../protocol/constants.js';
-import type { KvError } from '../protocol/errors.js';
-import { text } from './keys.js';
+import { appendFileSync } from 'node:fs';
+
+import { type KvError, KvInvalidArgumentError } from '../protocol/errors.js';
+import { show, text } from './keys.js';
 import { opName } from './op-names.js';
 import type { OpRequest, OpResult, Submission } from './op-queue.js';
 import type { HistoryEvent } from './types.js';
@@ -15,6 +17,22 @@ export interface HistoryRecorder {
 }
 
 const now = () => process.hrtime.bigint().toString();
+
+/** A recorder appending to the file `history` names (JSON lines), or calling it; a failing write goes to `warn`, never throws. */
+export function historyRecorder(history: string | ((event: HistoryEvent) => void), warn: (error: Error) => void): HistoryRecorder {
+  const write = typeof history === 'string' ? (event: HistoryEvent) => appendFileSync(history, JSON.stringify(event) + '\n') : history;
+  // Recording runs inside submit() and the completion loop: a failing
+  // write (a full disk, a throwing callback) must not throw from there.
+  const record = (event: HistoryEvent) => {
+    try {
+      write(event);
+    } catch (error) {
+      warn(new KvInvalidArgumentError(`history: cannot record an event: ${error instanceof Error ? error.message : show(error)}`));
+    }
+  };
+  let id = 0;
+  return { record, nextId: () => ++id };
+}
 
 /** submit(op), with the invocation and the completion written to the history. */
 export function recorded(recorder: HistoryRecorder, op: OpRequest, submit: (op: OpRequest) => Submission): Promise<OpResult> {

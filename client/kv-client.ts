@@ -8,6 +8,7 @@ import { EventEmitter } from 'node:events';
 import { appendFileSync } from 'node:fs';
 
 import { EtcdMembership, type Member, type MembershipSource, StaticMembership } from './cluster/membership.js';
+import { replicaSets } from './cluster/replica-sets.js';
 import { CoreHosts } from './core-host.js';
 import { SLOT_COUNT, assignSlots, keySlot } from '../protocol/hash-slots.js';
 import { KvLayout, KvOp, KvStatus } from '../protocol/constants.js';
@@ -19,7 +20,7 @@ import { ClientMetrics } from './metrics.js';
 import { casVersion, checkOptions, incrDelta } from './options.js';
 import { type PutOptions, attempt, expiryAfter, putExpiry, setExpiry, ttlOf } from './expiry.js';
 import { takeLock } from './locks.js';
-import type { HistoryRecorder } from './history.js';
+import { type HistoryRecorder, historyRecorder } from './history.js';
 import type { OpResult } from './op-queue.js';
 import { type Bytes, ServerClient } from './server-client.js';
 import type { ClientEvents, ClientStats, HistoryEvent, Key, KvClientOptions, KvStatusName, MemberLayout, Value, VersionedValue } from './types.js';
@@ -37,6 +38,8 @@ export class KvClient extends EventEmitter<ClientEvents> {
   private owner: Uint16Array = new Uint16Array(SLOT_COUNT);
   /** servers by member index, for the hot path. */
   private byIndex: Array<ServerClient | undefined> = [];
+  /** With a config of --replicas > 1 (etcd): by hash slot, its replica set (cluster/replica-sets.ts). */
+  private replicaSets: Array<ServerClient | KvError> | undefined;
   /** A one-server client skips hashing. */
   private only: ServerClient | undefined;
   private readonly recorder: HistoryRecorder | undefined;
@@ -48,21 +51,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
   private constructor(private readonly options: KvClientOptions) {
     super();
     this.hosts = new CoreHosts({ ...options, timeoutMs: Math.ceil(options.timeoutMs ?? 5000) }); // the transport takes whole ms
-    const history = options.history;
-    if (history !== undefined) {
-      const write = typeof history === 'string' ? (event: HistoryEvent) => appendFileSync(history, JSON.stringify(event) + '\n') : history;
-      // Recording runs inside submit() and the completion loop: a failing
-      // write (a full disk, a throwing callback) must not throw from there.
-      const record = (event: HistoryEvent) => {
-        try {
-          write(event);
-        } catch (error) {
-          this.warn(new KvInvalidArgumentError(`history: cannot record an event: ${error instanceof Error ? error.message : show(error)}`));
-        }
-      };
-      let id = 0;
-      this.recorder = { record, nextId: () => ++id };
-    }
+    if (options.history !== undefined) this.recorder = historyRecorder(options.history, (error) => this.warn(error));
     if (options.metrics) {
       this.metrics = new ClientMetrics(options.metrics);
       this.unwatchMetrics = this.metrics.watchServers(() => this.members.map((name) => this.servers.get(name)?.status ?? 'down'), () => this.stats(), () => this.hosts.retried());
@@ -148,6 +137,9 @@ export class KvClient extends EventEmitter<ClientEvents> {
       this.source.on('change', (members) => {
         if (this._status !== 'closed') void this.apply(members);
       });
+      this.source.on('config', () => {
+        if (this._status !== 'closed') this.placeReplicas();
+      });
     }
     const results = await Promise.allSettled(starting);
     const failures = results.flatMap((r) => (r.status === 'rejected' ? [r.reason as Error] : []));
@@ -198,6 +190,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
     }
     this.urls = urls;
     this.byIndex = this.members.map((name) => this.servers.get(name));
+    this.placeReplicas();
     this.only = this.members.length === 1 && !this.options.etcd ? this.byIndex[0] : undefined;
     if (changed && this._status !== 'connecting') this.emit('layout', this.layout());
     this.updateStatus();
@@ -222,6 +215,11 @@ export class KvClient extends EventEmitter<ClientEvents> {
       });
     }
     return first;
+  }
+
+  /** Routes by the config's replica sets when it has more than one replica; else by the member list alone. */
+  private placeReplicas(): void {
+    this.replicaSets = replicaSets(this.source.config, this.servers);
   }
 
   private updateStatus(): void {
@@ -413,6 +411,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
     if (this._status === 'closed') return new KvDisconnectedError('the client is closed');
     if (this.only) return this.only;
     const slot = keySlot(key);
+    if (this.replicaSets) return this.replicaSets[slot]!;
     const member = this.owner[slot]!;
     const server = this.byIndex[member];
     if (server) return server;

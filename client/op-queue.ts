@@ -21,6 +21,7 @@ import type { CoreHost } from './core-host.js';
 import { describe } from './keys.js';
 import { Answer, Batch, type Bytes, microtask, type OpRequest, PendingOp, type Submission, writeArgument, writeDescriptor, writeExpiry } from './op-records.js';
 import { type Slots, deliverResults } from './op-results.js';
+import { BackupBlocks } from './backup-blocks.js';
 import type { Session } from './session.js';
 
 export { Answer, Batch } from './op-records.js';
@@ -55,6 +56,8 @@ export class OpQueue implements Slots {
   readonly blocks = new Int32Array(SLOTS).fill(-1);
   readonly classes = new Int32Array(SLOTS);
   readonly sessions: Array<Session | undefined> = new Array<Session | undefined>(SLOTS).fill(undefined);
+  /** By slot: a replicated write's blocks on its backups. */
+  readonly backups = new BackupBlocks(SLOTS);
   private readonly freeSlots = Int32Array.from({ length: SLOTS }, (_, i) => SLOTS - 1 - i);
   private freeCount = SLOTS;
   /** The slot of each descriptor of the batch being submitted. */
@@ -226,6 +229,7 @@ export class OpQueue implements Slots {
   release(slot: number): void {
     this.owners[slot] = undefined;
     this.blocks[slot] = -1;
+    this.backups.clear(slot);
     this.freeSlots[this.freeCount++] = slot;
   }
 
@@ -248,11 +252,13 @@ export class OpQueue implements Slots {
         let block = -1;
         if (work.cls >= 0) block = pools.take(work.cls) ?? -1;
         queue[this.head++] = undefined;
-        if (work.cls >= 0 && block < 0) {
+        if ((work.cls >= 0 && block < 0) || (work.backups !== undefined && !this.backups.take(work))) {
+          if (block >= 0) pools.giveBack(work.cls, block);
           (waiting ??= []).push(work);
           continue;
         }
         arenaUsed = this.describe(words, arena, count++, arenaUsed, session, work, 0, work.type, work.key, work.keyBytes, work.value, work.valueBytes, work.cls, block);
+        if (work.backups !== undefined) this.backups.describe(words, (count - 1) * OpLayout.WORDS, this.submitted[count - 1]!, work);
         work.sent = true;
         if (work.type !== KvOp.DELETE) writeArgument(words, (count - 1) * OpLayout.WORDS, work);
         continue;
@@ -338,6 +344,7 @@ export class OpQueue implements Slots {
   private giveBack(slot: number): void {
     const owner = this.owners[slot]!;
     if (this.blocks[slot]! >= 0) this.sessions[slot]!.pools.giveBack(this.classes[slot]!, this.blocks[slot]!);
+    this.backups.giveBack(slot, ~0);
     this.release(slot);
     if (owner instanceof PendingOp) owner.sent = false;
     else owner.next--; // a batch's untaken keys are the last it described

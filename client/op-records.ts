@@ -62,6 +62,9 @@ export interface OpRequest {
   large?: LargeFallback | undefined;
   /** PUT, CAS: the new item's expiry (absolute Unix ms; 0 or undefined: never). */
   expiry?: number | undefined;
+  /** A replicated write (PUT, DELETE, CAS): the backups' sessions, links of the same core, and the size class of the block each needs (-1: none). */
+  backups?: readonly Session[] | undefined;
+  backupClasses?: readonly number[] | undefined;
 }
 
 /** Where a GET whose value is larger than the core's scratch holds goes for it: a registered buffer of `needed` bytes. */
@@ -90,6 +93,8 @@ export class PendingOp implements OpRequest, Submission {
   readonly ext: ExtRef | undefined;
   readonly large: LargeFallback | undefined;
   readonly expiry: number;
+  readonly backups: readonly Session[] | undefined;
+  readonly backupClasses: readonly number[] | undefined;
   readonly answer: Answer;
   /** When it must have been submitted by (performance.now() ms); 0 until the queue first keeps it waiting. */
   deadline = 0;
@@ -112,6 +117,8 @@ export class PendingOp implements OpRequest, Submission {
     this.ext = r.ext;
     this.large = r.large;
     this.expiry = r.expiry ?? 0;
+    this.backups = r.backups;
+    this.backupClasses = r.backupClasses;
     this.answer = answer;
     this.result = new Promise<OpResult>((resolve, reject) => {
       this.resolve = resolve as Settle as (value: unknown) => void;

@@ -8,6 +8,7 @@ import { errorForStatus } from '../protocol/errors.js';
 import { describe } from './keys.js';
 import { opName } from './op-names.js';
 import { Answer, Batch, type PendingOp } from './op-records.js';
+import type { BackupBlocks } from './backup-blocks.js';
 import type { Session } from './session.js';
 
 /** The op queue's slots, as results are delivered to them. */
@@ -24,6 +25,8 @@ export interface Slots {
   /** The slot of a result's op id, or -1 (a stale id). */
   slotOf(id: number): number;
   release(slot: number): void;
+  /** By slot: a replicated write's blocks on its backups. */
+  readonly backups: BackupBlocks;
 }
 
 /** Delivers the `n` results the core left in resultWords (`handout`: this call's number, new each call). */
@@ -48,6 +51,7 @@ export function deliverResults(q: Slots, core: ClientCore, n: number, handout: n
     const owner = q.owners[slot]!;
     const k = q.members[slot]!;
     if (words[o + ResultLayout.BLOCK_UNUSED] && q.blocks[slot]! >= 0) q.sessions[slot]!.pools.giveBack(q.classes[slot]!, q.blocks[slot]!);
+    if (words[o + ResultLayout.BACKUP_BLOCKS_UNUSED]) q.backups.giveBack(slot, words[o + ResultLayout.BACKUP_BLOCKS_UNUSED]!);
     q.release(slot);
     const status = words[o + ResultLayout.STATUS]!;
     if (status === KvStatus.OK || status === KvStatus.NOT_FOUND || status === KvStatus.VERSION_MISMATCH) q.retried[owner.type] += words[o + ResultLayout.DETAIL]!;

@@ -53,6 +53,8 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   private reconnectTimer: NodeJS.Timeout | undefined;
   private closing: Promise<void> | undefined;
   private hello: Hello | undefined;
+  /** A replica set's view (withBackups): the servers its PUT, DELETE and CAS also write. */
+  private backups: readonly ServerClient[] = [];
 
   constructor(readonly options: ServerClientOptions) {
     super();
@@ -85,6 +87,24 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   /** post_send calls by its host's cores so far. */
   get doorbells(): number {
     return this.host?.doorbells ?? 0;
+  }
+
+  /**
+   * This server as the primary of a replica set (docs/replication-design.md,
+   * scheme A): a view whose PUT, DELETE and CAS also lock and write `backups`,
+   * committing there first. Every other field and method is this client's
+   * (the view is an object whose prototype is this one), so it follows this
+   * client's connection as it comes and goes.
+   */
+  withBackups(backups: readonly ServerClient[]): ServerClient {
+    const view = Object.create(this) as ServerClient;
+    view.backups = backups;
+    return view;
+  }
+
+  /** The servers this view's writes also go to (none: a plain server client). */
+  get backupServers(): readonly ServerClient[] {
+    return this.backups;
   }
 
   /** Connects once; rejects with why not. */
@@ -182,6 +202,8 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   putMany(keys: Bytes[], values: Bytes[], expiries?: Float64Array): Promise<unknown> {
     const refused = this.refusal(KvOp.PUT);
     if (refused) return Promise.reject(refused);
+    // Replicated: each key a PUT of its own; issued in one tick, they still go to the core in one submit.
+    if (this.backups.length > 0) return Promise.all(keys.map((key, i) => this.putValue(key, values[i]!, expiries?.[i] ?? 0)));
     const { classes, maxValueBytes } = this.session!.hello.layout;
     const n = keys.length;
     const keyBytes = new Int32Array(n);
@@ -250,6 +272,8 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       if (ext) {
         // Written from the caller's registered buffer, without a copy.
         const request: OpRequest = { type, key, keyBytes, value: undefined, valueBytes: 0, arg, cls, mismatchResolves, ext, expiry };
+        const replicated = this.backups.length > 0 ? this.replicate(request, session) : undefined;
+        if (replicated) return Promise.reject(replicated);
         return holding(ext, () => queue.add(session, request, answer).result);
       }
       if (KvLayout.ITEM_HEADER_BYTES + keyBytes + valueBytes > session.itemLimit) {
@@ -266,12 +290,41 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     }
     const large = type === KvOp.GET && answer === Answer.VALUE ? this : undefined; // a value past scratch: getLarge
     const request: OpRequest = { type, key, keyBytes, value: bytes, valueBytes, arg, cls, mismatchResolves, ext: into, large, expiry };
+    if (this.backups.length > 0 && type !== KvOp.GET) {
+      const replicated = this.replicate(request, session);
+      if (replicated) return Promise.reject(replicated);
+    }
     const { recorder } = this.options;
     if (recorder && into === undefined) { // a getInto is not recorded: its answer is a length, not a value
       const r = recorded(recorder, request, (op) => queue.add(session, op));
       return answer === Answer.FULL ? r : r.then((x) => (answer === Answer.VALUE && x.status === KvStatus.OK ? x.value : undefined));
     }
     return queue.add(session, request, answer).result;
+  }
+
+  /**
+   * Names the view's backups in a write's request: their sessions and, for a
+   * new item, the size class of its block on each (their heaps have their own).
+   * Returns why the write cannot go (undefined: it can).
+   */
+  private replicate(request: OpRequest, session: Session): KvError | undefined {
+    const { type } = request;
+    if (type !== KvOp.PUT && type !== KvOp.DELETE && type !== KvOp.CAS) {
+      return new KvInvalidArgumentError(`${type === KvOp.INCR ? 'incr' : 'lock and unlock'}: counters and locks are not replicated yet (docs/replication-design.md, step 5); a cluster of --replicas 1 serves them`);
+    }
+    const backups: Session[] = [];
+    const classes: number[] = [];
+    for (const backup of this.backups) {
+      const refused = backup.refusal(type);
+      if (refused) return new KvDisconnectedError(`a backup of this key: ${refused.message}`);
+      const s = backup.session!;
+      if (s.host !== session.host) return new KvInvalidArgumentError(`the backup ${backup.url} is on another provider than its primary ${this.url}`);
+      backups.push(s);
+      classes.push(type === KvOp.DELETE ? -1 : classFor(s.hello.layout.classes, itemUnits(request.keyBytes, request.valueBytes)));
+    }
+    request.backups = backups;
+    request.backupClasses = classes;
+    return undefined;
   }
 
   /** Waits for operations in flight, gives unused blocks back, disconnects. Idempotent. */

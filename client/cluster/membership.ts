@@ -9,7 +9,7 @@ import type { Etcd3, IKeyValue, Watcher } from 'etcd3';
 
 import { KvDisconnectedError, KvInvalidArgumentError, KvProtocolError } from '../../protocol/errors.js';
 import { isServerUrl } from '../../protocol/providers.js';
-import { type AliveRecord, DEFAULT_ETCD_PREFIX, etcdKeys, openEtcd } from '../../protocol/registry.js';
+import { type AliveRecord, type ClusterConfig, DEFAULT_ETCD_PREFIX, etcdKeys, openEtcd, parseClusterConfig } from '../../protocol/registry.js';
 import type { EtcdOptions } from '../types.js';
 
 /** A member of the cluster; url is where it listens now, if it is alive. */
@@ -18,10 +18,12 @@ export interface Member {
   url?: string;
 }
 
-type SourceEvents = { change: [members: Member[]]; error: [error: Error] };
+type SourceEvents = { change: [members: Member[]]; config: [config: ClusterConfig]; error: [error: Error] };
 
 export interface MembershipSource extends EventEmitter<SourceEvents> {
   readonly members: Member[];
+  /** The controller's placement (etcd, kv-server --replicas): each hash slot's replicas and epoch; undefined until written. */
+  readonly config?: ClusterConfig | undefined;
   close(): Promise<void>;
 }
 
@@ -40,6 +42,7 @@ export class EtcdMembership extends EventEmitter<SourceEvents> implements Member
   private readonly keys: ReturnType<typeof etcdKeys>;
   private readonly alive = new Map<string, string>();
   private watcher: Watcher | undefined;
+  config: ClusterConfig | undefined;
 
   private constructor(
     readonly client: Etcd3,
@@ -81,21 +84,40 @@ export class EtcdMembership extends EventEmitter<SourceEvents> implements Member
     const joined = await this.client.getAll().prefix(members).exec();
     const { revision } = joined.header;
     const live = await this.client.getAll().prefix(alive).revision(revision).exec();
-    for (const kv of [...joined.kvs, ...live.kvs]) this.apply(kv, false);
+    const config = await this.client.get(this.keys.config).revision(revision).exec();
+    for (const kv of [...joined.kvs, ...live.kvs, ...config.kvs]) this.apply(kv, false);
     this.watcher = await this.client
       .watch()
       .prefix(root)
       .startRevision(String(Number(revision) + 1))
       .create();
-    this.watcher.on('put', (kv) => this.changed(this.apply(kv, false)));
+    this.watcher.on('put', (kv) => {
+      if (kv.key.toString() === this.keys.config) this.newConfig(kv);
+      else this.changed(this.apply(kv, false));
+    });
     this.watcher.on('delete', (kv) => this.changed(this.apply(kv, true)));
     this.watcher.on('error', (error) => this.emit('error', new KvDisconnectedError(`etcd watch: ${error.message}`)));
+  }
+
+  /** A config written after the first read: routed by once it parses. */
+  private newConfig(kv: IKeyValue): void {
+    if (this.apply(kv, false) && this.config) this.emit('config', this.config);
   }
 
   /** Applies one key; says whether anything changed. Malformed records are reported, not trusted. */
   private apply(kv: IKeyValue, deleted: boolean): boolean {
     const { keys } = this;
     const key = kv.key.toString();
+    if (key === keys.config) {
+      if (deleted) return false; // only an operator deletes it: keep routing by the last one
+      try {
+        this.config = parseClusterConfig(kv.value.toString());
+        return true;
+      } catch (error) {
+        this.warn(error as Error);
+        return false;
+      }
+    }
     if (key.startsWith(keys.members)) {
       const name = key.slice(keys.members.length);
       if (deleted) return this.joined.delete(name);

@@ -11,6 +11,9 @@
 //   put    URL KEY VALUE            one put; reports { acked } or its error, then exits
 //   del    URL KEY                  one delete; reports { deleted } or its error, then exits
 //   large  URL KEY BYTES MS         rewrites KEY from a registered buffer, every 4 KiB page stamped with the write's number
+//   hammer URL WRITER KEYS          puts "WRITER:seq" into random keys k0..KEYS-1, 8 at a time, reporting each
+//                                   acknowledged one ({ acked: [key, value] }), until killed
+// URL may be etcd+http://HOST:PORT/PREFIX: the cluster registered under PREFIX in that etcd.
 import { KvClient } from '../../client/index.js';
 import { selfValidating, validate } from './kv.js';
 import { slow, testTimeoutMs } from './providers.js';
@@ -28,7 +31,8 @@ process.on('message', (m) => {
 });
 
 async function main(): Promise<void> {
-  const kv = await KvClient.connect(mode === 'lin' || mode === 'linatomic' ? { url: url!, history: args[2]!, timeoutMs: testTimeoutMs() } : { url: url!, timeoutMs: testTimeoutMs() });
+  const target = url!.startsWith('etcd+') ? { etcd: { hosts: new URL(url!.slice(5)).origin, prefix: new URL(url!.slice(5)).pathname } } : { url: url! };
+  const kv = await KvClient.connect(mode === 'lin' || mode === 'linatomic' ? { ...target, history: args[2]!, timeoutMs: testTimeoutMs() } : { ...target, timeoutMs: testTimeoutMs() });
   if (mode === 'model') {
     const [prefix, count, seed] = [args[0]!, Number(args[1]), Number(args[2])];
     const random = rng(seed);
@@ -168,6 +172,18 @@ async function main(): Promise<void> {
     const [key, value] = [args[0]!, args[1]!];
     const outcome = await kv.put(key, value).then(() => ({ acked: true }), (error: Error) => ({ acked: false, failed: error.name }));
     send(outcome);
+  } else if (mode === 'hammer') {
+    const [writer, keys] = [Number(args[0]), Number(args[1])];
+    const random = rng(writer + 1);
+    send({ ready: true });
+    for (let seq = 0; ; ) {
+      await Promise.all(Array.from({ length: 8 }, async () => {
+        const key = `k${Math.floor(random() * keys)}`;
+        const value = `${writer}:${seq++}`;
+        await kv.put(key, value);
+        send({ acked: [key, value] });
+      }));
+    }
   } else if (mode === 'del') {
     send(await kv.delete(args[0]!).then((deleted) => ({ deleted }), (error: Error) => ({ failed: error.name })));
   } else if (mode === 'large') {

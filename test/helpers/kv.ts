@@ -1,13 +1,14 @@
 // A KvServer on a fresh URL of the provider under test, and clients for it.
 import { type ChildProcess, fork } from 'node:child_process';
-import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import type { ExecutionContext } from 'ava';
 import { destination, pino } from 'pino';
 
-import { KvClient, type KvClientOptions } from '../../client/index.js';
+import { type HistoryEvent, KvClient, type KvClientOptions } from '../../client/index.js';
 import { KvServer, type KvServerOptions } from '../../server/kv-server.js';
 import { type Scheme, eventually, listenUrl, slow, testTimeoutMs } from './providers.js';
 
@@ -175,6 +176,15 @@ export function runKvChild(t: ExecutionContext, args: string[], onMessage?: (m: 
       else resolve(report);
     });
   });
+}
+
+/** Runs `processes` kv-child processes in `mode` (lin, linatomic) against `url`, each recording its history; all their events. */
+export async function recordHistories(t: ExecutionContext, url: string, mode: string, processes: number, count: number): Promise<Array<HistoryEvent & { process: number }>> {
+  const dir = mkdtempSync(join(tmpdir(), 'rkv-history-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const files = Array.from({ length: processes }, (_, p) => join(dir, `p${p}.jsonl`));
+  await Promise.all(files.map((file, p) => runKvChild(t, [mode, url, String(p), String(count), file])));
+  return files.flatMap((file, p) => readFileSync(file, 'utf8').trim().split('\n').map((line) => ({ ...(JSON.parse(line) as HistoryEvent), process: p })));
 }
 
 /**

@@ -2,27 +2,13 @@
 // few keys form a linearizable history, and so do incr on a counter and
 // lock/unlock of a lock (the checker's counter and lock models on real
 // outputs). The checker's own tests, bad histories included, are in test/checker/.
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import test from 'ava';
 
-import test, { type ExecutionContext } from 'ava';
-
-import type { HistoryEvent } from '../../client/index.js';
-import { type ProcessEvent, counterHistories, lockHistories, registerHistories } from '../helpers/history-operations.js';
-import { runKvChild, startServer } from '../helpers/kv.js';
+import { counterHistories, lockHistories, registerHistories } from '../helpers/history-operations.js';
+import { recordHistories as histories, startServer } from '../helpers/kv.js';
 import { isLinearizable } from '../helpers/linearizability.js';
 import { counterModel, lockModel, registerModel } from '../helpers/linearizability-models.js';
 import { providersUnderTest, testScale } from '../helpers/providers.js';
-
-/** Runs `processes` kv-child processes in `mode`, each recording its history; all their events. */
-async function histories(t: ExecutionContext, url: string, mode: string, processes: number, count: number): Promise<ProcessEvent[]> {
-  const dir = mkdtempSync(join(tmpdir(), 'rkv-history-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  const files = Array.from({ length: processes }, (_, p) => join(dir, `p${p}.jsonl`));
-  await Promise.all(files.map((file, p) => runKvChild(t, [mode, url, String(p), String(count), file])));
-  return files.flatMap((file, p) => readFileSync(file, 'utf8').trim().split('\n').map((line) => ({ ...(JSON.parse(line) as HistoryEvent), process: p })));
-}
 
 for (const scheme of providersUnderTest()) {
   const count = Math.max(50, Math.round(400 * testScale()));

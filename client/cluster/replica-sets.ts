@@ -1,0 +1,31 @@
+// Routing by the controller's config when it has more than one replica
+// (docs/cluster.md, "Replicas, zones and the controller"): each hash slot's
+// replica set as one ServerClient view, its primary's with its backups
+// (ServerClient.withBackups), so reads go to the primary and PUT, DELETE and
+// CAS to every replica. One view per distinct replica set, shared by its slots.
+import { SLOT_COUNT } from '../../protocol/hash-slots.js';
+import { KvDisconnectedError, type KvError } from '../../protocol/errors.js';
+import type { ClusterConfig } from '../../protocol/registry.js';
+import type { ServerClient } from '../server-client.js';
+
+/** By hash slot, its replica set's view or why it has none; undefined for a config of one replica (routed by the member list). */
+export function replicaSets(config: ClusterConfig | undefined, servers: ReadonlyMap<string, ServerClient>): Array<ServerClient | KvError> | undefined {
+  if (config === undefined || config.replicas === 1) return undefined;
+  const sets = new Array<ServerClient | KvError>(SLOT_COUNT);
+  const views = new Map<string, ServerClient | KvError>();
+  for (const range of config.slots) {
+    const names = range.replicas.map((i) => config.members[i]!);
+    const id = names.join('\0');
+    let set = views.get(id);
+    if (set === undefined) {
+      const missing = names.find((name) => !servers.has(name));
+      const [primary, ...backups] = names.map((name) => servers.get(name)!);
+      set = missing === undefined
+        ? primary!.withBackups(backups)
+        : new KvDisconnectedError(`hash slots ${range.from}-${range.to}: replica ${missing} has no live registration (down since this client started, or never up)`);
+      views.set(id, set);
+    }
+    sets.fill(set, range.from, range.to + 1);
+  }
+  return sets;
+}
