@@ -15,6 +15,7 @@ const benchmarks = [
   ['what eviction\'s access hints cost a GET: --eviction none vs lru, interleaved', 'dist/bench/kv/access-hints.js', []],
   ['what a TTL costs: get and put of keys with and without a TTL, interleaved', 'dist/bench/kv/ttl-cost.js', []],
   ['the epoch barrier replication will fence writes with: its time per region size, idle and under writes', 'dist/bench/kv/epoch-barrier.js', []],
+  ['replication: put and get at --replicas 1 and 2 on three kv-servers (etcd), interleaved', 'dist/bench/kv/replication.js', []],
   ['a cache under eviction: read-through over zipfian keys, rdma-kv --eviction vs redis allkeys-* (npm run bench:cache)', 'bin/kv-bench.js', ['cache', '--db', 'rdma-kv,redis', '--eviction', 'none,lru,lfu']],
 ];
 

@@ -37,7 +37,7 @@ export interface TcpPeerServer extends PeerServer {
   port: number;
 }
 
-const APT_PACKAGE: { [binary: string]: string } = { 'redis-server': 'redis-server', memcached: 'memcached' };
+const APT_PACKAGE: { [binary: string]: string } = { 'redis-server': 'redis-server', memcached: 'memcached', etcd: 'etcd-server' };
 
 export function findBinary(name: string): string | undefined {
   const dirs = [...(process.env['PATH'] ?? '').split(delimiter), '/usr/sbin', '/usr/bin', '/usr/local/bin'];
