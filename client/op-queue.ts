@@ -43,6 +43,10 @@ const SLOT_BITS = 31 - Math.clz32(SLOTS);
 
 type Work = PendingOp | Batch;
 
+/** The record's ops run on `session`: as their primary, or as a replicated write's backup. */
+const runsOn = (work: Work, session: Session | undefined): boolean =>
+  work.session === session || (work instanceof PendingOp && session !== undefined && work.backups !== undefined && work.backups.includes(session));
+
 export class OpQueue implements Slots {
   /** The sessions whose ops it takes (attach() to lose() or close()). */
   private readonly attached = new Set<Session>();
@@ -173,14 +177,15 @@ export class OpQueue implements Slots {
     }
     const error = new KvDisconnectedError(`lost the server: ${reason}`);
     this.failInflight(error, session);
-    this.removeQueued((work) => work.session === session, error);
+    // A queued replicated write naming it as a backup goes too: its link may soon be another server's.
+    this.removeQueued((work) => runsOn(work, session), error);
     this.attached.delete(session);
     if (this.head < this.queue.length) this.scheduleFlush(); // the other members' ops may have slots now
   }
 
   /** Fails what is queued on `session` (its server client is closing). */
   close(session: Session | undefined, error: Error): void {
-    this.removeQueued((work) => work.session === session, error);
+    this.removeQueued((work) => runsOn(work, session), error);
   }
 
   /** Takes nothing more from the timers (the host is closing). */
