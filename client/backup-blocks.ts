@@ -67,6 +67,11 @@ export class BackupBlocks {
     }
   }
 
+  /** The op in `slot` is a replicated write. */
+  names(slot: number): boolean {
+    return this.sessions[slot * PER_OP] !== undefined;
+  }
+
   /** The slot is free again: it names no backup. */
   clear(slot: number): void {
     for (let at = slot * PER_OP; at < (slot + 1) * PER_OP; at++) {

@@ -209,6 +209,9 @@ export class OpQueue implements Slots {
     for (let slot = 0; slot < SLOTS; slot++) {
       const owner = this.owners[slot];
       if (!owner || this.sessions[slot] !== session) continue;
+      // A replicated write is answered by the core once its followers have ended (their
+      // backups' blocks, and a registered buffer they may still read, are not free before).
+      if (this.backups.names(slot)) continue;
       this.release(slot);
       if (owner instanceof PendingOp) owner.reject(error);
       else owner.fail(error);

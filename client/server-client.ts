@@ -53,8 +53,9 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   private reconnectTimer: NodeJS.Timeout | undefined;
   private closing: Promise<void> | undefined;
   private hello: Hello | undefined;
-  /** A replica set's view (withBackups): the servers its PUT, DELETE and CAS also write. */
+  /** A replica set's view (withBackups): the servers its PUT, DELETE and CAS also write, or why its writes cannot go. */
   private backups: readonly ServerClient[] = [];
+  private backupsMissing: KvError | undefined;
 
   constructor(readonly options: ServerClientOptions) {
     super();
@@ -96,9 +97,10 @@ export class ServerClient extends EventEmitter<ClientEvents> {
    * (the view is an object whose prototype is this one), so it follows this
    * client's connection as it comes and goes.
    */
-  withBackups(backups: readonly ServerClient[]): ServerClient {
+  withBackups(backups: readonly ServerClient[], missing?: KvError): ServerClient {
     const view = Object.create(this) as ServerClient;
     view.backups = backups;
+    view.backupsMissing = missing;
     return view;
   }
 
@@ -203,7 +205,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     const refused = this.refusal(KvOp.PUT);
     if (refused) return Promise.reject(refused);
     // Replicated: each key a PUT of its own; issued in one tick, they still go to the core in one submit.
-    if (this.backups.length > 0) return Promise.all(keys.map((key, i) => this.putValue(key, values[i]!, expiries?.[i] ?? 0)));
+    if (this.backups.length > 0 || this.backupsMissing) return Promise.all(keys.map((key, i) => this.putValue(key, values[i]!, expiries?.[i] ?? 0)));
     const { classes, maxValueBytes } = this.session!.hello.layout;
     const n = keys.length;
     const keyBytes = new Int32Array(n);
@@ -272,7 +274,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       if (ext) {
         // Written from the caller's registered buffer, without a copy.
         const request: OpRequest = { type, key, keyBytes, value: undefined, valueBytes: 0, arg, cls, mismatchResolves, ext, expiry };
-        const replicated = this.backups.length > 0 ? this.replicate(request, session) : undefined;
+        const replicated = this.backups.length > 0 || this.backupsMissing ? this.replicate(request, session) : undefined;
         if (replicated) return Promise.reject(replicated);
         return holding(ext, () => queue.add(session, request, answer).result);
       }
@@ -290,7 +292,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     }
     const large = type === KvOp.GET && answer === Answer.VALUE ? this : undefined; // a value past scratch: getLarge
     const request: OpRequest = { type, key, keyBytes, value: bytes, valueBytes, arg, cls, mismatchResolves, ext: into, large, expiry };
-    if (this.backups.length > 0 && type !== KvOp.GET) {
+    if ((this.backups.length > 0 || this.backupsMissing) && type !== KvOp.GET) {
       const replicated = this.replicate(request, session);
       if (replicated) return Promise.reject(replicated);
     }
@@ -309,8 +311,9 @@ export class ServerClient extends EventEmitter<ClientEvents> {
    */
   private replicate(request: OpRequest, session: Session): KvError | undefined {
     const { type } = request;
-    if (type !== KvOp.PUT && type !== KvOp.DELETE && type !== KvOp.CAS) {
-      return new KvInvalidArgumentError(`${type === KvOp.INCR ? 'incr' : 'lock and unlock'}: counters and locks are not replicated yet (docs/replication-design.md, step 5); a cluster of --replicas 1 serves them`);
+    if (this.backupsMissing) return this.backupsMissing;
+    if (type === KvOp.LOCK || type === KvOp.UNLOCK) {
+      return new KvInvalidArgumentError('lock and unlock: locks are not replicated yet (docs/replication-design.md, step 5); a cluster of --replicas 1 serves them');
     }
     const backups: Session[] = [];
     const classes: number[] = [];
@@ -320,7 +323,9 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       const s = backup.session!;
       if (s.host !== session.host) return new KvInvalidArgumentError(`the backup ${backup.url} is on another provider than its primary ${this.url}`);
       backups.push(s);
-      classes.push(type === KvOp.DELETE ? -1 : classFor(s.hello.layout.classes, itemUnits(request.keyBytes, request.valueBytes)));
+      // PUT, CAS: the new item's block (its value may be in a registered buffer); INCR: the counter's, should that backup lack it.
+      const valueBytes = request.ext !== undefined ? request.ext.length : request.valueBytes;
+      classes.push(type === KvOp.DELETE ? -1 : classFor(s.hello.layout.classes, itemUnits(request.keyBytes, valueBytes)));
     }
     request.backups = backups;
     request.backupClasses = classes;

@@ -18,11 +18,11 @@ export function replicaSets(config: ClusterConfig | undefined, servers: Readonly
     const id = names.join('\0');
     let set = views.get(id);
     if (set === undefined) {
-      const missing = names.find((name) => !servers.has(name));
-      const [primary, ...backups] = names.map((name) => servers.get(name)!);
-      set = missing === undefined
-        ? primary!.withBackups(backups)
-        : new KvDisconnectedError(`hash slots ${range.from}-${range.to}: replica ${missing} has no live registration (down since this client started, or never up)`);
+      const down = (name: string) => new KvDisconnectedError(`hash slots ${range.from}-${range.to}: replica ${name} has no live registration (down since this client started, or never up)`);
+      const [primary, ...backups] = names.map((name) => servers.get(name));
+      const missing = names.slice(1).find((name) => !servers.has(name));
+      // A backup down: reads still go to the primary; writes wait for a config without it (failover).
+      set = primary === undefined ? down(names[0]!) : primary.withBackups(backups.filter((b) => b !== undefined), missing === undefined ? undefined : down(missing));
       views.set(id, set);
     }
     sets.fill(set, range.from, range.to + 1);

@@ -38,6 +38,11 @@ void ClientCore::created(Op& op) {
 }
 
 void ClientCore::atomic_step(Op& op) {
+  // A replicated INCR's member applies its delta when its group says: backups first (replicated.cc).
+  if (op.group.grouped() && !op.group.go) {
+    op.group.at_atomic = true;
+    return group_stop(op, GroupState::Vote::HELD);
+  }
   AtomicState& a = op.atomic();
   op.begin(Phase::A_ATOMIC);
   const uint64_t result = op.area(area::ATOM);

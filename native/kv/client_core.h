@@ -323,6 +323,8 @@ class ClientCore {
   void end_follower(Op& follower, KvStatus status, uint32_t detail, bool committed);
   void group_decide(Op& leader);
   void group_restart(Op& leader);
+  void restart_member(Op& op);
+  void group_go(Op& op);
   void abandon(Op& follower);
   // INCR, LOCK, UNLOCK (atomics.cc).
   void begin_create(Op& op);

@@ -181,7 +181,8 @@ struct GroupState {
   Vote vote = Vote::RUNNING;
   KvStatus status = KvStatus::OK;  // DONE: why
   uint32_t detail = 0;
-  bool go = false;  // the group decided: this member's W_COMMIT posts
+  bool go = false;  // the group decided: this member's W_COMMIT (or atomic) posts
+  bool at_atomic = false;  // HELD before its atomic (INCR on a found word): it holds no locks
   // Follower.
   uint8_t leader = kNone;   // its leader's index
   uint8_t backup = 0;       // which backup of the descriptor it writes

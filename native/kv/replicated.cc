@@ -1,7 +1,9 @@
-// Replicated writes (docs/replication-design.md, scheme A): PUT, DELETE and
-// CAS on a hash slot with backups. The op on the primary (the leader) has a
-// follower op per backup, on that backup's connection, writing the same item
-// (the leader's buffer, its version) into the block that backup granted.
+// Replicated writes (docs/replication-design.md, scheme A): PUT, DELETE, CAS
+// and INCR on a hash slot with backups. The op on the primary (the leader) has
+// a follower op per backup, on that backup's connection: a PUT's or CAS's
+// follower writes the same item (the leader's buffer, its version) into the
+// block that backup granted; an INCR's finds (or creates) the counter on its
+// replica and adds the delta there, one round before the primary does.
 //
 //   R1, R2   every member runs write.cc's rounds on its own replica at once:
 //            the item WRITE and bucket READs, the lock CASes with the epoch READ
@@ -14,6 +16,14 @@
 //            after the leader's backoff; all HELD → R3
 //   R3       the followers commit; once every one has ended committed,
 //   R4       the leader commits, and answers.
+//
+// An INCR's member stops HELD either before its FETCH_AND_ADD (at_atomic: it
+// holds no locks) or, creating the counter, before its commit; R3 and R4 are
+// then the FETCH_AND_ADDs (or creations). Additions commute, so the replicas'
+// words need no common order: a backup is ahead of its primary only by deltas
+// not yet acknowledged. A follower whose FETCH_AND_ADD met a DELETE's seal in
+// R3 (it added nothing anyone can see) finds the key again alone and adds its
+// delta there, while the others wait.
 //
 // The primary's images decide (a CAS's version, a DELETE's NOT_FOUND, a
 // type); a backup's slot is made to name the new item whatever it held
@@ -34,7 +44,7 @@ using Vote = GroupState::Vote;
 // Why a replicated write's backups cannot run it (OK: they can).
 KvStatus ClientCore::backup_refusal(const OpDesc& d) const {
   if (d.backups > kMaxBackups) return KvStatus::PROTOCOL;
-  if (d.type != KvOp::PUT && d.type != KvOp::DELETE && d.type != KvOp::CAS) return KvStatus::PROTOCOL;
+  if (d.type != KvOp::PUT && d.type != KvOp::DELETE && d.type != KvOp::CAS && d.type != KvOp::INCR) return KvStatus::PROTOCOL;
   const uint64_t bytes = item_bytes(d.key_len, d.value_len);
   for (uint32_t i = 0; i < d.backups; i++) {
     const OpDesc::Backup& b = d.backup[i];
@@ -76,16 +86,24 @@ void ClientCore::attach_followers(Op& leader, const OpDesc& d) {
   }
 }
 
-// Starts the followers' first round, with the item the leader built (start()).
+// Starts the followers' first round: a PUT's or CAS's with the item the leader
+// built (start()), an INCR's as start() starts one.
 void ClientCore::start_followers(Op& leader) {
   if (!leader.busy || !leader.group.is_leader() || leader.group.ending) return;
   for (uint8_t index : leader.group.followers) {
     if (index == GroupState::kNone) continue;
     Op& f = ops_[index];
-    f.item = leader.item;
-    f.shares_item = true;
-    f.version = leader.version;
-    if (f.type != KvOp::DELETE) f.write().item_units = leader.write().item_units;
+    if (f.is_atomic()) {
+      if (cache_lookup(f)) atomic_step(f);
+      else get_read_buckets(f, Phase::G_BUCKETS);
+      continue;
+    }
+    if (f.type != KvOp::DELETE) {
+      f.item = leader.item;
+      f.shares_item = true;
+      f.version = leader.version;
+      f.write().item_units = leader.write().item_units;
+    }
     write_read_buckets(f);
   }
 }
@@ -98,9 +116,11 @@ void ClientCore::group_stop(Op& op, Vote vote, KvStatus status, uint32_t detail)
   if (g.is_follower()) {
     if (vote == Vote::DONE) return end_follower(op, status, detail, false);
     if (g.abandoned) {
-      if (vote == Vote::HELD) return release_and_finish(op, KvStatus::DISCONNECTED);  // ends at its DONE
+      if (vote == Vote::HELD && !g.at_atomic) return release_and_finish(op, KvStatus::DISCONNECTED);  // ends at its DONE
       return end_follower(op, status, detail, false);
     }
+    // An INCR's follower in R3 whose word was sealed: it retries alone (its delta is not applied yet).
+    if (vote == Vote::RETRY && ops_[g.leader].group.committing) return backoff(op, op.resume);
   }
   g.vote = vote;
   g.status = status;
@@ -122,7 +142,8 @@ void ClientCore::end_follower(Op& f, KvStatus status, uint32_t detail, bool comm
   if (f.block.held && !(committed && f.block.published)) g.unused |= static_cast<uint8_t>(1u << f.group.backup);
   g.followers[f.group.backup] = GroupState::kNone;
   if (f.linked && f.type == KvOp::DELETE) cache_forget(f);
-  release_op(f);  // no answer of its own; the item buffer is the leader's
+  if (!f.shares_item) free_item(f);  // an INCR's own (a PUT's or CAS's is the leader's)
+  release_op(f);  // no answer of its own
   if (g.ending) {
     if (!g.abandoning && !has_followers(leader)) complete(leader, g.end_status, g.end_detail);
     return;
@@ -151,75 +172,97 @@ void ClientCore::group_decide(Op& leader) {
     retry |= fg.vote == Vote::RETRY;
     if (ops_[index].epoch_wait) leader.epoch_wait = true;  // a backup's epoch word is closed: TIMEOUT at the deadline
   }
-  const auto release_held = [&](KvStatus status) {
+  // Every member that holds locks gives them back (and stops again, RETRY or
+  // DONE); one stopped before its atomic holds none and takes that vote now.
+  const auto release_held = [&](KvStatus status, uint32_t detail) {
     for (uint8_t index : g.followers) {
       if (index == GroupState::kNone || ops_[index].group.vote != Vote::HELD) continue;
-      ops_[index].group.vote = Vote::RUNNING;
-      release_and_retry(ops_[index]);  // stops again with RETRY
+      Op& f = ops_[index];
+      if (f.group.at_atomic) {
+        f.group.vote = Vote::RETRY;
+        continue;
+      }
+      f.group.vote = Vote::RUNNING;
+      f.write().final_status = KvStatus::OK;  // a DELETE's NOT_FOUND of an expired item must not end it here
+      release_and_retry(f);  // stops again with RETRY
     }
-    if (g.vote == Vote::HELD) {
+    if (g.vote == Vote::HELD && g.at_atomic) {
+      g.vote = status == KvStatus::OK ? Vote::RETRY : Vote::DONE;
+      g.status = status;
+      g.detail = detail;
+    } else if (g.vote == Vote::HELD) {
       g.vote = Vote::RUNNING;
-      if (status == KvStatus::OK) return release_and_retry(leader);
-      release_and_finish(leader, status, g.failure_detail);  // stops again with DONE
+      if (status == KvStatus::OK) {
+        leader.write().final_status = KvStatus::OK;  // it retries: what it decided goes
+        release_and_retry(leader);
+      } else {
+        release_and_finish(leader, status, detail);  // stops again with DONE
+      }
     }
+    group_decide(leader);  // everyone may have stopped again already
   };
   if (g.committing) {
     // Every follower has ended: all committed, or one failed mid-commit
     // (its backup may hold the write: the op may have taken effect).
     g.committing = false;
-    if (g.failure != KvStatus::OK) return release_held(g.failure);
-    g.vote = Vote::RUNNING;
-    g.go = true;
-    return write_commit(leader);
+    if (g.failure != KvStatus::OK) return release_held(g.failure, g.failure_detail);
+    return group_go(leader);
   }
   if (g.vote == Vote::DONE || g.failure != KvStatus::OK) {
     // The primary answered (the primary decides), or a backup cannot take the write.
     const KvStatus status = g.vote == Vote::DONE ? g.status : g.failure;
     const uint32_t detail = g.vote == Vote::DONE ? g.detail : g.failure_detail;
-    if (g.vote == Vote::HELD) return release_held(status);
+    if (g.vote == Vote::HELD) return release_held(status, detail);
     return group_end(leader, status, detail);  // followers give their locks back, then the leader answers
   }
   if (retry) {
-    if (held > 0) return release_held(KvStatus::OK);
+    if (held > 0) return release_held(KvStatus::OK, 0);
     return backoff(leader, Phase::W_READ);  // resume: group_restart; past the deadline, finish
   }
   // All held: the backups commit first.
-  if (!has_followers(leader)) {
-    g.vote = Vote::RUNNING;
-    g.go = true;
-    return write_commit(leader);
-  }
+  if (!has_followers(leader)) return group_go(leader);
   g.committing = true;
   for (uint8_t index : g.followers) {
-    if (index == GroupState::kNone) continue;
-    Op& f = ops_[index];
-    f.group.vote = Vote::RUNNING;
-    f.group.go = true;
-    write_commit(f);
+    if (index != GroupState::kNone) group_go(ops_[index]);
   }
 }
 
-// The group's retry, after the leader's backoff: every member from R1.
+// The group said go: the member's commit, or its atomic.
+void ClientCore::group_go(Op& op) {
+  op.group.vote = Vote::RUNNING;
+  op.group.go = true;
+  if (op.group.at_atomic) return atomic_step(op);
+  write_commit(op);
+}
+
+// The group's retry, after the leader's backoff: every member from its start.
 void ClientCore::group_restart(Op& leader) {
-  leader.group.vote = Vote::RUNNING;
-  leader.group.go = false;
+  leader.group.vote = Vote::RUNNING;  // first: a follower that stops at once must find the leader running
   for (uint8_t index : leader.group.followers) {
-    if (index == GroupState::kNone) continue;
-    Op& f = ops_[index];
-    f.group.vote = Vote::RUNNING;
-    f.group.go = false;
-    f.write().moving = false;
-    write_read_buckets(f);
+    if (index != GroupState::kNone) restart_member(ops_[index]);
   }
-  leader.write().moving = false;
-  write_read_buckets(leader);
+  restart_member(leader);
+}
+
+void ClientCore::restart_member(Op& op) {
+  op.group.vote = Vote::RUNNING;
+  op.group.go = false;
+  op.group.at_atomic = false;
+  if (op.is_atomic()) {
+    op.start_lookup();
+    if (cache_lookup(op)) return atomic_step(op);
+    return get_read_buckets(op, Phase::G_BUCKETS);
+  }
+  op.write().moving = false;
+  write_read_buckets(op);
 }
 
 // finish() of a grouped op. A follower ends; a leader answers at once if it
 // has no followers left, else once they have given their locks back.
 void ClientCore::group_end(Op& op, KvStatus status, uint32_t detail) {
   if (op.group.is_follower()) {
-    const bool committed = op.phase == Phase::W_COMMIT && (status == KvStatus::OK || status == KvStatus::NOT_FOUND);
+    const bool committed = (op.phase == Phase::W_COMMIT && (status == KvStatus::OK || status == KvStatus::NOT_FOUND)) ||
+                           (op.phase == Phase::A_ATOMIC && status == KvStatus::OK);
     return end_follower(op, status, detail, committed);
   }
   GroupState& g = op.group;
@@ -228,6 +271,15 @@ void ClientCore::group_end(Op& op, KvStatus status, uint32_t detail) {
   g.ending = true;
   g.end_status = status;
   g.end_detail = detail;
+  // What the leader keeps of its connection is settled now: that connection may be
+  // closed (its index even reused) before the last follower ends and the leader answers.
+  if (op.linked) {
+    if (op.ring_credit) link(op).ring.reserved--;
+    op.ring_credit = false;
+    if (op.type == KvOp::DELETE || status == KvStatus::TYPE_MISMATCH) cache_forget(op);
+    location_after(op, status);
+    op.linked = false;
+  }
   if (op.phase == Phase::BACKOFF) backoffs_--;
   op.begin(Phase::W_PARKED);
   g.abandoning = true;  // followers ending synchronously below must not answer for the leader
@@ -243,7 +295,9 @@ void ClientCore::group_end(Op& op, KvStatus status, uint32_t detail) {
 void ClientCore::abandon(Op& f) {
   f.group.abandoned = true;
   const bool stopped = f.phase == Phase::W_PARKED && f.group.vote != Vote::RUNNING;
-  if (f.phase == Phase::IDLE || link(f).broken || (stopped && f.group.vote == Vote::RETRY)) {
+  // Holding no locks: stopped to retry, or before its atomic.
+  const bool lockless = stopped && (f.group.vote == Vote::RETRY || f.group.at_atomic);
+  if (f.phase == Phase::IDLE || link(f).broken || lockless || f.phase == Phase::BACKOFF) {
     return end_follower(f, KvStatus::DISCONNECTED, 0, false);
   }
   if (stopped && f.group.vote == Vote::HELD) {

@@ -209,6 +209,9 @@ void ClientCore::write_decide(Op& op) {
     }
   }
   if (op.type == KvOp::DELETE) {
+    // A backup that lacks the key keeps its locks until the group commits, so no
+    // write of the key lands there between its look and the primary's DELETE.
+    if (w.target_bucket < 0 && op.group.is_follower()) return write_commit(op);
     if (w.target_bucket < 0) return release_and_finish(op, KvStatus::NOT_FOUND);
     store_le<uint64_t>(mem(op.area(area::SLOT_NEW)), 0);
     return write_commit(op);
@@ -297,9 +300,17 @@ void ClientCore::write_alt_locked(Op& op) {
 // version), and the notification record with its immediate.
 void ClientCore::write_commit(Op& op) {
   // A replicated write's member commits when its group says (replicated.cc).
-  if (op.group.grouped() && !op.group.go) return group_stop(op, GroupState::Vote::HELD);
+  if (op.group.grouped() && !op.group.go) {
+    op.group.at_atomic = false;
+    return group_stop(op, GroupState::Vote::HELD);
+  }
   WriteState& w = op.write();
   op.begin(Phase::W_COMMIT);
+  if (w.target_bucket < 0) {
+    // A backup's DELETE of a key it lacks: nothing to change, only its locks to give back.
+    add_releases(op);
+    return link(op).sends.signal_last();
+  }
   // A DELETE's of a counter or lock; a backup's write over one (only DELETE and backups set seal_add).
   const bool seal = w.seal_add != 0;
   if (seal) {

@@ -2,8 +2,9 @@
 // scheme A): three kv-server processes with --replicas 2 and a KvClient that
 // routes by the controller's config. Each member is also read directly, as a
 // one-server client, to see what its own region holds.
-//  - PUT, CAS, DELETE and putMany land on both replicas of the key's hash slot
-//    with one version, and on no other member; counters and locks are refused.
+//  - PUT, CAS, DELETE and putMany (and a PUT from a registered buffer) land on
+//    both replicas of the key's hash slot with one version, and on no other
+//    member; locks are refused; INCRs from three processes sum on both replicas.
 //  - A writer stopped (shm's test hook) right before its primary's commit:
 //    the backup already holds the write and the primary does not (backups
 //    commit first); killed there, its locks are given back by the departure
@@ -95,7 +96,7 @@ async function replicated(t: ExecutionContext, c: Cluster, key: string, value: s
   return ok;
 }
 
-test.serial('--replicas 2: PUT, CAS, DELETE and putMany land on both replicas of the hash slot with one version and on no other member; counters and locks are refused', async (t) => {
+test.serial('--replicas 2: PUT, CAS, DELETE and putMany land on both replicas of the hash slot with one version and on no other member; locks are refused', async (t) => {
   const c = await replicatedCluster(t, '/test-replicated');
   const { kv } = c;
   const model = new Map<string, string | undefined>();
@@ -123,8 +124,24 @@ test.serial('--replicas 2: PUT, CAS, DELETE and putMany land on both replicas of
   t.is(wrong, 0, 'keys not held as written by exactly their two replicas');
   // Both replicas of some key are other members than the third: every member is someone's backup.
   t.is(new Set(keys.map((k) => c.replicasOf(k)[1])).size, 3);
-  await t.throwsAsync(kv.incr('counter'), { code: 'KV_INVALID_ARGUMENT', message: /counters and locks are not replicated yet/ });
-  await t.throwsAsync(kv.lock('a-lock'), { code: 'KV_INVALID_ARGUMENT' });
+  // A value written from a registered buffer (no copy; large values go this way too).
+  const registered = kv.allocBuffer(64 << 10);
+  registered.fill(9);
+  await kv.put('registered', registered);
+  const held = await onEachMember(c, 'registered');
+  const [primary, backup] = c.replicasOf('registered');
+  t.true(held.get(primary!)?.value.equals(registered) && held.get(backup!)?.value.equals(registered));
+  t.is(held.get(primary!)?.version, held.get(backup!)?.version);
+  await t.throwsAsync(kv.lock('a-lock'), { code: 'KV_INVALID_ARGUMENT', message: /locks are not replicated yet/ });
+});
+
+test.serial('--replicas 2: INCR from three processes at once: the counter reaches the sum on both replicas', async (t) => {
+  const c = await replicatedCluster(t, '/test-replicated-incr');
+  const count = Math.max(50, Math.round(300 * testScale()));
+  await Promise.all([0, 1, 2].map(() => runKvChild(t, ['incr', c.target, 'hits', String(count)])));
+  t.is(await c.kv.incr('hits', 0), BigInt(3 * count));
+  const [primary, backup] = c.replicasOf('hits');
+  for (const name of [primary!, backup!]) t.is(await c.direct.get(name)!.incr('hits', 0), BigInt(3 * count), name);
 });
 
 test.serial('--replicas 2: 6 processes of get/put/delete/cas on 3 keys are linearizable; 2 processes of put/get/delete agree with their models', async (t) => {

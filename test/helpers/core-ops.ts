@@ -18,6 +18,8 @@ export interface CoreOp {
   backups?: readonly { connection: number; block: number }[];
   /** CAS: OpLayout.EXPECTED_VERSION. */
   expectedVersion?: bigint;
+  /** INCR: OpLayout.DELTA (0 when absent: reads the counter, creating it at 0 if missing). */
+  delta?: bigint;
 }
 
 /** Writes `ops` as descriptors 0.. of the core's opWords, keys and values packed into its arena. */
@@ -47,6 +49,10 @@ export function writeOps(core: ClientCore, ops: readonly CoreOp[]): void {
     if (op.expectedVersion !== undefined) {
       core.opWords[o + OpLayout.EXPECTED_VERSION_LO] = Number(op.expectedVersion & 0xffffffffn);
       core.opWords[o + OpLayout.EXPECTED_VERSION_HI] = Number(op.expectedVersion >> 32n);
+    }
+    if (op.delta !== undefined) {
+      core.opWords[o + OpLayout.DELTA_LO] = Number(op.delta & 0xffffffffn);
+      core.opWords[o + OpLayout.DELTA_HI] = Number(op.delta >> 32n);
     }
     core.opWords[o + OpLayout.BACKUPS] = op.backups?.length ?? 0;
     op.backups?.forEach((backup, k) => {

@@ -6,7 +6,9 @@
 // (its epoch moved, its table full, its connection lost) fails the op with
 // nothing committed on the primary; a backup whose lock is held makes the
 // whole group give its locks back and retry; every lock is given back; the
-// answer says which backup blocks went unused.
+// answer says which backup blocks went unused. A replicated INCR adds its
+// delta on every replica (creating the counter where it is missing), the
+// backups first.
 import test from 'ava';
 
 import { EpochWord, KvLayout, KvOp, KvStatus, ResultLayout } from '../../native/constants.generated.js';
@@ -119,6 +121,22 @@ function place(r: Replica, key: string, value: string, block: number, version: b
   item.copy(r.pair.region.bytes, heapOf(r) + block * KvLayout.UNIT_BYTES);
   const { b1, fingerprint } = hashKey(k, r.seed, r.buckets);
   r.pair.region.bytes.writeBigUInt64LE(packSlot(fingerprint, Math.ceil(item.length / KvLayout.UNIT_BYTES), block), INDEX + b1 * 64 + 8);
+}
+
+/** A counter item holding `value`, placed as place() places bytes; `sealed`: as a DELETE leaves it before unlinking. */
+function placeCounter(r: Replica, key: string, value: bigint, block: number, sealed = false): void {
+  place(r, key, '', block, (9n << 40n) | 3n, ItemType.COUNTER);
+  const word = (value << 1n) | (sealed ? BigInt(KvLayout.COUNTER_SEAL) : 0n);
+  r.pair.region.bytes.writeBigUInt64LE(word, heapOf(r) + block * KvLayout.UNIT_BYTES + 24); // ItemHeader.ATOMIC_WORD
+}
+
+/** The counter's value on each replica, read by an INCR of 0 on that connection alone. */
+async function countersOf(core: ClientCore, key: string): Promise<bigint[]> {
+  const done = await run(core, [0, 1, 2].map((connection) => ({ type: KvOp.INCR, id: 70 + connection, key, connection, block: 900 + 4 * connection })));
+  return done.map((d) => {
+    if (d.status !== KvStatus.OK) throw new Error(`INCR 0 of ${key}: ${JSON.stringify(d)}`);
+    return d.version!;
+  });
 }
 
 const BACKUPS = (first: number, second: number) => [{ connection: 1, block: first }, { connection: 2, block: second }];
@@ -255,7 +273,7 @@ for (const scheme of providersUnderTest()) {
     const refused = await run(core, [
       { type: KvOp.PUT, id: 1, key: 'a', value: 'v', block: 400, backups: [{ connection: 0, block: 400 }] }, // the primary again
       { type: KvOp.PUT, id: 2, key: 'b', value: 'v', block: 404, backups: [{ connection: 1, block: 404 }, { connection: 1, block: 408 }] },
-      { type: KvOp.INCR, id: 3, key: 'c', block: 412, backups: BACKUPS(412, 412) }, // atomics are not replicated yet
+      { type: KvOp.LOCK, id: 3, key: 'c', block: 412, backups: BACKUPS(412, 412) }, // locks are not replicated yet
       { type: KvOp.PUT, id: 4, key: 'd', value: 'v', block: 416, backups: [{ connection: 5, block: 416 }] }, // no such connection
       { type: KvOp.PUT, id: 5, key: 'e', value: 'v', block: 420, backups: [{ connection: 1, block: (HEAP_BYTES / KvLayout.UNIT_BYTES) - 1 }] },
     ]);
@@ -277,5 +295,61 @@ for (const scheme of providersUnderTest()) {
     t.true(lost[0]!.blockUnused);
     t.is(await valueOn(core, 'k', 0), undefined);
     t.deepEqual(lockOwners(primary, 'k'), [0, 0]);
+  });
+}
+
+for (const scheme of providersUnderTest()) {
+  test(`${scheme}: a replicated DELETE whose backup lacks the key keeps that backup's locks until the group commits: a value landing there meanwhile is deleted too`, async (t) => {
+    const { core, primary, b1, b2 } = await setup(t, scheme);
+    place(primary, 'k', 'v', 40, (9n << 40n) | 1n);
+    place(b2, 'k', 'v', 40, (9n << 40n) | 1n);
+    // The primary's lock is held: the group retries; backup 1 lacks the key for now.
+    const { b1: bucket } = hashKey(Buffer.from('k'), primary.seed, primary.buckets);
+    primary.pair.region.bytes.writeBigUInt64LE(77n, INDEX + bucket * 64);
+    const { done } = submit(core, [{ type: KvOp.DELETE, id: 1, key: 'k', backups: BACKUPS(0, 0) }]);
+    t.deepEqual(await collect(core, done, 1, 50), [], 'the DELETE waits for the primary');
+    // Another writer's value lands on backup 1 (as its backup commit would) while the DELETE waits.
+    place(b1, 'k', 'v', 40, (9n << 40n) | 1n);
+    primary.pair.region.bytes.writeBigUInt64LE(1n << 32n, INDEX + bucket * 64);
+    t.is((await collect(core, done, 1))[0]!.status, KvStatus.OK);
+    t.deepEqual(await everywhere(core, 'k'), [undefined, undefined, undefined], 'gone from every replica');
+    for (const r of [primary, b1, b2]) t.deepEqual(lockOwners(r, 'k'), [0, 0]);
+  });
+
+  test(`${scheme}: a replicated INCR creates the counter on every replica, then adds on every replica; the answer is the primary's`, async (t) => {
+    const { core } = await setup(t, scheme);
+    const first = await run(core, [{ type: KvOp.INCR, id: 1, key: 'c', block: 100, backups: BACKUPS(200, 300), delta: 5n }]);
+    t.deepEqual(first.map(({ status, version, blockUnused, backupsUnused }) => ({ status, version, blockUnused, backupsUnused })), [
+      { status: KvStatus.OK, version: 5n, blockUnused: undefined, backupsUnused: undefined },
+    ]);
+    const second = await run(core, [{ type: KvOp.INCR, id: 2, key: 'c', block: 104, backups: BACKUPS(204, 304), delta: 3n }]);
+    t.deepEqual(second.map(({ status, version, blockUnused, backupsUnused }) => ({ status, version, blockUnused, backupsUnused })), [
+      { status: KvStatus.OK, version: 8n, blockUnused: true, backupsUnused: 0b11 },
+    ]);
+    t.deepEqual(await countersOf(core, 'c'), [8n, 8n, 8n]);
+  });
+
+  test(`${scheme}: a replicated INCR on replicas that differ: a backup ahead (it has the counter, the primary not) stays ahead by the same amount`, async (t) => {
+    const { core, b1 } = await setup(t, scheme);
+    placeCounter(b1, 'c', 100n, 40);
+    const done = await run(core, [{ type: KvOp.INCR, id: 1, key: 'c', block: 100, backups: BACKUPS(200, 300), delta: 1n }]);
+    t.is(done[0]!.status, KvStatus.OK);
+    t.is(done[0]!.version, 1n, "the primary's value");
+    t.deepEqual(await countersOf(core, 'c'), [1n, 101n, 1n]);
+  });
+
+  test(`${scheme}: a replicated INCR whose backup's counter was sealed by a DELETE finds the key again on that backup alone, and adds there once`, async (t) => {
+    const { core, primary, b1, b2 } = await setup(t, scheme);
+    placeCounter(primary, 'c', 10n, 40);
+    placeCounter(b1, 'c', 10n, 40, true); // sealed: a DELETE is unlinking it
+    placeCounter(b2, 'c', 10n, 40);
+    const { done } = submit(core, [{ type: KvOp.INCR, id: 1, key: 'c', block: 100, backups: BACKUPS(200, 300), delta: 2n }]);
+    t.deepEqual(await collect(core, done, 1, 50), [], 'the INCR waits while backup 1 still names the sealed counter');
+    // The DELETE unlinks it: backup 1's follower now creates the counter at 2.
+    const { b1: bucket, b2: other } = hashKey(Buffer.from('c'), b1.seed, b1.buckets);
+    for (const b of [bucket, other]) for (let i = 0; i < 7; i++) b1.pair.region.bytes.writeBigUInt64LE(0n, INDEX + b * 64 + 8 + 8 * i);
+    const landed = await collect(core, done, 1);
+    t.deepEqual(landed.map(({ status, version }) => ({ status, version })), [{ status: KvStatus.OK, version: 12n }]);
+    t.deepEqual(await countersOf(core, 'c'), [12n, 2n, 12n], 'each replica got the delta once');
   });
 }
