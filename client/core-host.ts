@@ -140,6 +140,8 @@ export class CoreHost {
     this.core = undefined;
     if (this.options.pollMode === 'event') this.cq.unwatch();
     core.close(); // scratch is safe to free once it returns
+    // What close() failed is answered now (the queue leaves replicated writes to the core's answer).
+    this.queue.pollOnce(core);
     this.releaseIfIdle();
   }
 

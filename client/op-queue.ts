@@ -154,9 +154,8 @@ export class OpQueue implements Slots {
     else setImmediate(this.flushTask); // this turn's budget is spent: let timers and I/O run first
   }
 
-  /** Polls the core until it has nothing more (in event mode the core re-arms the CQ), then flushes. */
-  pollOnce(): void {
-    const core = this.host.core;
+  /** Polls the core (the host's, or one it just closed) until it has nothing more (in event mode the core re-arms the CQ), then flushes. */
+  pollOnce(core = this.host.core): void {
     if (!core) return;
     for (;;) {
       const n = core.poll();

@@ -72,6 +72,10 @@ void ClientCore::atomic_done(Op& op) {
     // DELETE): the atomic had no effect anyone can observe. Find the key again.
     cache_forget(op);
     if (op.type == KvOp::UNLOCK) return finish(op, KvStatus::VERSION_MISMATCH);  // the lock is gone
+    // A replicated INCR's backups have added already (into the counter the DELETE
+    // removed, or one created since): finding the key again would add twice there.
+    // The op may have taken effect (a backup ahead): TIMEOUT, as an op cut short.
+    if (op.group.followers_committed) return finish(op, KvStatus::TIMEOUT, op.retries);
     return retry_later(op, Phase::G_BUCKETS);
   }
   if (op.type == KvOp::INCR) {

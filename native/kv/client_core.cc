@@ -414,10 +414,7 @@ void ClientCore::phase_done(Op& op) {
 // anything that waits for a lock with LOCK_CONTENDED).
 void ClientCore::retry_later(Op& op, Phase resume) {
   // A replicated write's member retries with its whole group (replicated.cc).
-  if (op.group.grouped()) {
-    op.resume = resume;
-    return group_stop(op, GroupState::Vote::RETRY);
-  }
+  if (op.group.grouped()) return group_stop(op, GroupState::Vote::RETRY);
   backoff(op, resume);
 }
 

@@ -191,6 +191,8 @@ struct GroupState {
   uint8_t followers[kMaxBackups] = {kNone, kNone};  // by backup; kNone: ended (or none)
   uint8_t nbackups = 0;
   bool committing = false;           // the followers' commits are posted
+  bool any_committed = false;        // some follower committed (an INCR: added its delta)
+  bool followers_committed = false;  // all did: the leader's own commit (or add) is posted
   bool ending = false;               // answering end_status once every follower has ended
   bool abandoning = false;           // group_end is ending the followers: they must not answer for it
   KvStatus end_status = KvStatus::OK;

@@ -21,9 +21,13 @@
 // holds no locks) or, creating the counter, before its commit; R3 and R4 are
 // then the FETCH_AND_ADDs (or creations). Additions commute, so the replicas'
 // words need no common order: a backup is ahead of its primary only by deltas
-// not yet acknowledged. A follower whose FETCH_AND_ADD met a DELETE's seal in
-// R3 (it added nothing anyone can see) finds the key again alone and adds its
-// delta there, while the others wait.
+// not yet acknowledged. An add that meets a DELETE's seal added nothing anyone
+// can see: if no backup added yet, the whole group starts over (it will
+// create the counter afresh); once one has, adding again there could count
+// twice, so the op ends as one that may have taken effect (TIMEOUT). A
+// primary that has the counter while a backup lacks it (a DELETE between the
+// two) makes the group wait until they agree; a backup that has it while the
+// primary lacks it (its creator died between them) keeps its lead.
 //
 // The primary's images decide (a CAS's version, a DELETE's NOT_FOUND, a
 // type); a backup's slot is made to name the new item whatever it held
@@ -119,8 +123,6 @@ void ClientCore::group_stop(Op& op, Vote vote, KvStatus status, uint32_t detail)
       if (vote == Vote::HELD && !g.at_atomic) return release_and_finish(op, KvStatus::DISCONNECTED);  // ends at its DONE
       return end_follower(op, status, detail, false);
     }
-    // An INCR's follower in R3 whose word was sealed: it retries alone (its delta is not applied yet).
-    if (vote == Vote::RETRY && ops_[g.leader].group.committing) return backoff(op, op.resume);
   }
   g.vote = vote;
   g.status = status;
@@ -140,6 +142,7 @@ void ClientCore::end_follower(Op& f, KvStatus status, uint32_t detail, bool comm
     g.failure_detail = detail;
   }
   if (f.block.held && !(committed && f.block.published)) g.unused |= static_cast<uint8_t>(1u << f.group.backup);
+  g.any_committed |= committed;
   g.followers[f.group.backup] = GroupState::kNone;
   if (f.linked && f.type == KvOp::DELETE) cache_forget(f);
   if (!f.shares_item) free_item(f);  // an INCR's own (a PUT's or CAS's is the leader's)
@@ -202,10 +205,13 @@ void ClientCore::group_decide(Op& leader) {
     group_decide(leader);  // everyone may have stopped again already
   };
   if (g.committing) {
-    // Every follower has ended: all committed, or one failed mid-commit
-    // (its backup may hold the write: the op may have taken effect).
+    // Every follower has ended (committed, or failed mid-commit: its backup may
+    // hold the write, so the op may have taken effect) or, an INCR's, stopped to
+    // retry: its add met a DELETE's seal.
     g.committing = false;
     if (g.failure != KvStatus::OK) return release_held(g.failure, g.failure_detail);
+    if (retry) return release_held(g.any_committed ? KvStatus::TIMEOUT : KvStatus::OK, 0);  // the group starts over only if nothing was added
+    g.followers_committed = true;
     return group_go(leader);
   }
   if (g.vote == Vote::DONE || g.failure != KvStatus::OK) {
@@ -219,7 +225,16 @@ void ClientCore::group_decide(Op& leader) {
     if (held > 0) return release_held(KvStatus::OK, 0);
     return backoff(leader, Phase::W_READ);  // resume: group_restart; past the deadline, finish
   }
-  // All held: the backups commit first.
+  // All held. An INCR whose primary found the counter while a backup must create
+  // it: a DELETE has passed that backup and not yet the primary (or its writer
+  // died in between). Adding on the primary and creating on the backup would
+  // leave the backup holding the counter after the DELETE: wait until they agree.
+  if (leader.is_atomic() && g.at_atomic) {
+    for (uint8_t index : g.followers) {
+      if (index != GroupState::kNone && !ops_[index].group.at_atomic) return release_held(KvStatus::OK, 0);
+    }
+  }
+  // The backups commit first.
   if (!has_followers(leader)) return group_go(leader);
   g.committing = true;
   for (uint8_t index : g.followers) {
@@ -248,9 +263,10 @@ void ClientCore::restart_member(Op& op) {
   op.group.vote = Vote::RUNNING;
   op.group.go = false;
   op.group.at_atomic = false;
+  op.group.any_committed = op.group.followers_committed = false;
   if (op.is_atomic()) {
+    cache_forget(op);  // the group starts over because the replicas moved: look again
     op.start_lookup();
-    if (cache_lookup(op)) return atomic_step(op);
     return get_read_buckets(op, Phase::G_BUCKETS);
   }
   op.write().moving = false;
@@ -297,7 +313,7 @@ void ClientCore::abandon(Op& f) {
   const bool stopped = f.phase == Phase::W_PARKED && f.group.vote != Vote::RUNNING;
   // Holding no locks: stopped to retry, or before its atomic.
   const bool lockless = stopped && (f.group.vote == Vote::RETRY || f.group.at_atomic);
-  if (f.phase == Phase::IDLE || link(f).broken || lockless || f.phase == Phase::BACKOFF) {
+  if (f.phase == Phase::IDLE || link(f).broken || lockless) {
     return end_follower(f, KvStatus::DISCONNECTED, 0, false);
   }
   if (stopped && f.group.vote == Vote::HELD) {

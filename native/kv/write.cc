@@ -178,9 +178,10 @@ void ClientCore::write_decide(Op& op) {
         break;  // only bytes items expire: no seal
       }
       const uint16_t type = load_le<uint16_t>(header + u32(ItemHeader::TYPE));
-      if (op.group.is_follower()) {
+      if (op.group.is_follower() && !op.is_atomic()) {
         // A backup's slot is made to name the new item whatever it held: the
         // primary's images decided the type and the version (replicated.cc).
+        // (An INCR's backup that finds a counter made meanwhile adds to it, below.)
         w.target_bucket = static_cast<int>(b);
         w.target_index = static_cast<int>(i);
         w.old_slot = slot;
@@ -306,7 +307,7 @@ void ClientCore::write_commit(Op& op) {
   }
   WriteState& w = op.write();
   op.begin(Phase::W_COMMIT);
-  if (w.target_bucket < 0) {
+  if (w.target_bucket < 0 && op.group.is_follower() && op.type == KvOp::DELETE) {
     // A backup's DELETE of a key it lacks: nothing to change, only its locks to give back.
     add_releases(op);
     return link(op).sends.signal_last();

@@ -338,18 +338,59 @@ for (const scheme of providersUnderTest()) {
     t.deepEqual(await countersOf(core, 'c'), [1n, 101n, 1n]);
   });
 
-  test(`${scheme}: a replicated INCR whose backup's counter was sealed by a DELETE finds the key again on that backup alone, and adds there once`, async (t) => {
+  test(`${scheme}: a replicated INCR racing a DELETE that has sealed the backups' counters starts over as a group, and creates the counter afresh on every replica once the DELETE is done`, async (t) => {
     const { core, primary, b1, b2 } = await setup(t, scheme);
     placeCounter(primary, 'c', 10n, 40);
-    placeCounter(b1, 'c', 10n, 40, true); // sealed: a DELETE is unlinking it
-    placeCounter(b2, 'c', 10n, 40);
+    placeCounter(b1, 'c', 10n, 40, true); // the DELETE has sealed the backups (it commits there first)
+    placeCounter(b2, 'c', 10n, 40, true);
     const { done } = submit(core, [{ type: KvOp.INCR, id: 1, key: 'c', block: 100, backups: BACKUPS(200, 300), delta: 2n }]);
-    t.deepEqual(await collect(core, done, 1, 50), [], 'the INCR waits while backup 1 still names the sealed counter');
-    // The DELETE unlinks it: backup 1's follower now creates the counter at 2.
-    const { b1: bucket, b2: other } = hashKey(Buffer.from('c'), b1.seed, b1.buckets);
-    for (const b of [bucket, other]) for (let i = 0; i < 7; i++) b1.pair.region.bytes.writeBigUInt64LE(0n, INDEX + b * 64 + 8 + 8 * i);
+    t.deepEqual(await collect(core, done, 1, 50), [], 'the INCR starts over while the backups name sealed counters');
+    // The DELETE finishes: unlinked on the backups, then sealed and unlinked on the primary.
+    const unlink = (r: Replica) => {
+      const { b1: x, b2: y } = hashKey(Buffer.from('c'), r.seed, r.buckets);
+      for (const bucket of [x, y]) for (let i = 0; i < 7; i++) r.pair.region.bytes.writeBigUInt64LE(0n, INDEX + bucket * 64 + 8 + 8 * i);
+    };
+    unlink(b1);
+    unlink(b2);
+    placeCounter(primary, 'c', 10n, 40, true);
+    unlink(primary);
     const landed = await collect(core, done, 1);
-    t.deepEqual(landed.map(({ status, version }) => ({ status, version })), [{ status: KvStatus.OK, version: 12n }]);
-    t.deepEqual(await countersOf(core, 'c'), [12n, 2n, 12n], 'each replica got the delta once');
+    t.deepEqual(landed.map(({ status, version }) => ({ status, version })), [{ status: KvStatus.OK, version: 2n }], 'after the DELETE, as a new counter');
+    t.deepEqual(await countersOf(core, 'c'), [2n, 2n, 2n]);
+  });
+
+  test(`${scheme}: a replicated INCR whose primary has the counter while a backup lacks it (a DELETE between them) waits until the replicas agree`, async (t) => {
+    const { core, primary, b2 } = await setup(t, scheme);
+    placeCounter(primary, 'c', 10n, 40);
+    placeCounter(b2, 'c', 10n, 40); // backup 1 lacks it: the DELETE has passed it
+    const { done } = submit(core, [{ type: KvOp.INCR, id: 1, key: 'c', block: 100, backups: BACKUPS(200, 300), delta: 2n }]);
+    t.deepEqual(await collect(core, done, 1, 50), [], 'neither adds on the primary nor creates on backup 1 meanwhile');
+    // The DELETE reaches backup 2 and the primary.
+    for (const r of [b2, primary]) {
+      placeCounter(r, 'c', 10n, 40, true);
+      const { b1: x, b2: y } = hashKey(Buffer.from('c'), r.seed, r.buckets);
+      for (const bucket of [x, y]) for (let i = 0; i < 7; i++) r.pair.region.bytes.writeBigUInt64LE(0n, INDEX + bucket * 64 + 8 + 8 * i);
+    }
+    t.deepEqual((await collect(core, done, 1)).map(({ status, version }) => ({ status, version })), [{ status: KvStatus.OK, version: 2n }]);
+    t.deepEqual(await countersOf(core, 'c'), [2n, 2n, 2n]);
+  });
+
+  test(`${scheme}: a replicated INCR whose add met a seal after another backup had added ends as one that may have taken effect (TIMEOUT), never adding twice`, async (t) => {
+    const { core, primary, b1, b2 } = await setup(t, scheme);
+    // One backup's counter sealed, the other's live: backup 2 adds, backup 1 meets the seal.
+    placeCounter(primary, 'c', 10n, 40);
+    placeCounter(b1, 'c', 10n, 40, true);
+    placeCounter(b2, 'c', 10n, 40);
+    const first = await collect(core, submit(core, [{ type: KvOp.INCR, id: 1, key: 'c', block: 100, backups: BACKUPS(200, 300), delta: 2n }]).done, 1, 50);
+    t.deepEqual(first.map(({ status }) => status), [KvStatus.TIMEOUT]);
+    // The primary's counter sealed after both backups added (its DELETE came between the rounds).
+    placeCounter(b1, 'c', 10n, 40);
+    placeCounter(primary, 'c', 10n, 40, true);
+    const second = await collect(core, submit(core, [{ type: KvOp.INCR, id: 2, key: 'c', block: 104, backups: BACKUPS(204, 304), delta: 3n }]).done, 1, 50);
+    t.deepEqual(second.map(({ status }) => status), [KvStatus.TIMEOUT], 'not found again and added on the primary alone');
+    // Backup 2 got each delta once (12, then 15); backup 1 the second once (13).
+    const read = async (connection: number) => (await run(core, [{ type: KvOp.INCR, id: 60, key: 'c', connection, block: 950 }]))[0]!.version;
+    t.is(await read(2), 15n);
+    t.is(await read(1), 13n);
   });
 }
