@@ -103,6 +103,11 @@ export class CoreHost {
     for (const completion of this.cq.poll()) this.route(completion);
   }
 
+  /** Connections attached to the core now (the last to detach closes it). */
+  get links(): number {
+    return this.attached;
+  }
+
   /** Adds a connection (made on this host's CQ) to the core, making the core first if there is none; returns its link index. */
   attach(connection: Connection, region: CoreRegion): number {
     let link = 0;
@@ -140,8 +145,6 @@ export class CoreHost {
     this.core = undefined;
     if (this.options.pollMode === 'event') this.cq.unwatch();
     core.close(); // scratch is safe to free once it returns
-    // What close() failed is answered now (the queue leaves replicated writes to the core's answer).
-    this.queue.pollOnce(core);
     this.releaseIfIdle();
   }
 

@@ -154,8 +154,9 @@ export class OpQueue implements Slots {
     else setImmediate(this.flushTask); // this turn's budget is spent: let timers and I/O run first
   }
 
-  /** Polls the core (the host's, or one it just closed) until it has nothing more (in event mode the core re-arms the CQ), then flushes. */
-  pollOnce(core = this.host.core): void {
+  /** Polls the core until it has nothing more (in event mode the core re-arms the CQ), then flushes. */
+  pollOnce(): void {
+    const core = this.host.core;
     if (!core) return;
     for (;;) {
       const n = core.poll();
@@ -209,8 +210,9 @@ export class OpQueue implements Slots {
       const owner = this.owners[slot];
       if (!owner || this.sessions[slot] !== session) continue;
       // A replicated write is answered by the core once its followers have ended (their
-      // backups' blocks, and a registered buffer they may still read, are not free before).
-      if (this.backups.names(slot)) continue;
+      // backups' blocks, and a registered buffer they may still read, are not free before),
+      // unless this session is the core's last: the core closes with it, unpolled.
+      if (this.backups.names(slot) && this.host.links > 1) continue;
       this.release(slot);
       if (owner instanceof PendingOp) owner.reject(error);
       else owner.fail(error);

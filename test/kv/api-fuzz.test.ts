@@ -163,7 +163,10 @@ for (const scheme of providersUnderTest()) {
         timeoutMs: maybe(fc.oneof(fc.constantFrom(1000, 2 ** 31, Infinity, 0.5), fc.double())),
         reconnect: maybe(fc.boolean()),
         requireReady: maybe(fc.boolean()),
-        scratchBytes: maybe(fc.oneof(fc.constantFrom(1, 4096, 1 << 20, 2 ** 40), fc.integer())),
+        // Valid sizes stay within what a test machine holds: a client granted 2 GiB of scratch (pinned by
+        // registration, plus an arena of half that) is OOM-killed in the 4 GiB Soft-RoCE guest, which is the
+        // machine's answer, not the checks'. Sizes past the limit (2^40) and negative ones are still fuzzed.
+        scratchBytes: maybe(fc.oneof(fc.constantFrom(1, 4096, 1 << 20, 2 ** 40), fc.integer({ min: -(2 ** 31), max: 64 << 20 }))),
         history: fc.oneof({ weight: 4, arbitrary: fc.constant(undefined) }, fc.constant(() => {}), notAKey),
         metrics: maybe(fc.constant(registry)),
       }, { requiredKeys: [] }) },
