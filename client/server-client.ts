@@ -104,11 +104,6 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     return view;
   }
 
-  /** The servers this view's writes also go to (none: a plain server client). */
-  get backupServers(): readonly ServerClient[] {
-    return this.backups;
-  }
-
   /** Connects once; rejects with why not. */
   async start(): Promise<void> {
     await this.establish();

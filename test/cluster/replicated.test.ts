@@ -17,7 +17,8 @@ import ava, { type ExecutionContext } from 'ava';
 
 import { KvClient, type VersionedValue } from '../../client/index.js';
 import { keySlot } from '../../protocol/hash-slots.js';
-import { type ClusterConfig, etcdKeys, parseClusterConfig } from '../../protocol/registry.js';
+import type { ClusterConfig } from '../../protocol/registry.js';
+import { readConfig } from '../../server/replication/config-store.js';
 import { slotReplicaNames } from '../../server/replication/placement.js';
 import { type EtcdProcess, startEtcd } from '../helpers/etcd.js';
 import { registerHistories } from '../helpers/history-operations.js';
@@ -40,10 +41,7 @@ test.after.always(async () => {
   await etcd?.stop();
 });
 
-async function config(prefix: string): Promise<ClusterConfig | undefined> {
-  const text = await etcd.client.get(etcdKeys(prefix).config).string();
-  return text === null ? undefined : parseClusterConfig(text);
-}
+const config = (prefix: string): Promise<ClusterConfig | undefined> => readConfig(etcd.client, prefix);
 
 interface Cluster {
   members: Member[];
