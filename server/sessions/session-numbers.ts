@@ -2,6 +2,15 @@
 // (KvLayout.SESSION_VERSION_BITS). They are numbered for the region's life and
 // persisted in the superblock before a hello hands one out, so a restart on a
 // region file never hands one out twice and versions never repeat.
+// A new region starts at a random session in the lower half of the space: the
+// replicas of a cluster (--replicas > 1) hold each other's versions after a
+// failover, and members that all started at 1 would hand the same sessions to
+// the same clients, so one version could name two writes of a key (a CAS could
+// match the wrong one). Random starts make that unlikely (two members' first
+// k sessions overlap with probability about 2k / 2^23), not impossible:
+// cluster-unique sessions from etcd are docs/replication-design.md §4.6.
+import { randomInt } from 'node:crypto';
+
 import { KvLayout } from '../../protocol/constants.js';
 import { versionSession } from '../../protocol/index-format.js';
 import { readNextSession, writeNextSession } from '../store/layout.js';
@@ -10,7 +19,8 @@ export class SessionNumbers {
   private next: bigint;
 
   constructor(private readonly region: Buffer) {
-    this.next = readNextSession(region) || 1n; // 0: a new region, or a v1 region file (see continueAbove)
+    // 0: a new region, or a v1 region file (continueAbove then moves above its items' sessions)
+    this.next = readNextSession(region) || BigInt(randomInt(1, KvLayout.MAX_SESSIONS / 2));
   }
 
   /** Every session number is used: versions would repeat. */
