@@ -17,6 +17,7 @@ import { namespaceRegionFile } from './options.js';
 import { type ServerLogging, createLogging } from './logging.js';
 import { EtcdRegistration } from './membership.js';
 import type { ReplicationController } from './replication/controller.js';
+import { EpochFollower } from './replication/epoch-follower.js';
 import { checkReplicasBeforeJoining, startController } from './replication/join.js';
 import { watchTokenFile } from './token-reload.js';
 import { type MetricsServer, createRegistry, startMetricsServer } from './metrics.js';
@@ -124,6 +125,7 @@ interface Running {
   metrics: MetricsServer | undefined;
   registration: EtcdRegistration | undefined;
   controller: ReplicationController | undefined;
+  follower: EpochFollower | undefined;
 }
 
 /**
@@ -135,6 +137,7 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
   let server: KvServer | undefined;
   let metrics: MetricsServer | undefined;
   let registration: EtcdRegistration | undefined;
+  let controller: ReplicationController | undefined;
   try {
     if (config.metricsPort !== 0) {
       const registry = createRegistry(() => server && namespaceStats(server));
@@ -164,11 +167,13 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
       expirySweepMs: config.expirySweepMs,
       logger,
     });
-    let controller: ReplicationController | undefined;
+    let follower: EpochFollower | undefined;
     if (config.replicas > 1) {
       // Replicated writes check every replica's epoch word (protocol v7); a region without the table cannot be one.
       const old = server.namespaces.map((name) => ({ name, format: server!.namespace(name).layout.format })).find(({ format }) => format < 5);
       if (old) throw new StartupError(`--replicas ${config.replicas}: ${config.regionFile} (namespace '${old.name}') is of region format ${old.format}, which has no epoch table; a replica needs format 5: serve it with --replicas 1, or copy its data into a new region`);
+      // No write lands here until the config says which hash slots are ours (replication/epoch-follower.ts).
+      for (const { table } of server.epochTables()) table!.fenceAll();
     }
     if (config.etcd) {
       const { advertise, ...etcd } = config.etcd;
@@ -180,9 +185,11 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
         beforeClaim: (client) => checkReplicasBeforeJoining(client, etcd.prefix, replicas),
       });
       controller = await startController(registration, { ...etcd, replicas }, logger);
+      if (replicas > 1) follower = await EpochFollower.start({ client: registration.client, prefix: etcd.prefix, name: etcd.name, server, logger });
     }
-    return { server, metrics, registration, controller };
+    return { server, metrics, registration, controller, follower };
   } catch (error) {
+    await controller?.close();
     await registration?.close();
     await server?.close().catch(() => undefined);
     await metrics?.close();
@@ -233,7 +240,7 @@ function authLine({ token, tokenFile }: ServerConfig): string {
 }
 
 /** Leaves the cluster first (clients stop dialing us), then stops serving; exits 1 if that takes too long. */
-async function shutDown({ server, metrics, registration, controller }: Running, logger: Logger, signal: NodeJS.Signals): Promise<void> {
+async function shutDown({ server, metrics, registration, controller, follower }: Running, logger: Logger, signal: NodeJS.Signals): Promise<void> {
   logger.info({ signal }, 'shutting down');
   const deadline = setTimeout(() => {
     logger.error({ timeoutMs: SHUTDOWN_TIMEOUT_MS }, 'shutdown timed out');
@@ -241,6 +248,7 @@ async function shutDown({ server, metrics, registration, controller }: Running, 
     process.exit(1);
   }, SHUTDOWN_TIMEOUT_MS);
   deadline.unref();
+  await follower?.close();
   await controller?.close();
   await registration?.close();
   await server.close();

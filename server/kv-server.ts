@@ -20,6 +20,7 @@ import { DEFAULT_NAMESPACE, type TokenEntry } from '../protocol/tokens.js';
 import { listenOn, listenScheme, openProvider } from './fabric.js';
 import { Namespace } from './namespace.js';
 import type { EpochBarrierReport } from './replication/epoch-barrier.js';
+import type { EpochTable } from './store/epoch-table.js';
 import { type KvServerOptions, type ServerSettings, KvConfigError, checkOptions, checkTokens, namespaceNames, namespaceRegionFile } from './options.js';
 import { TokenTable } from './sessions/tokens.js';
 import type { KvServerStats } from './stats.js';
@@ -198,12 +199,17 @@ export class KvServer extends EventEmitter {
 
   /**
    * Runs the epoch barrier (docs/replication-design.md §4.3) on namespace `name`'s region for
-   * `hashSlots` into `epoch`. Replication's controller will call it; today tests and benchmarks do.
+   * `hashSlots` into `epoch`. replication/epoch-follower.ts calls it as the config moves; tests and benchmarks too.
    */
   epochBarrier(hashSlots: readonly number[], epoch: number, name: string = DEFAULT_NAMESPACE): Promise<EpochBarrierReport> {
     const ns = this.hosted.get(name);
     if (!ns) return Promise.reject(new KvConfigError(`no namespace '${name}' on this server (it hosts ${this.namespaces.join(', ')})`));
     return ns.epochBarrier(hashSlots, epoch);
+  }
+
+  /** Each namespace's epoch table (undefined: a region of format 4 or earlier has none). */
+  epochTables(): Array<{ name: string; table: EpochTable | undefined }> {
+    return [...this.hosted.values()].map((ns) => ({ name: ns.name, table: ns.store.epochs }));
   }
 
   /** The default namespace's region bytes (tests and kvctl's layout dump read them). */

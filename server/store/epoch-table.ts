@@ -57,6 +57,17 @@ export class EpochTable {
     this.store(allHashSlots(), epoch, 'open');
   }
 
+  /**
+   * Every hash slot fenced at the epoch it holds: a replica starting up serves no write until
+   * the config says which hash slots are its (replication/epoch-follower.ts opens those).
+   */
+  fenceAll(): void {
+    for (const hashSlot of allHashSlots()) {
+      const { epoch, state } = this.read(hashSlot);
+      Atomics.store(this.words, hashSlot, epochWord(state === 'damaged' ? 0 : epoch, 'fenced'));
+    }
+  }
+
   private check(hashSlot: number): number {
     if (!Number.isInteger(hashSlot) || hashSlot < 0 || hashSlot >= EpochWord.HASH_SLOTS) throw new RangeError(`a hash slot is 0-${EpochWord.HASH_SLOTS - 1} (got ${hashSlot})`);
     return hashSlot;

@@ -1,0 +1,131 @@
+// A replica's epoch words follow the config (docs/replication-design.md §4.2,
+// §4.3): every member with --replicas > 1 watches <prefix>/config and, for each
+// hash slot, makes its word in every namespace's epoch table say
+//   (E, OPEN)    when this member is one of the hash slot's replicas at epoch E:
+//                through the barrier (epoch-barrier.ts), so no write decided
+//                under an earlier epoch commits here afterwards;
+//   (E, FENCED)  when it is not: a writer with an older config reads another
+//                epoch (KV_EPOCH_MOVED, it refreshes), one with this config
+//                waits (this member serves no write of the hash slot).
+// kv-server fences every word before it registers (EpochTable.fenceAll), so a
+// member serves writes only for what the config in etcd gives it. Configs are
+// applied one at a time, the latest after the one running.
+import type { Etcd3, Watcher } from 'etcd3';
+import type { Logger } from 'pino';
+
+import { SLOT_COUNT } from '../../protocol/hash-slots.js';
+import { type ClusterConfig, etcdKeys } from '../../protocol/registry.js';
+import type { EpochTable } from '../store/epoch-table.js';
+import { readStoredConfig } from './config-store.js';
+import type { EpochBarrierReport } from './epoch-barrier.js';
+import { slotReplicaNames } from './placement.js';
+
+/** What the follower needs of kv-server: its namespaces' tables and the barrier on each. */
+export interface EpochWords {
+  epochTables(): Array<{ name: string; table: EpochTable | undefined }>;
+  epochBarrier(hashSlots: readonly number[], epoch: number, name: string): Promise<EpochBarrierReport>;
+}
+
+export interface EpochFollowerOptions {
+  client: Etcd3;
+  prefix: string;
+  /** This member's name in config. */
+  name: string;
+  server: EpochWords;
+  logger: Logger;
+}
+
+/** After a failed read of config (etcd unreachable), the next one is tried this much later. */
+const RETRY_MS = 500;
+
+export class EpochFollower {
+  private readonly keys: ReturnType<typeof etcdKeys>;
+  private watcher: Watcher | undefined;
+  private running: Promise<void> | undefined;
+  private again = false;
+  private closed = false;
+  private retry: NodeJS.Timeout | undefined;
+  /** The epoch of the last config applied in full (0: none yet). */
+  applied = 0;
+
+  private constructor(private readonly options: EpochFollowerOptions) {
+    this.keys = etcdKeys(options.prefix);
+  }
+
+  /** Watches config, then applies the one in etcd; resolves once that is applied. */
+  static async start(options: EpochFollowerOptions): Promise<EpochFollower> {
+    const follower = new EpochFollower(options);
+    const watcher = await options.client.watch().key(follower.keys.config).create();
+    follower.watcher = watcher;
+    watcher.on('put', () => void follower.poke());
+    watcher.on('connected', () => void follower.poke()); // a reconnected watch may have missed a put
+    watcher.on('error', (error) => options.logger.warn({ err: error }, 'epoch follower: etcd watch failed; it retries'));
+    await follower.poke();
+    return follower;
+  }
+
+  /** Applies the config in etcd now, or once more after the round running. */
+  poke(): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    if (this.running) {
+      this.again = true;
+      return this.running;
+    }
+    this.running = (async () => {
+      do {
+        this.again = false;
+        try {
+          const stored = await readStoredConfig(this.options.client, this.keys);
+          if (stored?.config) await this.apply(stored.config);
+        } catch (error) {
+          if (this.closed) break;
+          this.options.logger.warn({ err: error }, `epoch follower: cannot apply config; trying again in ${RETRY_MS} ms`);
+          this.retry ??= setTimeout(() => {
+            this.retry = undefined;
+            void this.poke();
+          }, RETRY_MS);
+        }
+      } while (this.again && !this.closed);
+      this.running = undefined;
+    })();
+    return this.running;
+  }
+
+  /** Brings every namespace's words to what `config` says of this member. */
+  private async apply(config: ClusterConfig): Promise<void> {
+    const { name, server, logger } = this.options;
+    const { names, epochs } = slotReplicaNames(config);
+    for (const { name: namespace, table } of server.epochTables()) {
+      if (!table) continue; // format 4: kv-server refuses it with --replicas > 1
+      const opening = new Map<number, number[]>();
+      const fencing = new Map<number, number[]>();
+      for (let slot = 0; slot < SLOT_COUNT; slot++) {
+        const epoch = epochs[slot]!;
+        const mine = names[slot]!.includes(name);
+        const now = table.read(slot);
+        if (now.epoch === epoch && now.state === (mine ? 'open' : 'fenced')) continue;
+        const into = mine ? opening : fencing;
+        let list = into.get(epoch);
+        if (!list) into.set(epoch, (list = []));
+        list.push(slot);
+      }
+      // Fenced first: nothing this member stops serving stays open while a barrier waits.
+      for (const [epoch, slots] of fencing) table.store(slots, epoch, 'fenced');
+      for (const [epoch, slots] of opening) {
+        if (this.closed) return;
+        const report = await server.epochBarrier(slots, epoch, namespace);
+        logger.info({ namespace, epoch, hashSlots: slots.length, waitedFor: report.waitedFor, ms: Math.round(report.totalMs) }, 'epoch follower: hash slots open at a new epoch');
+      }
+      const fenced = [...fencing.values()].reduce((n, s) => n + s.length, 0);
+      if (fenced > 0) logger.info({ namespace, epoch: config.epoch, hashSlots: fenced }, 'epoch follower: hash slots fenced (not a replica of them)');
+    }
+    this.applied = config.epoch;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.retry) clearTimeout(this.retry);
+    await this.watcher?.cancel().catch(() => undefined);
+    await this.running?.catch(() => undefined);
+  }
+}
