@@ -34,6 +34,40 @@ export function nextConfig(previous: ClusterConfig | undefined, members: readonl
   return { epoch: bumped ? epoch : previous!.epoch, replicas, members: placed.members, slots: toRanges(placed.replicas, epochs) };
 }
 
+/**
+ * Failover (docs/replication-design.md §4.5): `config` without the members of `dead` as replicas.
+ * A hash slot that loses one gets epoch config.epoch + 1, its first live backup becoming primary
+ * (scheme A commits every acknowledged write on every replica, so any backup has them all); one
+ * whose replicas are all dead keeps them (nothing to promote: it stays unavailable until one
+ * returns). The dead stay in `members`, holding no hash slot (removedMembers). undefined: no
+ * hash slot changes.
+ */
+export function withoutReplicas(config: ClusterConfig, dead: ReadonlySet<string>): ClusterConfig | undefined {
+  const epoch = config.epoch + 1;
+  if (epoch > 0xffffffff) throw new RangeError('config epoch exhausted (32 bits)');
+  const deadIndex = new Set(config.members.flatMap((name, i) => (dead.has(name) ? [i] : [])));
+  const replicas: number[][] = [];
+  const epochs = new Uint32Array(SLOT_COUNT);
+  let changed = false;
+  for (const range of config.slots) {
+    const live = range.replicas.filter((i) => !deadIndex.has(i));
+    const moved = live.length > 0 && live.length < range.replicas.length;
+    changed ||= moved;
+    for (let slot = range.from; slot <= range.to; slot++) {
+      replicas[slot] = moved ? live : range.replicas;
+      epochs[slot] = moved ? epoch : range.epoch;
+    }
+  }
+  if (!changed) return undefined;
+  return { epoch, replicas: config.replicas, members: config.members, slots: toRanges(replicas, epochs) };
+}
+
+/** The members `config` lists that hold no hash slot: failed over, so what their regions hold is stale. */
+export function removedMembers(config: ClusterConfig): string[] {
+  const used = new Set(config.slots.flatMap((range) => [...range.replicas, ...range.syncing]));
+  return config.members.filter((_, i) => !used.has(i));
+}
+
 /** Per hash slot: its replicas' names (primary first) and its epoch. */
 export function slotReplicaNames(config: ClusterConfig): { names: string[][]; epochs: Uint32Array } {
   const names: string[][] = [];
