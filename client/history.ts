@@ -64,7 +64,8 @@ export function recorded(recorder: HistoryRecorder, op: OpRequest, submit: (op: 
     },
     (error: Error) => {
       const failed: HistoryEvent = { ...base, type: 'fail', error: (error as KvError).code ?? error.message, time: now() };
-      if (!submitted.sent) failed.sent = false; // failed in the queue: it cannot have happened
+      // Failed in the queue, or refused by an epoch word before any replica committed: it cannot have happened.
+      if (!submitted.sent || (error as KvError).code === 'KV_EPOCH_MOVED') failed.sent = false;
       recorder.record(failed);
       throw error;
     },

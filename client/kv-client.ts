@@ -22,6 +22,7 @@ import { type PutOptions, attempt, expiryAfter, putExpiry, setExpiry, ttlOf } fr
 import { takeLock } from './locks.js';
 import { type HistoryRecorder, historyRecorder } from './history.js';
 import type { OpResult } from './op-queue.js';
+import { NOT_SENT } from './op-records.js';
 import { type Bytes, ServerClient } from './server-client.js';
 import type { ClientEvents, ClientStats, HistoryEvent, Key, KvClientOptions, KvStatusName, MemberLayout, Value, VersionedValue } from './types.js';
 
@@ -46,6 +47,8 @@ export class KvClient extends EventEmitter<ClientEvents> {
   private readonly metrics: ClientMetrics | undefined;
   private unwatchMetrics: (() => void) | undefined;
   private closing: Promise<void> | undefined;
+  /** Ops waiting out a failover (throughFailover): woken when a config or a member's status changes. */
+  private routeWaiters: Array<() => void> = [];
   private readonly hosts: CoreHosts;
 
   private constructor(private readonly options: KvClientOptions) {
@@ -205,6 +208,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
       if (this.servers.get(name) !== server) return;
       this.emit('member', name, status);
       this.updateStatus();
+      this.routesChanged();
     });
     server.on('error', (error) => this.warn(error));
     const first = server.start();
@@ -220,6 +224,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
   /** Routes by the config's replica sets when it has more than one replica; else by the member list alone. */
   private placeReplicas(): void {
     this.replicaSets = replicaSets(this.source.config, this.servers);
+    this.routesChanged();
   }
 
   private updateStatus(): void {
@@ -242,7 +247,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
 
   /** The value, or undefined when the key does not exist. */
   get(key: Key): Promise<Buffer | undefined> {
-    const pending = this.direct(key, undefined, getValue);
+    const pending = this.direct(KvOp.GET, key, undefined, getValue);
     return this.metrics ? this.metrics.observeValue(KvOp.GET, pending) : pending;
   }
 
@@ -255,7 +260,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
   put(key: Key, value: Value, options?: PutOptions): Promise<void> {
     const expiry = options === undefined ? 0 : attempt(putExpiry, options, 'put');
     if (expiry instanceof Error) return Promise.reject(expiry);
-    const pending = this.direct(key, value, expiry === 0 ? putValue : (server, k, v) => server.putValue(k, v!, expiry));
+    const pending = this.direct(KvOp.PUT, key, value, expiry === 0 ? putValue : (server, k, v) => server.putValue(k, v!, expiry));
     return this.metrics ? this.metrics.observeValue(KvOp.PUT, pending) : pending;
   }
 
@@ -263,22 +268,22 @@ export class KvClient extends EventEmitter<ClientEvents> {
   expire(key: Key, ttlMs: number): Promise<boolean> {
     const expiry = attempt(expiryAfter, ttlMs, 'expire');
     if (expiry instanceof Error) return Promise.reject(expiry);
-    return this.direct(key, undefined, (server, k) => setExpiry(server, k, expiry, false));
+    return this.direct(KvOp.CAS, key, undefined, (server, k) => setExpiry(server, k, expiry, false));
   }
 
   /** Removes the key's TTL (rewriting its item, as expire). True if it had one; false if it had none or does not exist. */
   persist(key: Key): Promise<boolean> {
-    return this.direct(key, undefined, (server, k) => setExpiry(server, k, 0, true));
+    return this.direct(KvOp.CAS, key, undefined, (server, k) => setExpiry(server, k, 0, true));
   }
 
   /** The ms the key has left (at least 1); Infinity: no TTL, it never expires; undefined: absent or expired (as get). Counters and locks never expire: KV_TYPE_MISMATCH, as get() of one. */
   ttl(key: Key): Promise<number | undefined> {
-    return this.direct(key, undefined, ttlOf);
+    return this.direct(KvOp.GET, key, undefined, ttlOf);
   }
 
   /** The value into `buffer` (no copy if allocBuffer's): its length, or undefined if absent (as get); too long: KV_BUFFER_TOO_SMALL with `needed`. */
   getInto(key: Key, buffer: Buffer): Promise<number | undefined> {
-    return this.direct(key, buffer, (server, k) => server.getInto(k, buffer));
+    return this.direct(KvOp.GET, key, buffer, (server, k) => server.getInto(k, buffer));
   }
   /** A registered, reusable buffer for large values: getInto() reads into it, put() writes from it (or a subarray), no copy. */
   allocBuffer = allocBuffer;
@@ -369,17 +374,62 @@ export class KvClient extends EventEmitter<ClientEvents> {
     return this.metrics ? this.metrics.observeMany(KvOp.PUT, keys.length, pending) : pending;
   }
 
-  /** get and put without a result object or a then() between caller and queue. */
-  private direct<T>(key: Key, value: Value | undefined, run: (server: ServerClient, key: Bytes, value: Value | undefined) => Promise<T>): Promise<T> {
+  /** get and put without a result object or a then() between caller and queue (`type`: what the op is, for a failover's retries). */
+  private direct<T>(type: KvOp, key: Key, value: Value | undefined, run: (server: ServerClient, key: Bytes, value: Value | undefined) => Promise<T>): Promise<T> {
     let bytes: Bytes;
     let server: ServerClient | KvError;
     try {
       bytes = keyBytes(key, 'key');
+      if (this.replicaSets) return this.throughFailover(type, typeof bytes === 'string' ? Buffer.from(bytes, 'utf8') : bytes, (s) => run(s, bytes, value));
       server = this.route(bytes);
     } catch (error) {
       return Promise.reject(error);
     }
     return server instanceof ServerClient ? run(server, bytes, value) : Promise.reject(server);
+  }
+
+  /**
+   * An op on a replicated cluster (config with --replicas > 1), through its key's replica set,
+   * waiting out a failover within the client's timeout (docs/replication-design.md §4.5): while
+   * the set has a replica down (before the config without it), and after an answer that proves
+   * nothing happened (KV_EPOCH_MOVED: a replica's word is at another epoch than our config's;
+   * KV_DISCONNECTED before the core had the op), it waits for the next config or member change
+   * (at most RETRY_MS) and routes again. A GET also runs again after any KV_DISCONNECTED (it
+   * changes nothing). A write caught by a lost connection after it was sent may have taken
+   * effect on some replicas: it fails (KV_DISCONNECTED), as such writes do on any cluster.
+   */
+  private async throughFailover<T>(type: KvOp, key: Buffer, run: (server: ServerClient) => Promise<T>): Promise<T> {
+    const deadline = performance.now() + (this.options.timeoutMs ?? 5000);
+    for (;;) {
+      const server = this.serverFor(key);
+      let error: unknown = server instanceof ServerClient ? server.routeRefusal(type) : server;
+      if (error === undefined) {
+        try {
+          return await run(server as ServerClient);
+        } catch (failed) {
+          if (!nothingHappened(failed, type)) throw failed;
+          error = failed;
+        }
+      }
+      const left = deadline - performance.now();
+      if (this._status === 'closed' || left <= 0) throw error;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(wake, Math.min(left, RETRY_MS));
+        function wake() {
+          clearTimeout(timer);
+          resolve();
+        }
+        this.routeWaiters.push(wake);
+      });
+    }
+  }
+
+  /** Wakes the ops waiting out a failover: the routes may have changed. */
+  private routesChanged(): void {
+    const waiters = this.routeWaiters;
+    if (waiters.length === 0) return;
+    this.routeWaiters = [];
+    for (const wake of waiters) wake();
   }
 
   /** The key's server (a string is hashed as its UTF-8 bytes). */
@@ -394,6 +444,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
     try {
       keyBytes = toBuffer(key, 'key');
       if (type === KvOp.PUT || type === KvOp.CAS) valueBytes = toBuffer(value, 'value');
+      if (this.replicaSets && this._status !== 'closed') return this.throughFailover(type, keyBytes, (s) => this.send(s, type, keyBytes, valueBytes, arg, mismatchResolves));
       server = this.serverFor(keyBytes);
     } catch (error) {
       return Promise.reject(error);
@@ -442,6 +493,16 @@ export class KvClient extends EventEmitter<ClientEvents> {
 }
 
 export { KvError };
+
+/** How long an op waiting out a failover waits before routing again without news. */
+const RETRY_MS = 100;
+
+/** Whether a failed op's error proves it changed nothing (or it is a GET, which changes nothing): it may run again. */
+function nothingHappened(error: unknown, type: KvOp): boolean {
+  if (!(error instanceof KvError)) return false;
+  if (error.code === 'KV_EPOCH_MOVED') return true;
+  return error.code === 'KV_DISCONNECTED' && (type === KvOp.GET || NOT_SENT in error);
+}
 
 const getValue = (server: ServerClient, key: Bytes) => server.getValue(key);
 const putValue = (server: ServerClient, key: Bytes, value: Value | undefined) => server.putValue(key, value!);

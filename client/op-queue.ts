@@ -268,6 +268,7 @@ export class OpQueue implements Slots {
         }
         arenaUsed = this.describe(words, arena, count++, arenaUsed, session, work, 0, work.type, work.key, work.keyBytes, work.value, work.valueBytes, work.cls, block);
         if (work.backups !== undefined) this.backups.describe(words, (count - 1) * OpLayout.WORDS, this.submitted[count - 1]!, work);
+        if (work.epoch !== 0) words[(count - 1) * OpLayout.WORDS + OpLayout.EPOCH] = work.epoch;
         work.sent = true;
         if (work.type !== KvOp.DELETE) writeArgument(words, (count - 1) * OpLayout.WORDS, work);
         continue;

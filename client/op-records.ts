@@ -8,7 +8,7 @@
 // A Batch's result array is the caller's once it resolves; the values in it
 // are views of one Buffer per hand-out (one copy out of the core's scratch).
 import { KvOp, OpLayout } from '../protocol/constants.js';
-import { KvBufferTooSmallError } from '../protocol/errors.js';
+import { KvBufferTooSmallError, KvDisconnectedError } from '../protocol/errors.js';
 import type { ExtRef } from './large-values.js';
 import type { Session } from './session.js';
 
@@ -65,6 +65,8 @@ export interface OpRequest {
   /** A replicated write (PUT, DELETE, CAS): the backups' sessions, links of the same core, and the size class of the block each needs (-1: none). */
   backups?: readonly Session[] | undefined;
   backupClasses?: readonly number[] | undefined;
+  /** A write on a replicated cluster: its hash slot's epoch in the client's config (OpLayout.EPOCH; 0: none). */
+  epoch?: number | undefined;
 }
 
 /** Where a GET whose value is larger than the core's scratch holds goes for it: a registered buffer of `needed` bytes. */
@@ -81,6 +83,9 @@ export interface Submission {
 
 type Settle = (value: never) => void;
 
+/** On the error of an op that failed before the core had it: it cannot have taken effect. */
+export const NOT_SENT = Symbol('rdma-kv.notSent');
+
 export class PendingOp implements OpRequest, Submission {
   readonly type: KvOp;
   readonly key: Bytes;
@@ -95,6 +100,7 @@ export class PendingOp implements OpRequest, Submission {
   readonly expiry: number;
   readonly backups: readonly Session[] | undefined;
   readonly backupClasses: readonly number[] | undefined;
+  readonly epoch: number;
   readonly answer: Answer;
   /** When it must have been submitted by (performance.now() ms); 0 until the queue first keeps it waiting. */
   deadline = 0;
@@ -119,6 +125,7 @@ export class PendingOp implements OpRequest, Submission {
     this.expiry = r.expiry ?? 0;
     this.backups = r.backups;
     this.backupClasses = r.backupClasses;
+    this.epoch = r.epoch ?? 0;
     this.answer = answer;
     this.result = new Promise<OpResult>((resolve, reject) => {
       this.resolve = resolve as Settle as (value: unknown) => void;
@@ -126,8 +133,15 @@ export class PendingOp implements OpRequest, Submission {
     });
   }
 
-  /** Fails the op; a plain GET whose value is larger than scratch holds fetches it through a registered buffer instead. */
+  /**
+   * Fails the op; a plain GET whose value is larger than scratch holds fetches it through a
+   * registered buffer instead. A lost connection's error, for an op never handed to the core,
+   * is its own copy marked NOT_SENT (KvClient retries those on a replicated cluster).
+   */
   reject(error: Error): void {
+    if (!this.sent && error instanceof KvDisconnectedError && !(NOT_SENT in error)) {
+      error = Object.assign(new KvDisconnectedError(error.message), { [NOT_SENT]: true });
+    }
     if (this.large !== undefined && this.answer === Answer.VALUE && error instanceof KvBufferTooSmallError) {
       this.large.getLarge(this.key, error.needed).then(this.resolve, this.rejectPromise);
     } else {

@@ -56,6 +56,8 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   /** A replica set's view (withBackups): the servers its PUT, DELETE and CAS also write, or why its writes cannot go. */
   private backups: readonly ServerClient[] = [];
   private backupsMissing: KvError | undefined;
+  /** A replica set's view: the epoch of its hash slots in the config it came from, carried by its writes (0: none). */
+  private epoch = 0;
 
   constructor(readonly options: ServerClientOptions) {
     super();
@@ -97,10 +99,11 @@ export class ServerClient extends EventEmitter<ClientEvents> {
    * (the view is an object whose prototype is this one), so it follows this
    * client's connection as it comes and goes.
    */
-  withBackups(backups: readonly ServerClient[], missing?: KvError): ServerClient {
+  withBackups(backups: readonly ServerClient[], missing?: KvError, epoch = 0): ServerClient {
     const view = Object.create(this) as ServerClient;
     view.backups = backups;
     view.backupsMissing = missing;
+    view.epoch = epoch;
     return view;
   }
 
@@ -222,6 +225,21 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   }
 
   /** Why no operation (of `type`) can be queued now (undefined: it can). */
+  /**
+   * Why an op of `type` cannot be sent through this client or view now (its primary, and for a
+   * write its backups, not connected), or undefined: KvClient waits out a failover on it.
+   */
+  routeRefusal(type: KvOp): KvError | undefined {
+    const refused = this.refusal(type);
+    if (refused || type === KvOp.GET) return refused;
+    if (this.backupsMissing) return this.backupsMissing;
+    for (const backup of this.backups) {
+      const why = backup.refusal(type);
+      if (why) return new KvDisconnectedError(`a backup of this key: ${why.message}`);
+    }
+    return undefined;
+  }
+
   private refusal(type: KvOp = KvOp.GET): KvError | undefined {
     if (this._status === 'closed') return new KvDisconnectedError('the client is closed');
     // The last hello's role, reconnecting too: a read client's write is refused as such.
@@ -268,7 +286,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       if (ext === 'freed') return Promise.reject(freedError('value'));
       if (ext) {
         // Written from the caller's registered buffer, without a copy.
-        const request: OpRequest = { type, key, keyBytes, value: undefined, valueBytes: 0, arg, cls, mismatchResolves, ext, expiry };
+        const request: OpRequest = { type, key, keyBytes, value: undefined, valueBytes: 0, arg, cls, mismatchResolves, ext, expiry, epoch: this.epoch };
         const replicated = this.backups.length > 0 || this.backupsMissing ? this.replicate(request, session) : undefined;
         if (replicated) return Promise.reject(replicated);
         return holding(ext, () => queue.add(session, request, answer).result);
@@ -286,7 +304,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       cls = classFor(classes, itemUnits(keyBytes, 0)); // in case it must be created
     }
     const large = type === KvOp.GET && answer === Answer.VALUE ? this : undefined; // a value past scratch: getLarge
-    const request: OpRequest = { type, key, keyBytes, value: bytes, valueBytes, arg, cls, mismatchResolves, ext: into, large, expiry };
+    const request: OpRequest = { type, key, keyBytes, value: bytes, valueBytes, arg, cls, mismatchResolves, ext: into, large, expiry, epoch: type === KvOp.GET ? 0 : this.epoch };
     if ((this.backups.length > 0 || this.backupsMissing) && type !== KvOp.GET) {
       const replicated = this.replicate(request, session);
       if (replicated) return Promise.reject(replicated);

@@ -2,7 +2,9 @@
 // (docs/cluster.md, "Replicas, zones and the controller"): each hash slot's
 // replica set as one ServerClient view, its primary's with its backups
 // (ServerClient.withBackups), so reads go to the primary and PUT, DELETE and
-// CAS to every replica. One view per distinct replica set, shared by its slots.
+// CAS to every replica, each write carrying the hash slot's epoch (the servers'
+// epoch words check it: docs/replication-design.md §4.2). One view per distinct
+// replica set and epoch, shared by its slots.
 import { SLOT_COUNT } from '../../protocol/hash-slots.js';
 import { KvDisconnectedError, type KvError } from '../../protocol/errors.js';
 import type { ClusterConfig } from '../../protocol/registry.js';
@@ -15,14 +17,14 @@ export function replicaSets(config: ClusterConfig | undefined, servers: Readonly
   const views = new Map<string, ServerClient | KvError>();
   for (const range of config.slots) {
     const names = range.replicas.map((i) => config.members[i]!);
-    const id = names.join('\0');
+    const id = `${names.join('\0')}\0${range.epoch}`;
     let set = views.get(id);
     if (set === undefined) {
       const down = (name: string) => new KvDisconnectedError(`hash slots ${range.from}-${range.to}: replica ${name} has no live registration (down since this client started, or never up)`);
       const [primary, ...backups] = names.map((name) => servers.get(name));
       const missing = names.slice(1).find((name) => !servers.has(name));
       // A backup down: reads still go to the primary; writes wait for a config without it (failover).
-      set = primary === undefined ? down(names[0]!) : primary.withBackups(backups.filter((b) => b !== undefined), missing === undefined ? undefined : down(missing));
+      set = primary === undefined ? down(names[0]!) : primary.withBackups(backups.filter((b) => b !== undefined), missing === undefined ? undefined : down(missing), range.epoch);
       views.set(id, set);
     }
     sets.fill(set, range.from, range.to + 1);
