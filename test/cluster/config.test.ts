@@ -1,7 +1,8 @@
 // The controller and <prefix>/config in etcd (server/replication/): with one
 // replica, config's primaries are the clients' map; --replicas refusals;
-// controller handover after a SIGKILL (the epoch carries on and a member added
-// afterwards is placed); a config transaction from a stale mod_revision
+// placement as members join and change zones, controller handover after a
+// SIGKILL (the epoch carries on, the dead member is failed over, placement then
+// stays frozen); a config transaction from a stale mod_revision
 // changes nothing. kvctl layout shows the config's ranges.
 import { join } from 'node:path';
 
@@ -144,59 +145,63 @@ test.serial('two first members racing: one that registered before any config exi
   }
 });
 
-test.serial('controller handover: SIGKILL the controller; another member takes over, the epoch carries on, and a member added afterwards is placed', async (t) => {
+test.serial('placement and handover with --replicas 2: a member added is placed, a zone change re-places; SIGKILL the controller: another takes over, fails the dead one over with the epoch carried on, and placement stays frozen', async (t) => {
   const prefix = '/test-handover';
   const dir = clusterDir(t);
   const zones = ['east', 'west', 'east'];
   const members: Member[] = [];
+  t.teardown(() => stopAll(members));
   for (let i = 0; i < 3; i++) members.push(await startMember(dir, i, memberArgs(prefix, `kv-${i}`, '--replicas', '2', '--zone', zones[i]!), undefined, REPLICAS_ON));
-  try {
-    await eventually(async () => (await config(prefix))?.members.length === 3, 'all three placed');
-    const before = (await config(prefix))!;
-    t.is(before.replicas, 2);
-    t.like(JSON.parse((await etcd.client.get(`${prefix}/members/kv-1`).string())!), { name: 'kv-1', replicas: 2, zone: 'west' });
-    // Zones east, west, east: every hash slot has kv-1 (the only west) and one east member.
-    for (const { replicas } of before.slots) t.true(replicas.length === 2 && replicas.includes(1));
-    const victim = await controllerName(prefix);
-    const index = members.findIndex((_, i) => `kv-${i}` === victim);
-    t.true(index >= 0, `controller ${victim} is a member`);
-    await members[index]!.process.stop('SIGKILL');
+  await eventually(async () => (await config(prefix))?.members.length === 3, 'all three placed');
+  const before = (await config(prefix))!;
+  t.is(before.replicas, 2);
+  t.like(JSON.parse((await etcd.client.get(`${prefix}/members/kv-1`).string())!), { name: 'kv-1', replicas: 2, zone: 'west' });
+  // Zones east, west, east: every hash slot has kv-1 (the only west) and one east member.
+  for (const { replicas } of before.slots) t.true(replicas.length === 2 && replicas.includes(1));
 
-    await eventually(async () => ![undefined, victim].includes(await controllerName(prefix)), 'another member holds the controller key');
-    const heir = (await controllerName(prefix))!;
-    t.not(heir, victim);
-    // The dead member keeps its hash slots (failover is a later step): nothing to change, nothing written.
-    const during = (await config(prefix))!;
-    t.deepEqual(during, before);
-
-    members.push(await startMember(dir, 3, memberArgs(prefix, 'kv-3', '--replicas', '2', '--zone', 'north'), undefined, REPLICAS_ON));
-    await eventually(async () => (await config(prefix))?.members.includes('kv-3') === true, 'the new controller placed kv-3');
-    const after = (await config(prefix))!;
-    t.is(after.epoch, before.epoch + 1, 'the epoch carried on from the dead controller\'s config');
-    t.true(after.members.includes(victim!), 'the dead member is still placed');
-    const { names, epochs } = slotReplicaNames(after);
-    const old = slotReplicaNames(before);
-    let onNew = 0;
-    for (let slot = 0; slot < SLOT_COUNT; slot++) {
-      const changed = names[slot]!.join() !== old.names[slot]!.join();
-      if (names[slot]!.includes('kv-3')) onNew++;
-      if (epochs[slot] !== (changed ? after.epoch : old.epochs[slot])) t.fail(`hash slot ${slot}: epoch ${epochs[slot]}`);
-    }
-    t.true(onNew > 0, `kv-3 holds ${onNew} hash slots`);
-    t.is(await controllerName(prefix), heir);
-
-    // kv-3 restarts in zone west: its record follows, and no hash slot keeps two west replicas.
-    await members[3]!.process.stop('SIGTERM');
-    members[3] = await startMember(dir, 3, memberArgs(prefix, 'kv-3', '--replicas', '2', '--zone', 'west'), undefined, REPLICAS_ON);
-    t.like(JSON.parse((await etcd.client.get(`${prefix}/members/kv-3`).string())!), { zone: 'west' });
-    await eventually(async () => (await config(prefix))!.epoch > after.epoch, 'the controller re-placed for the new zone');
-    const west = new Set(['kv-1', 'kv-3']);
-    for (const r of slotReplicaNames((await config(prefix))!).names) {
-      if (r.length !== 2 || west.has(r[0]!) === west.has(r[1]!)) t.fail(`replicas ${r} are not one east, one west`);
-    }
-  } finally {
-    await stopAll(members);
+  members.push(await startMember(dir, 3, memberArgs(prefix, 'kv-3', '--replicas', '2', '--zone', 'north'), undefined, REPLICAS_ON));
+  await eventually(async () => (await config(prefix))?.members.includes('kv-3') === true, 'the controller placed kv-3');
+  const added = (await config(prefix))!;
+  t.is(added.epoch, before.epoch + 1);
+  const { names, epochs } = slotReplicaNames(added);
+  const old = slotReplicaNames(before);
+  let onNew = 0;
+  for (let slot = 0; slot < SLOT_COUNT; slot++) {
+    const changed = names[slot]!.join() !== old.names[slot]!.join();
+    if (names[slot]!.includes('kv-3')) onNew++;
+    if (epochs[slot] !== (changed ? added.epoch : old.epochs[slot])) t.fail(`hash slot ${slot}: epoch ${epochs[slot]}`);
   }
+  t.true(onNew > 0, `kv-3 holds ${onNew} hash slots`);
+
+  // kv-3's record says zone west (as a restart in that zone writes it): no hash slot keeps two west replicas.
+  // (A real restart would be failed over: its lease goes with the process.)
+  await etcd.client.put(`${prefix}/members/kv-3`).value(JSON.stringify({ name: 'kv-3', joined: new Date().toISOString(), replicas: 2, zone: 'west' }));
+  await eventually(async () => (await config(prefix))!.epoch > added.epoch, 'the controller re-placed for the new zone');
+  const west = new Set(['kv-1', 'kv-3']);
+  const rezoned = (await config(prefix))!;
+  for (const r of slotReplicaNames(rezoned).names) {
+    if (r.length !== 2 || west.has(r[0]!) === west.has(r[1]!)) t.fail(`replicas ${r} are not one east, one west`);
+  }
+
+  const victim = await controllerName(prefix);
+  const index = members.findIndex((_, i) => `kv-${i}` === victim);
+  t.true(index >= 0, `controller ${victim} is a member`);
+  await members[index]!.process.stop('SIGKILL');
+  await eventually(async () => ![undefined, victim].includes(await controllerName(prefix)), 'another member holds the controller key');
+  const heir = (await controllerName(prefix))!;
+  t.not(heir, victim);
+  // The heir fails the dead controller over: it leaves every hash slot, at the epoch after the dead controller's last.
+  await eventually(async () => (await config(prefix))!.epoch > rezoned.epoch, 'the heir failed the dead controller over');
+  const failed = (await config(prefix))!;
+  t.is(failed.epoch, rezoned.epoch + 1, 'the epoch carried on from the dead controller\'s config');
+  t.true(failed.members.includes(victim!), 'the dead member is still listed, holding nothing');
+  for (const r of slotReplicaNames(failed).names) if (r.includes(victim!) || r.length === 0) t.fail(`replicas ${r}`);
+
+  // Frozen: a member added now gets no hash slot (its copy would need repair).
+  members.push(await startMember(dir, 4, memberArgs(prefix, 'kv-4', '--replicas', '2', '--zone', 'south'), undefined, REPLICAS_ON));
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  t.deepEqual(await config(prefix), failed);
+  t.is(await controllerName(prefix), heir);
 });
 
 test.serial('a config transaction from a stale mod_revision, or by a member not holding the controller key, changes nothing', async (t) => {

@@ -45,11 +45,11 @@ export async function startMember(dir: string, index: number, extra: string[] = 
 }
 
 /** Starts a stopped member again: same socket, same region file (a new metrics port: the old one may be taken by now). */
-export async function restartMember(member: Member): Promise<void> {
+export async function restartMember(member: Member, env: NodeJS.ProcessEnv = {}): Promise<void> {
   member.metricsPort = await freePort();
   const at = member.args.indexOf('--metrics-port');
   member.args[at + 1] = String(member.metricsPort);
-  member.process = await startServerProcess(member.args);
+  member.process = await startServerProcess(member.args, env);
 }
 
 export async function stats(member: Member): Promise<{ items: number; clients: number }> {

@@ -7,6 +7,8 @@
 //   hold   URL LOCK                 take the lock, report, and wait to be killed
 //   puts   URL PREFIX COUNT BYTES   put PREFIX0..COUNT-1 (BYTES each), report, and wait to be killed
 //   lin    URL PROCESS COUNT FILE   random get/put/delete/cas on 3 keys, history in FILE
+//   churn  URL PROCESS ROLE KEYS MS FILE  for MS ms: ROLE w: random get/put/delete/cas, r: gets, on
+//                                   keys f0..KEYS-1, history in FILE; failed ops are recorded and it goes on
 //   linatomic URL PROCESS COUNT FILE random incr of one counter and lock/unlock of one lock, history in FILE
 //   put    URL KEY VALUE            one put; reports { acked } or its error, then exits
 //   del    URL KEY                  one delete; reports { deleted } or its error, then exits
@@ -32,7 +34,8 @@ process.on('message', (m) => {
 
 async function main(): Promise<void> {
   const target = url!.startsWith('etcd+') ? { etcd: { hosts: new URL(url!.slice(5)).origin, prefix: new URL(url!.slice(5)).pathname } } : { url: url! };
-  const kv = await KvClient.connect(mode === 'lin' || mode === 'linatomic' ? { ...target, history: args[2]!, timeoutMs: testTimeoutMs() } : { ...target, timeoutMs: testTimeoutMs() });
+  const history = mode === 'lin' || mode === 'linatomic' ? args[2] : mode === 'churn' ? args[4] : undefined;
+  const kv = await KvClient.connect(history ? { ...target, history, timeoutMs: testTimeoutMs() } : { ...target, timeoutMs: testTimeoutMs() });
   if (mode === 'model') {
     const [prefix, count, seed] = [args[0]!, Number(args[1]), Number(args[2])];
     const random = rng(seed);
@@ -146,6 +149,40 @@ async function main(): Promise<void> {
       }
     }
     send({ done: count });
+  } else if (mode === 'churn') {
+    const [proc, role, keys, ms] = [Number(args[0]), args[1]!, Number(args[2]), Number(args[3])];
+    const random = rng(proc * 131 + 11);
+    const end = Date.now() + ms;
+    const failures: Record<string, number> = {};
+    let ok = 0;
+    // Failures are in the history (fail events); the checker decides what they may mean.
+    const FAILED = Symbol('failed');
+    const attempt = <T>(op: Promise<T>): Promise<T | typeof FAILED> =>
+      op.then(
+        (r) => {
+          ok++;
+          return r;
+        },
+        (error: { code?: string }) => {
+          if (!error.code) throw error;
+          failures[error.code] = (failures[error.code] ?? 0) + 1;
+          return FAILED;
+        },
+      );
+    for (let i = 0; Date.now() < end; i++) {
+      const key = `f${Math.floor(random() * keys)}`;
+      const dice = role === 'r' ? 0 : random();
+      const value = `p${proc}-${i}`;
+      if (dice < 0.3) await attempt(kv.get(key));
+      else if (dice < 0.7) await attempt(kv.put(key, value));
+      else if (dice < 0.8) await attempt(kv.delete(key));
+      else {
+        const seen = await attempt(kv.getWithVersion(key));
+        if (seen !== FAILED) await attempt(kv.cas(key, seen?.version ?? 0n, value));
+      }
+      await new Promise((resolve) => setTimeout(resolve, 2)); // bounded histories: about 300 ops/s per process
+    }
+    send({ ok, failures });
   } else if (mode === 'linatomic') {
     const [proc, count] = [Number(args[0]), Number(args[1])];
     const random = rng(proc * 17 + 3);
