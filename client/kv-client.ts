@@ -8,6 +8,7 @@ import { EventEmitter } from 'node:events';
 import { appendFileSync } from 'node:fs';
 
 import { EtcdMembership, type Member, type MembershipSource, StaticMembership } from './cluster/membership.js';
+import { FailoverWaits } from './cluster/failover-waits.js';
 import { replicaSets } from './cluster/replica-sets.js';
 import { CoreHosts } from './core-host.js';
 import { SLOT_COUNT, assignSlots, keySlot } from '../protocol/hash-slots.js';
@@ -22,7 +23,6 @@ import { type PutOptions, attempt, expiryAfter, putExpiry, setExpiry, ttlOf } fr
 import { takeLock } from './locks.js';
 import { type HistoryRecorder, historyRecorder } from './history.js';
 import type { OpResult } from './op-queue.js';
-import { NOT_SENT } from './op-records.js';
 import { type Bytes, ServerClient } from './server-client.js';
 import type { ClientEvents, ClientStats, HistoryEvent, Key, KvClientOptions, KvStatusName, MemberLayout, Value, VersionedValue } from './types.js';
 
@@ -47,14 +47,15 @@ export class KvClient extends EventEmitter<ClientEvents> {
   private readonly metrics: ClientMetrics | undefined;
   private unwatchMetrics: (() => void) | undefined;
   private closing: Promise<void> | undefined;
-  /** Ops waiting out a failover (throughFailover): woken when a config or a member's status changes. */
-  private routeWaiters: Array<() => void> = [];
+  /** With --replicas > 1: ops waiting out a failover (cluster/failover-waits.ts). */
+  private readonly failover: FailoverWaits;
   private readonly hosts: CoreHosts;
 
   private constructor(private readonly options: KvClientOptions) {
     super();
     this.hosts = new CoreHosts({ ...options, timeoutMs: Math.ceil(options.timeoutMs ?? 5000) }); // the transport takes whole ms
     if (options.history !== undefined) this.recorder = historyRecorder(options.history, (error) => this.warn(error));
+    this.failover = new FailoverWaits(options.timeoutMs ?? 5000, () => this._status === 'closed');
     if (options.metrics) {
       this.metrics = new ClientMetrics(options.metrics);
       this.unwatchMetrics = this.metrics.watchServers(() => this.members.map((name) => this.servers.get(name)?.status ?? 'down'), () => this.stats(), () => this.hosts.retried());
@@ -208,7 +209,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
       if (this.servers.get(name) !== server) return;
       this.emit('member', name, status);
       this.updateStatus();
-      this.routesChanged();
+      this.failover.changed();
     });
     server.on('error', (error) => this.warn(error));
     const first = server.start();
@@ -224,7 +225,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
   /** Routes by the config's replica sets when it has more than one replica; else by the member list alone. */
   private placeReplicas(): void {
     this.replicaSets = replicaSets(this.source.config, this.servers);
-    this.routesChanged();
+    this.failover.changed();
   }
 
   private updateStatus(): void {
@@ -380,56 +381,15 @@ export class KvClient extends EventEmitter<ClientEvents> {
     let server: ServerClient | KvError;
     try {
       bytes = keyBytes(key, 'key');
-      if (this.replicaSets) return this.throughFailover(type, typeof bytes === 'string' ? Buffer.from(bytes, 'utf8') : bytes, (s) => run(s, bytes, value));
+      if (this.replicaSets) {
+        const hashed = typeof bytes === 'string' ? Buffer.from(bytes, 'utf8') : bytes;
+        return this.failover.run(type, () => this.serverFor(hashed), (s) => run(s, hashed, value));
+      }
       server = this.route(bytes);
     } catch (error) {
       return Promise.reject(error);
     }
     return server instanceof ServerClient ? run(server, bytes, value) : Promise.reject(server);
-  }
-
-  /**
-   * An op on a replicated cluster (config with --replicas > 1), through its key's replica set,
-   * waiting out a failover within the client's timeout (docs/replication-design.md §4.5): while
-   * the set has a replica down (before the config without it), and after an answer that proves
-   * nothing happened (KV_EPOCH_MOVED: a replica's word is at another epoch than our config's;
-   * KV_DISCONNECTED before the core had the op), it waits for the next config or member change
-   * (at most RETRY_MS) and routes again. A GET also runs again after any KV_DISCONNECTED (it
-   * changes nothing). A write caught by a lost connection after it was sent may have taken
-   * effect on some replicas: it fails (KV_DISCONNECTED), as such writes do on any cluster.
-   */
-  private async throughFailover<T>(type: KvOp, key: Buffer, run: (server: ServerClient) => Promise<T>): Promise<T> {
-    const deadline = performance.now() + (this.options.timeoutMs ?? 5000);
-    for (;;) {
-      const server = this.serverFor(key);
-      let error: unknown = server instanceof ServerClient ? server.routeRefusal(type) : server;
-      if (error === undefined) {
-        try {
-          return await run(server as ServerClient);
-        } catch (failed) {
-          if (!nothingHappened(failed, type)) throw failed;
-          error = failed;
-        }
-      }
-      const left = deadline - performance.now();
-      if (this._status === 'closed' || left <= 0) throw error;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(wake, Math.min(left, RETRY_MS));
-        function wake() {
-          clearTimeout(timer);
-          resolve();
-        }
-        this.routeWaiters.push(wake);
-      });
-    }
-  }
-
-  /** Wakes the ops waiting out a failover: the routes may have changed. */
-  private routesChanged(): void {
-    const waiters = this.routeWaiters;
-    if (waiters.length === 0) return;
-    this.routeWaiters = [];
-    for (const wake of waiters) wake();
   }
 
   /** The key's server (a string is hashed as its UTF-8 bytes). */
@@ -444,7 +404,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
     try {
       keyBytes = toBuffer(key, 'key');
       if (type === KvOp.PUT || type === KvOp.CAS) valueBytes = toBuffer(value, 'value');
-      if (this.replicaSets && this._status !== 'closed') return this.throughFailover(type, keyBytes, (s) => this.send(s, type, keyBytes, valueBytes, arg, mismatchResolves));
+      if (this.replicaSets && this._status !== 'closed') return this.failover.run(type, () => this.serverFor(keyBytes), (s) => this.send(s, type, keyBytes, valueBytes, arg, mismatchResolves));
       server = this.serverFor(keyBytes);
     } catch (error) {
       return Promise.reject(error);
@@ -493,16 +453,6 @@ export class KvClient extends EventEmitter<ClientEvents> {
 }
 
 export { KvError };
-
-/** How long an op waiting out a failover waits before routing again without news. */
-const RETRY_MS = 100;
-
-/** Whether a failed op's error proves it changed nothing (or it is a GET, which changes nothing): it may run again. */
-function nothingHappened(error: unknown, type: KvOp): boolean {
-  if (!(error instanceof KvError)) return false;
-  if (error.code === 'KV_EPOCH_MOVED') return true;
-  return error.code === 'KV_DISCONNECTED' && (type === KvOp.GET || NOT_SENT in error);
-}
 
 const getValue = (server: ServerClient, key: Bytes) => server.getValue(key);
 const putValue = (server: ServerClient, key: Bytes, value: Value | undefined) => server.putValue(key, value!);

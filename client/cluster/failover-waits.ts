@@ -1,0 +1,69 @@
+// Ops on a replicated cluster (config with --replicas > 1) wait out a failover
+// within the client's timeout (docs/replication-design.md §4.5). An op runs
+// through its key's replica set; while the set has a replica down (before the
+// config without it), and after an answer that proves nothing happened
+// (KV_EPOCH_MOVED: a replica's word is at another epoch than our config's;
+// KV_DISCONNECTED before the core had the op), it waits for the next config or
+// member change (at most RETRY_MS) and routes again. A GET also runs again after
+// any KV_DISCONNECTED (it changes nothing). A write caught by a lost connection
+// after it was sent may have taken effect on some replicas: it fails
+// (KV_DISCONNECTED), as such writes do on any cluster.
+import { KvOp } from '../../protocol/constants.js';
+import { KvError } from '../../protocol/errors.js';
+import { NOT_SENT } from '../op-records.js';
+import { ServerClient } from '../server-client.js';
+
+/** How long an op waiting out a failover waits before routing again without news. */
+const RETRY_MS = 100;
+
+export class FailoverWaits {
+  /** Ops waiting: woken when a config or a member's status changes. */
+  private waiters: Array<() => void> = [];
+
+  constructor(
+    private readonly timeoutMs: number,
+    private readonly closed: () => boolean,
+  ) {}
+
+  /** `op` through the replica set `route` gives (or why there is none), routed again until it runs or the timeout. */
+  async run<T>(type: KvOp, route: () => ServerClient | KvError, op: (server: ServerClient) => Promise<T>): Promise<T> {
+    const deadline = performance.now() + this.timeoutMs;
+    for (;;) {
+      const server = route();
+      let error: unknown = server instanceof ServerClient ? server.routeRefusal(type) : server;
+      if (error === undefined) {
+        try {
+          return await op(server as ServerClient);
+        } catch (failed) {
+          if (!nothingHappened(failed, type)) throw failed;
+          error = failed;
+        }
+      }
+      const left = deadline - performance.now();
+      if (this.closed() || left <= 0) throw error;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(wake, Math.min(left, RETRY_MS));
+        function wake() {
+          clearTimeout(timer);
+          resolve();
+        }
+        this.waiters.push(wake);
+      });
+    }
+  }
+
+  /** The routes may have changed: the waiting ops look again. */
+  changed(): void {
+    const waiters = this.waiters;
+    if (waiters.length === 0) return;
+    this.waiters = [];
+    for (const wake of waiters) wake();
+  }
+}
+
+/** Whether a failed op's error proves it changed nothing (or it is a GET, which changes nothing): it may run again. */
+function nothingHappened(error: unknown, type: KvOp): boolean {
+  if (!(error instanceof KvError)) return false;
+  if (error.code === 'KV_EPOCH_MOVED') return true;
+  return error.code === 'KV_DISCONNECTED' && (type === KvOp.GET || NOT_SENT in error);
+}
