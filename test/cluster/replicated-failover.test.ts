@@ -7,6 +7,8 @@
 //    clients re-route, and writes of its keys succeed again. Every key's
 //    history, with final reads after the load, is linearizable (an op failed by
 //    the kill may or may not have taken effect): no acknowledged write is lost.
+//  - --replicas 3 on four members, two killed at once under the same load:
+//    every hash slot keeps a replica and the histories stay linearizable.
 //  - The killed member restarted on its region file gets no hash slot back
 //    (placement stays frozen until repair exists), takes no write even from a
 //    client that dials it directly (its epoch words are fenced), and the
@@ -52,88 +54,114 @@ test.after.always(async () => {
 const config = (prefix: string): Promise<ClusterConfig | undefined> => readConfig(etcd.client, prefix);
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-async function replicatedMembers(t: ExecutionContext, prefix: string): Promise<{ members: Member[]; placed: ClusterConfig; primaryOf: (key: string) => string }> {
+async function replicatedMembers(t: ExecutionContext, prefix: string, replicas: number, count: number): Promise<{ members: Member[]; placed: ClusterConfig; replicasOf: (key: string) => string[] }> {
   const dir = clusterDir(t);
   const members: Member[] = [];
   t.teardown(() => stopAll(members));
-  for (let i = 0; i < 3; i++) {
-    members.push(await startMember(dir, i, ['--etcd', etcd.url, '--etcd-prefix', prefix, '--etcd-ttl', '2s', '--name', `m${i}`, '--replicas', '2'], undefined, REPLICAS_ON));
+  for (let i = 0; i < count; i++) {
+    members.push(await startMember(dir, i, ['--etcd', etcd.url, '--etcd-prefix', prefix, '--etcd-ttl', '2s', '--name', `m${i}`, '--replicas', String(replicas)], undefined, REPLICAS_ON));
   }
-  await eventually(async () => (await config(prefix))?.members.length === 3, 'the controller placed all three members');
+  await eventually(async () => (await config(prefix))?.members.length === count, `the controller placed all ${count} members`);
   const placed = (await config(prefix))!;
   const { names } = slotReplicaNames(placed);
-  return { members, placed, primaryOf: (key) => names[keySlot(Buffer.from(key))]![0]! };
+  return { members, placed, replicasOf: (key) => names[keySlot(Buffer.from(key))]! };
 }
 
-test.serial('--replicas 2: a primary SIGKILLed under load: its hash slots move to their backups, writes go on, no acknowledged write is lost, histories linearizable; restarted, it gets nothing back and takes no write', async (t) => {
-  const prefix = '/test-failover-primary';
-  const { members, placed: before, primaryOf } = await replicatedMembers(t, prefix);
-  const target = `etcd+${etcd.url}${prefix}`;
-  const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs() });
-  t.teardown(() => kv.close());
-  await nextStatus(kv, 'ready');
-  const victim = primaryOf('f0');
-  const victimMember = members[Number(victim.slice(1))]!;
+/** Histories recorded by `churn` children (test/helpers/kv-child.ts): 4 writers and 2 readers on keys f0..KEYS-1. */
+class Load {
+  private readonly dir: string;
+  readonly roles = ['w', 'w', 'w', 'w', 'r', 'r'];
+  readonly files: string[];
+  readonly done: Promise<Array<Record<string, unknown>>>;
 
-  const dir = mkdtempSync(join(tmpdir(), 'rkv-failover-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  const roles = ['w', 'w', 'w', 'w', 'r', 'r'];
-  const files = roles.map((_, p) => join(dir, `p${p}.jsonl`));
-  const loadMs = slow(8000);
-  const load = Promise.all(roles.map((role, p) => runKvChild(t, ['churn', target, String(p), role, String(KEYS), String(loadMs), files[p]!])));
+  constructor(t: ExecutionContext, target: string, ms: number) {
+    this.dir = mkdtempSync(join(tmpdir(), 'rkv-failover-'));
+    t.teardown(() => rmSync(this.dir, { recursive: true, force: true }));
+    this.files = this.roles.map((_, p) => join(this.dir, `p${p}.jsonl`));
+    this.done = Promise.all(this.roles.map((role, p) => runKvChild(t, ['churn', target, String(p), role, String(KEYS), String(ms), this.files[p]!])));
+  }
 
-  await sleep(slow(1500));
-  const killedAt = performance.now();
-  await victimMember.process.stop('SIGKILL');
-  // A key of the victim's hash slots, outside the histories: written until a write succeeds.
-  let probe = 'probe:0';
-  for (let i = 0; primaryOf(probe) !== victim; i++) probe = `probe:${i}`;
-  let recoveredMs: number | undefined;
-  while (recoveredMs === undefined) {
+  /** Every process's events, then final reads of every key by one more process. */
+  async events(prefix: string): Promise<Array<HistoryEvent & { process: number }>> {
+    const final: HistoryEvent[] = [];
+    const reader = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs(), history: (e) => void final.push(e) });
+    for (let k = 0; k < KEYS; k++) await reader.get(`f${k}`);
+    await reader.close();
+    return [
+      ...this.files.flatMap((file, p) => readFileSync(file, 'utf8').trim().split('\n').map((line) => ({ ...(JSON.parse(line) as HistoryEvent), process: p }))),
+      ...final.map((e) => ({ ...e, process: this.roles.length })),
+    ];
+  }
+
+  /** Every key's history is linearizable, a failure caused by the kills counting as may-have-taken-effect. */
+  async check(t: ExecutionContext, prefix: string): Promise<Array<HistoryEvent & { process: number }>> {
+    const outcomes = await this.done;
+    t.log(`load: ${outcomes.map((o, p) => `${this.roles[p]}${p} ${o.ok as number} ok ${JSON.stringify(o.failures)}`).join('; ')}`);
+    const events = await this.events(prefix);
+    const byKey = registerHistories(events, MAY_HAVE_TAKEN_EFFECT);
+    t.is(byKey.size, KEYS);
+    for (const [key, ops] of byKey) t.true(isLinearizable(ops, registerModel), `history of ${key} (${ops.length} ops) is not linearizable`);
+    return events;
+  }
+}
+
+/** Writes `key` until a write succeeds; the ms from `since`. */
+async function firstWrite(kv: KvClient, key: string, since: number): Promise<number> {
+  for (;;) {
     try {
-      await kv.put(probe, 'after');
-      recoveredMs = performance.now() - killedAt;
+      await kv.put(key, 'after');
+      return performance.now() - since;
     } catch (error) {
-      if (performance.now() - killedAt > slow(30_000)) throw error;
+      if (performance.now() - since > slow(30_000)) throw error;
     }
   }
-  t.log(`the first write of a key of the dead primary succeeded ${Math.round(recoveredMs)} ms after the kill (etcd lease 2 s)`);
-  const outcomes = await load;
-  t.log(`load: ${outcomes.map((o, p) => `${roles[p]}${p} ${o.ok as number} ok ${JSON.stringify(o.failures)}`).join('; ')}`);
+}
 
-  // The config: the victim holds no hash slot; each one it held is its backup's alone, at the new epoch.
-  const after = (await config(prefix))!;
+/** Checks that `after` is `before` with `dead` gone from every hash slot (those slots at a new epoch: after's, for one failover), and nothing else changed. */
+function failedOver(t: ExecutionContext, before: ClusterConfig, after: ClusterConfig, dead: readonly string[]): void {
+  const newEpoch = (epoch: number) => (dead.length === 1 ? epoch === after.epoch : epoch > before.epoch && epoch <= after.epoch);
   t.true(after.epoch > before.epoch);
   const was = slotReplicaNames(before);
   const now = slotReplicaNames(after);
   let moved = 0;
   for (let slot = 0; slot < was.names.length; slot++) {
     const old = was.names[slot]!;
-    if (old.includes(victim)) {
+    if (old.some((n) => dead.includes(n))) {
       moved++;
-      if (now.names[slot]!.join() !== old.filter((n) => n !== victim).join() || now.epochs[slot] !== after.epoch) t.fail(`hash slot ${slot}: ${old} → ${now.names[slot]} at epoch ${now.epochs[slot]}`);
+      if (now.names[slot]!.join() !== old.filter((n) => !dead.includes(n)).join() || !newEpoch(now.epochs[slot]!)) t.fail(`hash slot ${slot}: ${old} → ${now.names[slot]} at epoch ${now.epochs[slot]}`);
     } else if (now.names[slot]!.join() !== old.join() || now.epochs[slot] !== was.epochs[slot]) {
-      t.fail(`hash slot ${slot} changed without losing ${victim}`);
+      t.fail(`hash slot ${slot} changed without losing ${dead}`);
     }
   }
   t.true(moved > 0);
-  t.is(await kv.get(probe).then(String), 'after');
+}
 
-  // Final reads, recorded as one more process: every acknowledged write must show in them.
-  const final: HistoryEvent[] = [];
-  const reader = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs(), history: (e) => void final.push(e) });
-  for (let k = 0; k < KEYS; k++) await reader.get(`f${k}`);
-  await reader.close();
-  const events = [
-    ...files.flatMap((file, p) => readFileSync(file, 'utf8').trim().split('\n').map((line) => ({ ...(JSON.parse(line) as HistoryEvent), process: p }))),
-    ...final.map((e) => ({ ...e, process: roles.length })),
-  ];
-  const byKey = registerHistories(events, MAY_HAVE_TAKEN_EFFECT);
-  t.is(byKey.size, KEYS);
-  for (const [key, ops] of byKey) t.true(isLinearizable(ops, registerModel), `history of ${key} (${ops.length} ops) is not linearizable`);
+test.serial('--replicas 2: a primary SIGKILLed under load: its hash slots move to their backups, writes go on, no acknowledged write is lost, histories linearizable; restarted, it gets nothing back and takes no write', async (t) => {
+  const prefix = '/test-failover-primary';
+  const { members, placed: before, replicasOf } = await replicatedMembers(t, prefix, 2, 3);
+  const primaryOf = (key: string) => replicasOf(key)[0]!;
+  const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs() });
+  t.teardown(() => kv.close());
+  await nextStatus(kv, 'ready');
+  const victim = primaryOf('f0');
+  const victimMember = members[Number(victim.slice(1))]!;
+  const load = new Load(t, `etcd+${etcd.url}${prefix}`, slow(8000));
+
+  await sleep(slow(1500));
+  const killedAt = performance.now();
+  await victimMember.process.stop('SIGKILL');
+  // A key of the victim's hash slots, outside the histories.
+  let probe = 'probe:0';
+  for (let i = 0; primaryOf(probe) !== victim; i++) probe = `probe:${i}`;
+  const recoveredMs = await firstWrite(kv, probe, killedAt);
+  const recoveredNs = process.hrtime.bigint() - BigInt(Math.round((performance.now() - killedAt - recoveredMs) * 1e6));
+  t.log(`the first write of a key of the dead primary succeeded ${Math.round(recoveredMs)} ms after the kill (etcd lease 2 s)`);
+  const events = await load.check(t, prefix);
+  const after = (await config(prefix))!;
+  failedOver(t, before, after, [victim]);
+  t.is(await kv.get(probe).then(String), 'after');
   // Writers wrote the victim's keys after the failover, not only before it.
-  const killedNs = process.hrtime.bigint() - BigInt(Math.round((performance.now() - killedAt - recoveredMs) * 1e6));
-  const late = events.filter((e) => e.type === 'ok' && e.f === 'put' && primaryOf(e.key) === victim && BigInt(e.time) > killedNs);
+  const late = events.filter((e) => e.type === 'ok' && e.f === 'put' && primaryOf(e.key) === victim && BigInt(e.time) > recoveredNs);
   t.true(late.length > 0, 'puts of the dead primary\'s keys were acknowledged after the failover');
 
   // The victim returns on its region file: no hash slot for it, and its words are fenced.
@@ -148,6 +176,29 @@ test.serial('--replicas 2: a primary SIGKILLed under load: its hash slots move t
   await kv.put('f0', 'still served');
   t.is(await kv.get('f0').then(String), 'still served');
 });
+
+test.serial('--replicas 3 on four members: two SIGKILLed at once under load: every hash slot keeps a replica, nothing acknowledged is lost, histories linearizable', async (t) => {
+  const prefix = '/test-failover-two';
+  const { members, placed: before, replicasOf } = await replicatedMembers(t, prefix, 3, 4);
+  const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs() });
+  t.teardown(() => kv.close());
+  await nextStatus(kv, 'ready');
+  // The primary and first backup of f0: its hash slot is left with its last replica.
+  const victims = replicasOf('f0').slice(0, 2);
+  const load = new Load(t, `etcd+${etcd.url}${prefix}`, slow(8000));
+  await sleep(slow(1500));
+  const killedAt = performance.now();
+  await Promise.all(victims.map((name) => members[Number(name.slice(1))]!.process.stop('SIGKILL')));
+  let probe = 'probe:0';
+  for (let i = 0; !victims.every((v) => replicasOf(probe).includes(v)); i++) probe = `probe:${i}`;
+  const recoveredMs = await firstWrite(kv, probe, killedAt);
+  t.log(`after two kills, the first write of a key they both held succeeded ${Math.round(recoveredMs)} ms after them`);
+  await load.check(t, prefix);
+  await eventually(async () => removedOf(await config(prefix)) === 2, 'both victims failed over');
+  failedOver(t, before, (await config(prefix))!, victims);
+});
+
+const removedOf = (c: ClusterConfig | undefined) => (c ? c.members.length - new Set(c.slots.flatMap((r) => r.replicas)).size : 0);
 
 /** Two in-process servers registered by hand under `prefix`, with a config of --replicas 2 written by the test (no controller, no epoch follower). */
 async function handPlaced(t: ExecutionContext, prefix: string): Promise<{ servers: Map<string, KvServer>; config: ClusterConfig }> {
