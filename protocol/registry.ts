@@ -4,9 +4,10 @@
 //   <prefix>/members/<name>  no lease: the member owns its hash slots until an
 //                            operator removes it (kvctl forget)
 //   <prefix>/alive/<name>    under the server's lease: its URL while it runs
-// A member whose lease expired keeps its hash slots (its keys are in its region
-// file, nowhere else), so they fail fast with KV_DISCONNECTED instead of
-// silently moving to a server that does not hold them.
+// With --replicas 1, a member whose lease expired keeps its hash slots (its keys
+// are in its region file, nowhere else), so they fail fast with KV_DISCONNECTED
+// instead of silently moving to a server that does not hold them; with more,
+// the controller fails it over to its backups (server/replication/controller.ts).
 // Two more keys place the hash slots (server/replication/):
 //   <prefix>/controller      under the controller's own alive lease: which
 //                            member writes config (gone with its lease)
