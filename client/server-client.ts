@@ -107,6 +107,11 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     return view;
   }
 
+  /** A replica set's view (withBackups), even one left with its primary alone after a failover: writes carry its epoch, one key per op. */
+  private get replicated(): boolean {
+    return this.epoch !== 0 || this.backups.length > 0 || this.backupsMissing !== undefined;
+  }
+
   /** Connects once; rejects with why not. */
   async start(): Promise<void> {
     await this.establish();
@@ -203,7 +208,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     const refused = this.refusal(KvOp.PUT);
     if (refused) return Promise.reject(refused);
     // Replicated: each key a PUT of its own; issued in one tick, they still go to the core in one submit.
-    if (this.backups.length > 0 || this.backupsMissing) return Promise.all(keys.map((key, i) => this.putValue(key, values[i]!, expiries?.[i] ?? 0)));
+    if (this.replicated) return Promise.all(keys.map((key, i) => this.putValue(key, values[i]!, expiries?.[i] ?? 0)));
     const { classes, maxValueBytes } = this.session!.hello.layout;
     const n = keys.length;
     const keyBytes = new Int32Array(n);
@@ -287,8 +292,8 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       if (ext) {
         // Written from the caller's registered buffer, without a copy.
         const request: OpRequest = { type, key, keyBytes, value: undefined, valueBytes: 0, arg, cls, mismatchResolves, ext, expiry, epoch: this.epoch };
-        const replicated = this.backups.length > 0 || this.backupsMissing ? this.replicate(request, session) : undefined;
-        if (replicated) return Promise.reject(replicated);
+        const refused = this.replicated ? this.replicate(request, session) : undefined;
+        if (refused) return Promise.reject(refused);
         return holding(ext, () => queue.add(session, request, answer).result);
       }
       if (KvLayout.ITEM_HEADER_BYTES + keyBytes + valueBytes > session.itemLimit) {
@@ -305,7 +310,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     }
     const large = type === KvOp.GET && answer === Answer.VALUE ? this : undefined; // a value past scratch: getLarge
     const request: OpRequest = { type, key, keyBytes, value: bytes, valueBytes, arg, cls, mismatchResolves, ext: into, large, expiry, epoch: type === KvOp.GET ? 0 : this.epoch };
-    if ((this.backups.length > 0 || this.backupsMissing) && type !== KvOp.GET) {
+    if (this.replicated && type !== KvOp.GET) {
       const replicated = this.replicate(request, session);
       if (replicated) return Promise.reject(replicated);
     }
@@ -340,6 +345,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       const valueBytes = request.ext !== undefined ? request.ext.length : request.valueBytes;
       classes.push(type === KvOp.DELETE ? -1 : classFor(s.hello.layout.classes, itemUnits(request.keyBytes, valueBytes)));
     }
+    if (backups.length === 0) return undefined; // its primary alone (after a failover): a plain write with the epoch
     request.backups = backups;
     request.backupClasses = classes;
     return undefined;

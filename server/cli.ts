@@ -18,7 +18,7 @@ import { type ServerLogging, createLogging } from './logging.js';
 import { EtcdRegistration } from './membership.js';
 import type { ReplicationController } from './replication/controller.js';
 import { EpochFollower } from './replication/epoch-follower.js';
-import { checkReplicasBeforeJoining, startController } from './replication/join.js';
+import { awaitFailoverOfPredecessor, checkReplicasBeforeJoining, startController } from './replication/join.js';
 import { watchTokenFile } from './token-reload.js';
 import { type MetricsServer, createRegistry, startMetricsServer } from './metrics.js';
 
@@ -182,7 +182,10 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
       if (unroutable(url)) throw new StartupError(`--etcd: clients cannot dial ${url}; give --advertise`);
       registration = await EtcdRegistration.register({
         ...etcd, url, metricsUrl: metrics && dialableMetricsUrl(metrics.url, url), logger, replicas,
-        beforeClaim: (client) => checkReplicasBeforeJoining(client, etcd.prefix, replicas),
+        beforeClaim: async (client) => {
+          await checkReplicasBeforeJoining(client, etcd.prefix, replicas);
+          if (replicas > 1) await awaitFailoverOfPredecessor(client, etcd.prefix, etcd.name, url, performance.now() + etcd.ttlSeconds * 1000 + 15_000, logger);
+        },
       });
       controller = await startController(registration, { ...etcd, replicas }, logger);
       if (replicas > 1) follower = await EpochFollower.start({ client: registration.client, prefix: etcd.prefix, name: etcd.name, server, logger });

@@ -12,12 +12,9 @@
 // most 1.5x N = 1; GET unchanged. Needs etcd (Debian's etcd-server).
 import { parseArgs } from 'node:util';
 
-import { KvClient } from '../../client/index.js';
-import { etcdKeys, parseClusterConfig } from '../../protocol/registry.js';
-import { type PeerServer, startKvServer } from '../ycsb/compare/servers.js';
-import { Properties } from '../ycsb/properties.js';
 import { writeFileEnsuringDir } from '../ycsb/report/results.js';
-import { type EtcdProcess, startEtcd } from './etcd-process.js';
+import { startCluster } from './etcd-cluster.js';
+import { startEtcd } from './etcd-process.js';
 import { markdownTable } from './markdown-table.js';
 
 const { values } = parseArgs({
@@ -34,35 +31,6 @@ const seconds = Number(values.seconds);
 const keys = Number(values.keys);
 const value = Buffer.alloc(Number(values.bytes), 7);
 const MEMBERS = 3;
-
-// kv-server refuses --replicas above 1 without it: failover is not built yet.
-process.env.RKV_EXPERIMENTAL_REPLICAS = '1';
-
-interface Cluster {
-  kv: KvClient;
-  servers: PeerServer[];
-}
-
-async function startCluster(etcd: EtcdProcess, prefix: string, replicas: number): Promise<Cluster> {
-  const servers: PeerServer[] = [];
-  const props = new Properties([['rdmakv.memory', '256M']]);
-  for (let i = 0; i < MEMBERS; i++) {
-    servers.push(await startKvServer(props, ['--etcd', etcd.url, '--etcd-prefix', prefix, '--name', `m${i}`, '--replicas', String(replicas)]));
-  }
-  const deadline = performance.now() + 30_000;
-  for (;;) {
-    const text = await etcd.client.get(etcdKeys(prefix).config).string();
-    if (text !== null && parseClusterConfig(text).members.length === MEMBERS) break;
-    if (performance.now() > deadline) throw new Error(`the controller did not place ${MEMBERS} members within 30 s`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: 30_000 });
-  while (kv.status !== 'ready') {
-    if (performance.now() > deadline) throw new Error('the client did not reach every member within 30 s');
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  return { kv, servers };
-}
 
 /** Sorted latencies (µs) of one-at-a-time ops for `seconds`, and their rate. */
 async function sequential(op: (i: number) => Promise<unknown>): Promise<{ rate: number; p50: number; p99: number }> {
@@ -99,7 +67,7 @@ const etcd = await startEtcd();
 try {
   for (let r = 0; r < rounds; r++) {
     for (const n of (r % 2 === 0 ? [1, 2] : [2, 1]) as Array<1 | 2>) {
-      const { kv, servers } = await startCluster(etcd, `/bench-replication-${r}-${n}`, n);
+      const { kv, servers } = await startCluster(etcd, `/bench-replication-${r}-${n}`, MEMBERS, n);
       try {
         for (let i = 0; i < keys; i += 64) await kv.putMany(Array.from({ length: Math.min(64, keys - i) }, (_, k): [string, Buffer] => [`key:${i + k}`, value]));
         const put = await sequential((i) => kv.put(`key:${i % keys}`, value));

@@ -17,8 +17,8 @@ import { ServerClient } from '../server-client.js';
 const RETRY_MS = 100;
 
 export class FailoverWaits {
-  /** Ops waiting: woken when a config or a member's status changes. */
-  private waiters: Array<() => void> = [];
+  /** Ops waiting: woken when a config or a member's status changes (each also by its own timer). */
+  private readonly waiters = new Set<() => void>();
 
   constructor(
     private readonly timeoutMs: number,
@@ -31,6 +31,8 @@ export class FailoverWaits {
     for (;;) {
       const server = route();
       let error: unknown = server instanceof ServerClient ? server.routeRefusal(type) : server;
+      // Only a member being down passes; a refusal for good (a read-only token's write, a closed client) fails at once.
+      if (error !== undefined && !(error instanceof KvError && error.code === 'KV_DISCONNECTED')) throw error;
       if (error === undefined) {
         try {
           return await op(server as ServerClient);
@@ -42,22 +44,20 @@ export class FailoverWaits {
       const left = deadline - performance.now();
       if (this.closed() || left <= 0) throw error;
       await new Promise<void>((resolve) => {
-        const timer = setTimeout(wake, Math.min(left, RETRY_MS));
-        function wake() {
+        const wake = () => {
           clearTimeout(timer);
+          this.waiters.delete(wake);
           resolve();
-        }
-        this.waiters.push(wake);
+        };
+        const timer = setTimeout(wake, Math.min(left, RETRY_MS));
+        this.waiters.add(wake);
       });
     }
   }
 
   /** The routes may have changed: the waiting ops look again. */
   changed(): void {
-    const waiters = this.waiters;
-    if (waiters.length === 0) return;
-    this.waiters = [];
-    for (const wake of waiters) wake();
+    for (const wake of [...this.waiters]) wake();
   }
 }
 

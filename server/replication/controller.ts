@@ -34,6 +34,8 @@ export interface ControllerOptions {
   replicas: number;
   /** This member's current alive lease (undefined while it is lost and being claimed again). */
   leaseId: () => string | undefined;
+  /** The members' lease TTL (--etcd-ttl): a member not seen alive since this process started is failed over only after it. */
+  ttlMs: number;
   logger: Logger;
 }
 
@@ -51,6 +53,10 @@ export class ReplicationController {
   leading = false;
   /** The config epoch whose frozen placement was last reported. */
   private frozenAt = -1;
+  /** Members whose alive key this process saw deleted (their lease lapsed, or they stopped), and when. */
+  private readonly deletedAt = new Map<string, number>();
+  private readonly startedAt = performance.now();
+  private grace: NodeJS.Timeout | undefined;
 
   private constructor(private readonly options: ControllerOptions) {
     this.keys = etcdKeys(options.prefix);
@@ -75,6 +81,11 @@ export class ReplicationController {
   private changed(kv: IKeyValue, deleted: boolean): void {
     const key = kv.key.toString();
     const { keys } = this;
+    if (key.startsWith(keys.alive)) {
+      const name = key.slice(keys.alive.length);
+      if (deleted) this.deletedAt.set(name, performance.now());
+      else this.deletedAt.delete(name);
+    }
     const aliveChange = this.options.replicas > 1 ? key.startsWith(keys.alive) : key === keys.aliveKey(this.options.name);
     if (key.startsWith(keys.members) || key === keys.controller || (key === keys.config && deleted) || aliveChange) void this.poke();
   }
@@ -126,8 +137,16 @@ export class ReplicationController {
     let placed = placedMembers(read.kvs, replicas, logger);
     if (replicas > 1) {
       const alive = new Set((await client.getAll().prefix(keys.alive).keys()).map((key) => key.slice(keys.alive.length)));
-      if (stored?.config && (await this.failOver(stored.config, stored.modRevision, alive, leaseId))) return;
-      if (stored?.config && this.frozen(stored.config)) return;
+      if (stored?.config) {
+        const dead = this.deadReplicas(stored.config, alive);
+        if (dead === undefined) return; // a member is down but may still be starting: look again after the grace
+        if (dead.size > 0) {
+          // Never a recomputation while a replica is dead: it could give a dead member's hash slots to one without their data.
+          await this.failOver(stored.config, stored.modRevision, dead, leaseId);
+          return;
+        }
+        if (this.frozen(stored.config)) return;
+      }
       placed = placed.filter((member) => alive.has(member.name));
     }
     const next = nextConfig(stored?.config, placed, replicas, stored?.epoch ?? 0);
@@ -140,23 +159,41 @@ export class ReplicationController {
   }
 
   /**
-   * Fails over the replicas of `config` that are not alive; says whether it acted (wrote, or lost
-   * the race and must look again). The transaction holds only while their alive keys are absent:
-   * a member that came back meanwhile is not failed over.
+   * The replicas of `config` to fail over: listed in a hash slot, not alive, and either seen to go
+   * (their alive key's deletion) or down for a TTL since this process started (a member that is
+   * merely starting up, as after a whole-cluster restart, is not failed over). undefined: a
+   * member is down but within that grace; the controller looks again when it ends.
    */
-  private async failOver(config: ClusterConfig, modRevision: string, alive: ReadonlySet<string>, leaseId: string): Promise<boolean> {
+  private deadReplicas(config: ClusterConfig, alive: ReadonlySet<string>): Set<string> | undefined {
+    const removed = removedMembers(config);
+    const down = config.members.filter((name) => !alive.has(name) && !removed.includes(name));
+    const waitMs = this.startedAt + this.options.ttlMs - performance.now();
+    const dead = new Set(down.filter((name) => this.deletedAt.has(name) || waitMs <= 0));
+    if (dead.size < down.length) {
+      this.grace ??= setTimeout(() => {
+        this.grace = undefined;
+        void this.poke();
+      }, Math.max(waitMs, 0) + 50);
+      if (dead.size === 0) return undefined;
+    }
+    return dead;
+  }
+
+  /**
+   * Fails `dead` over (withoutReplicas). The transaction holds only while their alive keys are
+   * absent: a member that came back meanwhile is not failed over. A hash slot whose replicas are
+   * all dead keeps them, unavailable, until one returns.
+   */
+  private async failOver(config: ClusterConfig, modRevision: string, dead: ReadonlySet<string>, leaseId: string): Promise<void> {
     const { client, logger } = this.options;
-    const dead = new Set(config.members.filter((name) => !alive.has(name) && !removedMembers(config).includes(name)));
-    if (dead.size === 0) return false;
     const next = withoutReplicas(config, dead);
-    if (next === undefined) return false; // every hash slot of theirs has no live replica: nothing to promote
+    if (next === undefined) return; // every hash slot of theirs has no live replica: nothing to promote
     if (await writeConfig(client, this.keys, next, modRevision, leaseId, [...dead].map((name) => this.keys.aliveKey(name)))) {
       const promoted = next.slots.filter((r) => r.epoch === next.epoch).reduce((n, r) => n + r.to - r.from + 1, 0);
       logger.warn({ failed: [...dead], epoch: next.epoch, hashSlots: promoted }, 'controller: failover: members without a live registration left their hash slots\' replicas');
     } else {
       this.again = true;
     }
-    return true;
   }
 
   /** Whether placement is frozen (a failed-over member is listed; see the top of this file), said once per config. */
@@ -173,6 +210,7 @@ export class ReplicationController {
   async close(): Promise<void> {
     this.closed = true;
     if (this.retry) clearTimeout(this.retry);
+    if (this.grace) clearTimeout(this.grace);
     await this.watcher?.cancel().catch(() => undefined);
     await this.running;
   }

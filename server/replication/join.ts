@@ -5,6 +5,7 @@
 import type { Etcd3 } from 'etcd3';
 import type { Logger } from 'pino';
 
+
 import { StartupError } from '../../protocol/operator-input.js';
 import { type ClusterConfig, etcdKeys } from '../../protocol/registry.js';
 import type { EtcdRegistration } from '../membership.js';
@@ -40,6 +41,41 @@ export async function awaitConfig(client: Etcd3, prefix: string, replicas: numbe
 }
 
 /**
+ * With --replicas > 1, before registering: a member that config still names as a replica (it
+ * crashed or stopped and is back before the controller failed it over) waits until it has been
+ * failed over, since its region may be empty or stale and nothing yet proves otherwise (the region
+ * id check of docs/replication-design.md §4.5 is to come). Its predecessor's alive key at our URL
+ * is removed, so the controller acts at once rather than after the lease. Hash slots it is the last
+ * live replica of keep it (nothing else holds them): past `deadline` it goes on and serves those.
+ */
+export async function awaitFailoverOfPredecessor(client: Etcd3, prefix: string, name: string, url: string, deadline: number, logger: Logger): Promise<void> {
+  const keys = etcdKeys(prefix);
+  let said = false;
+  for (;;) {
+    const config = await readConfig(client, prefix);
+    const index = config?.members.indexOf(name) ?? -1;
+    if (!config || index < 0 || !config.slots.some((r) => r.replicas.includes(index) && r.replicas.length > 1)) return;
+    if (!said) {
+      said = true;
+      logger.warn({ member: name, epoch: config.epoch }, 'config still names this member a replica: waiting for the controller to fail its previous run over before registering');
+      const held = await client.get(keys.aliveKey(name)).string();
+      let heldUrl: unknown;
+      try {
+        heldUrl = held === null ? undefined : (JSON.parse(held) as { url?: unknown }).url;
+      } catch {
+        heldUrl = undefined; // unreadable: left to its lease
+      }
+      if (heldUrl === url) await client.delete().key(keys.aliveKey(name)).exec();
+    }
+    if (performance.now() > deadline) {
+      logger.warn({ member: name }, 'not failed over in time (no controller, or hash slots with no other replica): registering; this member serves its hash slots from its region as it is');
+      return;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+}
+
+/**
  * Starts this member's controller (controller.ts) once it is registered, and waits for a config
  * that agrees with its --replicas. A refused member removes the member key it created, so the
  * cluster does not keep a member that never served.
@@ -47,7 +83,7 @@ export async function awaitConfig(client: Etcd3, prefix: string, replicas: numbe
 export async function startController(registration: EtcdRegistration, options: { prefix: string; name: string; replicas: number; ttlSeconds: number }, logger: Logger): Promise<ReplicationController> {
   const { client } = registration;
   const { prefix, name, replicas } = options;
-  const controller = await ReplicationController.start({ client, prefix, name, replicas, leaseId: () => registration.leaseId, logger });
+  const controller = await ReplicationController.start({ client, prefix, name, replicas, leaseId: () => registration.leaseId, ttlMs: options.ttlSeconds * 1000, logger });
   try {
     // A dead controller's key lapses within a TTL; then some member (maybe this one) writes config.
     await awaitConfig(client, prefix, replicas, performance.now() + options.ttlSeconds * 1000 + 10_000);

@@ -9,6 +9,11 @@
 //    the kill may or may not have taken effect): no acknowledged write is lost.
 //  - --replicas 3 on four members, two killed at once under the same load:
 //    every hash slot keeps a replica and the histories stay linearizable.
+//  - Two of three members (--replicas 2) killed at once: the hash slots only
+//    they held keep them (unavailable) instead of moving to the survivor,
+//    which lacks their data; the rest fail over.
+//  - A member killed and restarted at once (within its lease) waits to be
+//    failed over before it registers.
 //  - The killed member restarted on its region file gets no hash slot back
 //    (placement stays frozen until repair exists), takes no write even from a
 //    client that dials it directly (its epoch words are fenced), and the
@@ -196,6 +201,54 @@ test.serial('--replicas 3 on four members: two SIGKILLed at once under load: eve
   await load.check(t, prefix);
   await eventually(async () => removedOf(await config(prefix)) === 2, 'both victims failed over');
   failedOver(t, before, (await config(prefix))!, victims);
+});
+
+test.serial('--replicas 2: two of three members SIGKILLed at once: hash slots only they held keep them (never given to the survivor, which lacks their data); the rest fail over to it', async (t) => {
+  const prefix = '/test-failover-pair';
+  const { members, placed: before, replicasOf } = await replicatedMembers(t, prefix, 2, 3);
+  const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: 500 });
+  t.teardown(() => kv.close());
+  await nextStatus(kv, 'ready');
+  const keys = Array.from({ length: 60 }, (_, i) => `pair:${i}`);
+  for (const key of keys) await kv.put(key, `v-${key}`);
+  await Promise.all([0, 1].map((i) => members[i]!.process.stop('SIGKILL')));
+  await eventually(async () => (await config(prefix))!.epoch > before.epoch, 'the survivor\'s hash slots failed over');
+  await sleep(1000); // more controller rounds (the second member's deletion, the grace) have run
+  const after = (await config(prefix))!;
+  const was = slotReplicaNames(before);
+  const now = slotReplicaNames(after);
+  for (let slot = 0; slot < was.names.length; slot++) {
+    const old = was.names[slot]!;
+    const want = old.includes('m2') ? ['m2'] : old;
+    if (now.names[slot]!.join() !== want.join()) t.fail(`hash slot ${slot}: ${old} → ${now.names[slot]}`);
+    if (now.epochs[slot] !== (old.includes('m2') ? after.epoch : was.epochs[slot])) t.fail(`hash slot ${slot}: epoch ${now.epochs[slot]}`);
+  }
+  t.is(after.epoch, before.epoch + 1, 'one failover, no re-placement');
+  for (const key of keys) {
+    if (replicasOf(key).includes('m2')) t.is(await kv.get(key).then(String), `v-${key}`, key);
+    else await t.throwsAsync(kv.get(key), { code: 'KV_DISCONNECTED' }, `${key}: both replicas are dead`);
+  }
+});
+
+test.serial('--replicas 2: a member SIGKILLed and restarted at once waits to be failed over before it registers; its keys stay served, by their backups', async (t) => {
+  const prefix = '/test-failover-restart';
+  const { members, placed: before, replicasOf } = await replicatedMembers(t, prefix, 2, 3);
+  const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs() });
+  t.teardown(() => kv.close());
+  await nextStatus(kv, 'ready');
+  const keys = Array.from({ length: 30 }, (_, i) => `restart:${i}`);
+  for (const key of keys) await kv.put(key, `v-${key}`);
+  const victim = replicasOf(keys[0]!)[0]!;
+  const member = members[Number(victim.slice(1))]!;
+  await member.process.stop('SIGKILL');
+  await restartMember(member, REPLICAS_ON); // at once: its lease (2 s) has not lapsed
+  const after = (await config(prefix))!;
+  t.true(after.epoch > before.epoch, 'failed over before it registered');
+  for (const r of slotReplicaNames(after).names) if (r.includes(victim)) t.fail(`${victim} is still a replica: ${r}`);
+  t.not(await etcd.client.get(etcdKeys(prefix).aliveKey(victim)).string(), null, 'registered again afterwards');
+  for (const key of keys) t.is(await kv.get(key).then(String), `v-${key}`, key);
+  await kv.put(keys[0]!, 'new');
+  t.is(await kv.get(keys[0]!).then(String), 'new');
 });
 
 const removedOf = (c: ClusterConfig | undefined) => (c ? c.members.length - new Set(c.slots.flatMap((r) => r.replicas)).size : 0);
