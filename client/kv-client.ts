@@ -7,7 +7,7 @@
 import { EventEmitter } from 'node:events';
 import { appendFileSync } from 'node:fs';
 
-import { EtcdMembership, type Member, type MembershipSource, StaticMembership } from './cluster/membership.js';
+import { EtcdMembership, type Member, type MembershipSource, StaticMembership, memberLayouts } from './cluster/membership.js';
 import { FailoverWaits } from './cluster/failover-waits.js';
 import { replicaSets } from './cluster/replica-sets.js';
 import { CoreHosts } from './core-host.js';
@@ -47,8 +47,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
   private readonly metrics: ClientMetrics | undefined;
   private unwatchMetrics: (() => void) | undefined;
   private closing: Promise<void> | undefined;
-  /** With --replicas > 1: ops waiting out a failover (cluster/failover-waits.ts). */
-  private readonly failover: FailoverWaits;
+  private readonly failover: FailoverWaits; // with --replicas > 1: ops waiting out a failover
   private readonly hosts: CoreHosts;
 
   private constructor(private readonly options: KvClientOptions) {
@@ -106,14 +105,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
 
   /** The slot map: each member, where it is, its state and its share of slots. */
   layout(): MemberLayout[] {
-    const counts = new Array<number>(this.members.length).fill(0);
-    for (const m of this.owner) counts[m]!++;
-    return this.members.map((name, i) => {
-      const entry: MemberLayout = { name, status: this.servers.get(name)?.status ?? 'down', slots: counts[i]! };
-      const url = this.urls.get(name);
-      if (url) entry.url = url;
-      return entry;
-    });
+    return memberLayouts(this.members, this.owner, (name) => this.servers.get(name)?.status, this.urls);
   }
 
   /** The member that holds `key` (its name), or undefined in an empty cluster. */

@@ -93,11 +93,9 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   }
 
   /**
-   * This server as the primary of a replica set (docs/replication-design.md,
-   * scheme A): a view whose PUT, DELETE and CAS also lock and write `backups`,
-   * committing there first. Every other field and method is this client's
-   * (the view is an object whose prototype is this one), so it follows this
-   * client's connection as it comes and goes.
+   * This server as the primary of a replica set (docs/replication-design.md, scheme A): a view
+   * whose writes also lock and write `backups`, committing there first, and carry `epoch`. Its
+   * prototype is this client, so it follows this client's connection as it comes and goes.
    */
   withBackups(backups: readonly ServerClient[], missing?: KvError, epoch = 0): ServerClient {
     const view = Object.create(this) as ServerClient;
@@ -229,22 +227,15 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     return batch.promise;
   }
 
-  /** Why no operation (of `type`) can be queued now (undefined: it can). */
-  /**
-   * Why an op of `type` cannot be sent through this client or view now (its primary, and for a
-   * write its backups, not connected), or undefined: KvClient waits out a failover on it.
-   */
+  /** Why an op of `type` cannot go now: its primary or (a write) a backup not connected; KvClient waits out a failover on it. */
   routeRefusal(type: KvOp): KvError | undefined {
     const refused = this.refusal(type);
     if (refused || type === KvOp.GET) return refused;
-    if (this.backupsMissing) return this.backupsMissing;
-    for (const backup of this.backups) {
-      const why = backup.refusal(type);
-      if (why) return new KvDisconnectedError(`a backup of this key: ${why.message}`);
-    }
-    return undefined;
+    const backup = this.backups.find((b) => b.refusal(type));
+    return this.backupsMissing ?? (backup && new KvDisconnectedError(`a backup of this key: ${backup.refusal(type)!.message}`));
   }
 
+  /** Why no operation (of `type`) can be queued now (undefined: it can). */
   private refusal(type: KvOp = KvOp.GET): KvError | undefined {
     if (this._status === 'closed') return new KvDisconnectedError('the client is closed');
     // The last hello's role, reconnecting too: a read client's write is refused as such.

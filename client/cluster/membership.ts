@@ -10,7 +10,7 @@ import type { Etcd3, IKeyValue, Watcher } from 'etcd3';
 import { KvDisconnectedError, KvInvalidArgumentError, KvProtocolError } from '../../protocol/errors.js';
 import { isServerUrl } from '../../protocol/providers.js';
 import { type AliveRecord, type ClusterConfig, DEFAULT_ETCD_PREFIX, etcdKeys, openEtcd, parseClusterConfig } from '../../protocol/registry.js';
-import type { EtcdOptions } from '../types.js';
+import type { EtcdOptions, KvStatusName, MemberLayout } from '../types.js';
 
 /** A member of the cluster; url is where it listens now, if it is alive. */
 export interface Member {
@@ -153,4 +153,16 @@ export class EtcdMembership extends EventEmitter<SourceEvents> implements Member
     await this.watcher?.cancel().catch(() => undefined);
     this.client.close();
   }
+}
+
+/** Each member, where it is, its state and its share of slots (`owner`: slot → member index). */
+export function memberLayouts(members: readonly string[], owner: ArrayLike<number>, status: (name: string) => KvStatusName | undefined, urls: ReadonlyMap<string, string | undefined>): MemberLayout[] {
+  const counts = new Array<number>(members.length).fill(0);
+  for (let slot = 0; slot < owner.length; slot++) counts[owner[slot]!]!++;
+  return members.map((name, i) => {
+    const entry: MemberLayout = { name, status: status(name) ?? 'down', slots: counts[i]! };
+    const url = urls.get(name);
+    if (url) entry.url = url;
+    return entry;
+  });
 }
