@@ -165,6 +165,7 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
       evictionHighPercent: config.evictionHigh,
       evictionLowPercent: config.evictionLow,
       expirySweepMs: config.expirySweepMs,
+      replica: config.replicas > 1,
       logger,
     });
     let follower: EpochFollower | undefined;

@@ -86,7 +86,7 @@ export class Namespace {
     this.use = eviction === 'none' ? undefined : new ItemUse(this.layout.heapBytes / KvLayout.UNIT_BYTES, eviction === 'lfu');
     const notices = new Notices(store, stats, log, this.use);
     this.clients = new ClientTable(this.layout.maxClients, notices);
-    this.sessions = new SessionNumbers(store.bytes);
+    this.sessions = new SessionNumbers(store.bytes, settings.replica === true);
     const loopbackChain = new Chain();
     // Removals (eviction, expiry) take bucket locks as an owner id no client ever has.
     const removal = { store, stats, use: this.use, owner: this.clients.newId(), loopbackChain, log, isClosed, fabric: () => this.loopbackFabric() };

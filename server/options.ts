@@ -72,6 +72,11 @@ export interface KvServerOptions {
   evictionLowPercent?: number;
   /** Milliseconds between passes of the expiry sweep (expired items' memory back to the heap). @default 1000 */
   expirySweepMs?: number;
+  /**
+   * A replica of a cluster with --replicas > 1: a new region starts its session numbers at a random
+   * point (sessions/session-numbers.ts), so versions are large (no longer safe JS numbers). @default false
+   */
+  replica?: boolean;
   logger?: Logger;
   /**
    * Tests only: recovery of a region file first waits for this (a deterministic slow
@@ -120,7 +125,7 @@ export const EVICTION_POLICIES = ['none', 'lru', 'lfu'] as const;
 const OPTION_NAMES: Record<keyof KvServerOptions, true> = {
   listen: true, memoryBytes: true, namespaces: true, token: true, tokens: true, buckets: true, maxValueBytes: true, graceMs: true,
   maxClients: true, keepaliveMs: true, regionFile: true, logger: true, beforeRecovery: true,
-  eviction: true, evictionHighPercent: true, evictionLowPercent: true, expirySweepMs: true,
+  eviction: true, evictionHighPercent: true, evictionLowPercent: true, expirySweepMs: true, replica: true,
 };
 
 /** A name no option has: the one probably meant, or the list of them. */

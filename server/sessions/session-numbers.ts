@@ -2,8 +2,8 @@
 // (KvLayout.SESSION_VERSION_BITS). They are numbered for the region's life and
 // persisted in the superblock before a hello hands one out, so a restart on a
 // region file never hands one out twice and versions never repeat.
-// A new region starts at a random session in the lower half of the space: the
-// replicas of a cluster (--replicas > 1) hold each other's versions after a
+// A replica's new region (--replicas > 1) starts at a random session in the
+// lower half of the space (others start at 1): the replicas of a cluster hold each other's versions after a
 // failover, and members that all started at 1 would hand the same sessions to
 // the same clients, so one version could name two writes of a key (a CAS could
 // match the wrong one). Random starts make that unlikely (two members' first
@@ -18,9 +18,9 @@ import { readNextSession, writeNextSession } from '../store/layout.js';
 export class SessionNumbers {
   private next: bigint;
 
-  constructor(private readonly region: Buffer) {
+  constructor(private readonly region: Buffer, randomStart = false) {
     // 0: a new region, or a v1 region file (continueAbove then moves above its items' sessions)
-    this.next = readNextSession(region) || BigInt(randomInt(1, KvLayout.MAX_SESSIONS / 2));
+    this.next = readNextSession(region) || (randomStart ? BigInt(randomInt(1, KvLayout.MAX_SESSIONS / 2)) : 1n);
   }
 
   /** Every session number is used: versions would repeat. */
