@@ -349,7 +349,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
       return Promise.reject(error);
     }
     const out = new Array<Buffer | undefined>(bytes.length).fill(undefined);
-    const pending = byServer(bytes, this.only, (k) => this.route(k), (server, keys, positions) => server.getMany(keys, out, positions)).then(() => out);
+    const pending = (this.replicaSets ? this.failover.each(KvOp.GET, bytes, (k) => this.route(k), (s, k, i) => s.getValue(k).then((v) => void (out[i] = v))) : byServer(bytes, this.only, (k) => this.route(k), (server, keys, positions) => server.getMany(keys, out, positions))).then(() => out);
     return this.metrics ? this.metrics.observeMany(KvOp.GET, bytes.length, pending, out) : pending;
   }
 
@@ -363,7 +363,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
     } catch (error) {
       return Promise.reject(error);
     }
-    const pending = byServer(keys, this.only, (k) => this.route(k), (server, part, positions) => server.putMany(part, positions ? Array.from(positions, (p) => values[p]!) : values, expiries && positions ? Float64Array.from(positions, (p) => expiries[p]!) : expiries)).then(() => undefined);
+    const pending = this.replicaSets ? this.failover.each(KvOp.PUT, keys, (k) => this.route(k), (s, k, i) => s.putValue(k, values[i]!, expiries?.[i] ?? 0)) : byServer(keys, this.only, (k) => this.route(k), (server, part, positions) => server.putMany(part, positions ? Array.from(positions, (p) => values[p]!) : values, expiries && positions ? Float64Array.from(positions, (p) => expiries[p]!) : expiries)).then(() => undefined);
     return this.metrics ? this.metrics.observeMany(KvOp.PUT, keys.length, pending) : pending;
   }
 

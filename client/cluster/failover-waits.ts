@@ -7,11 +7,12 @@
 // member change (at most RETRY_MS) and routes again. A GET also runs again after
 // any KV_DISCONNECTED (it changes nothing). A write caught by a lost connection
 // after it was sent may have taken effect on some replicas: it fails
-// (KV_DISCONNECTED), as such writes do on any cluster.
+// (KV_DISCONNECTED), as such writes do on any cluster. getMany and putMany run
+// one such op per key (still one submit for the keys of a tick).
 import { KvOp } from '../../protocol/constants.js';
 import { KvError } from '../../protocol/errors.js';
 import { NOT_SENT } from '../op-records.js';
-import { ServerClient } from '../server-client.js';
+import { type Bytes, ServerClient } from '../server-client.js';
 
 /** How long an op waiting out a failover waits before routing again without news. */
 const RETRY_MS = 100;
@@ -53,6 +54,11 @@ export class FailoverWaits {
         this.waiters.add(wake);
       });
     }
+  }
+
+  /** run() for each of `keys` at once (getMany and putMany on a replicated cluster: one op per key, each waiting out a failover alone); rejects at the first failure. */
+  each(type: KvOp, keys: readonly Bytes[], route: (key: Bytes) => ServerClient | KvError, op: (server: ServerClient, key: Bytes, i: number) => Promise<unknown>): Promise<void> {
+    return Promise.all(keys.map((key, i) => this.run(type, () => route(key), (server) => op(server, key, i)))).then(() => undefined);
   }
 
   /** The routes may have changed: the waiting ops look again. */

@@ -158,8 +158,13 @@ test.serial('--replicas 2: a primary SIGKILLed under load: its hash slots move t
   // A key of the victim's hash slots, outside the histories.
   let probe = 'probe:0';
   for (let i = 0; primaryOf(probe) !== victim; i++) probe = `probe:${i}`;
+  // A batch issued during the failover, half of it on the victim's hash slots: it waits the failover out.
+  const batch = Array.from({ length: 16 }, (_, i): [string, string] => [`batch:${i}`, `b${i}`]);
+  const many = kv.putMany(batch).then(() => kv.getMany(batch.map(([key]) => key)));
   const recoveredMs = await firstWrite(kv, probe, killedAt);
   const recoveredNs = process.hrtime.bigint() - BigInt(Math.round((performance.now() - killedAt - recoveredMs) * 1e6));
+  t.deepEqual((await many).map(String), batch.map(([, value]) => value), 'putMany and getMany waited out the failover');
+  t.true(batch.some(([key]) => primaryOf(key) === victim));
   t.log(`the first write of a key of the dead primary succeeded ${Math.round(recoveredMs)} ms after the kill (etcd lease 2 s)`);
   const events = await load.check(t, prefix);
   const after = (await config(prefix))!;
@@ -219,11 +224,15 @@ test.serial('--replicas 2: two of three members SIGKILLed at once: hash slots on
   const now = slotReplicaNames(after);
   for (let slot = 0; slot < was.names.length; slot++) {
     const old = was.names[slot]!;
-    const want = old.includes('m2') ? ['m2'] : old;
-    if (now.names[slot]!.join() !== want.join()) t.fail(`hash slot ${slot}: ${old} → ${now.names[slot]}`);
-    if (now.epochs[slot] !== (old.includes('m2') ? after.epoch : was.epochs[slot])) t.fail(`hash slot ${slot}: epoch ${now.epochs[slot]}`);
+    const got = now.names[slot]!;
+    if (old.includes('m2')) {
+      if (got.join() !== 'm2' || now.epochs[slot]! <= before.epoch) t.fail(`hash slot ${slot}: ${old} → ${got} at epoch ${now.epochs[slot]}`);
+    } else if (got.length === 0 || got.some((name) => !old.includes(name))) {
+      // Theirs alone: kept by both, or by the one etcd saw die second (the first failed over while it lived).
+      t.fail(`hash slot ${slot}: ${old} → ${got}`);
+    }
   }
-  t.is(after.epoch, before.epoch + 1, 'one failover, no re-placement');
+  t.true(after.epoch <= before.epoch + 2, 'a failover per victim at most, no re-placement');
   for (const key of keys) {
     if (replicasOf(key).includes('m2')) t.is(await kv.get(key).then(String), `v-${key}`, key);
     else await t.throwsAsync(kv.get(key), { code: 'KV_DISCONNECTED' }, `${key}: both replicas are dead`);
