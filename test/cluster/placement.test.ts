@@ -11,7 +11,7 @@ import test from 'ava';
 import { encodeClusterConfig } from '../../protocol/config-codec.js';
 import { SLOT_COUNT, assignSlots, placeReplicas } from '../../protocol/hash-slots.js';
 import { parseClusterConfig } from '../../protocol/registry.js';
-import { nextConfig, slotReplicaNames } from '../../server/replication/placement.js';
+import { nextConfig, removedMembers, slotReplicaNames, withoutReplicas } from '../../server/replication/placement.js';
 
 const names = (n: number) => Array.from({ length: n }, (_, i) => `kv-${i}`);
 
@@ -128,5 +128,39 @@ test('the stored config is a deflated table: a few KB however the hash slots int
     t.true(config.slots.length > 5000, `${config.slots.length} ranges`);
     t.true(text.length < 150_000, `${members} members, N = ${replicas}: ${text.length} bytes stored, ${JSON.stringify(config).length} as ranges`);
     t.deepEqual(parseClusterConfig(text), config);
+  }
+});
+
+test('failover: withoutReplicas drops the dead from every hash slot at a new epoch, promoting the next replica; hash slots left without any keep theirs; removedMembers lists the dead', (t) => {
+  const config = nextConfig(undefined, names(3).map((name) => ({ name })), 2)!;
+  const before = slotReplicaNames(config);
+  t.is(withoutReplicas(config, new Set(['kv-9'])), undefined, 'a name that holds nothing changes nothing');
+  const after = withoutReplicas(config, new Set(['kv-1']))!;
+  t.is(after.epoch, config.epoch + 1);
+  t.deepEqual(after.members, config.members, 'the dead stay listed');
+  t.deepEqual(parseClusterConfig(encodeClusterConfig(after)), after, 'a config readers trust');
+  const now = slotReplicaNames(after);
+  for (let slot = 0; slot < SLOT_COUNT; slot++) {
+    const old = before.names[slot]!;
+    const want = old.filter((n) => n !== 'kv-1');
+    if (now.names[slot]!.join() !== want.join()) t.fail(`hash slot ${slot}: ${old} → ${now.names[slot]}`);
+    if (now.epochs[slot] !== (old.includes('kv-1') ? after.epoch : before.epochs[slot])) t.fail(`hash slot ${slot}: epoch ${now.epochs[slot]}`);
+  }
+  t.deepEqual(removedMembers(after), ['kv-1']);
+  t.deepEqual(removedMembers(config), []);
+  // Then kv-0 too: hash slots of kv-0 and kv-1 alone (now kv-0 alone) keep kv-0; the rest go to kv-2.
+  const second = withoutReplicas(after, new Set(['kv-0']))!;
+  for (const [slot, names] of slotReplicaNames(second).names.entries()) {
+    const had = now.names[slot]!;
+    const want = had.length === 1 && had[0] === 'kv-0' ? ['kv-0'] : had.filter((n) => n !== 'kv-0');
+    if (names.join() !== want.join()) t.fail(`hash slot ${slot}: ${had} → ${names}`);
+  }
+  t.deepEqual(removedMembers(second), ['kv-1'], 'kv-0 still holds the hash slots nothing else has');
+  // Both dead at once: the hash slots they shared keep both.
+  const both = withoutReplicas(config, new Set(['kv-0', 'kv-1']))!;
+  for (const [slot, names] of slotReplicaNames(both).names.entries()) {
+    const had = before.names[slot]!;
+    const want = had.includes('kv-2') ? ['kv-2'] : had;
+    if (names.join() !== want.join()) t.fail(`hash slot ${slot}: ${had} → ${names}`);
   }
 });

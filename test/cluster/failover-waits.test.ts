@@ -1,0 +1,101 @@
+// How an op on a replicated cluster waits out a failover (client/cluster/failover-waits.ts),
+// with stand-in routes: which failures it routes again (a member down, KV_EPOCH_MOVED, a
+// disconnect before the op was sent, any disconnect of a GET), which it passes on at once
+// (a refusal for good, a write that may have taken effect), and that it gives up at its
+// timeout with the last error, leaving no waiter behind.
+import test from 'ava';
+
+import { FailoverWaits } from '../../client/cluster/failover-waits.js';
+import { NOT_SENT } from '../../client/op-records.js';
+import { ServerClient } from '../../client/server-client.js';
+import { KvOp } from '../../protocol/constants.js';
+import { KvDisconnectedError, KvError, KvInvalidArgumentError } from '../../protocol/errors.js';
+
+/** A route's answer: a ServerClient whose routeRefusal says `refused` (undefined: it can take the op). */
+function member(refused?: KvError): ServerClient {
+  const server = Object.create(ServerClient.prototype) as ServerClient;
+  Object.defineProperty(server, 'routeRefusal', { value: () => refused });
+  return server;
+}
+
+const epochMoved = () => new KvError('KV_EPOCH_MOVED', 'moved', true);
+const notSent = () => Object.assign(new KvDisconnectedError('lost before sending'), { [NOT_SENT]: true });
+const waiters = (w: FailoverWaits) => (w as unknown as { waiters: Set<unknown> }).waiters.size;
+
+test('a member down, then a config change: the op runs on the new route, at once on changed()', async (t) => {
+  const waits = new FailoverWaits(60_000, () => false);
+  let route: ServerClient | KvError = new KvDisconnectedError('replica m1 has no live registration');
+  const ran: string[] = [];
+  const pending = waits.run(KvOp.PUT, () => route, async () => {
+    ran.push('ran');
+    return 'ok';
+  });
+  await new Promise((resolve) => setImmediate(resolve));
+  t.deepEqual(ran, []);
+  route = member();
+  waits.changed(); // well before the 100 ms re-route timer
+  t.is(await pending, 'ok');
+  t.deepEqual(ran, ['ran']);
+  t.is(waiters(waits), 0);
+});
+
+test('what runs again: KV_EPOCH_MOVED, a disconnect before sending, and a GET after any disconnect', async (t) => {
+  for (const [type, first] of [[KvOp.PUT, epochMoved()], [KvOp.DELETE, notSent()], [KvOp.GET, new KvDisconnectedError('lost')]] as const) {
+    const waits = new FailoverWaits(60_000, () => false);
+    let attempts = 0;
+    const result = await waits.run(type, () => member(), async () => {
+      if (attempts++ === 0) throw first;
+      return 'second try';
+    });
+    t.is(result, 'second try', `op ${type} after ${first.code}`);
+    t.is(attempts, 2);
+  }
+});
+
+test('what fails at once: a write disconnected after it was sent, any other error, and a refusal for good', async (t) => {
+  const waits = new FailoverWaits(60_000, () => false);
+  let attempts = 0;
+  const sent = new KvDisconnectedError('lost after sending');
+  await t.throwsAsync(waits.run(KvOp.PUT, () => member(), async () => {
+    attempts++;
+    throw sent;
+  }), { is: sent });
+  const full = new KvError('KV_TABLE_FULL', 'full');
+  await t.throwsAsync(waits.run(KvOp.CAS, () => member(), async () => {
+    attempts++;
+    throw full;
+  }), { is: full });
+  t.is(attempts, 2, 'each tried once');
+  const readOnly = new KvInvalidArgumentError('a read client cannot write');
+  await t.throwsAsync(waits.run(KvOp.PUT, () => member(readOnly), async () => t.fail('not run')), { is: readOnly });
+  await t.throwsAsync(waits.run(KvOp.PUT, () => readOnly, async () => t.fail('not run')), { is: readOnly });
+  t.is(waiters(waits), 0);
+});
+
+test('at the timeout: the last error, and no waiter left behind; a closed client stops waiting', async (t) => {
+  const waits = new FailoverWaits(250, () => false);
+  const down = new KvDisconnectedError('replica m1 has no live registration');
+  await t.throwsAsync(waits.run(KvOp.PUT, () => down, async () => t.fail('not run')), { is: down });
+  t.is(waiters(waits), 0, 'timers that fired took their waiters with them');
+  let closed = false;
+  const closing = new FailoverWaits(60_000, () => closed);
+  const pending = closing.run(KvOp.GET, () => down, async () => t.fail('not run'));
+  closed = true;
+  closing.changed();
+  await t.throwsAsync(pending, { is: down });
+});
+
+test('each: one op per key, each routed alone', async (t) => {
+  const waits = new FailoverWaits(60_000, () => false);
+  const downKeys = new Set(['b']);
+  const done: string[] = [];
+  const pending = waits.each(KvOp.PUT, ['a', 'b', 'c'], (key) => (downKeys.has(String(key)) ? new KvDisconnectedError('down') : member()), async (_, key, i) => {
+    done.push(`${String(key)}${i}`);
+  });
+  await new Promise((resolve) => setImmediate(resolve));
+  t.deepEqual(done, ['a0', 'c2']);
+  downKeys.clear();
+  waits.changed();
+  await pending;
+  t.deepEqual(done, ['a0', 'c2', 'b1']);
+});
