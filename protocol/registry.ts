@@ -111,6 +111,17 @@ export function parseClusterConfig(text: string): ClusterConfig {
   return config;
 }
 
+/** The members `config` lists that hold no hash slot: failed over (docs/cluster.md, "Failover"), so what their regions hold is stale. */
+export function removedMembers(config: ClusterConfig): string[] {
+  const used = new Set(config.slots.flatMap((range) => [...range.replicas, ...range.syncing]));
+  return config.members.filter((_, i) => !used.has(i));
+}
+
+/** Hash slots with fewer replicas than config.replicas (a failover, or fewer zones than replicas). */
+export function underReplicatedSlots(config: ClusterConfig): number {
+  return config.slots.reduce((n, r) => (r.replicas.length < config.replicas ? n + r.to - r.from + 1 : n), 0);
+}
+
 /** A member name becomes part of etcd keys: keep it to a safe alphabet. */
 export function checkMemberName(name: string): string {
   if (!/^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$/.test(name)) {

@@ -6,7 +6,9 @@
 //   - every changed one gets epoch = previous.epoch + 1, and config.epoch moves there;
 //   - nothing changed: no new config (undefined), so nothing is written.
 import { SLOT_COUNT, type PlacedMember, placeReplicas } from '../../protocol/hash-slots.js';
-import type { ClusterConfig, SlotRange } from '../../protocol/registry.js';
+import { type ClusterConfig, type SlotRange, removedMembers } from '../../protocol/registry.js';
+
+export { removedMembers };
 
 /**
  * The config for `members`, or undefined when `previous` already is it. `usedEpoch`: the highest
@@ -60,12 +62,6 @@ export function withoutReplicas(config: ClusterConfig, dead: ReadonlySet<string>
   }
   if (!changed) return undefined;
   return { epoch, replicas: config.replicas, members: config.members, slots: toRanges(replicas, epochs) };
-}
-
-/** The members `config` lists that hold no hash slot: failed over, so what their regions hold is stale. */
-export function removedMembers(config: ClusterConfig): string[] {
-  const used = new Set(config.slots.flatMap((range) => [...range.replicas, ...range.syncing]));
-  return config.members.filter((_, i) => !used.has(i));
 }
 
 /** Per hash slot: its replicas' names (primary first) and its epoch. */

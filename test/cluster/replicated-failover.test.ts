@@ -1,12 +1,17 @@
 // Failover on a replicated cluster (issue 17 step 6, first cut;
-// docs/replication-design.md §4): three kv-server processes with --replicas 2
+// docs/replication-design.md §4): kv-server processes with --replicas 2 or 3
 // and a 2 s etcd lease.
 //  - A primary SIGKILLed under a load of 4 writer and 2 reader processes that
 //    record histories: once its lease lapses, the controller moves each of its
 //    hash slots to the backup at a new epoch, the survivors' epoch words follow,
-//    clients re-route, and writes of its keys succeed again. Every key's
-//    history, with final reads after the load, is linearizable (an op failed by
-//    the kill may or may not have taken effect): no acknowledged write is lost.
+//    clients re-route, and writes of its keys (and a putMany/getMany issued
+//    meanwhile) succeed again. Every key's history, with final reads after the
+//    load, is linearizable (an op failed by the kill may or may not have taken
+//    effect): no acknowledged write is lost. kvctl layout reports the hash
+//    slots short of a replica and the member failed over. Restarted on its
+//    region file, the victim gets no hash slot back (placement stays frozen
+//    until repair exists) and takes no write even from a client that dials it
+//    directly (its epoch words are fenced).
 //  - --replicas 3 on four members, two killed at once under the same load:
 //    every hash slot keeps a replica and the histories stay linearizable.
 //  - Two of three members (--replicas 2) killed at once: the hash slots only
@@ -14,10 +19,6 @@
 //    which lacks their data; the rest fail over.
 //  - A member killed and restarted at once (within its lease) waits to be
 //    failed over before it registers.
-//  - The killed member restarted on its region file gets no hash slot back
-//    (placement stays frozen until repair exists), takes no write even from a
-//    client that dials it directly (its epoch words are fenced), and the
-//    cluster serves as before.
 //  - Writes carry their hash slot's epoch (two in-process servers placed by
 //    hand, their words moved by the test): a replica at another epoch refuses
 //    them with nothing written, and KvClient goes on once config and words agree.
@@ -38,6 +39,7 @@ import { nextConfig, slotReplicaNames } from '../../server/replication/placement
 import { type EtcdProcess, startEtcd } from '../helpers/etcd.js';
 import { MAY_HAVE_TAKEN_EFFECT, registerHistories } from '../helpers/history-operations.js';
 import { runKvChild, startServer } from '../helpers/kv.js';
+import { kvctl } from '../server/helpers.js';
 import { isLinearizable } from '../helpers/linearizability.js';
 import { registerModel } from '../helpers/linearizability-models.js';
 import { slow, testTimeoutMs } from '../helpers/providers.js';
@@ -170,6 +172,14 @@ test.serial('--replicas 2: a primary SIGKILLed under load: its hash slots move t
   const after = (await config(prefix))!;
   failedOver(t, before, after, [victim]);
   t.is(await kv.get(probe).then(String), 'after');
+  // kvctl layout says what the failover left.
+  const target = ['--etcd', etcd.url, '--etcd-prefix', prefix];
+  const layout = JSON.parse((await kvctl([...target, '--json', 'layout'])).stdout) as { config: { failedOver: string[]; underReplicated: number } };
+  t.deepEqual(layout.config.failedOver, [victim]);
+  const short = slotReplicaNames(after).names.filter((r) => r.length < 2).length;
+  t.true(short > 0);
+  t.is(layout.config.underReplicated, short);
+  t.regex((await kvctl([...target, 'layout'])).stdout, new RegExp(`^${short} hash slots with fewer than 2 replicas; failed over, holding none: ${victim} \\(placement frozen until repair\\)$`, 'm'));
   // Writers wrote the victim's keys after the failover, not only before it.
   const late = events.filter((e) => e.type === 'ok' && e.f === 'put' && primaryOf(e.key) === victim && BigInt(e.time) > recoveredNs);
   t.true(late.length > 0, 'puts of the dead primary\'s keys were acknowledged after the failover');

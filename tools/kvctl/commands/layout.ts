@@ -1,10 +1,11 @@
 // layout: the cluster map as every client computes it (members, state, hash
 // slots owned); with a key, its hash slot and the member that owns it. On an
 // etcd cluster whose controller has written a config, also its ranges of hash
-// slots: primary, backups and epoch (the placement clients will route by once
-// replication lands; docs/cluster.md).
+// slots: primary, backups and epoch (clients route by it with --replicas > 1;
+// docs/cluster.md), and what a failover left: hash slots short of replicas and
+// members failed over.
 import { SLOT_COUNT, keySlot } from '../../../client/index.js';
-import { type ClusterConfig, openEtcd } from '../../../protocol/registry.js';
+import { type ClusterConfig, openEtcd, removedMembers, underReplicatedSlots } from '../../../protocol/registry.js';
 import type { CtlArgs } from '../args.js';
 import { withClient } from '../connect.js';
 import { readClusterConfig } from '../etcd.js';
@@ -24,20 +25,28 @@ export async function layout(args: CtlArgs, io: Io): Promise<void> {
   const ranges = config && configRanges(config);
   const range = slot === undefined ? undefined : ranges?.find((r) => r.from <= slot && slot <= r.to);
   if (args.json) {
-    const configJson = config && { epoch: config.epoch, replicas: config.replicas, ranges };
+    const configJson = config && { epoch: config.epoch, replicas: config.replicas, underReplicated: underReplicatedSlots(config), failedOver: removedMembers(config), ranges };
     const keyJson = key === undefined ? {} : { key: { key, slot, member: owner ?? null, ...(range ? { replicas: [range.primary, ...range.backups], epoch: range.epoch } : {}) } };
     io.stdout(JSON.stringify({ slots: SLOT_COUNT, members, ...(configJson ? { config: configJson } : {}), ...keyJson }) + '\n');
     return;
   }
   if (key === undefined) {
     io.stdout(layoutTable(members) + `${SLOT_COUNT} slots over ${members.length} member${members.length === 1 ? '' : 's'}\n`);
-    if (config) io.stdout(`config epoch ${config.epoch}, replicas ${config.replicas}, ${ranges!.length} range${ranges!.length === 1 ? '' : 's'}:\n` + configTable(ranges!));
+    if (config) io.stdout(`config epoch ${config.epoch}, replicas ${config.replicas}, ${ranges!.length} range${ranges!.length === 1 ? '' : 's'}:\n` + configTable(ranges!) + health(config));
     return;
   }
   const m = members.find((entry) => entry.name === owner);
   const detail = m && (m.url === m.name ? m.state : `${m.url ?? 'no address'}, ${m.state}`);
   const placed = range ? `; config: primary ${range.primary ?? '-'}, backups ${range.backups.join(', ') || '-'}, epoch ${range.epoch}` : '';
   io.stdout(m ? `${key}: slot ${slot}, member ${m.name} (${detail})${placed}\n` : `${key}: slot ${slot}, no member (the cluster is empty)${placed}\n`);
+}
+
+/** What a failover left behind: hash slots short of replicas, members holding none (nothing when all is well). */
+function health(config: ClusterConfig): string {
+  const under = underReplicatedSlots(config);
+  const removed = removedMembers(config);
+  if (config.replicas === 1 || (under === 0 && removed.length === 0)) return '';
+  return `${under} hash slot${under === 1 ? '' : 's'} with fewer than ${config.replicas} replicas` + (removed.length > 0 ? `; failed over, holding none: ${removed.join(', ')} (placement frozen until repair)` : '') + '\n';
 }
 
 /** The config when the target is etcd and one is written; an unreadable one is warned about, not fatal. */
