@@ -90,6 +90,14 @@ export const METRICS: readonly MetricDef[] = [
     stats: ['memoryWindows'],
     value: (s) => s.memoryWindows,
   },
+  {
+    name: 'rdmakv_hash_slots',
+    type: 'gauge',
+    help: 'Hash slots by the state of this member\'s epoch word: open takes writes (a replica of the hash slot, or --replicas 1), fenced does not (not a replica, or starting up), closed while an epoch barrier runs. None for a region without an epoch table (format 4).',
+    label: 'state',
+    stats: ['hashSlots'],
+    value: (s) => s.hashSlots,
+  },
 ];
 
 /** One server's stats: one namespace's, or each namespace's by name. */

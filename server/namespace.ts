@@ -261,7 +261,7 @@ export class Namespace {
   }
 
   stats(): KvServerStats {
-    return this.counters.report(this.layout, this.store.heap, this.clients.size);
+    return this.counters.report(this.layout, this.store.heap, this.clients.size, this.store.epochs);
   }
 
   /** Stops its timers, answers held requests (rejected), disconnects its clients and loopbacks. */

@@ -5,6 +5,7 @@
 import { KvLayout } from '../protocol/constants.js';
 import type { Heap } from './store/heap.js';
 import type { RegionLayout } from './store/layout.js';
+import type { EpochTable } from './store/epoch-table.js';
 
 export interface KvServerStats {
   regionBytes: number;
@@ -42,10 +43,12 @@ export interface KvServerStats {
   rdmaErrors: Record<string, number>;
   /** per provider scheme: 1 when each client gets a memory window of its own (fabric.ts), 0 when it gets the region's rkey */
   memoryWindows: Record<string, number>;
+  /** hash slots by their epoch word's state (open, closed, fenced; replication/epoch-follower.ts); empty for a region without an epoch table */
+  hashSlots: Record<string, number>;
 }
 
 /** The counters, each counted by the part of the server named beside it. */
-type Counters = Omit<KvServerStats, 'regionBytes' | 'indexBytes' | 'heapBytes' | 'heapUsedBytes' | 'heapUsedBytesByClass' | 'slots' | 'clients' | 'rdmaErrors' | 'memoryWindows' | 'heapHighWatermarkBytes' | 'heapLowWatermarkBytes'>;
+type Counters = Omit<KvServerStats, 'regionBytes' | 'indexBytes' | 'heapBytes' | 'heapUsedBytes' | 'heapUsedBytesByClass' | 'slots' | 'clients' | 'rdmaErrors' | 'memoryWindows' | 'heapHighWatermarkBytes' | 'heapLowWatermarkBytes' | 'hashSlots'>;
 
 export class ServerStats {
   readonly count: Counters = {
@@ -74,8 +77,8 @@ export class ServerStats {
     this.rdmaErrors.set(status, (this.rdmaErrors.get(status) ?? 0) + 1);
   }
 
-  /** One snapshot: these counters, the heap's use, the layout's sizes. */
-  report(layout: RegionLayout, heap: Heap, clients: number): KvServerStats {
+  /** One snapshot: these counters, the heap's use, the layout's sizes, the epoch words' states. */
+  report(layout: RegionLayout, heap: Heap, clients: number, epochs?: EpochTable): KvServerStats {
     const used = heap.stats();
     const { items, ...counts } = this.count; // items before slots: /stats keeps its order of fields
     return {
@@ -94,6 +97,7 @@ export class ServerStats {
       heapLowWatermarkBytes: Math.floor(this.watermarks.low * layout.heapBytes),
       rdmaErrors: Object.fromEntries(this.rdmaErrors),
       memoryWindows: Object.fromEntries(this.memoryWindows),
+      hashSlots: epochs ? epochs.states() : {},
     };
   }
 }

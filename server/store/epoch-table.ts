@@ -68,6 +68,13 @@ export class EpochTable {
     }
   }
 
+  /** How many hash slots are in each state (a damaged word counts as damaged). */
+  states(): Record<EpochState, number> {
+    const counts: Record<EpochState, number> = { open: 0, closed: 0, fenced: 0, damaged: 0 };
+    for (let i = 0; i < EpochWord.HASH_SLOTS; i++) counts[parseEpochWord(Atomics.load(this.words, i)).state]++;
+    return counts;
+  }
+
   private check(hashSlot: number): number {
     if (!Number.isInteger(hashSlot) || hashSlot < 0 || hashSlot >= EpochWord.HASH_SLOTS) throw new RangeError(`a hash slot is 0-${EpochWord.HASH_SLOTS - 1} (got ${hashSlot})`);
     return hashSlot;

@@ -44,7 +44,7 @@ import { isLinearizable } from '../helpers/linearizability.js';
 import { registerModel } from '../helpers/linearizability-models.js';
 import { slow, testTimeoutMs } from '../helpers/providers.js';
 import { needing } from '../helpers/tools.js';
-import { type Member, clusterDir, eventually, nextStatus, restartMember, startMember, stopAll } from './helpers.js';
+import { type Member, clusterDir, eventually, nextStatus, restartMember, startMember, stats, stopAll } from './helpers.js';
 
 const test = needing(ava, 'etcd');
 const REPLICAS_ON = { RKV_EXPERIMENTAL_REPLICAS: '1' };
@@ -190,6 +190,10 @@ test.serial('--replicas 2: a primary SIGKILLed under load: its hash slots move t
   await sleep(500); // a controller round that would re-place it has run by now
   const frozen = (await config(prefix))!;
   t.is(frozen.epoch, after.epoch, 'placement stays frozen after a failover');
+  const words = async (m: Member) => ((await stats(m)) as unknown as { hashSlots: Record<string, number> }).hashSlots;
+  t.like(await words(victimMember), { open: 0, fenced: SLOT_COUNT }, 'its /stats: every hash slot fenced');
+  const survivor = members.find((m) => m !== victimMember)!;
+  t.true((await words(survivor)).open > 0);
   const direct = await KvClient.connect({ url: victimMember.url, timeoutMs: 300 });
   t.teardown(() => direct.close());
   await t.throwsAsync(direct.put('f0', 'stale write'), { code: 'KV_TIMEOUT' }, 'a fenced member takes no write');

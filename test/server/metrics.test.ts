@@ -41,6 +41,7 @@ function fakeStats(overrides: Partial<KvServerStats> = {}): KvServerStats {
     heapLowWatermarkBytes: 720 << 20,
     rdmaErrors: { REM_ACCESS_ERR: 2 },
     memoryWindows: { shm: 1 },
+    hashSlots: { open: 16000, closed: 0, fenced: 384, damaged: 0 },
     ...overrides,
   } as KvServerStats;
 }
@@ -58,6 +59,7 @@ test('gauges and counters read the stats; counters are set, not summed, across s
   t.is(sample(first, 'rdmakv_heap_class_used_bytes', 'class_bytes="128"'), 3072);
   t.is(sample(first, 'rdmakv_rdma_error_completions_total', 'status="REM_ACCESS_ERR"'), 2);
   t.is(sample(first, 'rdmakv_evicted_items_total', 'reason="watermark"'), 6);
+  t.is(sample(first, 'rdmakv_hash_slots', 'state="fenced"'), 384);
   t.is(sample(first, 'rdmakv_removed_bytes_total', 'reason="expired"'), 4096);
   await new Promise((resolve) => setImmediate(resolve));
   const second = await registry.metrics();
