@@ -26,7 +26,7 @@ test('an option like none lists them all', (t) =>
   startRejects(
     t,
     { verbose: true },
-    "unknown option 'verbose': the options are listen, memoryBytes, namespaces, token, tokens, buckets, maxValueBytes, graceMs, maxClients, keepaliveMs, regionFile, logger, beforeRecovery, eviction, evictionHighPercent, evictionLowPercent, expirySweepMs",
+    "unknown option 'verbose': the options are listen, memoryBytes, namespaces, token, tokens, buckets, maxValueBytes, graceMs, maxClients, keepaliveMs, regionFile, logger, beforeRecovery, eviction, evictionHighPercent, evictionLowPercent, expirySweepMs, replica",
   ));
 
 test('token and tokens exclude each other', (t) => startRejects(t, { token: 'a', tokens: [{ token: 'b', role: 'read' }] }, 'token and tokens exclude each other'));
