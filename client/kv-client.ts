@@ -373,16 +373,16 @@ export class KvClient extends EventEmitter<ClientEvents> {
     let server: ServerClient | KvError;
     try {
       bytes = keyBytes(key, 'key');
-      if (this.replicaSets) {
-        const hashed = typeof bytes === 'string' ? Buffer.from(bytes, 'utf8') : bytes;
-        return this.failover.run(type, () => this.serverFor(hashed), (s) => run(s, hashed, value));
-      }
+      if (this.replicaSets) return this.failover.run(type, bytes, value, this.routeKey, run);
       server = this.route(bytes);
     } catch (error) {
       return Promise.reject(error);
     }
     return server instanceof ServerClient ? run(server, bytes, value) : Promise.reject(server);
   }
+
+  /** route(), made once: FailoverWaits calls it per op. */
+  private readonly routeKey = (key: Bytes) => this.route(key);
 
   /** The key's server (a string is hashed as its UTF-8 bytes). */
   private route(key: Bytes): ServerClient | KvError {
@@ -396,7 +396,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
     try {
       keyBytes = toBuffer(key, 'key');
       if (type === KvOp.PUT || type === KvOp.CAS) valueBytes = toBuffer(value, 'value');
-      if (this.replicaSets && this._status !== 'closed') return this.failover.run(type, () => this.serverFor(keyBytes), (s) => this.send(s, type, keyBytes, valueBytes, arg, mismatchResolves));
+      if (this.replicaSets && this._status !== 'closed') return this.failover.run(type, keyBytes, valueBytes, this.routeKey, (s, k, v) => this.send(s, type, k as Buffer, v, arg, mismatchResolves));
       server = this.serverFor(keyBytes);
     } catch (error) {
       return Promise.reject(error);

@@ -230,9 +230,9 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   /** Why an op of `type` cannot go now: its primary or (a write) a backup not connected; KvClient waits out a failover on it. */
   routeRefusal(type: KvOp): KvError | undefined {
     const refused = this.refusal(type);
-    if (refused || type === KvOp.GET) return refused;
-    const backup = this.backups.find((b) => b.refusal(type));
-    return this.backupsMissing ?? (backup && new KvDisconnectedError(`a backup of this key: ${backup.refusal(type)!.message}`));
+    if (refused || type === KvOp.GET || this.backupsMissing) return refused ?? this.backupsMissing;
+    for (const backup of this.backups) if (backup.refusal(type)) return new KvDisconnectedError(`a backup of this key: ${backup.refusal(type)!.message}`);
+    return undefined;
   }
 
   /** Why no operation (of `type`) can be queued now (undefined: it can). */

@@ -26,20 +26,36 @@ export class FailoverWaits {
     private readonly closed: () => boolean,
   ) {}
 
-  /** `op` through the replica set `route` gives (or why there is none), routed again until it runs or the timeout. */
-  async run<T>(type: KvOp, route: () => ServerClient | KvError, op: (server: ServerClient) => Promise<T>): Promise<T> {
+  /**
+   * `op(server, key, value)` through the replica set `route(key)` gives (or why there is none),
+   * routed again until it runs or the timeout. `route` and `op` are meant to be long-lived
+   * functions: the common case (routed, run once) allocates only the rejection handler.
+   */
+  run<T, V>(type: KvOp, key: Bytes, value: V, route: (key: Bytes) => ServerClient | KvError, op: (server: ServerClient, key: Bytes, value: V) => Promise<T>): Promise<T> {
+    const server = route(key);
+    if (server instanceof ServerClient && server.routeRefusal(type) === undefined) {
+      return op(server, key, value).catch((failed: unknown) => (nothingHappened(failed, type) ? this.again(type, () => route(key), (s) => op(s, key, value), failed) : Promise.reject(failed)));
+    }
+    return this.again(type, () => route(key), (s) => op(s, key, value), undefined);
+  }
+
+  /** The slow path: route and run (after waiting, when `failed` says why the last try failed), until the timeout, which rejects with the last error. */
+  private async again<T>(type: KvOp, route: () => ServerClient | KvError, op: (server: ServerClient) => Promise<T>, failed: unknown): Promise<T> {
     const deadline = performance.now() + this.timeoutMs;
+    let error = failed;
     for (;;) {
-      const server = route();
-      let error: unknown = server instanceof ServerClient ? server.routeRefusal(type) : server;
-      // Only a member being down passes; a refusal for good (a read-only token's write, a closed client) fails at once.
-      if (error !== undefined && !(error instanceof KvError && error.code === 'KV_DISCONNECTED')) throw error;
       if (error === undefined) {
-        try {
-          return await op(server as ServerClient);
-        } catch (failed) {
-          if (!nothingHappened(failed, type)) throw failed;
-          error = failed;
+        const server = route();
+        error = server instanceof ServerClient ? server.routeRefusal(type) : server;
+        // Only a member being down passes; a refusal for good (a read-only token's write, a closed client) fails at once.
+        if (error !== undefined && !(error instanceof KvError && error.code === 'KV_DISCONNECTED')) throw error;
+        if (error === undefined) {
+          try {
+            return await op(server as ServerClient);
+          } catch (thrown) {
+            if (!nothingHappened(thrown, type)) throw thrown;
+            error = thrown;
+          }
         }
       }
       const left = deadline - performance.now();
@@ -53,12 +69,13 @@ export class FailoverWaits {
         const timer = setTimeout(wake, Math.min(left, RETRY_MS));
         this.waiters.add(wake);
       });
+      error = undefined;
     }
   }
 
   /** run() for each of `keys` at once (getMany and putMany on a replicated cluster: one op per key, each waiting out a failover alone); rejects at the first failure. */
   each(type: KvOp, keys: readonly Bytes[], route: (key: Bytes) => ServerClient | KvError, op: (server: ServerClient, key: Bytes, i: number) => Promise<unknown>): Promise<void> {
-    return Promise.all(keys.map((key, i) => this.run(type, () => route(key), (server) => op(server, key, i)))).then(() => undefined);
+    return Promise.all(keys.map((key, i) => this.run(type, key, i, route, op))).then(() => undefined);
   }
 
   /** The routes may have changed: the waiting ops look again. */

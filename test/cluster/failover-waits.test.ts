@@ -26,7 +26,7 @@ test('a member down, then a config change: the op runs on the new route, at once
   const waits = new FailoverWaits(60_000, () => false);
   let route: ServerClient | KvError = new KvDisconnectedError('replica m1 has no live registration');
   const ran: string[] = [];
-  const pending = waits.run(KvOp.PUT, () => route, async () => {
+  const pending = waits.run(KvOp.PUT, 'k', undefined, () => route, async () => {
     ran.push('ran');
     return 'ok';
   });
@@ -43,7 +43,7 @@ test('what runs again: KV_EPOCH_MOVED, a disconnect before sending, and a GET af
   for (const [type, first] of [[KvOp.PUT, epochMoved()], [KvOp.DELETE, notSent()], [KvOp.GET, new KvDisconnectedError('lost')]] as const) {
     const waits = new FailoverWaits(60_000, () => false);
     let attempts = 0;
-    const result = await waits.run(type, () => member(), async () => {
+    const result = await waits.run(type, 'k', undefined, () => member(), async () => {
       if (attempts++ === 0) throw first;
       return 'second try';
     });
@@ -56,30 +56,30 @@ test('what fails at once: a write disconnected after it was sent, any other erro
   const waits = new FailoverWaits(60_000, () => false);
   let attempts = 0;
   const sent = new KvDisconnectedError('lost after sending');
-  await t.throwsAsync(waits.run(KvOp.PUT, () => member(), async () => {
+  await t.throwsAsync(waits.run(KvOp.PUT, 'k', undefined, () => member(), async () => {
     attempts++;
     throw sent;
   }), { is: sent });
   const full = new KvError('KV_TABLE_FULL', 'full');
-  await t.throwsAsync(waits.run(KvOp.CAS, () => member(), async () => {
+  await t.throwsAsync(waits.run(KvOp.CAS, 'k', undefined, () => member(), async () => {
     attempts++;
     throw full;
   }), { is: full });
   t.is(attempts, 2, 'each tried once');
   const readOnly = new KvInvalidArgumentError('a read client cannot write');
-  await t.throwsAsync(waits.run(KvOp.PUT, () => member(readOnly), async () => t.fail('not run')), { is: readOnly });
-  await t.throwsAsync(waits.run(KvOp.PUT, () => readOnly, async () => t.fail('not run')), { is: readOnly });
+  await t.throwsAsync(waits.run(KvOp.PUT, 'k', undefined, () => member(readOnly), async () => t.fail('not run')), { is: readOnly });
+  await t.throwsAsync(waits.run(KvOp.PUT, 'k', undefined, () => readOnly, async () => t.fail('not run')), { is: readOnly });
   t.is(waiters(waits), 0);
 });
 
 test('at the timeout: the last error, and no waiter left behind; a closed client stops waiting', async (t) => {
   const waits = new FailoverWaits(250, () => false);
   const down = new KvDisconnectedError('replica m1 has no live registration');
-  await t.throwsAsync(waits.run(KvOp.PUT, () => down, async () => t.fail('not run')), { is: down });
+  await t.throwsAsync(waits.run(KvOp.PUT, 'k', undefined, () => down, async () => t.fail('not run')), { is: down });
   t.is(waiters(waits), 0, 'timers that fired took their waiters with them');
   let closed = false;
   const closing = new FailoverWaits(60_000, () => closed);
-  const pending = closing.run(KvOp.GET, () => down, async () => t.fail('not run'));
+  const pending = closing.run(KvOp.GET, 'k', undefined, () => down, async () => t.fail('not run'));
   closed = true;
   closing.changed();
   await t.throwsAsync(pending, { is: down });
