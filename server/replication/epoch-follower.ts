@@ -45,8 +45,6 @@ export class EpochFollower {
   private again = false;
   private closed = false;
   private retry: NodeJS.Timeout | undefined;
-  /** The epoch of the last config applied in full (0: none yet). */
-  applied = 0;
 
   private constructor(private readonly options: EpochFollowerOptions) {
     this.keys = etcdKeys(options.prefix);
@@ -119,7 +117,6 @@ export class EpochFollower {
       const fenced = [...fencing.values()].reduce((n, s) => n + s.length, 0);
       if (fenced > 0) logger.info({ namespace, epoch: config.epoch, hashSlots: fenced }, 'epoch follower: hash slots fenced (not a replica of them)');
     }
-    this.applied = config.epoch;
   }
 
   /** Stops following. A barrier running ends when the server closes (kv-server closes it next), not before. */
