@@ -427,7 +427,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       return;
     }
     if (message?.t === 'pong') {
-      session.pong();
+      session.pong(message);
     } else if (message?.t === 'reclaim') {
       try {
         session.pools.answerReclaim(session.host.queue.needed(session));

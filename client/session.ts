@@ -19,7 +19,7 @@ import {
   WcStatus,
 } from '../native/index.js';
 import { RejectReason, connectData } from '../protocol/connect.js';
-import { type ControlMessage, type Hello, decode, encode } from '../protocol/control.js';
+import { type ControlMessage, type Hello, type Pong, decode, encode } from '../protocol/control.js';
 import { KvLayout } from '../protocol/constants.js';
 import { KvAuthError, KvDisconnectedError, KvError, KvInvalidArgumentError, KvNamespaceError, KvProtocolError } from '../protocol/errors.js';
 import { schemeOf, urlExamples } from '../protocol/providers.js';
@@ -42,6 +42,11 @@ export interface SessionOptions {
   locationCacheEntries?: number;
 }
 
+/** A replica that grants no read lease now (self-fenced, or not registered yet) is asked again this often. */
+const LEASE_RETRY_MS = 100;
+/** A renewing ping's pong is polled for this many times, a millisecond apart. */
+const PONG_POLLS = 200;
+
 /** Control wr_ids carry this bit; the core hands their completions back apart from op results. */
 const CONTROL_TAG = 2 ** KvLayout.CONTROL_TAG_SHIFT;
 
@@ -57,6 +62,15 @@ export class Session {
   private lastPong = 0;
   private keepaliveTimer: NodeJS.Timeout | undefined;
   private ended = false;
+  /** When each ping not yet answered was sent (pongs answer them in order): a read lease counts from its ping. */
+  private readonly pingsSent: number[] = [];
+  /** The read lease's end (performance.now() time); only from a server whose hello has readLeaseMs. */
+  private readsUntil = -Infinity;
+  /** The ping that renews the read lease before it ends. */
+  private renewTimer: NodeJS.Timeout | undefined;
+  /** startKeepalive's poll: also run while a renewing ping waits for its pong (an idle busy-mode client polls nowhere else). */
+  private pollControl: (() => void) | undefined;
+  private pongPoll: NodeJS.Timeout | undefined;
 
   private constructor(
     readonly host: CoreHost,
@@ -65,6 +79,8 @@ export class Session {
     readonly connection: Connection,
     private readonly control: MemoryRegion,
     readonly hello: Hello,
+    /** When the connect request was sent: the hello's read lease counts from then. */
+    askedAt: number,
   ) {
     this.link = host.attach(connection, coreRegion(hello));
     this.itemLimit = host.core!.connectionItemLimit(this.link);
@@ -75,6 +91,11 @@ export class Session {
       bytes.copy(control.bytes, localOffset);
       connection.postSend([{ wrId: CONTROL_TAG + index, opcode: Opcode.SEND, flags: SendFlag.SIGNALED, local: control, localOffset, length: bytes.length }]);
     });
+    if (hello.readLeaseMs !== undefined) {
+      // A replica: no GET of ours counts past its lease (until then the core would not limit them).
+      this.core.permitReads(this.link, askedAt - performance.now());
+      this.permitReads(askedAt, hello.readLeaseMs);
+    }
   }
 
   /** The host's core, while this session is attached. */
@@ -100,6 +121,7 @@ export class Session {
     }
     let control: MemoryRegion | undefined;
     let connection: Connection | undefined;
+    const askedAt = performance.now();
     host.settingUpOne();
     try {
       control = host.provider.allocate((CONTROL_RECVS + CONTROL_SENDS) * KvLayout.CONTROL_RECV_BYTES, Access.LOCAL_WRITE);
@@ -114,7 +136,7 @@ export class Session {
       const hello = decode(controlBytes(control, index, wc.byteLen));
       if (hello.t !== 'hello' || hello.v !== KvLayout.PROTOCOL_VERSION) throw new KvProtocolError(`${url}: unexpected first message`);
       connection.postRecv([recv(control, index)]);
-      const session = new Session(host, !hosts, connection, control, hello);
+      const session = new Session(host, !hosts, connection, control, hello, askedAt);
       const handler = (completion: Completion) => onControl?.(session, completion);
       host.listen(connection.qpNum, handler);
       for (const completion of early) handler(completion);
@@ -174,6 +196,7 @@ export class Session {
    */
   startKeepalive(poll: () => void, lost: (reason: string) => void): void {
     const interval = this.hello.keepaliveMs;
+    this.pollControl = poll;
     const clock = new StallClock(interval);
     this.lastPong = performance.now();
     this.keepaliveTimer = setInterval(() => {
@@ -184,7 +207,7 @@ export class Session {
       if (this.ended) return;
       if (performance.now() - this.lastPong > 3 * interval) return lost(`no keepalive answer for ${3 * interval} ms`);
       try {
-        this.sendControl({ t: 'ping' });
+        this.ping();
       } catch (error) {
         lost((error as Error).message);
       }
@@ -194,11 +217,65 @@ export class Session {
 
   stopKeepalive(): void {
     clearInterval(this.keepaliveTimer);
+    clearTimeout(this.renewTimer);
+    clearTimeout(this.pongPoll);
   }
 
-  /** The server answered a ping. */
-  pong(): void {
+  /** The server answered a ping (a replica's pong renews the read lease from that ping's sending). */
+  pong(message: Pong): void {
     this.lastPong = performance.now();
+    const sentAt = this.pingsSent.shift();
+    if (this.hello.readLeaseMs !== undefined && sentAt !== undefined) this.permitReads(sentAt, message.leaseMs ?? 0);
+  }
+
+  private ping(): void {
+    this.pingsSent.push(performance.now());
+    this.sendControl({ t: 'ping' });
+  }
+
+  /**
+   * The server granted a read lease of `leaseMs` from `sentAt` (docs/replication-design.md §4.4):
+   * the core counts this connection's GETs answered until then (less 10⁻³ of it, for clock rates),
+   * and a ping renews it halfway. No lease (0: the server is self-fenced, or not yet registered):
+   * the one held runs out, and a ping asks again shortly.
+   */
+  private permitReads(sentAt: number, leaseMs: number): void {
+    if (this.ended) return;
+    const until = sentAt + leaseMs * (1 - 1e-3);
+    const now = performance.now();
+    if (leaseMs > 0 && until > this.readsUntil) {
+      this.readsUntil = until;
+      this.core.permitReads(this.link, until - now);
+    }
+    clearTimeout(this.renewTimer);
+    const renewIn = this.readsUntil > now ? (this.readsUntil - now) / 2 : LEASE_RETRY_MS;
+    this.renewTimer = setTimeout(() => {
+      if (this.ended) return;
+      try {
+        this.ping();
+      } catch {
+        return; // the connection is going away: the keepalive notices
+      }
+      this.awaitPong();
+    }, renewIn);
+    this.renewTimer.unref();
+  }
+
+  /**
+   * Polls every millisecond (at most PONG_POLLS times) until the pings sent are answered: a pong
+   * left in the CQ of an idle busy-mode client would renew its lease only at its next op, whose
+   * own answer the core checks first (and finds the lease over).
+   */
+  private awaitPong(): void {
+    if (this.pongPoll || !this.pollControl) return;
+    let polls = 0;
+    const again = () => {
+      this.pongPoll = undefined;
+      if (this.ended || this.pingsSent.length === 0 || ++polls > PONG_POLLS) return;
+      this.pollControl!();
+      if (this.pingsSent.length > 0) this.pongPoll = setTimeout(again, 1).unref();
+    };
+    this.pongPoll = setTimeout(again, 0).unref();
   }
 
   /** The connection is lost: stop using it, close the core and release the transport. Call it once the ops in flight have failed. */

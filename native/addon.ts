@@ -149,6 +149,7 @@ export interface NativeClientCore {
   addConnection(provider: NativeProvider, connection: NativeConnection, region: CoreRegion): number;
   closeConnection(connection: number, waitMs?: number): boolean;
   connectionItemLimit(connection: number): number;
+  permitReads(connection: number, ms: number): void;
   readonly connections: number;
   /** [hits, misses, validation failures] of the location cache since the core was made. */
   locationStats(): [number, number, number];

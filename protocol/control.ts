@@ -40,6 +40,12 @@ export interface Hello {
   graceMs: number;
   /** The client pings this often; silent for 3 intervals, it is taken for dead. */
   keepaliveMs: number;
+  /**
+   * v8, only from a replica of a replicated cluster: its read lease, in ms from when the client
+   * asked to connect (0: none yet). Its GETs count only if answered within the lease, renewed by
+   * every pong's `leaseMs` (docs/replication-design.md §4.4).
+   */
+  readLeaseMs?: number;
 }
 /** Keepalive, both ways: RDMA has none of its own. */
 export interface Ping {
@@ -47,6 +53,8 @@ export interface Ping {
 }
 export interface Pong {
   t: 'pong';
+  /** v8, only from a server whose hello had readLeaseMs: the read lease, in ms from when the ping was sent (0: none now). */
+  leaseMs?: number;
 }
 export interface GrantRequest {
   t: 'grant';

@@ -18,6 +18,7 @@ import { type ServerLogging, createLogging } from './logging.js';
 import { EtcdRegistration } from './membership.js';
 import type { ReplicationController } from './replication/controller.js';
 import { EpochFollower } from './replication/epoch-follower.js';
+import { SelfFence } from './replication/self-fence.js';
 import { awaitFailoverOfPredecessor, checkReplicasBeforeJoining, startController } from './replication/join.js';
 import { watchTokenFile } from './token-reload.js';
 import { type MetricsServer, createRegistry, startMetricsServer } from './metrics.js';
@@ -126,6 +127,7 @@ interface Running {
   registration: EtcdRegistration | undefined;
   controller: ReplicationController | undefined;
   follower: EpochFollower | undefined;
+  selfFence: SelfFence | undefined;
 }
 
 /**
@@ -138,6 +140,7 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
   let metrics: MetricsServer | undefined;
   let registration: EtcdRegistration | undefined;
   let controller: ReplicationController | undefined;
+  let selfFence: SelfFence | undefined;
   try {
     if (config.metricsPort !== 0) {
       const registry = createRegistry(() => server && namespaceStats(server));
@@ -176,6 +179,20 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
       // No write lands here until the config says which hash slots are ours (replication/epoch-follower.ts).
       for (const { table } of server.epochTables()) table!.fenceAll();
     }
+    // A replica cut off from etcd fences itself before its lease can lapse, and its read leases end by then.
+    if (config.replicas > 1 && config.etcd) {
+      const words = server;
+      selfFence = new SelfFence({
+        ttlMs: config.etcd.ttlSeconds * 1000,
+        keepaliveMs: config.keepaliveMs,
+        fence: () => {
+          for (const { table } of words.epochTables()) table?.fenceAll();
+        },
+        lift: () => void follower?.poke(),
+        logger,
+      });
+      server.grantReadLeases(() => selfFence!.leaseMs());
+    }
     if (config.etcd) {
       const { advertise, ...etcd } = config.etcd;
       const { replicas } = config;
@@ -183,16 +200,18 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
       if (unroutable(url)) throw new StartupError(`--etcd: clients cannot dial ${url}; give --advertise`);
       registration = await EtcdRegistration.register({
         ...etcd, url, metricsUrl: metrics && dialableMetricsUrl(metrics.url, url), logger, replicas,
+        ...(selfFence ? { onKeepalive: (sentAt: number) => selfFence!.acknowledged(sentAt) } : {}),
         beforeClaim: async (client) => {
           await checkReplicasBeforeJoining(client, etcd.prefix, replicas);
           if (replicas > 1) await awaitFailoverOfPredecessor(client, etcd.prefix, etcd.name, url, performance.now() + etcd.ttlSeconds * 1000 + 15_000, logger);
         },
       });
       controller = await startController(registration, { ...etcd, replicas }, logger);
-      if (replicas > 1) follower = await EpochFollower.start({ client: registration.client, prefix: etcd.prefix, name: etcd.name, server, logger });
+      if (replicas > 1) follower = await EpochFollower.start({ client: registration.client, prefix: etcd.prefix, name: etcd.name, server, logger, selfFenced: () => selfFence?.fenced === true });
     }
-    return { server, metrics, registration, controller, follower };
+    return { server, metrics, registration, controller, follower, selfFence };
   } catch (error) {
+    selfFence?.close();
     await controller?.close();
     await registration?.close();
     await server?.close().catch(() => undefined);
@@ -244,7 +263,7 @@ function authLine({ token, tokenFile }: ServerConfig): string {
 }
 
 /** Leaves the cluster first (clients stop dialing us), then stops serving; exits 1 if that takes too long. */
-async function shutDown({ server, metrics, registration, controller, follower }: Running, logger: Logger, signal: NodeJS.Signals): Promise<void> {
+async function shutDown({ server, metrics, registration, controller, follower, selfFence }: Running, logger: Logger, signal: NodeJS.Signals): Promise<void> {
   logger.info({ signal }, 'shutting down');
   const deadline = setTimeout(() => {
     logger.error({ timeoutMs: SHUTDOWN_TIMEOUT_MS }, 'shutdown timed out');
@@ -253,6 +272,7 @@ async function shutDown({ server, metrics, registration, controller, follower }:
   }, SHUTDOWN_TIMEOUT_MS);
   deadline.unref();
   await follower?.close();
+  selfFence?.close();
   await controller?.close();
   await registration?.close();
   await server.close();

@@ -22,6 +22,7 @@ import { Namespace } from './namespace.js';
 import type { EpochBarrierReport } from './replication/epoch-barrier.js';
 import type { EpochTable } from './store/epoch-table.js';
 import { type KvServerOptions, type ServerSettings, KvConfigError, checkOptions, checkTokens, namespaceNames, namespaceRegionFile } from './options.js';
+import { ReadLeases } from './sessions/read-leases.js';
 import { TokenTable } from './sessions/tokens.js';
 import type { KvServerStats } from './stats.js';
 import type { RegionLayout } from './store/layout.js';
@@ -44,6 +45,7 @@ export class KvServer extends EventEmitter {
   private readonly providers = new Map<string, Provider>();
   private readonly listening: Listener[] = [];
   private readonly tokens: TokenTable;
+  private readonly leases = new ReadLeases();
   private closed = false;
 
   private constructor(options: KvServerOptions) {
@@ -58,7 +60,7 @@ export class KvServer extends EventEmitter {
       const settings = { ...this.settings, memoryBytes, buckets, regionFile: namespaceRegionFile(regionFile, name) };
       // With one namespace the logs stay as they were; with more, each line names its namespace.
       const log = named ? this.log?.child({ namespace: name }) : this.log;
-      this.hosted.set(name, new Namespace(name, settings, this.tokens, log, this));
+      this.hosted.set(name, new Namespace(name, settings, this.tokens, log, this, this.leases));
     }
   }
 
@@ -205,6 +207,15 @@ export class KvServer extends EventEmitter {
     const ns = this.hosted.get(name);
     if (!ns) return Promise.reject(new KvConfigError(`no namespace '${name}' on this server (it hosts ${this.namespaces.join(', ')})`));
     return ns.epochBarrier(hashSlots, epoch);
+  }
+
+  /**
+   * From now on this server grants read leases of `leaseMs()` (undefined or not above 0: none
+   * now) in its hellos and pongs (sessions/read-leases.ts). kv-server --replicas > 1 calls it with
+   * its self-fence deadline (replication/self-fence.ts) before it registers.
+   */
+  grantReadLeases(leaseMs: () => number | undefined): void {
+    this.leases.grantFrom(leaseMs);
   }
 
   /** Each namespace's epoch table (undefined: a region of format 4 or earlier has none). */

@@ -33,6 +33,13 @@ export interface RegistrationOptions {
   zone?: string | undefined;
   /** Runs before anything is written (a check that may refuse the start with a StartupError). */
   beforeClaim?: (client: Etcd3) => Promise<void>;
+  /**
+   * With it, the lease is kept alive by our own keepalives, every TTL/5 (each given TTL/5 to
+   * answer), and each acknowledged one is reported with the time it was sent (performance.now()):
+   * a replica's self-fence deadline counts from it (replication/self-fence.ts). Without it,
+   * etcd3's own keepalive (every TTL/3, send times unknown).
+   */
+  onKeepalive?: (sentAt: number) => void;
 }
 
 export class EtcdRegistration {
@@ -43,6 +50,8 @@ export class EtcdRegistration {
   createdMember = false;
   private stopped = false;
   private retry: NodeJS.Timeout | undefined;
+  /** The next of our own keepalives (onKeepalive). */
+  private keepaliveTimer: NodeJS.Timeout | undefined;
 
   private constructor(
     readonly client: Etcd3,
@@ -72,9 +81,11 @@ export class EtcdRegistration {
    * lost lease must not leave leases behind, each kept alive forever.
    */
   private async claim(deadline: number): Promise<void> {
-    const lease = this.client.lease(this.options.ttlSeconds, { autoKeepAlive: true });
+    const ours = this.options.onKeepalive !== undefined;
+    const lease = this.client.lease(this.options.ttlSeconds, { autoKeepAlive: !ours });
     lease.on('lost', (error) => this.lost(lease, error.message));
     let leaseId: string;
+    const sentAt = performance.now();
     try {
       leaseId = await lease.grant();
       await this.claimUnder(leaseId, deadline);
@@ -84,6 +95,42 @@ export class EtcdRegistration {
     }
     this.lease = lease;
     this.leaseId = leaseId;
+    if (ours) {
+      this.options.onKeepalive!(sentAt); // granted no earlier than sent: lives at least a TTL from then
+      this.keepAlive(lease, sentAt);
+    }
+  }
+
+  /**
+   * Our own keepalives for `lease` (onKeepalive). One that etcd says is for an expired lease
+   * makes etcd3 report it lost; a TTL without any acknowledged one counts as lost too.
+   */
+  private keepAlive(lease: Lease, grantedAt: number): void {
+    const everyMs = (this.options.ttlSeconds * 1000) / 5;
+    let lastAcknowledged = grantedAt;
+    let failing = false;
+    const tick = async () => {
+      this.keepaliveTimer = undefined;
+      if (this.stopped || this.lease !== lease) return;
+      const sentAt = performance.now();
+      try {
+        await answeredWithin(lease.keepaliveOnce({ deadline: new Date(Date.now() + everyMs) }), everyMs);
+        if (this.stopped || this.lease !== lease) return;
+        lastAcknowledged = sentAt;
+        if (failing) this.options.logger.info({ member: this.options.name }, 'etcd keepalives acknowledged again');
+        failing = false;
+        this.options.onKeepalive!(sentAt);
+      } catch (error) {
+        if (this.stopped || this.lease !== lease) return;
+        if (!failing) this.options.logger.warn({ member: this.options.name, err: error }, 'etcd keepalive failed: retrying');
+        failing = true;
+        if (performance.now() - lastAcknowledged > this.options.ttlSeconds * 1000) {
+          return this.lost(lease, `no keepalive acknowledged for ${this.options.ttlSeconds} s`);
+        }
+      }
+      this.keepaliveTimer = setTimeout(() => void tick(), Math.max(0, sentAt + everyMs - performance.now()));
+    };
+    this.keepaliveTimer = setTimeout(() => void tick(), everyMs);
   }
 
   /** The claim itself: the alive key bound to `leaseId`, then the member key if it is new. */
@@ -155,6 +202,7 @@ export class EtcdRegistration {
     if (this.stopped || this.lease !== lease) return;
     this.lease = undefined;
     this.leaseId = undefined;
+    lease.release();
     this.options.logger.error({ member: this.options.name, reason: why }, 'etcd lease lost: registering again');
     const again = () => {
       this.retry = undefined;
@@ -174,7 +222,17 @@ export class EtcdRegistration {
   async close(): Promise<void> {
     this.stopped = true;
     if (this.retry) clearTimeout(this.retry);
+    if (this.keepaliveTimer) clearTimeout(this.keepaliveTimer);
     await this.lease?.revoke().catch(() => undefined);
     this.client.close();
   }
+}
+
+/** `call`, or a rejection once `ms` have passed without its answer. */
+function answeredWithin<T>(call: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([call, late]).finally(() => clearTimeout(timer));
 }

@@ -34,6 +34,7 @@ import { Acceptor } from './sessions/accept.js';
 import { ClientTable } from './sessions/clients.js';
 import { Completions } from './sessions/completions.js';
 import { ControlMessages } from './sessions/control.js';
+import type { ReadLeases } from './sessions/read-leases.js';
 import { SessionNumbers } from './sessions/session-numbers.js';
 import type { TokenTable } from './sessions/tokens.js';
 import { type KvServerStats, ServerStats } from './stats.js';
@@ -75,6 +76,7 @@ export class Namespace {
     private readonly tokens: TokenTable,
     private readonly log: Logger | undefined,
     events: EventEmitter,
+    leases: ReadLeases,
   ) {
     this.store = RegionStore.open(settings);
     this.layout = this.store.layout;
@@ -103,7 +105,7 @@ export class Namespace {
     };
     this.expiry = new ExpirySweep({ ...removal, unannounced });
     this.grants = new Grants(store, this.clients, stats, settings.keepaliveMs, log, this.use, evictor, graceMs);
-    const control = new ControlMessages(this.grants, stats, log);
+    const control = new ControlMessages(this.grants, stats, log, leases);
     this.completions = new Completions(this.clients, notices, control, stats, log);
     this.locks = new LockRelease(store, stats, log, isClosed);
     this.departures = new Departures({
@@ -139,6 +141,7 @@ export class Namespace {
       events,
       isClosed,
       onDisconnected: (client, reason) => this.departures.forget(client, reason),
+      leases,
     });
   }
 

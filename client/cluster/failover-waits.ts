@@ -3,6 +3,7 @@
 // through its key's replica set; while the set has a replica down (before the
 // config without it), and after an answer that proves nothing happened
 // (KV_EPOCH_MOVED: a replica's word is at another epoch than our config's;
+// KV_READ_LEASE_LAPSED: a GET answered after its replica's read lease ended;
 // KV_DISCONNECTED before the core had the op), it waits for the next config or
 // member change (at most RETRY_MS) and routes again. A GET also runs again after
 // any KV_DISCONNECTED (it changes nothing). A write caught by a lost connection
@@ -87,6 +88,6 @@ export class FailoverWaits {
 /** Whether a failed op's error proves it changed nothing (or it is a GET, which changes nothing): it may run again. */
 function nothingHappened(error: unknown, type: KvOp): boolean {
   if (!(error instanceof KvError)) return false;
-  if (error.code === 'KV_EPOCH_MOVED') return true;
+  if (error.code === 'KV_EPOCH_MOVED' || error.code === 'KV_READ_LEASE_LAPSED') return true;
   return error.code === 'KV_DISCONNECTED' && (type === KvOp.GET || NOT_SENT in error);
 }

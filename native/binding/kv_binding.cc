@@ -130,6 +130,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
                         InstanceMethod<&ClientCoreWrap::add_connection>("addConnection"),
                         InstanceMethod<&ClientCoreWrap::close_connection>("closeConnection"),
                         InstanceMethod<&ClientCoreWrap::connection_item_limit>("connectionItemLimit"),
+                        InstanceMethod<&ClientCoreWrap::permit_reads>("permitReads"),
                         InstanceAccessor<&ClientCoreWrap::connections>("connections"),
                         InstanceMethod<&ClientCoreWrap::location_stats>("locationStats"),
                         InstanceAccessor<&ClientCoreWrap::inflight>("inflight"),
@@ -347,6 +348,11 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
   }
   Napi::Value connection_item_limit(const Napi::CallbackInfo& info) {
     return Napi::Number::New(info.Env(), static_cast<double>(core_->item_limit(info[0].As<Napi::Number>().Uint32Value())));
+  }
+  // permitReads(index, ms): the connection's read lease ends `ms` from now (client_core.h).
+  Napi::Value permit_reads(const Napi::CallbackInfo& info) {
+    core_->permit_reads(info[0].As<Napi::Number>().Uint32Value(), info[1].As<Napi::Number>().Int64Value());
+    return info.Env().Undefined();
   }
   Napi::Value connections(const Napi::CallbackInfo& info) {
     return Napi::Number::New(info.Env(), core_->connections());

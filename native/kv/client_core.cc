@@ -447,7 +447,19 @@ void ClientCore::resume(Op& op) {
   }
 }
 
+void ClientCore::permit_reads(uint32_t connection, int64_t ms) {
+  Link* l = link_at(connection);
+  if (l) l->reads_until = Clock::now() + std::chrono::milliseconds(ms);
+}
+
+bool ClientCore::reads_lapsed(const Op& op) const {
+  // Checked when the answer is handed over, after its last READ completed: a
+  // stricter time than the READ's own, never a laxer one.
+  return op.type == KvOp::GET && Clock::now() > link(op).reads_until;
+}
+
 void ClientCore::finish(Op& op, KvStatus status, uint32_t detail) {
+  if ((status == KvStatus::OK || status == KvStatus::NOT_FOUND) && reads_lapsed(op)) status = KvStatus::READ_LEASE_LAPSED;
   if (op.group.grouped()) return group_end(op, status, detail);
   complete(op, status, detail);
 }

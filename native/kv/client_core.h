@@ -201,6 +201,12 @@ class ClientCore {
     const Link* l = link_at(connection);
     return l ? l->item_limit : 0;
   }
+  // A replica's read lease (docs/replication-design.md §4.4): a GET's answer
+  // from this connection counts only if it is handed over before `ms` from
+  // now (negative: already over); later it ends READ_LEASE_LAPSED, and JS
+  // runs it again once the lease is renewed or the key has moved. Connections
+  // whose server grants no leases (not replicated) are never limited.
+  void permit_reads(uint32_t connection, int64_t ms);
   size_t scratch_length() const { return scratch_->length(); }
 
  private:
@@ -228,6 +234,7 @@ class ClientCore {
     uint64_t version_seq = 0;
     uint64_t item_limit = 0;  // item_limit() for this server's items
     bool broken = false;      // lost: its submits fail at once
+    Clock::time_point reads_until = Clock::time_point::max();  // permit_reads()
     uint32_t broken_detail = 0;
     AddressCache cache;
     LocationCache locations;
@@ -269,6 +276,8 @@ class ClientCore {
   void resume(Op& op);
   // An op's end: a grouped op's goes through its group (group_end), the rest answer (complete).
   void finish(Op& op, KvStatus status, uint32_t detail = 0);
+  // A GET's answer came after its connection's read lease ended (permit_reads).
+  bool reads_lapsed(const Op& op) const;
   void complete(Op& op, KvStatus status, uint32_t detail);
   void release_op(Op& op);
   uint64_t next_version(Op& op);

@@ -133,6 +133,7 @@ void ClientCore::found_expired(Op& op) {
 // A GET's answer: the value stays in the item buffer, in scratch, until JS
 // has copied it: lent until the poll after the one that hands it out.
 void ClientCore::lend_value(Op& op, uint32_t key_len, uint32_t value_len) {
+  if (reads_lapsed(op)) return finish(op, KvStatus::READ_LEASE_LAPSED);  // finish frees the item
   Ready& r = ready_.emplace_back();
   r.result.id = op.id;
   r.result.status = KvStatus::OK;

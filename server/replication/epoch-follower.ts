@@ -9,7 +9,8 @@
 //                waits (this member serves no write of the hash slot).
 // kv-server fences every word before it registers (EpochTable.fenceAll), so a
 // member serves writes only for what the config in etcd gives it. Configs are
-// applied one at a time, the latest after the one running.
+// applied one at a time, the latest after the one running. A member that is
+// self-fenced (self-fence.ts) opens nothing until the fence is lifted.
 import type { Etcd3, Watcher } from 'etcd3';
 import type { Logger } from 'pino';
 
@@ -33,6 +34,8 @@ export interface EpochFollowerOptions {
   name: string;
   server: EpochWords;
   logger: Logger;
+  /** While true (self-fence.ts: etcd unreachable), nothing opens: every word stays fenced. */
+  selfFenced?: () => boolean;
 }
 
 /** After a failed read of config (etcd unreachable), the next one is tried this much later. */
@@ -91,7 +94,8 @@ export class EpochFollower {
 
   /** Brings every namespace's words to what `config` says of this member. */
   private async apply(config: ClusterConfig): Promise<void> {
-    const { name, server, logger } = this.options;
+    const { name, server, logger, selfFenced = () => false } = this.options;
+    if (selfFenced()) return; // lifting the fence pokes us again
     const { names, epochs } = slotReplicaNames(config);
     for (const { name: namespace, table } of server.epochTables()) {
       if (!table) continue; // format 4: kv-server refuses it with --replicas > 1
@@ -112,6 +116,9 @@ export class EpochFollower {
       for (const [epoch, slots] of opening) {
         if (this.closed) return;
         const report = await server.epochBarrier(slots, epoch, namespace);
+        // Fenced meanwhile: the barrier's last store reopened them; fenced again at once (a write
+        // that slips in between still needs every other replica's word open at this epoch).
+        if (selfFenced()) return table.fenceAll();
         logger.info({ namespace, epoch, hashSlots: slots.length, waitedFor: report.waitedFor, ms: Math.round(report.totalMs) }, 'epoch follower: hash slots open at a new epoch');
       }
       const fenced = [...fencing.values()].reduce((n, s) => n + s.length, 0);

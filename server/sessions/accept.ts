@@ -21,6 +21,7 @@ import { UnitTable } from '../store/unit-table.js';
 import { recvRequest, send, sendBuffersFor } from './channel.js';
 import type { Client, ClientTable } from './clients.js';
 import { helloFor } from './hello.js';
+import type { ReadLeases } from './read-leases.js';
 import type { SessionNumbers } from './session-numbers.js';
 
 export interface AcceptorParts {
@@ -37,6 +38,8 @@ export interface AcceptorParts {
   isClosed: () => boolean;
   /** a client's connection is gone (recovery/departures.ts) */
   onDisconnected: (client: Client, reason: string) => void;
+  /** the server's read leases (a replica's hello grants the first) */
+  leases: ReadLeases;
 }
 
 /** What a request's token gave it (sessions/tokens.ts), and the digest it presented. */
@@ -140,7 +143,7 @@ export class Acceptor {
     connection.once('established', () => {
       const rest = Array.from({ length: RECVS_PER_CLIENT - recvs.length }, (_, i) => recvRequest(fabric, recvBase + recvs.length + i));
       if (rest.length > 0) connection.postRecv(rest);
-      send(client, helloFor(client, store, this.parts.settings, this.parts.namespace));
+      send(client, helloFor(client, store, this.parts.settings, this.parts.namespace, this.parts.leases.forHello()));
       log?.info({ clientId: id, peer: connection.peerAddress, role, window: window !== undefined }, 'client connected');
       this.parts.events.emit('clientConnected', id);
     });

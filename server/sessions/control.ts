@@ -8,9 +8,15 @@ import type { Grants } from '../grants.js';
 import type { ServerStats } from '../stats.js';
 import { complain, send } from './channel.js';
 import type { Client } from './clients.js';
+import type { ReadLeases } from './read-leases.js';
 
 export class ControlMessages {
-  constructor(private readonly grants: Grants, private readonly stats: ServerStats, private readonly log: Logger | undefined) {}
+  constructor(
+    private readonly grants: Grants,
+    private readonly stats: ServerStats,
+    private readonly log: Logger | undefined,
+    private readonly leases: ReadLeases,
+  ) {}
 
   onMessage(client: Client, bytes: Buffer): void {
     this.stats.count.controlMessages++;
@@ -22,7 +28,7 @@ export class ControlMessages {
     }
     switch (message.t) {
       case 'ping':
-        return send(client, { t: 'pong' });
+        return send(client, { t: 'pong', ...this.leases.forPong() });
       case 'grant':
         // A read client has no use for blocks: its rkey cannot write them.
         if (client.role !== 'write') return complain(this.log, client, 'grant', 'a read client asked for blocks');

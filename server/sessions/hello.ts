@@ -3,7 +3,8 @@
 // fabric: its own memory window's where the fabric has windows), the layout,
 // its client ring, the hash seed, the timings, and the namespace it opened. A read client's hello says
 // so: its rkey is READ-only (its window, or the READ-only registration), and
-// it has no client ring (it leaves no notices and is granted no blocks).
+// it has no client ring (it leaves no notices and is granted no blocks). A
+// replica's hello grants its first read lease (read-leases.ts).
 import { KvLayout } from '../../protocol/constants.js';
 import type { Hello } from '../../protocol/control.js';
 import { sessionVersionBase } from '../../protocol/index-format.js';
@@ -11,7 +12,7 @@ import type { ServerSettings } from '../options.js';
 import type { RegionStore } from '../store/region.js';
 import type { Client } from './clients.js';
 
-export function helloFor(client: Client, store: RegionStore, settings: Pick<ServerSettings, 'graceMs' | 'keepaliveMs'>, namespace: string): Hello {
+export function helloFor(client: Client, store: RegionStore, settings: Pick<ServerSettings, 'graceMs' | 'keepaliveMs'>, namespace: string, readLeaseMs?: number): Hello {
   const { layout } = store;
   const writes = client.role === 'write';
   // Its window covers the whole region; without windows, accept takes a read client only where the READ-only registration exists.
@@ -46,5 +47,6 @@ export function helloFor(client: Client, store: RegionStore, settings: Pick<Serv
     },
     graceMs: settings.graceMs,
     keepaliveMs: settings.keepaliveMs,
+    ...(readLeaseMs === undefined ? {} : { readLeaseMs }),
   };
 }
