@@ -52,9 +52,9 @@ export async function restartMember(member: Member, env: NodeJS.ProcessEnv = {})
   member.process = await startServerProcess(member.args, env);
 }
 
-export async function stats(member: Member): Promise<{ items: number; clients: number }> {
+export async function stats(member: Member): Promise<{ items: number; clients: number; hashSlots: Record<string, number> }> {
   const response = await fetch(`http://127.0.0.1:${member.metricsPort}/stats`);
-  return (await response.json()) as { items: number; clients: number };
+  return (await response.json()) as { items: number; clients: number; hashSlots: Record<string, number> };
 }
 
 export { eventually } from '../helpers/providers.js';

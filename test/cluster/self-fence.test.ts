@@ -1,0 +1,143 @@
+// A primary cut off from etcd but alive (issue 17; docs/replication-design.md
+// §4.4). Three kv-server processes with --replicas 2 and a 2 s etcd lease;
+// one member, m0, reaches etcd only through a TCP proxy the test cuts (on the
+// host this is how its lease keepalives stop while it keeps serving). A
+// second client reaches etcd through another proxy, cut at the same moment:
+// it keeps the old config and goes on using m0 as its keys' primary.
+//  - Before the controller commits the config without m0, m0 has fenced
+//    every epoch word (it self-fences half a lease after its last
+//    acknowledged keepalive, the lease lapses a whole one after).
+//  - After a write through the new config is acknowledged, the stale client
+//    neither reads the old value from m0 (m0's read lease ran out: its GET
+//    fails KV_READ_LEASE_LAPSED) nor lands a write (m0's words are fenced,
+//    the backup's moved on): what a client of the new config reads stays the
+//    acknowledged value.
+// The self-fence's own clock (fenced at the deadline, lifted by a keepalive
+// that comes back in time) is tested alone in test/server/self-fence.test.ts.
+import { type Server, type Socket, createServer, connect } from 'node:net';
+
+import ava from 'ava';
+
+import { KvClient } from '../../client/index.js';
+import { keySlot } from '../../protocol/hash-slots.js';
+import type { ClusterConfig } from '../../protocol/registry.js';
+import { readConfig } from '../../server/replication/config-store.js';
+import { slotReplicaNames } from '../../server/replication/placement.js';
+import { type EtcdProcess, startEtcd } from '../helpers/etcd.js';
+import { testTimeoutMs } from '../helpers/providers.js';
+import { needing } from '../helpers/tools.js';
+import { type Member, clusterDir, eventually, startMember, stats, stopAll } from './helpers.js';
+
+const test = needing(ava, 'etcd');
+const REPLICAS_ON = { RKV_EXPERIMENTAL_REPLICAS: '1' };
+
+let etcd: EtcdProcess;
+test.before(async () => {
+  etcd = await startEtcd();
+});
+test.after.always(async () => {
+  await etcd?.stop();
+});
+
+/** A TCP proxy to etcd that the test can cut: every connection through it is dropped, and new ones too. */
+class EtcdProxy {
+  private readonly sockets = new Set<Socket>();
+  private cutOff = false;
+
+  private constructor(private readonly server: Server, readonly url: string) {}
+
+  static async start(target: string): Promise<EtcdProxy> {
+    const { hostname, port } = new URL(target);
+    const server = createServer();
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const proxy = new EtcdProxy(server, `http://127.0.0.1:${(server.address() as { port: number }).port}`);
+    server.on('connection', (inbound) => {
+      if (proxy.cutOff) return void inbound.destroy();
+      const outbound = connect(Number(port), hostname);
+      for (const socket of [inbound, outbound]) {
+        proxy.sockets.add(socket);
+        socket.on('error', () => undefined);
+        socket.on('close', () => {
+          proxy.sockets.delete(socket);
+          inbound.destroy();
+          outbound.destroy();
+        });
+      }
+      inbound.pipe(outbound).pipe(inbound);
+    });
+    return proxy;
+  }
+
+  cut(): void {
+    this.cutOff = true;
+    for (const socket of this.sockets) socket.destroy();
+  }
+
+  async close(): Promise<void> {
+    this.cut();
+    await new Promise((resolve) => this.server.close(resolve));
+  }
+}
+
+test.serial('--replicas 2: a primary cut off from etcd fences itself before its hash slots fail over, and a client still on the old config neither reads its old values nor lands a write there', async (t) => {
+  const prefix = '/rkv-self-fence';
+  const dir = clusterDir(t);
+  const members: Member[] = [];
+  const proxies = [await EtcdProxy.start(etcd.url), await EtcdProxy.start(etcd.url)];
+  const [memberProxy, clientProxy] = proxies as [EtcdProxy, EtcdProxy];
+  t.teardown(async () => {
+    await stopAll(members);
+    for (const proxy of proxies) await proxy.close();
+  });
+  for (let i = 0; i < 3; i++) {
+    const etcdUrl = i === 0 ? memberProxy.url : etcd.url;
+    members.push(await startMember(dir, i, ['--etcd', etcdUrl, '--etcd-prefix', prefix, '--etcd-ttl', '2s', '--name', `m${i}`, '--replicas', '2'], undefined, REPLICAS_ON));
+  }
+  const config = (): Promise<ClusterConfig | undefined> => readConfig(etcd.client, prefix);
+  await eventually(async () => (await config())?.members.length === 3, 'the controller placed all 3 members');
+  const before = (await config())!;
+  const { names } = slotReplicaNames(before);
+  let key = 'k:0';
+  for (let i = 0; names[keySlot(Buffer.from(key))]![0] !== 'm0'; i++) key = `k:${i}`;
+
+  const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs() });
+  t.teardown(() => kv.close());
+  // Short timeouts: its ops are expected to fail, after retrying through the failover waits.
+  const stale = await KvClient.connect({ etcd: { hosts: clientProxy.url, prefix }, timeoutMs: 1500 });
+  t.teardown(() => stale.close());
+  stale.on('error', () => undefined); // its etcd watch fails once cut: it keeps the config it has
+  await eventually(async () => kv.status === 'ready' && stale.status === 'ready', 'both clients reach every member');
+  await kv.put(key, 'v1');
+  t.is(String(await stale.get(key)), 'v1', 'through m0, its primary');
+
+  memberProxy.cut();
+  clientProxy.cut();
+  // The config without m0: when it is committed, m0 must already be fenced everywhere.
+  let fencedWhenFailedOver: Record<string, number> | undefined;
+  await eventually(
+    async () => {
+      const now = await config();
+      if (!now || now.epoch === before.epoch) return false;
+      fencedWhenFailedOver = (await stats(members[0]!)).hashSlots;
+      return true;
+    },
+    'the controller fails m0 over once its lease lapses',
+  );
+  const after = (await config())!;
+  t.false(slotReplicaNames(after).names[keySlot(Buffer.from(key))]!.includes('m0'), "m0 is no longer one of the key's replicas");
+  t.is(fencedWhenFailedOver?.open ?? 0, 0, `m0 had fenced every hash slot when it was failed over (${JSON.stringify(fencedWhenFailedOver)})`);
+
+  await kv.put(key, 'v2'); // acknowledged by the new primary
+  const read = await stale.get(key).then(
+    (value) => ({ value: value === undefined ? undefined : String(value) }),
+    (error: { code?: string }) => ({ error: error.code }),
+  );
+  t.deepEqual(read, { error: 'KV_READ_LEASE_LAPSED' }, 'the stale client does not read v1 from m0 after v2 was acknowledged');
+  const write = await stale.put(key, 'v3').then(
+    () => 'acknowledged',
+    (error: { code?: string }) => error.code,
+  );
+  t.not(write, 'acknowledged', 'the stale client lands no write through the old config');
+  t.is(String(await kv.get(key)), 'v2', 'the acknowledged value stands');
+  t.like((await stats(members[0]!)).hashSlots, { open: 0 }, 'm0 still serves no hash slot');
+});
