@@ -152,7 +152,7 @@ function parser(argv: string[]) {
     .option('replicas', {
       requiresArg: true,
       defaultDescription: '1',
-      describe: 'copies of each hash slot, 1 to 3, the same on every member; above 1 needs --etcd (experimental: no failover yet, issue 17)',
+      describe: 'copies of each hash slot, 1 to 3, the same on every member; above 1 needs --etcd (experimental until repair is built, issue 17)',
     })
     .option('zone', {
       requiresArg: true,

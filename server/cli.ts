@@ -191,7 +191,8 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
         lift: () => void follower?.poke(),
         logger,
       });
-      server.grantReadLeases(() => selfFence!.leaseMs());
+      // Only while the config applied since our lease was last granted names us (epoch-follower.ts).
+      server.grantReadLeases(() => (follower?.namedInConfig ? selfFence!.leaseMs() : undefined));
     }
     if (config.etcd) {
       const { advertise, ...etcd } = config.etcd;
@@ -200,7 +201,7 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
       if (unroutable(url)) throw new StartupError(`--etcd: clients cannot dial ${url}; give --advertise`);
       registration = await EtcdRegistration.register({
         ...etcd, url, metricsUrl: metrics && dialableMetricsUrl(metrics.url, url), logger, replicas,
-        ...(selfFence ? { onKeepalive: (sentAt: number) => selfFence!.acknowledged(sentAt) } : {}),
+        ...(selfFence ? { onKeepalive: (sentAt: number) => selfFence!.acknowledged(sentAt), onLost: () => follower?.forgetConfig() } : {}),
         beforeClaim: async (client) => {
           await checkReplicasBeforeJoining(client, etcd.prefix, replicas);
           if (replicas > 1) await awaitFailoverOfPredecessor(client, etcd.prefix, etcd.name, url, performance.now() + etcd.ttlSeconds * 1000 + 15_000, logger);

@@ -203,10 +203,10 @@ export class KvServer extends EventEmitter {
    * Runs the epoch barrier (docs/replication-design.md §4.3) on namespace `name`'s region for
    * `hashSlots` into `epoch`. replication/epoch-follower.ts calls it as the config moves; tests and benchmarks too.
    */
-  epochBarrier(hashSlots: readonly number[], epoch: number, name: string = DEFAULT_NAMESPACE): Promise<EpochBarrierReport> {
+  epochBarrier(hashSlots: readonly number[], epoch: number, name: string = DEFAULT_NAMESPACE, mayOpen?: () => boolean): Promise<EpochBarrierReport> {
     const ns = this.hosted.get(name);
     if (!ns) return Promise.reject(new KvConfigError(`no namespace '${name}' on this server (it hosts ${this.namespaces.join(', ')})`));
-    return ns.epochBarrier(hashSlots, epoch);
+    return ns.epochBarrier(hashSlots, epoch, mayOpen);
   }
 
   /**

@@ -40,6 +40,8 @@ export interface RegistrationOptions {
    * etcd3's own keepalive (every TTL/3, send times unknown).
    */
   onKeepalive?: (sentAt: number) => void;
+  /** The lease was lost (before registering again): whatever was decided under it may be over. */
+  onLost?: () => void;
 }
 
 export class EtcdRegistration {
@@ -102,35 +104,38 @@ export class EtcdRegistration {
   }
 
   /**
-   * Our own keepalives for `lease` (onKeepalive). One that etcd says is for an expired lease
+   * Our own keepalives for `lease` (onKeepalive): one sent every TTL/5 whether or not the last
+   * was answered (a slow etcd must not make a healthy member fence itself), each given TTL/2 to
+   * answer (later, its deadline F has passed anyway). One that etcd says is for an expired lease
    * makes etcd3 report it lost; a TTL without any acknowledged one counts as lost too.
    */
   private keepAlive(lease: Lease, grantedAt: number): void {
-    const everyMs = (this.options.ttlSeconds * 1000) / 5;
+    const ttlMs = this.options.ttlSeconds * 1000;
+    const everyMs = ttlMs / 5;
     let lastAcknowledged = grantedAt;
     let failing = false;
-    const tick = async () => {
-      this.keepaliveTimer = undefined;
-      if (this.stopped || this.lease !== lease) return;
+    const current = () => !this.stopped && this.lease === lease;
+    const send = () => {
+      if (!current()) return;
+      if (performance.now() - lastAcknowledged > ttlMs) return this.lost(lease, `no keepalive acknowledged for ${this.options.ttlSeconds} s`);
       const sentAt = performance.now();
-      try {
-        await answeredWithin(lease.keepaliveOnce({ deadline: new Date(Date.now() + everyMs) }), everyMs);
-        if (this.stopped || this.lease !== lease) return;
-        lastAcknowledged = sentAt;
-        if (failing) this.options.logger.info({ member: this.options.name }, 'etcd keepalives acknowledged again');
-        failing = false;
-        this.options.onKeepalive!(sentAt);
-      } catch (error) {
-        if (this.stopped || this.lease !== lease) return;
-        if (!failing) this.options.logger.warn({ member: this.options.name, err: error }, 'etcd keepalive failed: retrying');
-        failing = true;
-        if (performance.now() - lastAcknowledged > this.options.ttlSeconds * 1000) {
-          return this.lost(lease, `no keepalive acknowledged for ${this.options.ttlSeconds} s`);
-        }
-      }
-      this.keepaliveTimer = setTimeout(() => void tick(), Math.max(0, sentAt + everyMs - performance.now()));
+      answeredWithin(lease.keepaliveOnce({ deadline: new Date(Date.now() + ttlMs / 2) }), ttlMs / 2).then(
+        () => {
+          if (!current()) return;
+          lastAcknowledged = Math.max(lastAcknowledged, sentAt);
+          if (failing) this.options.logger.info({ member: this.options.name }, 'etcd keepalives acknowledged again');
+          failing = false;
+          this.options.onKeepalive!(sentAt);
+        },
+        (error: Error) => {
+          if (!current()) return;
+          if (!failing) this.options.logger.warn({ member: this.options.name, err: error }, 'etcd keepalive failed: retrying');
+          failing = true;
+        },
+      );
+      this.keepaliveTimer = setTimeout(send, everyMs).unref();
     };
-    this.keepaliveTimer = setTimeout(() => void tick(), everyMs);
+    this.keepaliveTimer = setTimeout(send, everyMs).unref();
   }
 
   /** The claim itself: the alive key bound to `leaseId`, then the member key if it is new. */
@@ -203,6 +208,7 @@ export class EtcdRegistration {
     this.lease = undefined;
     this.leaseId = undefined;
     lease.release();
+    this.options.onLost?.();
     this.options.logger.error({ member: this.options.name, reason: why }, 'etcd lease lost: registering again');
     const again = () => {
       this.retry = undefined;

@@ -258,9 +258,9 @@ export class Namespace {
    * decided under an earlier epoch commits here once it resolves. Rejects on a region without an
    * epoch table (format 4 and earlier) and if the server closes meanwhile.
    */
-  epochBarrier(hashSlots: readonly number[], epoch: number): Promise<EpochBarrierReport> {
+  epochBarrier(hashSlots: readonly number[], epoch: number, mayOpen?: () => boolean): Promise<EpochBarrierReport> {
     const liveOwners = () => this.clients.liveIds(this.departures.departing);
-    return runEpochBarrier({ store: this.store, liveOwners, isClosed: () => this.closed }, hashSlots, epoch);
+    return runEpochBarrier({ store: this.store, liveOwners, isClosed: () => this.closed }, hashSlots, epoch, mayOpen);
   }
 
   stats(): KvServerStats {

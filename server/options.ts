@@ -98,7 +98,7 @@ export function checkReplicas(replicas: number, withEtcd: boolean, env: NodeJS.P
   }
   if (replicas > 1 && !withEtcd) throw new StartupError(`--replicas ${replicas} needs --etcd: the replicas of a hash slot are placed by the cluster's controller`);
   if (replicas > 1 && env[EXPERIMENTAL_REPLICAS_ENV] !== '1') {
-    throw new StartupError(`--replicas ${replicas} is experimental until repair is built (issue 17): writes are replicated and a dead member's hash slots fail over to their backups, but a member that leaves is never given hash slots again (placement stays frozen), a primary cut off from etcd can still serve stale reads, and locks are refused; RKV_EXPERIMENTAL_REPLICAS=1 runs it anyway`);
+    throw new StartupError(`--replicas ${replicas} is experimental until repair is built (issue 17): writes are replicated, a dead member's hash slots fail over to their backups and a member cut off from etcd fences itself, but a member that leaves is never given hash slots again (placement stays frozen), and locks are refused; RKV_EXPERIMENTAL_REPLICAS=1 runs it anyway`);
   }
   return replicas;
 }

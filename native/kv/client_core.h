@@ -277,6 +277,8 @@ class ClientCore {
   // An op's end: a grouped op's goes through its group (group_end), the rest answer (complete).
   void finish(Op& op, KvStatus status, uint32_t detail = 0);
   // A GET's answer came after its connection's read lease ended (permit_reads).
+  // Every path that hands a GET's answer over checks it: finish(), lend_value()
+  // and answer_large() (values in the caller's buffer).
   bool reads_lapsed(const Op& op) const;
   void complete(Op& op, KvStatus status, uint32_t detail);
   void release_op(Op& op);

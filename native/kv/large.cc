@@ -103,6 +103,7 @@ void ClientCore::answer_large(Op& op, const uint8_t* head, uint32_t value_len) {
   if (expiry == Expiry::BAD) return finish(op, KvStatus::CORRUPT, op.retries);
   if (expiry == Expiry::EXPIRED) return found_expired(op);
   op.expiry = item_expiry(head);
+  if (reads_lapsed(op)) return finish(op, KvStatus::READ_LEASE_LAPSED);
   const SlotRef& c = op.lookup().candidates[op.lookup().next];
   location_found(op, c.slot, head);
   Ready& r = ready_.emplace_back();

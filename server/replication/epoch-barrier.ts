@@ -43,8 +43,11 @@ export class EpochBarrierError extends Error {}
 
 const POLL_MS = 1;
 
-/** Runs the barrier for `hashSlots` into `epoch` (E + 1). The region must have an epoch table (format 5). */
-export async function runEpochBarrier(parts: EpochBarrierParts, hashSlots: readonly number[], epoch: number): Promise<EpochBarrierReport> {
+/**
+ * Runs the barrier for `hashSlots` into `epoch` (E + 1). The region must have an epoch table (format 5).
+ * `mayOpen` false at the end (the member self-fenced meanwhile): the words are fenced at `epoch`, not opened.
+ */
+export async function runEpochBarrier(parts: EpochBarrierParts, hashSlots: readonly number[], epoch: number, mayOpen: () => boolean = () => true): Promise<EpochBarrierReport> {
   const { store, isClosed } = parts;
   const epochs = store.epochs;
   if (!epochs) throw new EpochBarrierError(`the region is of format ${store.layout.format}, which has no epoch table`);
@@ -66,7 +69,7 @@ export async function runEpochBarrier(parts: EpochBarrierParts, hashSlots: reado
     await new Promise((resolve) => setTimeout(resolve, POLL_MS));
     waiting = stillHeld(waiting, parts);
   }
-  epochs.store(hashSlots, epoch, 'open');
+  epochs.store(hashSlots, epoch, mayOpen() ? 'open' : 'fenced');
   return { heldAtStart, waitedFor, scanMs, totalMs: performance.now() - start };
 }
 

@@ -24,7 +24,7 @@ import { slotReplicaNames } from './placement.js';
 /** What the follower needs of kv-server: its namespaces' tables and the barrier on each. */
 export interface EpochWords {
   epochTables(): Array<{ name: string; table: EpochTable | undefined }>;
-  epochBarrier(hashSlots: readonly number[], epoch: number, name: string): Promise<EpochBarrierReport>;
+  epochBarrier(hashSlots: readonly number[], epoch: number, name: string, mayOpen: () => boolean): Promise<EpochBarrierReport>;
 }
 
 export interface EpochFollowerOptions {
@@ -48,6 +48,9 @@ export class EpochFollower {
   private again = false;
   private closed = false;
   private retry: NodeJS.Timeout | undefined;
+  /** Counts forgetConfig() calls: a config read before the latest one proves nothing. */
+  private generation = 0;
+  private named = false;
 
   private constructor(private readonly options: EpochFollowerOptions) {
     this.keys = etcdKeys(options.prefix);
@@ -75,9 +78,11 @@ export class EpochFollower {
     this.running = (async () => {
       do {
         this.again = false;
+        const generation = this.generation;
         try {
           const stored = await readStoredConfig(this.options.client, this.keys);
-          if (stored?.config) await this.apply(stored.config);
+          const named = stored?.config ? await this.apply(stored.config) : false;
+          if (named !== undefined && generation === this.generation) this.named = named;
         } catch (error) {
           if (this.closed) break;
           this.options.logger.warn({ err: error }, `epoch follower: cannot apply config; trying again in ${RETRY_MS} ms`);
@@ -92,10 +97,26 @@ export class EpochFollower {
     return this.running;
   }
 
-  /** Brings every namespace's words to what `config` says of this member. */
-  private async apply(config: ClusterConfig): Promise<void> {
+  /**
+   * Whether the last config applied since forgetConfig() names this member a replica of some
+   * hash slot: only then does it grant read leases (cli.ts). A member whose etcd lease lapsed
+   * may have been failed over while it could not see config; a member just started has not
+   * read it yet.
+   */
+  get namedInConfig(): boolean {
+    return this.named;
+  }
+
+  /** Our etcd lease was lost: until a config read after this is applied, we are named in none. */
+  forgetConfig(): void {
+    this.generation++;
+    this.named = false;
+  }
+
+  /** Brings every namespace's words to what `config` says of this member; whether it names it (undefined: self-fenced, nothing applied). */
+  private async apply(config: ClusterConfig): Promise<boolean | undefined> {
     const { name, server, logger, selfFenced = () => false } = this.options;
-    if (selfFenced()) return; // lifting the fence pokes us again
+    if (selfFenced()) return undefined; // lifting the fence pokes us again
     const { names, epochs } = slotReplicaNames(config);
     for (const { name: namespace, table } of server.epochTables()) {
       if (!table) continue; // format 4: kv-server refuses it with --replicas > 1
@@ -114,16 +135,16 @@ export class EpochFollower {
       // Fenced first: nothing this member stops serving stays open while a barrier waits.
       for (const [epoch, slots] of fencing) table.store(slots, epoch, 'fenced');
       for (const [epoch, slots] of opening) {
-        if (this.closed) return;
-        const report = await server.epochBarrier(slots, epoch, namespace);
-        // Fenced meanwhile: the barrier's last store reopened them; fenced again at once (a write
-        // that slips in between still needs every other replica's word open at this epoch).
-        if (selfFenced()) return table.fenceAll();
+        if (this.closed) return undefined;
+        // Self-fenced meanwhile: the barrier ends them fenced, not open.
+        const report = await server.epochBarrier(slots, epoch, namespace, () => !selfFenced());
+        if (selfFenced()) return undefined;
         logger.info({ namespace, epoch, hashSlots: slots.length, waitedFor: report.waitedFor, ms: Math.round(report.totalMs) }, 'epoch follower: hash slots open at a new epoch');
       }
       const fenced = [...fencing.values()].reduce((n, s) => n + s.length, 0);
       if (fenced > 0) logger.info({ namespace, epoch: config.epoch, hashSlots: fenced }, 'epoch follower: hash slots fenced (not a replica of them)');
     }
+    return names.some((replicas) => replicas.includes(name));
   }
 
   /** Stops following. A barrier running ends when the server closes (kv-server closes it next), not before. */

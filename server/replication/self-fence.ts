@@ -6,9 +6,10 @@
 // later than F by T/2. At F it fences every epoch word (writers of its hash
 // slots wait, or refresh their config) and grants no more read leases; every
 // lease it granted (sessions/read-leases.ts) ended by F, being at most F − now
-// when granted. The next acknowledged keepalive (the lease was still alive)
-// lifts the fence: the epoch follower opens, through the barrier, what the
-// config in etcd gives this member then. Keepalives are our own
+// when granted. The next acknowledged keepalive (of that lease, or of a new
+// one after it lapsed) lifts the fence: the epoch follower opens, through the
+// barrier, what the config in etcd gives this member then, and read leases
+// resume only once a config read after the lapse names it (cli.ts). Keepalives are our own
 // (membership.ts), every T/5, so their send times are known.
 import type { Logger } from 'pino';
 

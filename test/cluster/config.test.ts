@@ -97,7 +97,7 @@ test.serial('--replicas refusals: out of range, without --etcd, without the expe
     [['--replicas', '0'], {}, /^kv-server: --replicas must be a whole number from 1 to 3 \(got 0\)$/m],
     [['--replicas', 'two'], {}, /^kv-server: --replicas must be a whole number from 1 to 3/m],
     [['--replicas', '2'], REPLICAS_ON, /^kv-server: --replicas 2 needs --etcd/m],
-    [['--replicas', '2', ...memberArgs('/test-refuse', 'x')], {}, /^kv-server: --replicas 2 is experimental until repair is built \(issue 17\): writes are replicated and a dead member's hash slots fail over to their backups, but a member that leaves is never given hash slots again \(placement stays frozen\), a primary cut off from etcd can still serve stale reads, and locks are refused; RKV_EXPERIMENTAL_REPLICAS=1 runs it anyway$/m],
+    [['--replicas', '2', ...memberArgs('/test-refuse', 'x')], {}, /^kv-server: --replicas 2 is experimental until repair is built \(issue 17\): writes are replicated, a dead member's hash slots fail over to their backups and a member cut off from etcd fences itself, but a member that leaves is never given hash slots again \(placement stays frozen\), and locks are refused; RKV_EXPERIMENTAL_REPLICAS=1 runs it anyway$/m],
   ];
   for (const [i, [args, env, message]] of refusals.entries()) {
     const r = await kvServer([...listen(i), ...args], env);

@@ -110,11 +110,12 @@ test('a region file of format 6 is refused, naming the formats this server reads
   t.regex(error!.message, /holds region format 6; this kv-server reads region formats 3, 4 and 5 only/);
 });
 
-test("a write client's hello names the epoch table (protocol v7)", async (t) => {
+test("a write client's hello names the epoch table (protocol v7 and later); a server that is no replica grants no read lease (v8)", async (t) => {
   const server = await startServer(scheme);
   t.teardown(() => server.close());
   const raw = await rawClient(t, scheme, server);
-  t.is(raw.hello.v, 7);
+  t.is(raw.hello.v, KvLayout.PROTOCOL_VERSION);
+  t.is(raw.hello.readLeaseMs, undefined);
   t.is(raw.hello.region.epochOffset, BigInt(server.namespace('default').layout.epochOffset));
 });
 
