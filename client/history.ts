@@ -64,8 +64,10 @@ export function recorded(recorder: HistoryRecorder, op: OpRequest, submit: (op: 
     },
     (error: Error) => {
       const failed: HistoryEvent = { ...base, type: 'fail', error: (error as KvError).code ?? error.message, time: now() };
-      // Failed in the queue, or refused by an epoch word before any replica committed: it cannot have happened.
-      if (!submitted.sent || (error as KvError).code === 'KV_EPOCH_MOVED') failed.sent = false;
+      // Failed in the queue, refused by an epoch word before any replica committed, or a GET answered after its
+      // read lease (no value given): it cannot have happened, or changed nothing (KvClient runs it again).
+      const code = (error as KvError).code;
+      if (!submitted.sent || code === 'KV_EPOCH_MOVED' || code === 'KV_READ_LEASE_LAPSED') failed.sent = false;
       recorder.record(failed);
       throw error;
     },

@@ -235,6 +235,11 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     return undefined;
   }
 
+  /** Whether a GET sent now would be answered within the server's read lease (a replica's; true for other servers). */
+  get readLeaseHeld(): boolean {
+    return this.session?.readLeaseHeld ?? false;
+  }
+
   /** Why no operation (of `type`) can be queued now (undefined: it can). */
   private refusal(type: KvOp = KvOp.GET): KvError | undefined {
     if (this._status === 'closed') return new KvDisconnectedError('the client is closed');

@@ -221,6 +221,11 @@ export class Session {
     clearTimeout(this.pongPoll);
   }
 
+  /** Whether a GET answered now would count: the server grants no leases, or ours has not ended. */
+  get readLeaseHeld(): boolean {
+    return this.hello.readLeaseMs === undefined || this.readsUntil > performance.now();
+  }
+
   /** The server answered a ping (a replica's pong renews the read lease from that ping's sending). */
   pong(message: Pong): void {
     this.lastPong = performance.now();

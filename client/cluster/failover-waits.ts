@@ -44,6 +44,7 @@ export class FailoverWaits {
   private async again<T>(type: KvOp, route: () => ServerClient | KvError, op: (server: ServerClient) => Promise<T>, failed: unknown): Promise<T> {
     const deadline = performance.now() + this.timeoutMs;
     let error = failed;
+    let lapses = 0;
     for (;;) {
       if (error === undefined) {
         const server = route();
@@ -61,13 +62,24 @@ export class FailoverWaits {
       }
       const left = deadline - performance.now();
       if (this.closed() || left <= 0) throw error;
+      let waitMs = RETRY_MS;
+      if (error instanceof KvError && error.code === 'KV_READ_LEASE_LAPSED') {
+        // Mostly a renewal that came in the poll that judged the answer (or a stalled process): at once
+        // if the lease is held again, else soon; a replica cut off from etcd is left by the next config.
+        const server = route();
+        if (lapses++ === 0 && server instanceof ServerClient && server.readLeaseHeld) {
+          error = undefined;
+          continue;
+        }
+        waitMs = Math.min(RETRY_MS, 2 ** lapses);
+      }
       await new Promise<void>((resolve) => {
         const wake = () => {
           clearTimeout(timer);
           this.waiters.delete(wake);
           resolve();
         };
-        const timer = setTimeout(wake, Math.min(left, RETRY_MS));
+        const timer = setTimeout(wake, Math.min(left, waitMs));
         this.waiters.add(wake);
       });
       error = undefined;

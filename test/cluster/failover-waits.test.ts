@@ -11,10 +11,11 @@ import { ServerClient } from '../../client/server-client.js';
 import { KvOp } from '../../protocol/constants.js';
 import { KvDisconnectedError, KvError, KvInvalidArgumentError } from '../../protocol/errors.js';
 
-/** A route's answer: a ServerClient whose routeRefusal says `refused` (undefined: it can take the op). */
-function member(refused?: KvError): ServerClient {
+/** A route's answer: a ServerClient whose routeRefusal says `refused` (undefined: it can take the op), holding a read lease or not. */
+function member(refused?: KvError, readLeaseHeld = false): ServerClient {
   const server = Object.create(ServerClient.prototype) as ServerClient;
   Object.defineProperty(server, 'routeRefusal', { value: () => refused });
+  Object.defineProperty(server, 'readLeaseHeld', { value: readLeaseHeld });
   return server;
 }
 
@@ -49,6 +50,22 @@ test('what runs again: KV_EPOCH_MOVED, a disconnect before sending, and a GET af
     });
     t.is(result, 'second try', `op ${type} after ${first.code}`);
     t.is(attempts, 2);
+  }
+});
+
+test('a GET answered after its read lease runs again: at once when the lease is held again (renewed in the same poll), else after a short wait', async (t) => {
+  for (const held of [true, false]) {
+    const waits = new FailoverWaits(60_000, () => false);
+    let attempts = 0;
+    const pending = waits.run(KvOp.GET, 'k', undefined, () => member(undefined, held), async () => {
+      if (attempts++ === 0) throw new KvError('KV_READ_LEASE_LAPSED', 'late', true);
+      return 'second try';
+    });
+    await new Promise((resolve) => setImmediate(resolve)); // microtasks only: no timer has run
+    if (held) t.is(attempts, 2, 'run again without waiting');
+    t.is(await pending, 'second try');
+    t.is(attempts, 2);
+    t.is(waiters(waits), 0);
   }
 });
 
