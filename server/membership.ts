@@ -87,10 +87,19 @@ export class EtcdRegistration {
     const lease = this.client.lease(this.options.ttlSeconds, { autoKeepAlive: !ours });
     lease.on('lost', (error) => this.lost(lease, error.message));
     let leaseId: string;
-    const sentAt = performance.now();
+    // Granted no earlier than sent: the lease lives at least a TTL from then.
+    let acknowledgedAt = performance.now();
+    // While a predecessor's alive key is waited out, nothing else keeps our new lease alive.
+    const renew = async () => {
+      const sentAt = performance.now();
+      await answeredWithin(lease.keepaliveOnce(), (this.options.ttlSeconds * 1000) / 2).then(
+        () => void (acknowledgedAt = sentAt),
+        () => undefined, // the next try, or the claim's own failure, says more
+      );
+    };
     try {
       leaseId = await lease.grant();
-      await this.claimUnder(leaseId, deadline);
+      await this.claimUnder(leaseId, deadline, ours ? renew : undefined);
     } catch (error) {
       await lease.revoke().catch(() => lease.release());
       throw error;
@@ -98,8 +107,8 @@ export class EtcdRegistration {
     this.lease = lease;
     this.leaseId = leaseId;
     if (ours) {
-      this.options.onKeepalive!(sentAt); // granted no earlier than sent: lives at least a TTL from then
-      this.keepAlive(lease, sentAt);
+      this.options.onKeepalive!(acknowledgedAt);
+      this.keepAlive(lease, acknowledgedAt);
     }
   }
 
@@ -139,7 +148,7 @@ export class EtcdRegistration {
   }
 
   /** The claim itself: the alive key bound to `leaseId`, then the member key if it is new. */
-  private async claimUnder(leaseId: string, deadline: number): Promise<void> {
+  private async claimUnder(leaseId: string, deadline: number, renew?: () => Promise<void>): Promise<void> {
     const { name, url, logger } = this.options;
     const keys = etcdKeys(this.options.prefix);
     const alive: AliveRecord = { url, pid: process.pid, host: hostname(), started: new Date().toISOString() };
@@ -171,6 +180,7 @@ export class EtcdRegistration {
         );
       }
       await new Promise((resolve) => setTimeout(resolve, 500));
+      await renew?.();
     }
     await this.recordMember();
   }

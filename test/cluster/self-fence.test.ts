@@ -12,6 +12,9 @@
 //    fails KV_READ_LEASE_LAPSED) nor lands a write (m0's words are fenced,
 //    the backup's moved on): what a client of the new config reads stays the
 //    acknowledged value.
+//  - m0 reaches etcd again: its lease lapsed, so it registers anew and its
+//    fence lifts, but no config names it: it grants no read lease, and the
+//    stale client still cannot read the old value there.
 // The self-fence's own clock (fenced at the deadline, lifted by a keepalive
 // that comes back in time) is tested alone in test/server/self-fence.test.ts.
 import { type Server, type Socket, createServer, connect } from 'node:net';
@@ -19,8 +22,8 @@ import { type Server, type Socket, createServer, connect } from 'node:net';
 import ava from 'ava';
 
 import { KvClient } from '../../client/index.js';
-import { keySlot } from '../../protocol/hash-slots.js';
-import type { ClusterConfig } from '../../protocol/registry.js';
+import { SLOT_COUNT, keySlot } from '../../protocol/hash-slots.js';
+import { type ClusterConfig, etcdKeys } from '../../protocol/registry.js';
 import { readConfig } from '../../server/replication/config-store.js';
 import { slotReplicaNames } from '../../server/replication/placement.js';
 import { type EtcdProcess, startEtcd } from '../helpers/etcd.js';
@@ -71,6 +74,10 @@ class EtcdProxy {
   cut(): void {
     this.cutOff = true;
     for (const socket of this.sockets) socket.destroy();
+  }
+
+  heal(): void {
+    this.cutOff = false;
   }
 
   async close(): Promise<void> {
@@ -140,4 +147,15 @@ test.serial('--replicas 2: a primary cut off from etcd fences itself before its 
   t.not(write, 'acknowledged', 'the stale client lands no write through the old config');
   t.is(String(await kv.get(key)), 'v2', 'the acknowledged value stands');
   t.like((await stats(members[0]!)).hashSlots, { open: 0 }, 'm0 still serves no hash slot');
+
+  // m0 reaches etcd again: its lease has lapsed, so it registers anew, under a config that names it
+  // nowhere. Its fence lifts, but it grants no read lease: the stale client still cannot read v1.
+  memberProxy.heal();
+  await eventually(async () => (await etcd.client.get(etcdKeys(prefix).aliveKey('m0')).string()) !== null, 'm0 registers again');
+  await eventually(async () => (await stats(members[0]!)).hashSlots.fenced === SLOT_COUNT, 'm0 applies the config without it');
+  const again = await stale.get(key).then(
+    (value) => ({ value: value === undefined ? undefined : String(value) }),
+    (error: { code?: string }) => ({ error: error.code }),
+  );
+  t.deepEqual(again, { error: 'KV_READ_LEASE_LAPSED' }, 'registered again, m0 grants no read lease: config names it nowhere');
 });
