@@ -1,5 +1,6 @@
 // Keys and values as bytes, and how they are shown in errors and histories.
-import { KvInvalidArgumentError } from '../protocol/errors.js';
+import { KvLayout } from '../protocol/constants.js';
+import { KvInvalidArgumentError, KvKeyTooLargeError } from '../protocol/errors.js';
 
 /** Key or value bytes; anything else is a KV_INVALID_ARGUMENT (thrown: callers turn it into a rejection). */
 export function toBuffer(value: unknown, what: string): Buffer {
@@ -12,6 +13,12 @@ export function toBuffer(value: unknown, what: string): Buffer {
 /** Key or value bytes for the queue: a string stays a string (written straight into the arena); else as toBuffer. */
 export function keyBytes(value: unknown, what: string): Buffer | string {
   return typeof value === 'string' ? value : toBuffer(value, what);
+}
+
+/** Measures key i of a batch into bytes[i]; a key over the limit is the error returned. */
+export function measureKey(key: Buffer | string, bytes: Int32Array, i: number): KvKeyTooLargeError | undefined {
+  const n = (bytes[i] = typeof key === 'string' ? Buffer.byteLength(key) : key.length);
+  return n > KvLayout.MAX_KEY_BYTES ? new KvKeyTooLargeError(`key of ${n} bytes: the limit is ${KvLayout.MAX_KEY_BYTES}`) : undefined;
 }
 
 /** A key for an error message: quoted if printable, else its length. */

@@ -20,7 +20,7 @@ import {
 } from '../protocol/errors.js';
 import { classFor, itemUnits } from '../protocol/size-classes.js';
 import { type HistoryRecorder, recorded } from './history.js';
-import { toBuffer } from './keys.js';
+import { measureKey, toBuffer } from './keys.js';
 import { roleRefusal } from './roles.js';
 import { type ExtRef, extOf, freedError, holding, withBounce } from './large-values.js';
 import type { CoreHost, CoreHosts } from './core-host.js';
@@ -193,7 +193,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     if (refused) return Promise.reject(refused);
     const keyBytes = new Int32Array(keys.length);
     for (let i = 0; i < keys.length; i++) {
-      const tooLarge = this.keyCheck(keys[i]!, keyBytes, i);
+      const tooLarge = measureKey(keys[i]!, keyBytes, i);
       if (tooLarge) return Promise.reject(tooLarge);
     }
     const batch = new Batch(KvOp.GET, keys, keyBytes, undefined, undefined, undefined, out, positions);
@@ -213,7 +213,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     const valueBytes = new Int32Array(n);
     const sizes = new Int32Array(n);
     for (let i = 0; i < n; i++) {
-      const tooLarge = this.keyCheck(keys[i]!, keyBytes, i);
+      const tooLarge = measureKey(keys[i]!, keyBytes, i);
       if (tooLarge) return Promise.reject(tooLarge);
       const value = values[i]!;
       const vb = (valueBytes[i] = typeof value === 'string' ? Buffer.byteLength(value) : value.length);
@@ -248,12 +248,6 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     if (refused) return refused;
     if (this._status !== 'ready' || !this.session) return new KvDisconnectedError(`not connected to ${this.options.url} (${this._status})`);
     return undefined;
-  }
-
-  /** Measures key i into bytes[i]; a key over the limit is the error returned. */
-  private keyCheck(key: Bytes, bytes: Int32Array, i: number): KvKeyTooLargeError | undefined {
-    const n = (bytes[i] = typeof key === 'string' ? Buffer.byteLength(key) : key.length);
-    return n > KvLayout.MAX_KEY_BYTES ? new KvKeyTooLargeError(`key of ${n} bytes: the limit is ${KvLayout.MAX_KEY_BYTES}`) : undefined;
   }
 
   private request(type: KvOp, key: Bytes, value: Value | undefined, arg: bigint, mismatchResolves: boolean, answer: Answer, into?: ExtRef, expiry = 0): Promise<unknown> {

@@ -15,18 +15,32 @@
 //  - m0 reaches etcd again: its lease lapsed, so it registers anew and its
 //    fence lifts, but no config names it: it grants no read lease, and the
 //    stale client still cannot read the old value there.
+// A client paused (SIGSTOP) across a failover (issue 17): while it is
+// stopped, its etcd goes (it resumes on the old config) and its key's primary
+// m0 is cut off from etcd and failed over, and a newer value is acknowledged
+// through the new config. Resumed, it neither reads its old value from m0
+// (alive, and still holding it: only the read lease stops that) nor completes
+// a write under the old config (m0's words are fenced, the backup's moved on);
+// its history is linearizable with the rest.
 // The self-fence's own clock (fenced at the deadline, lifted by a keepalive
 // that comes back in time) is tested alone in test/server/self-fence.test.ts.
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { type Server, type Socket, createServer, connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 import ava from 'ava';
 
-import { KvClient } from '../../client/index.js';
+import { type HistoryEvent, KvClient } from '../../client/index.js';
 import { SLOT_COUNT, keySlot } from '../../protocol/hash-slots.js';
 import { type ClusterConfig, etcdKeys } from '../../protocol/registry.js';
 import { readConfig } from '../../server/replication/config-store.js';
 import { slotReplicaNames } from '../../server/replication/placement.js';
 import { type EtcdProcess, startEtcd } from '../helpers/etcd.js';
+import { MAY_HAVE_TAKEN_EFFECT, registerHistories } from '../helpers/history-operations.js';
+import { forkKvChild } from '../helpers/kv.js';
+import { isLinearizable } from '../helpers/linearizability.js';
+import { registerModel } from '../helpers/linearizability-models.js';
 import { testTimeoutMs } from '../helpers/providers.js';
 import { needing } from '../helpers/tools.js';
 import { type Member, clusterDir, eventually, startMember, stats, stopAll } from './helpers.js';
@@ -158,4 +172,63 @@ test.serial('--replicas 2: a primary cut off from etcd fences itself before its 
     (error: { code?: string }) => ({ error: error.code }),
   );
   t.deepEqual(again, { error: 'KV_READ_LEASE_LAPSED' }, 'registered again, m0 grants no read lease: config names it nowhere');
+});
+
+/** Whether process `pid` is stopped (state T in /proc). */
+function stopped(pid: number): boolean {
+  return /^\d+ \(.*\) T /.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+}
+
+test.serial('--replicas 2: a client SIGSTOPped across a failover and resumed before it sees the new config neither reads its old value nor completes a write under the old config', async (t) => {
+  const prefix = '/rkv-paused-client';
+  const dir = clusterDir(t);
+  const members: Member[] = [];
+  const proxies = [await EtcdProxy.start(etcd.url), await EtcdProxy.start(etcd.url)];
+  const [memberProxy, childProxy] = proxies as [EtcdProxy, EtcdProxy];
+  t.teardown(async () => {
+    await stopAll(members);
+    for (const proxy of proxies) await proxy.close();
+  });
+  for (let i = 0; i < 3; i++) {
+    const etcdUrl = i === 0 ? memberProxy.url : etcd.url;
+    members.push(await startMember(dir, i, ['--etcd', etcdUrl, '--etcd-prefix', prefix, '--etcd-ttl', '2s', '--name', `m${i}`, '--replicas', '2'], undefined, REPLICAS_ON));
+  }
+  const config = (): Promise<ClusterConfig | undefined> => readConfig(etcd.client, prefix);
+  await eventually(async () => (await config())?.members.length === 3, 'the controller placed all 3 members');
+  const before = (await config())!;
+  const { names } = slotReplicaNames(before);
+  let key = 'p:0';
+  for (let i = 0; names[keySlot(Buffer.from(key))]![0] !== 'm0'; i++) key = `p:${i}`;
+
+  const files = mkdtempSync(join(tmpdir(), 'rkv-paused-'));
+  t.teardown(() => rmSync(files, { recursive: true, force: true }));
+  const events: Array<HistoryEvent & { process: number }> = [];
+  const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs(), history: (e) => void events.push({ ...e, process: 0 }) });
+  t.teardown(() => kv.close());
+  const child = forkKvChild(t, ['paused', `etcd+${childProxy.url}${prefix}`, key, join(files, 'child.jsonl')]);
+  const reports: Array<Record<string, unknown>> = [];
+  child.on('message', (m: Record<string, unknown>) => reports.push(m));
+  await eventually(() => reports.some((m) => m.ready), 'the child put its value and is ready');
+  t.is(String(await kv.get(key)), 'before');
+
+  child.send('stop'); // it stops itself between two calls into the addon
+  await eventually(() => stopped(child.pid!), 'the child is stopped');
+  // While it is stopped: its etcd goes (it will not hear of the new config), and m0 is cut off and failed over.
+  childProxy.cut();
+  memberProxy.cut();
+  await eventually(async () => (await config())!.epoch !== before.epoch, 'the controller fails m0 over');
+  await kv.put(key, 'v2'); // acknowledged under the new config
+  child.kill('SIGCONT');
+  child.send('go');
+  await eventually(() => reports.some((m) => m.read !== undefined), 'the resumed child reports', 60_000);
+  const report = reports.find((m) => m.read !== undefined)!;
+  t.log(`resumed child: ${JSON.stringify(report)}`);
+  t.is(report.read, 'error KV_READ_LEASE_LAPSED', 'resumed on the old config, it does not read its old value from m0');
+  t.not(report.put, 'ok', 'nor completes a write there');
+  t.not(report.readAfter, 'before');
+  t.is(String(await kv.get(key)), 'v2', 'the value acknowledged while it was stopped stands');
+
+  const childEvents = readFileSync(join(files, 'child.jsonl'), 'utf8').trim().split('\n').map((line) => ({ ...(JSON.parse(line) as HistoryEvent), process: 1 }));
+  const byKey = registerHistories([...events, ...childEvents], MAY_HAVE_TAKEN_EFFECT);
+  t.true(isLinearizable(byKey.get(key)!, registerModel), `the history of ${key} is linearizable`);
 });

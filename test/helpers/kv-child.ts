@@ -11,6 +11,9 @@
 //                                   keys f0..KEYS-1, history in FILE; failed ops are recorded and it goes on
 //   linatomic URL PROCESS COUNT FILE random incr of one counter and lock/unlock of one lock, history in FILE
 //   put    URL KEY VALUE            one put; reports { acked } or its error, then exits
+//   paused URL KEY FILE             puts KEY = 'before' (history in FILE), reports { ready }; on the message 'go'
+//                                   (sent after a 'stop' and a SIGCONT), a get, a put of 'after-pause' and a
+//                                   get, reported as { read, put, readAfter }, then exits
 //   del    URL KEY                  one delete; reports { deleted } or its error, then exits
 //   large  URL KEY BYTES MS         rewrites KEY from a registered buffer, every 4 KiB page stamped with the write's number
 //   hammer URL WRITER KEYS          puts "WRITER:seq" into random keys k0..KEYS-1, 8 at a time, reporting each
@@ -34,7 +37,7 @@ process.on('message', (m) => {
 
 async function main(): Promise<void> {
   const target = url!.startsWith('etcd+') ? { etcd: { hosts: new URL(url!.slice(5)).origin, prefix: new URL(url!.slice(5)).pathname } } : { url: url! };
-  const history = mode === 'lin' || mode === 'linatomic' ? args[2] : mode === 'churn' ? args[4] : undefined;
+  const history = mode === 'lin' || mode === 'linatomic' ? args[2] : mode === 'churn' ? args[4] : mode === 'paused' ? args[1] : undefined;
   const kv = await KvClient.connect(history ? { ...target, history, timeoutMs: testTimeoutMs() } : { ...target, timeoutMs: testTimeoutMs() });
   if (mode === 'model') {
     const [prefix, count, seed] = [args[0]!, Number(args[1]), Number(args[2])];
@@ -205,6 +208,18 @@ async function main(): Promise<void> {
     send({ done: count });
     setInterval(() => {}, 1 << 30); // holding its unused granted blocks, as a crashed client would
     return;
+  } else if (mode === 'paused') {
+    const key = args[0]!;
+    await kv.put(key, 'before');
+    const go = new Promise<void>((resolve) => process.on('message', (m) => m === 'go' && resolve()));
+    send({ ready: true });
+    await go;
+    const failed = (error: { code?: string }) => `error ${error.code}`;
+    const get = () => kv.get(key).then((v) => (v === undefined ? 'missing' : String(v)), failed);
+    const read = await get();
+    const put = await kv.put(key, 'after-pause').then(() => 'ok', failed);
+    const readAfter = await get();
+    send({ read, put, readAfter });
   } else if (mode === 'put') {
     const [key, value] = [args[0]!, args[1]!];
     const outcome = await kv.put(key, value).then(() => ({ acked: true }), (error: Error) => ({ acked: false, failed: error.name }));
