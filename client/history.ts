@@ -66,8 +66,9 @@ export function recorded(recorder: HistoryRecorder, op: OpRequest, submit: (op: 
       const failed: HistoryEvent = { ...base, type: 'fail', error: (error as KvError).code ?? error.message, time: now() };
       // Failed in the queue, refused by an epoch word before any replica committed, or a GET answered after its
       // read lease (no value given): it cannot have happened, or changed nothing (KvClient runs it again).
+      // An INCR answered after its lease may have added: sent.
       const code = (error as KvError).code;
-      if (!submitted.sent || code === 'KV_EPOCH_MOVED' || code === 'KV_READ_LEASE_LAPSED') failed.sent = false;
+      if (!submitted.sent || code === 'KV_EPOCH_MOVED' || (code === 'KV_READ_LEASE_LAPSED' && type === KvOp.GET)) failed.sent = false;
       recorder.record(failed);
       throw error;
     },

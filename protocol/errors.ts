@@ -164,7 +164,7 @@ export function errorForStatus(status: number, detail: number, what: string): Kv
     case KvStatus.CORRUPT:
       return new KvCorruptError(detail > 0 ? `${what}: the item failed its checksum ${detail} times` : `${what}: the server's region holds damage where this key lives (a slot outside the heap, or an epoch word in no known state)`);
     case KvStatus.EPOCH_MOVED: return new KvError('KV_EPOCH_MOVED', `${what}: the key's hash slot is at epoch ${detail} on this server, not at the writer's; nothing was written (refresh the configuration)`, true);
-    case KvStatus.READ_LEASE_LAPSED: return new KvError('KV_READ_LEASE_LAPSED', `${what}: the server's read lease had lapsed when the answer came (it may be cut off from etcd, and another replica may have taken over): no value is given, since it could be stale`, true);
+    case KvStatus.READ_LEASE_LAPSED: return new KvError('KV_READ_LEASE_LAPSED', `${what}: the server's read lease had lapsed when the answer came (it may be cut off from etcd, and another replica may have taken over): no answer is given, since it could be stale (a get changed nothing; an incr may have added its delta)`, true);
     case KvStatus.BUFFER_TOO_SMALL: return new KvBufferTooSmallError(detail, `${what}: the value is ${detail} bytes: it needs a buffer of at least ${detail} bytes (getInto with an allocBuffer of that size)`);
     case KvStatus.BAD_BUFFER: return new KvBadBufferError(`${what}: the registered buffer was freed, or the range lies outside it`);
     case KvStatus.RDMA_ERROR: {

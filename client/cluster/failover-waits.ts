@@ -100,6 +100,7 @@ export class FailoverWaits {
 /** Whether a failed op's error proves it changed nothing (or it is a GET, which changes nothing): it may run again. */
 function nothingHappened(error: unknown, type: KvOp): boolean {
   if (!(error instanceof KvError)) return false;
-  if (error.code === 'KV_EPOCH_MOVED' || error.code === 'KV_READ_LEASE_LAPSED') return true;
+  if (error.code === 'KV_EPOCH_MOVED') return true;
+  if (error.code === 'KV_READ_LEASE_LAPSED') return type === KvOp.GET; // an INCR may have added
   return error.code === 'KV_DISCONNECTED' && (type === KvOp.GET || NOT_SENT in error);
 }

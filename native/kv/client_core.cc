@@ -454,8 +454,10 @@ void ClientCore::permit_reads(uint32_t connection, int64_t ms) {
 
 bool ClientCore::reads_lapsed(const Op& op) const {
   // Checked when the answer is handed over, after its last READ completed: a
-  // stricter time than the READ's own, never a laxer one.
-  return op.type == KvOp::GET && Clock::now() > link(op).reads_until;
+  // stricter time than the READ's own, never a laxer one. An INCR's answer is
+  // its primary's word (a replicated INCR's leader; its backups answer nothing).
+  const bool answers = op.type == KvOp::GET || (op.type == KvOp::INCR && !op.group.is_follower());
+  return answers && Clock::now() > link(op).reads_until;
 }
 
 void ClientCore::finish(Op& op, KvStatus status, uint32_t detail) {

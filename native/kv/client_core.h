@@ -204,7 +204,8 @@ class ClientCore {
   // A replica's read lease (docs/replication-design.md §4.4): a GET's answer
   // from this connection counts only if it is handed over before `ms` from
   // now (negative: already over); later it ends READ_LEASE_LAPSED, and JS
-  // runs it again once the lease is renewed or the key has moved. Connections
+  // runs it again once the lease is renewed or the key has moved. So does an
+  // INCR's answer (its primary's word), but an INCR so ended may have added. Connections
   // whose server grants no leases (not replicated) are never limited.
   void permit_reads(uint32_t connection, int64_t ms);
   size_t scratch_length() const { return scratch_->length(); }
@@ -276,9 +277,9 @@ class ClientCore {
   void resume(Op& op);
   // An op's end: a grouped op's goes through its group (group_end), the rest answer (complete).
   void finish(Op& op, KvStatus status, uint32_t detail = 0);
-  // A GET's answer came after its connection's read lease ended (permit_reads).
-  // Every path that hands a GET's answer over checks it: finish(), lend_value()
-  // and answer_large() (values in the caller's buffer).
+  // A GET's or INCR's answer came after its connection's read lease ended
+  // (permit_reads). Every path that hands a GET's answer over checks it:
+  // finish(), lend_value() and answer_large() (values in the caller's buffer).
   bool reads_lapsed(const Op& op) const;
   void complete(Op& op, KvStatus status, uint32_t detail);
   void release_op(Op& op);

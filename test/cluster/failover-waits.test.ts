@@ -69,7 +69,7 @@ test('a GET answered after its read lease runs again: at once when the lease is 
   }
 });
 
-test('what fails at once: a write disconnected after it was sent, any other error, and a refusal for good', async (t) => {
+test('what fails at once: a write disconnected after it was sent, an INCR answered after its read lease, any other error, and a refusal for good', async (t) => {
   const waits = new FailoverWaits(60_000, () => false);
   let attempts = 0;
   const sent = new KvDisconnectedError('lost after sending');
@@ -77,12 +77,17 @@ test('what fails at once: a write disconnected after it was sent, any other erro
     attempts++;
     throw sent;
   }), { is: sent });
+  const lapsedIncr = new KvError('KV_READ_LEASE_LAPSED', 'late', true); // an INCR may have added
+  await t.throwsAsync(waits.run(KvOp.INCR, 'k', undefined, () => member(undefined, true), async () => {
+    attempts++;
+    throw lapsedIncr;
+  }), { is: lapsedIncr });
   const full = new KvError('KV_TABLE_FULL', 'full');
   await t.throwsAsync(waits.run(KvOp.CAS, 'k', undefined, () => member(), async () => {
     attempts++;
     throw full;
   }), { is: full });
-  t.is(attempts, 2, 'each tried once');
+  t.is(attempts, 3, 'each tried once');
   const readOnly = new KvInvalidArgumentError('a read client cannot write');
   await t.throwsAsync(waits.run(KvOp.PUT, 'k', undefined, () => member(readOnly), async () => t.fail('not run')), { is: readOnly });
   await t.throwsAsync(waits.run(KvOp.PUT, 'k', undefined, () => readOnly, async () => t.fail('not run')), { is: readOnly });

@@ -120,6 +120,8 @@ test.serial('--replicas 2: a primary cut off from etcd fences itself before its 
   const { names } = slotReplicaNames(before);
   let key = 'k:0';
   for (let i = 0; names[keySlot(Buffer.from(key))]![0] !== 'm0'; i++) key = `k:${i}`;
+  let counter = 'c:0';
+  for (let i = 0; names[keySlot(Buffer.from(counter))]![0] !== 'm0'; i++) counter = `c:${i}`;
 
   const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs() });
   t.teardown(() => kv.close());
@@ -130,6 +132,7 @@ test.serial('--replicas 2: a primary cut off from etcd fences itself before its 
   await eventually(async () => kv.status === 'ready' && stale.status === 'ready', 'both clients reach every member');
   await kv.put(key, 'v1');
   t.is(String(await stale.get(key)), 'v1', 'through m0, its primary');
+  t.is(await kv.incr(counter), 1n);
 
   memberProxy.cut();
   clientProxy.cut();
@@ -160,6 +163,14 @@ test.serial('--replicas 2: a primary cut off from etcd fences itself before its 
   );
   t.not(write, 'acknowledged', 'the stale client lands no write through the old config');
   t.is(String(await kv.get(key)), 'v2', 'the acknowledged value stands');
+  // An INCR's answer is its primary's word: m0's misses what was added since the failover.
+  t.is(await kv.incr(counter), 2n);
+  const added = await stale.incr(counter).then(
+    (value) => ({ value: String(value) }),
+    (error: { code?: string }) => ({ error: error.code }),
+  );
+  t.deepEqual(added, { error: 'KV_READ_LEASE_LAPSED' }, "the stale client's INCR gives no answer from m0 (it may have added on the new primary)");
+  t.true((await kv.incr(counter)) >= 3n);
   t.like((await stats(members[0]!)).hashSlots, { open: 0 }, 'm0 still serves no hash slot');
 
   // m0 reaches etcd again: its lease has lapsed, so it registers anew, under a config that names it

@@ -28,4 +28,5 @@ test('a GET answered after its read lease, and a write refused by an epoch word,
 test('other failures after the op reached the core are recorded as sent (they may have taken effect)', async (t) => {
   t.not((await failedEvent(KvOp.PUT, 'KV_DISCONNECTED')).sent, false);
   t.not((await failedEvent(KvOp.GET, 'KV_TIMEOUT')).sent, false);
+  t.not((await failedEvent(KvOp.INCR, 'KV_READ_LEASE_LAPSED')).sent, false, 'an INCR answered after its read lease may have added');
 });
