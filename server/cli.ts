@@ -201,7 +201,7 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
       if (unroutable(url)) throw new StartupError(`--etcd: clients cannot dial ${url}; give --advertise`);
       registration = await EtcdRegistration.register({
         ...etcd, url, metricsUrl: metrics && dialableMetricsUrl(metrics.url, url), logger, replicas,
-        ...(selfFence ? { onKeepalive: (sentAt: number) => selfFence!.acknowledged(sentAt), onLost: () => follower?.forgetConfig() } : {}),
+        ...(selfFence ? { onKeepalive: (sentAt: number) => selfFence!.acknowledged(sentAt), onLost: () => follower?.forgetConfig(), onClaimed: () => follower?.forgetConfig() } : {}),
         beforeClaim: async (client) => {
           await checkReplicasBeforeJoining(client, etcd.prefix, replicas);
           if (replicas > 1) await awaitFailoverOfPredecessor(client, etcd.prefix, etcd.name, url, performance.now() + etcd.ttlSeconds * 1000 + 15_000, logger);

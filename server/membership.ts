@@ -42,6 +42,8 @@ export interface RegistrationOptions {
   onKeepalive?: (sentAt: number) => void;
   /** The lease was lost (before registering again): whatever was decided under it may be over. */
   onLost?: () => void;
+  /** A new lease holds the alive key again (after a loss): anything read of etcd before now is from before it. */
+  onClaimed?: () => void;
 }
 
 export class EtcdRegistration {
@@ -92,7 +94,8 @@ export class EtcdRegistration {
     // While a predecessor's alive key is waited out, nothing else keeps our new lease alive.
     const renew = async () => {
       const sentAt = performance.now();
-      await answeredWithin(lease.keepaliveOnce(), (this.options.ttlSeconds * 1000) / 2).then(
+      const waitMs = (this.options.ttlSeconds * 1000) / 2;
+      await answeredWithin(lease.keepaliveOnce({ deadline: new Date(Date.now() + waitMs) }), waitMs).then(
         () => void (acknowledgedAt = sentAt),
         () => undefined, // the next try, or the claim's own failure, says more
       );
@@ -106,6 +109,7 @@ export class EtcdRegistration {
     }
     this.lease = lease;
     this.leaseId = leaseId;
+    this.options.onClaimed?.();
     if (ours) {
       this.options.onKeepalive!(acknowledgedAt);
       this.keepAlive(lease, acknowledgedAt);
@@ -144,7 +148,8 @@ export class EtcdRegistration {
       );
       this.keepaliveTimer = setTimeout(send, everyMs).unref();
     };
-    this.keepaliveTimer = setTimeout(send, everyMs).unref();
+    send(); // at once: a slow claim may have used up much of the deadline its grant gave
+
   }
 
   /** The claim itself: the alive key bound to `leaseId`, then the member key if it is new. */

@@ -461,7 +461,9 @@ bool ClientCore::reads_lapsed(const Op& op) const {
 }
 
 void ClientCore::finish(Op& op, KvStatus status, uint32_t detail) {
-  if ((status == KvStatus::OK || status == KvStatus::NOT_FOUND) && reads_lapsed(op)) status = KvStatus::READ_LEASE_LAPSED;
+  // Every answer read from the server's data (a value, its absence, its type, its length).
+  const bool from_data = status == KvStatus::OK || status == KvStatus::NOT_FOUND || status == KvStatus::TYPE_MISMATCH || status == KvStatus::BUFFER_TOO_SMALL;
+  if (from_data && reads_lapsed(op)) status = KvStatus::READ_LEASE_LAPSED;
   if (op.group.grouped()) return group_end(op, status, detail);
   complete(op, status, detail);
 }

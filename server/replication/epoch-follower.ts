@@ -107,7 +107,7 @@ export class EpochFollower {
     return this.named;
   }
 
-  /** Our etcd lease was lost: until a config read after this is applied, we are named in none. */
+  /** Our etcd lease was lost, or claimed anew: until a config read after this is applied, we are named in none. */
   forgetConfig(): void {
     this.generation++;
     this.named = false;

@@ -6,6 +6,7 @@
 // written; a CLOSED or FENCED word keeps it waiting (locks given back) until
 // the word opens; a word in no known state is damage. The core finds the word
 // by the same hash slot as protocol/hash-slots.ts keySlot ({tags} included).
+// The same core holds GET and INCR answers to a replica's read lease.
 import test from 'ava';
 
 import { EpochWord, KvOp, KvStatus, ResultLayout } from '../../native/constants.generated.js';
@@ -209,5 +210,26 @@ for (const scheme of SCHEMES) {
       const region = { ...regionOf(p, true), epochOffset };
       t.throws(() => new ClientCore(p.client, p.clientConn, p.clientCq, region, { scratchBytes: 1 << 20, opTimeoutMs: 1000, arenaBytes: 1 << 16 }), { message: /epoch table lies outside/ }, String(epochOffset));
     }
+  });
+
+  // The read lease of a replica (protocol v8; docs/replication-design.md §4.4): the core hands over no
+  // answer read from a connection whose lease has ended, whatever the answer was.
+  test(`${scheme}: once a connection's read lease has ended, every GET answer (a value, a miss, a counter's type) and an INCR's answer end READ_LEASE_LAPSED; renewed, they answer again`, async (t) => {
+    const { core } = await setup(t, scheme);
+    t.deepEqual(await collect(core, submit(core, [
+      { type: KvOp.PUT, id: 1, key: 'k', value: 'v1', block: 100 },
+      { type: KvOp.INCR, id: 2, key: 'counter', block: 104 },
+    ]), 2), [{ id: 1, status: KvStatus.OK }, { id: 2, status: KvStatus.OK }]);
+    core.permitReads(0, -1);
+    const lapsed = await collect(core, submit(core, [
+      { type: KvOp.GET, id: 3, key: 'k' },
+      { type: KvOp.GET, id: 4, key: 'missing' },
+      { type: KvOp.GET, id: 5, key: 'counter' },
+      { type: KvOp.INCR, id: 6, key: 'counter' },
+    ]), 4);
+    t.deepEqual(lapsed.map((d) => d.status), [KvStatus.READ_LEASE_LAPSED, KvStatus.READ_LEASE_LAPSED, KvStatus.READ_LEASE_LAPSED, KvStatus.READ_LEASE_LAPSED]);
+    core.permitReads(0, slow(60_000));
+    t.is(await valueOf(core, 'k'), 'v1');
+    t.is(await valueOf(core, 'missing'), undefined);
   });
 }
