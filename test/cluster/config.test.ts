@@ -13,7 +13,7 @@ import { SLOT_COUNT, assignSlots, keySlot } from '../../protocol/hash-slots.js';
 import { type ClusterConfig, type ControllerRecord, etcdKeys, parseClusterConfig } from '../../protocol/registry.js';
 import { writeConfig } from '../../server/replication/config-store.js';
 import { nextConfig, slotReplicaNames } from '../../server/replication/placement.js';
-import { type EtcdProcess, startEtcd } from '../helpers/etcd.js';
+import { etcdForFile } from '../helpers/etcd.js';
 import { needing } from '../helpers/tools.js';
 import { kvServer, kvctl } from '../server/helpers.js';
 import { type Member, clusterDir, eventually, startMember, stopAll } from './helpers.js';
@@ -21,13 +21,7 @@ import { type Member, clusterDir, eventually, startMember, stopAll } from './hel
 const test = needing(ava, 'etcd');
 const REPLICAS_ON = { RKV_EXPERIMENTAL_REPLICAS: '1' };
 
-let etcd: EtcdProcess;
-test.before(async () => {
-  etcd = await startEtcd();
-});
-test.after.always(async () => {
-  await etcd?.stop();
-});
+const etcd = etcdForFile(test);
 
 const memberArgs = (prefix: string, name: string, ...more: string[]) => ['--etcd', etcd.url, '--etcd-prefix', prefix, '--etcd-ttl', '2s', '--name', name, ...more];
 

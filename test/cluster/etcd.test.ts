@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import ava from 'ava';
 
 import { KvClient, type KvError, isRetryable } from '../../client/index.js';
-import { type EtcdProcess, startEtcd } from '../helpers/etcd.js';
+import { etcdForFile } from '../helpers/etcd.js';
 import { needing } from '../helpers/tools.js';
 import { freePort, kvServer } from '../server/helpers.js';
 import { type Member, clusterDir, eventually, nextStatus, startMember, stats, stopAll } from './helpers.js';
@@ -18,13 +18,7 @@ const KEYS = 100_000;
 const key = (i: number) => `user:${i}`;
 const value = (i: number) => `v${i}`;
 
-let etcd: EtcdProcess;
-test.before(async () => {
-  etcd = await startEtcd();
-});
-test.after.always(async () => {
-  await etcd?.stop();
-});
+const etcd = etcdForFile(test);
 
 const memberArgs = (prefix: string, name: string) => ['--etcd', etcd.url, '--etcd-prefix', prefix, '--etcd-ttl', '2s', '--name', name];
 

@@ -36,7 +36,7 @@ import type { HistoryEvent } from '../../client/types.js';
 import type { KvServer } from '../../server/kv-server.js';
 import { readConfig, writeConfig } from '../../server/replication/config-store.js';
 import { nextConfig, slotReplicaNames } from '../../server/replication/placement.js';
-import { type EtcdProcess, startEtcd } from '../helpers/etcd.js';
+import { etcdForFile } from '../helpers/etcd.js';
 import { MAY_HAVE_TAKEN_EFFECT, registerHistories } from '../helpers/history-operations.js';
 import { runKvChild, startServer } from '../helpers/kv.js';
 import { kvctl } from '../server/helpers.js';
@@ -50,13 +50,7 @@ const test = needing(ava, 'etcd');
 const REPLICAS_ON = { RKV_EXPERIMENTAL_REPLICAS: '1' };
 const KEYS = 12;
 
-let etcd: EtcdProcess;
-test.before(async () => {
-  etcd = await startEtcd();
-});
-test.after.always(async () => {
-  await etcd?.stop();
-});
+const etcd = etcdForFile(test);
 
 const config = (prefix: string): Promise<ClusterConfig | undefined> => readConfig(etcd.client, prefix);
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

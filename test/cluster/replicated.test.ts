@@ -20,7 +20,7 @@ import { keySlot } from '../../protocol/hash-slots.js';
 import type { ClusterConfig } from '../../protocol/registry.js';
 import { readConfig } from '../../server/replication/config-store.js';
 import { slotReplicaNames } from '../../server/replication/placement.js';
-import { type EtcdProcess, startEtcd } from '../helpers/etcd.js';
+import { etcdForFile } from '../helpers/etcd.js';
 import { registerHistories } from '../helpers/history-operations.js';
 import { forkKvChild, processStopped, recordHistories, runKvChild } from '../helpers/kv.js';
 import { isLinearizable } from '../helpers/linearizability.js';
@@ -33,13 +33,7 @@ import { type Member, clusterDir, eventually, nextStatus, startMember, stopAll }
 const test = needing(ava, 'etcd');
 const REPLICAS_ON = { RKV_EXPERIMENTAL_REPLICAS: '1' };
 
-let etcd: EtcdProcess;
-test.before(async () => {
-  etcd = await startEtcd();
-});
-test.after.always(async () => {
-  await etcd?.stop();
-});
+const etcd = etcdForFile(test);
 
 const config = (prefix: string): Promise<ClusterConfig | undefined> => readConfig(etcd.client, prefix);
 

@@ -29,14 +29,14 @@ import { type Server, type Socket, createServer, connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import ava from 'ava';
+import ava, { type ExecutionContext } from 'ava';
 
 import { type HistoryEvent, KvClient } from '../../client/index.js';
 import { SLOT_COUNT, keySlot } from '../../protocol/hash-slots.js';
 import { type ClusterConfig, etcdKeys } from '../../protocol/registry.js';
 import { readConfig } from '../../server/replication/config-store.js';
 import { slotReplicaNames } from '../../server/replication/placement.js';
-import { type EtcdProcess, startEtcd } from '../helpers/etcd.js';
+import { etcdForFile } from '../helpers/etcd.js';
 import { MAY_HAVE_TAKEN_EFFECT, registerHistories } from '../helpers/history-operations.js';
 import { forkKvChild } from '../helpers/kv.js';
 import { isLinearizable } from '../helpers/linearizability.js';
@@ -48,13 +48,7 @@ import { type Member, clusterDir, eventually, startMember, stats, stopAll } from
 const test = needing(ava, 'etcd');
 const REPLICAS_ON = { RKV_EXPERIMENTAL_REPLICAS: '1' };
 
-let etcd: EtcdProcess;
-test.before(async () => {
-  etcd = await startEtcd();
-});
-test.after.always(async () => {
-  await etcd?.stop();
-});
+const etcd = etcdForFile(test);
 
 /** A TCP proxy to etcd that the test can cut: every connection through it is dropped, and new ones too. */
 class EtcdProxy {
@@ -100,8 +94,11 @@ class EtcdProxy {
   }
 }
 
-test.serial('--replicas 2: a primary cut off from etcd fences itself before its hash slots fail over, and a client still on the old config neither reads its old values nor lands a write there', async (t) => {
-  const prefix = '/rkv-self-fence';
+/**
+ * Three members with --replicas 2 under `prefix`, m0 reaching etcd only through `memberProxy`; a
+ * second proxy for a client's etcd. `m0Key(stem)`: a key m0 is primary of in the placed config.
+ */
+async function cutOffCluster(t: ExecutionContext, prefix: string) {
   const dir = clusterDir(t);
   const members: Member[] = [];
   const proxies = [await EtcdProxy.start(etcd.url), await EtcdProxy.start(etcd.url)];
@@ -118,10 +115,19 @@ test.serial('--replicas 2: a primary cut off from etcd fences itself before its 
   await eventually(async () => (await config())?.members.length === 3, 'the controller placed all 3 members');
   const before = (await config())!;
   const { names } = slotReplicaNames(before);
-  let key = 'k:0';
-  for (let i = 0; names[keySlot(Buffer.from(key))]![0] !== 'm0'; i++) key = `k:${i}`;
-  let counter = 'c:0';
-  for (let i = 0; names[keySlot(Buffer.from(counter))]![0] !== 'm0'; i++) counter = `c:${i}`;
+  const m0Key = (stem: string): string => {
+    let key = `${stem}:0`;
+    for (let i = 0; names[keySlot(Buffer.from(key))]![0] !== 'm0'; i++) key = `${stem}:${i}`;
+    return key;
+  };
+  return { members, memberProxy, clientProxy, config, before, m0Key };
+}
+
+test.serial('--replicas 2: a primary cut off from etcd fences itself before its hash slots fail over, and a client still on the old config neither reads its old values nor lands a write there', async (t) => {
+  const prefix = '/rkv-self-fence';
+  const { members, memberProxy, clientProxy, config, before, m0Key } = await cutOffCluster(t, prefix);
+  const key = m0Key('k');
+  const counter = m0Key('c');
 
   const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs() });
   t.teardown(() => kv.close());
@@ -193,24 +199,8 @@ function stopped(pid: number): boolean {
 
 test.serial('--replicas 2: a client SIGSTOPped across a failover and resumed before it sees the new config neither reads its old value nor completes a write under the old config', async (t) => {
   const prefix = '/rkv-paused-client';
-  const dir = clusterDir(t);
-  const members: Member[] = [];
-  const proxies = [await EtcdProxy.start(etcd.url), await EtcdProxy.start(etcd.url)];
-  const [memberProxy, childProxy] = proxies as [EtcdProxy, EtcdProxy];
-  t.teardown(async () => {
-    await stopAll(members);
-    for (const proxy of proxies) await proxy.close();
-  });
-  for (let i = 0; i < 3; i++) {
-    const etcdUrl = i === 0 ? memberProxy.url : etcd.url;
-    members.push(await startMember(dir, i, ['--etcd', etcdUrl, '--etcd-prefix', prefix, '--etcd-ttl', '2s', '--name', `m${i}`, '--replicas', '2'], undefined, REPLICAS_ON));
-  }
-  const config = (): Promise<ClusterConfig | undefined> => readConfig(etcd.client, prefix);
-  await eventually(async () => (await config())?.members.length === 3, 'the controller placed all 3 members');
-  const before = (await config())!;
-  const { names } = slotReplicaNames(before);
-  let key = 'p:0';
-  for (let i = 0; names[keySlot(Buffer.from(key))]![0] !== 'm0'; i++) key = `p:${i}`;
+  const { memberProxy, clientProxy: childProxy, config, before, m0Key } = await cutOffCluster(t, prefix);
+  const key = m0Key('p');
 
   const files = mkdtempSync(join(tmpdir(), 'rkv-paused-'));
   t.teardown(() => rmSync(files, { recursive: true, force: true }));
