@@ -114,12 +114,12 @@ export class ClientCore {
   closeConnection(connection: number, waitMs?: number): boolean {
     return waitMs === undefined ? this.#native.closeConnection(connection) : this.#native.closeConnection(connection, waitMs);
   }
-  /** itemLimit for the server behind one connection (its --max-value). */
-  /** The connection's read lease ends `ms` from now (negative: it has ended); GETs answered later end READ_LEASE_LAPSED. */
+  /** The connection's read lease ends `ms` from now (negative: it has ended); GET and INCR answers handed over later end READ_LEASE_LAPSED. */
   permitReads(connection: number, ms: number): void {
     this.#native.permitReads(connection, Math.trunc(ms));
   }
 
+  /** itemLimit for the server behind one connection (its --max-value). */
   connectionItemLimit(connection: number): number {
     return this.#native.connectionItemLimit(connection);
   }

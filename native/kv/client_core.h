@@ -205,8 +205,8 @@ class ClientCore {
   // from this connection counts only if it is handed over before `ms` from
   // now (negative: already over); later it ends READ_LEASE_LAPSED, and JS
   // runs it again once the lease is renewed or the key has moved. So does an
-  // INCR's answer (its primary's word), but an INCR so ended may have added. Connections
-  // whose server grants no leases (not replicated) are never limited.
+  // INCR's answer (its primary's word), but an INCR so ended may have added.
+  // Connections whose server grants no leases (not replicated) are never limited.
   void permit_reads(uint32_t connection, int64_t ms);
   size_t scratch_length() const { return scratch_->length(); }
 
