@@ -19,7 +19,8 @@ import { allocBuffer, freeBuffer } from './large-values.js';
 import { byServer, splitEntries } from './many.js';
 import { ClientMetrics } from './metrics.js';
 import { casVersion, checkOptions, incrDelta } from './options.js';
-import { type PutOptions, attempt, expiryAfter, putExpiry, setExpiry, ttlOf } from './expiry.js';
+import { type PutOptions, attempt, expiryAfter, putExpiry, rewriteItem, setExpiry, ttlOf } from './expiry.js';
+import type { RepairAccess } from './repair.js';
 import { takeLock } from './locks.js';
 import { type HistoryRecorder, historyRecorder } from './history.js';
 import type { OpResult } from './op-queue.js';
@@ -62,13 +63,11 @@ export class KvClient extends EventEmitter<ClientEvents> {
   }
 
   /**
-   * Connects to the server (`url`), or to the cluster (`servers`, `etcd`),
-   * and resolves when operations can be issued: every member has been tried
-   * and at least one is ready (with requireReady: false, also when none is).
-   * Members that could not be reached are retried in the background; until
-   * then their keys fail with KV_DISCONNECTED. Bad options, and an rdma://
-   * URL without a usable verbs provider (a build without rdma-core, a host
-   * without an RDMA device), reject with KV_INVALID_ARGUMENT.
+   * Connects to the server (`url`), or to the cluster (`servers`, `etcd`), and resolves when operations can be issued:
+   * every member has been tried and at least one is ready (with requireReady: false, also when none is). Members that
+   * could not be reached are retried in the background; until then their keys fail with KV_DISCONNECTED. Bad options,
+   * and an rdma:// URL without a usable verbs provider (a build without rdma-core, a host without an RDMA device),
+   * reject with KV_INVALID_ARGUMENT.
    */
   static async connect(options: KvClientOptions): Promise<KvClient> {
     checkOptions(options);
@@ -95,12 +94,8 @@ export class KvClient extends EventEmitter<ClientEvents> {
 
   /** The largest value every connected server accepts, in bytes. */
   get maxValueBytes(): number {
-    let max: number | undefined;
-    for (const server of this.servers.values()) {
-      const m = server.maxValueBytes;
-      if (m !== undefined) max = max === undefined ? m : Math.min(max, m);
-    }
-    return max ?? KvLayout.DEFAULT_MAX_VALUE_BYTES;
+    const limits = [...this.servers.values()].flatMap((s) => (s.maxValueBytes === undefined ? [] : [s.maxValueBytes]));
+    return limits.length > 0 ? Math.min(...limits) : KvLayout.DEFAULT_MAX_VALUE_BYTES;
   }
 
   /** The slot map: each member, where it is, its state and its share of slots. */
@@ -195,7 +190,10 @@ export class KvClient extends EventEmitter<ClientEvents> {
 
   private open(name: string, url: string): Promise<void> {
     const { servers: _s, etcd: _e, history: _h, metrics: _m, ...rest } = this.options;
-    const server = new ServerClient(this.recorder ? { ...rest, url, hosts: this.hosts, recorder: this.recorder } : { ...rest, url, hosts: this.hosts });
+    // A replica's read lease counts only for a config as new as the one it applied (protocol v9).
+    const etcd = this.source instanceof EtcdMembership ? this.source : undefined;
+    const config = etcd ? { configEpoch: () => etcd.config?.epoch ?? 0, configBehind: () => etcd.refreshConfig() } : {};
+    const server = new ServerClient({ ...rest, ...config, url, hosts: this.hosts, ...(this.recorder ? { recorder: this.recorder } : {}) });
     this.servers.set(name, server);
     server.on('status', (status) => {
       if (this.servers.get(name) !== server) return;
@@ -283,6 +281,11 @@ export class KvClient extends EventEmitter<ClientEvents> {
   /** Ends an allocBuffer's registration (after the ops in flight on it); later ops on it reject with KV_BAD_BUFFER. */
   freeBuffer = freeBuffer;
 
+  /** Repair's copier (server/replication/copier.ts, client/repair.ts); not for applications. */
+  repairAccess(): RepairAccess {
+    return { configEpoch: () => (this.source instanceof EtcdMembership ? this.source.config?.epoch : undefined), rewrite: (key) => this.direct(KvOp.CAS, key, undefined, rewriteItem), member: (name) => this.servers.get(name) };
+  }
+
   /** Resolves true when the key existed. */
   delete(key: Key): Promise<boolean> {
     return this.call(KvOp.DELETE, key).then((r) => r.status === KvStatus.OK);
@@ -303,11 +306,10 @@ export class KvClient extends EventEmitter<ClientEvents> {
   }
 
   /**
-   * Adds `delta` to a counter with one RDMA FETCH_AND_ADD (executed by the
-   * server's NIC, not its CPU) and resolves the new value. A missing counter
-   * is created at `delta`. Counters are unsigned and wrap modulo 2^63 (protocol v2); a negative
-   * delta subtracts. `delta` is a bigint of magnitude below 2^64, or a safe
-   * integer number; anything else rejects with KV_INVALID_ARGUMENT.
+   * Adds `delta` to a counter with one RDMA FETCH_AND_ADD (executed by the server's NIC, not its CPU) and resolves
+   * the new value. A missing counter is created at `delta`. Counters are unsigned and wrap modulo 2^63 (protocol v2);
+   * a negative delta subtracts. `delta` is a bigint of magnitude below 2^64, or a safe integer number; anything else
+   * rejects with KV_INVALID_ARGUMENT.
    */
   incr(key: Key, delta: bigint | number = 1n): Promise<bigint> {
     const d = attempt(incrDelta, delta, undefined);
@@ -316,16 +318,12 @@ export class KvClient extends EventEmitter<ClientEvents> {
   }
 
   /**
-   * Takes a distributed lock (an RDMA compare-and-swap on a lock item) and
-   * resolves with its fencing token, which grows with every acquisition of
-   * this lock: pass it to whatever the lock protects so a holder that lost
-   * the lock (it stalled and was fenced) can be refused there.
-   * Rejects with KV_LOCK_CONTENDED after `timeoutMs` (default: the client's
-   * timeoutMs), a positive number of ms; Infinity, or anything above
-   * 2^31 − 1 ms (24.8 days), waits that long: in effect without a timeout.
-   * `release()` resolves once the lock is given back; if that failed (the
-   * lock was lost, or the client closed), it rejects, and so does every
-   * later call of it.
+   * Takes a distributed lock (an RDMA compare-and-swap on a lock item) and resolves with its fencing token, which
+   * grows with every acquisition of this lock: pass it to whatever the lock protects so a holder that lost the lock
+   * (it stalled and was fenced) can be refused there. Rejects with KV_LOCK_CONTENDED after `timeoutMs` (default: the
+   * client's timeoutMs), a positive number of ms; Infinity, or anything above 2^31 − 1 ms (24.8 days), waits that
+   * long: in effect without a timeout. `release()` resolves once the lock is given back; if that failed (the lock
+   * was lost, or the client closed), it rejects, and so does every later call of it.
    */
   lock(name: Key, options: { timeoutMs?: number } = {}): Promise<{ token: bigint; release: () => Promise<void> }> {
     return takeLock(name, options, this.options.timeoutMs ?? 5000, (key) => {

@@ -40,6 +40,13 @@ export interface SessionOptions {
   pollMode?: 'busy' | 'event';
   /** @default KvLayout.DEFAULT_LOCATION_CACHE_ENTRIES */
   locationCacheEntries?: number;
+  /**
+   * The epoch of the config this client routes by (a cluster's; undefined: no config, the
+   * server was named directly). A replica's read lease counts only while it is at least the
+   * replica's (protocol v9); `configBehind` hears the replica's when it is not.
+   */
+  configEpoch?: () => number;
+  configBehind?: (epoch: number) => void;
 }
 
 /** A replica that grants no read lease now (self-fenced, or not registered yet) is asked again this often. */
@@ -81,6 +88,7 @@ export class Session {
     readonly hello: Hello,
     /** When the connect request was sent: the hello's read lease counts from then. */
     askedAt: number,
+    private readonly config: Pick<SessionOptions, 'configEpoch' | 'configBehind'>,
   ) {
     this.link = host.attach(connection, coreRegion(hello));
     this.itemLimit = host.core!.connectionItemLimit(this.link);
@@ -94,7 +102,7 @@ export class Session {
     if (hello.readLeaseMs !== undefined) {
       // A replica: no GET of ours counts past its lease (until then the core would not limit them).
       this.core.permitReads(this.link, askedAt - performance.now());
-      this.permitReads(askedAt, hello.readLeaseMs);
+      this.permitReads(askedAt, hello.readLeaseMs, hello.configEpoch);
     }
   }
 
@@ -136,7 +144,7 @@ export class Session {
       const hello = decode(controlBytes(control, index, wc.byteLen));
       if (hello.t !== 'hello' || hello.v !== KvLayout.PROTOCOL_VERSION) throw new KvProtocolError(`${url}: unexpected first message`);
       connection.postRecv([recv(control, index)]);
-      const session = new Session(host, !hosts, connection, control, hello, askedAt);
+      const session = new Session(host, !hosts, connection, control, hello, askedAt, options);
       const handler = (completion: Completion) => onControl?.(session, completion);
       host.listen(connection.qpNum, handler);
       for (const completion of early) handler(completion);
@@ -230,7 +238,7 @@ export class Session {
   pong(message: Pong): void {
     this.lastPong = performance.now();
     const sentAt = this.pingsSent.shift();
-    if (this.hello.readLeaseMs !== undefined && sentAt !== undefined) this.permitReads(sentAt, message.leaseMs ?? 0);
+    if (this.hello.readLeaseMs !== undefined && sentAt !== undefined) this.permitReads(sentAt, message.leaseMs ?? 0, message.configEpoch);
   }
 
   private ping(): void {
@@ -241,11 +249,18 @@ export class Session {
   /**
    * The server granted a read lease of `leaseMs` from `sentAt` (docs/replication-design.md §4.4):
    * the core counts this connection's GETs answered until then (less 10⁻³ of it, for clock rates),
-   * and a ping renews it halfway. No lease (0: the server is self-fenced, or not yet registered):
-   * the one held runs out, and a ping asks again shortly.
+   * and a ping renews it halfway. No lease (0: the server is self-fenced, or not yet registered),
+   * or one from a replica whose config is newer than ours (`serverEpoch`: our routing may send it
+   * a hash slot it no longer serves; we read config again): the one held runs out, and a ping asks
+   * again shortly.
    */
-  private permitReads(sentAt: number, leaseMs: number): void {
+  private permitReads(sentAt: number, leaseMs: number, serverEpoch: number | undefined): void {
     if (this.ended) return;
+    const ours = this.config.configEpoch?.();
+    if (ours !== undefined && serverEpoch !== undefined && ours < serverEpoch) {
+      leaseMs = 0;
+      this.config.configBehind?.(serverEpoch);
+    }
     const until = sentAt + leaseMs * (1 - 1e-3);
     const now = performance.now();
     if (leaseMs > 0 && until > this.readsUntil) {

@@ -46,6 +46,12 @@ export interface Hello {
    * every pong's `leaseMs` (docs/replication-design.md §4.4).
    */
   readLeaseMs?: number;
+  /**
+   * v9, with readLeaseMs: the config epoch this replica has applied. A client whose config is
+   * older counts no read on the lease (it may route a hash slot here that this member no longer
+   * serves, or holds stale since it returned) and reads config again.
+   */
+  configEpoch?: number;
 }
 /** Keepalive, both ways: RDMA has none of its own. */
 export interface Ping {
@@ -55,6 +61,8 @@ export interface Pong {
   t: 'pong';
   /** v8, only from a server whose hello had readLeaseMs: the read lease, in ms from when the ping was sent (0: none now). */
   leaseMs?: number;
+  /** v9, with leaseMs: as the hello's configEpoch, now. */
+  configEpoch?: number;
 }
 export interface GrantRequest {
   t: 'grant';

@@ -83,6 +83,11 @@ export const etcdKeys = (prefix: string) => {
     alive: `${root}/alive/`,
     config: `${root}/config`,
     controller: `${root}/controller`,
+    /** Present once the cluster has failed over: placement is never recomputed from members/ again (controller.ts). */
+    frozen: `${root}/frozen`,
+    /** repair/<target>/<primary>: what that primary's copier has copied to that target (RepairRecord). */
+    repair: `${root}/repair/`,
+    repairKey: (target: string, primary: string) => `${root}/repair/${target}/${primary}`,
     member: (name: string) => `${root}/members/${name}`,
     aliveKey: (name: string) => `${root}/alive/${name}`,
   };
@@ -115,6 +120,15 @@ export function parseClusterConfig(text: string): ClusterConfig {
 export function removedMembers(config: ClusterConfig): string[] {
   const used = new Set(config.slots.flatMap((range) => [...range.replicas, ...range.syncing]));
   return config.members.filter((_, i) => !used.has(i));
+}
+
+/** repair/<target>/<primary>: hash slot ranges `primary` has copied to `target`, each as of its epoch. */
+export interface RepairRecord {
+  copied: Array<{ from: number; to: number; epoch: number }>;
+  /** Items and bytes copied for them. */
+  items: number;
+  bytes: number;
+  at: string;
 }
 
 /** Hash slots with fewer replicas than config.replicas (a failover, or fewer zones than replicas). */

@@ -149,10 +149,15 @@ function parser(argv: string[]) {
       defaultDescription: DEFAULTS.etcdTtl,
       describe: 'with --etcd: lease time; a crashed server shows as down after this',
     })
+    .option('replace-after', {
+      requiresArg: true,
+      defaultDescription: DEFAULTS.replaceAfter,
+      describe: 'with --replicas > 1: a hash slot short of a replica this long is copied to a member holding others (at once to one holding none)',
+    })
     .option('replicas', {
       requiresArg: true,
       defaultDescription: '1',
-      describe: 'copies of each hash slot, 1 to 3, the same on every member; above 1 needs --etcd (experimental until repair is built, issue 17)',
+      describe: 'copies of each hash slot, 1 to 3, the same on every member; above 1 needs --etcd (experimental, issue 17)',
     })
     .option('zone', {
       requiresArg: true,
@@ -176,7 +181,7 @@ function parser(argv: string[]) {
 
 const SCALAR_OPTIONS = [
   'memory', 'token', 'token-file', 'buckets', 'max-value', 'grace-ms', 'keepalive-ms', 'max-clients',
-  'region-file', 'metrics-port', 'metrics-host', 'log-level', 'etcd-prefix', 'name', 'advertise', 'etcd-ttl',
+  'region-file', 'metrics-port', 'metrics-host', 'log-level', 'etcd-prefix', 'name', 'advertise', 'etcd-ttl', 'replace-after',
   'eviction', 'eviction-high', 'eviction-low', 'expiry-sweep-ms', 'replicas', 'zone',
 ] as const;
 
@@ -261,6 +266,7 @@ export async function parseArgs(argv: string[]): Promise<Parsed> {
       etcd: args.etcd as string[] | undefined,
       etcdPrefix: args['etcd-prefix'] as string | undefined,
       etcdTtl: args['etcd-ttl'] as string | undefined,
+      replaceAfter: args['replace-after'] as string | undefined,
       name: args.name as string | undefined,
       advertise: args.advertise as string | undefined,
       eviction: args.eviction as string | undefined,

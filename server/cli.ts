@@ -10,6 +10,7 @@ import { hostname } from 'node:os';
 import type { Logger } from 'pino';
 
 import { StartupError, UsageError, formatBytes } from '../protocol/operator-input.js';
+import { DEFAULT_NAMESPACE } from '../protocol/tokens.js';
 import { oneLine, parseArgs } from './cli-args.js';
 import { type RawServerArgs, type ServerConfig, resolveConfig, unroutable } from './config.js';
 import { KvConfigError, KvServer, type KvServerStats } from './kv-server.js';
@@ -17,6 +18,7 @@ import { namespaceRegionFile } from './options.js';
 import { type ServerLogging, createLogging } from './logging.js';
 import { EtcdRegistration } from './membership.js';
 import type { ReplicationController } from './replication/controller.js';
+import { Copier } from './replication/copier.js';
 import { EpochFollower } from './replication/epoch-follower.js';
 import { SelfFence } from './replication/self-fence.js';
 import { awaitFailoverOfPredecessor, checkReplicasBeforeJoining, startController } from './replication/join.js';
@@ -127,6 +129,7 @@ interface Running {
   registration: EtcdRegistration | undefined;
   controller: ReplicationController | undefined;
   follower: EpochFollower | undefined;
+  copier: Copier | undefined;
   selfFence: SelfFence | undefined;
 }
 
@@ -141,6 +144,7 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
   let registration: EtcdRegistration | undefined;
   let controller: ReplicationController | undefined;
   let selfFence: SelfFence | undefined;
+  let copier: Copier | undefined;
   try {
     if (config.metricsPort !== 0) {
       const registry = createRegistry(() => server && namespaceStats(server));
@@ -191,8 +195,9 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
         lift: () => void follower?.poke(),
         logger,
       });
-      // Only while the config applied since our lease was last granted names us (epoch-follower.ts).
-      server.grantReadLeases(() => (follower?.namedInConfig ? selfFence!.leaseMs() : undefined));
+      // Only while the config applied since our lease was last granted names us (epoch-follower.ts),
+      // and only to clients whose config is at least as new as the one applied here.
+      server.grantReadLeases(() => ({ leaseMs: follower?.namedInConfig ? selfFence!.leaseMs() : undefined, configEpoch: follower?.appliedEpoch ?? 0 }));
     }
     if (config.etcd) {
       const { advertise, ...etcd } = config.etcd;
@@ -208,10 +213,20 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
         },
       });
       controller = await startController(registration, { ...etcd, replicas }, logger);
-      if (replicas > 1) follower = await EpochFollower.start({ client: registration.client, prefix: etcd.prefix, name: etcd.name, server, logger, selfFenced: () => selfFence?.fenced === true });
+      if (replicas > 1) {
+        const { tokenFile, token } = config;
+        // Repair: what this member is primary of, it copies to the members syncing into it.
+        copier = new Copier({
+          name: etcd.name, prefix: etcd.prefix, client: registration.client, etcdHosts: etcd.hosts, namespaces: () => server!.regionStores(), logger,
+          tokenFor: (namespace) => (tokenFile ? tokenFile.entries.find((e) => e.role === 'write' && (e.namespace ?? DEFAULT_NAMESPACE) === namespace)?.token : token),
+        });
+        const copies = copier;
+        follower = await EpochFollower.start({ client: registration.client, prefix: etcd.prefix, name: etcd.name, server, logger, selfFenced: () => selfFence?.fenced === true, onApplied: (applied) => copies.configApplied(applied) });
+      }
     }
-    return { server, metrics, registration, controller, follower, selfFence };
+    return { server, metrics, registration, controller, follower, selfFence, copier };
   } catch (error) {
+    await copier?.close();
     selfFence?.close();
     await controller?.close();
     await registration?.close();
@@ -264,7 +279,7 @@ function authLine({ token, tokenFile }: ServerConfig): string {
 }
 
 /** Leaves the cluster first (clients stop dialing us), then stops serving; exits 1 if that takes too long. */
-async function shutDown({ server, metrics, registration, controller, follower, selfFence }: Running, logger: Logger, signal: NodeJS.Signals): Promise<void> {
+async function shutDown({ server, metrics, registration, controller, follower, selfFence, copier }: Running, logger: Logger, signal: NodeJS.Signals): Promise<void> {
   logger.info({ signal }, 'shutting down');
   const deadline = setTimeout(() => {
     logger.error({ timeoutMs: SHUTDOWN_TIMEOUT_MS }, 'shutdown timed out');
@@ -273,6 +288,7 @@ async function shutDown({ server, metrics, registration, controller, follower, s
   }, SHUTDOWN_TIMEOUT_MS);
   deadline.unref();
   await follower?.close();
+  await copier?.close();
   selfFence?.close();
   await controller?.close();
   await registration?.close();

@@ -28,6 +28,7 @@ export const DEFAULTS = {
   logLevel: 'info' as LogLevel,
   etcdPrefix: DEFAULT_ETCD_PREFIX,
   etcdTtl: '10s',
+  replaceAfter: '60s',
   eviction: 'none',
   evictionHigh: '90',
   evictionLow: '80',
@@ -77,6 +78,8 @@ export interface EtcdConfig {
   /** The URL clients dial; undefined: the first URL the server listens on. */
   advertise: string | undefined;
   ttlSeconds: number;
+  /** --replace-after: a hash slot short of a replica this long is repaired onto members that hold others (at once onto one that holds none). */
+  replaceAfterMs: number;
   /** --zone: this member's failure domain; undefined: its own. */
   zone: string | undefined;
 }
@@ -100,6 +103,7 @@ export interface RawServerArgs {
   etcd?: string[] | undefined;
   etcdPrefix?: string | undefined;
   etcdTtl?: string | undefined;
+  replaceAfter?: string | undefined;
   name?: string | undefined;
   advertise?: string | undefined;
   eviction?: string | undefined;
@@ -195,7 +199,7 @@ function resolveEviction(args: RawServerArgs): Pick<ServerConfig, 'eviction' | '
 /** --etcd and its companions; they mean nothing without it. */
 function resolveEtcd(args: RawServerArgs, listen: string[]): EtcdConfig | undefined {
   if (!args.etcd || args.etcd.length === 0) {
-    for (const [value, option] of [[args.name, '--name'], [args.advertise, '--advertise'], [args.etcdPrefix, '--etcd-prefix'], [args.etcdTtl, '--etcd-ttl'], [args.zone, '--zone']] as const) {
+    for (const [value, option] of [[args.name, '--name'], [args.advertise, '--advertise'], [args.etcdPrefix, '--etcd-prefix'], [args.etcdTtl, '--etcd-ttl'], [args.replaceAfter, '--replace-after'], [args.zone, '--zone']] as const) {
       if (value !== undefined) throw new UsageError(`${option} only means something with --etcd`);
     }
     return undefined;
@@ -224,7 +228,8 @@ function resolveEtcd(args: RawServerArgs, listen: string[]): EtcdConfig | undefi
   if (!prefix.startsWith('/') || prefix.length < 2) throw new UsageError(`--etcd-prefix ${prefix}: expected an absolute key prefix such as /rdma-kv`);
   const ttlMs = parseDuration(args.etcdTtl ?? DEFAULTS.etcdTtl, '--etcd-ttl');
   if (ttlMs < 2000 || ttlMs % 1000 !== 0) throw new UsageError('--etcd-ttl: a whole number of seconds, at least 2s');
-  return { hosts, prefix, name, advertise, ttlSeconds: ttlMs / 1000, zone: args.zone === undefined ? undefined : checkZone(args.zone) };
+  const replaceAfterMs = parseDuration(args.replaceAfter ?? DEFAULTS.replaceAfter, '--replace-after');
+  return { hosts, prefix, name, advertise, ttlSeconds: ttlMs / 1000, replaceAfterMs, zone: args.zone === undefined ? undefined : checkZone(args.zone) };
 }
 
 /** A wildcard address: fine to listen on, useless to dial. */

@@ -22,7 +22,8 @@ import { Namespace } from './namespace.js';
 import type { EpochBarrierReport } from './replication/epoch-barrier.js';
 import type { EpochTable } from './store/epoch-table.js';
 import { type KvServerOptions, type ServerSettings, KvConfigError, checkOptions, checkTokens, namespaceNames, namespaceRegionFile } from './options.js';
-import { ReadLeases } from './sessions/read-leases.js';
+import { type LeaseGrant, ReadLeases } from './sessions/read-leases.js';
+import type { RegionStore } from './store/region.js';
 import { TokenTable } from './sessions/tokens.js';
 import type { KvServerStats } from './stats.js';
 import type { RegionLayout } from './store/layout.js';
@@ -209,13 +210,26 @@ export class KvServer extends EventEmitter {
     return ns.epochBarrier(hashSlots, epoch, mayOpen);
   }
 
+  /** Removes namespace `name`'s items of `hashSlots` (a member syncing into them, epoch-follower.ts); resolves how many. */
+  dropHashSlots(hashSlots: readonly number[], name: string = DEFAULT_NAMESPACE): Promise<number> {
+    const ns = this.hosted.get(name);
+    if (!ns) return Promise.reject(new KvConfigError(`no namespace '${name}' on this server (it hosts ${this.namespaces.join(', ')})`));
+    return ns.dropHashSlots(hashSlots);
+  }
+
   /**
-   * From now on this server grants read leases of `leaseMs()` (undefined or not above 0: none
-   * now) in its hellos and pongs (sessions/read-leases.ts). kv-server --replicas > 1 calls it with
-   * its self-fence deadline (replication/self-fence.ts) before it registers.
+   * From now on this server grants read leases as `grant()` says (its `leaseMs` undefined or not
+   * above 0: none now), with the config epoch it has applied, in its hellos and pongs
+   * (sessions/read-leases.ts). kv-server --replicas > 1 calls it with its self-fence deadline
+   * (replication/self-fence.ts) before it registers.
    */
-  grantReadLeases(leaseMs: () => number | undefined): void {
-    this.leases.grantFrom(leaseMs);
+  grantReadLeases(grant: () => LeaseGrant): void {
+    this.leases.grantFrom(grant);
+  }
+
+  /** Each namespace's region (repair's copier walks its index: replication/copier.ts). */
+  regionStores(): Array<{ name: string; store: RegionStore }> {
+    return [...this.hosted.values()].map((ns) => ({ name: ns.name, store: ns.store }));
   }
 
   /** Each namespace's epoch table (undefined: a region of format 4 or earlier has none). */

@@ -25,6 +25,7 @@ import { Notices } from './notices.js';
 import type { ServerSettings } from './options.js';
 import { Chain } from './recovery/chain.js';
 import { Departures } from './recovery/departures.js';
+import { type DropParts, dropHashSlots } from './replication/drop.js';
 import { type EpochBarrierReport, runEpochBarrier } from './replication/epoch-barrier.js';
 import { HeldBlocks } from './recovery/held-blocks.js';
 import { LockRelease } from './recovery/locks.js';
@@ -63,6 +64,7 @@ export class Namespace {
   /** with eviction on: what the server knows of each item's use (eviction chooses by it) */
   readonly use: ItemUse | undefined;
   private readonly expiry: ExpirySweep;
+  private readonly removal: DropParts;
   private readonly timers: NodeJS.Timeout[] = [];
   private closed = false;
 
@@ -92,6 +94,7 @@ export class Namespace {
     const loopbackChain = new Chain();
     // Removals (eviction, expiry) take bucket locks as an owner id no client ever has.
     const removal = { store, stats, use: this.use, owner: this.clients.newId(), loopbackChain, log, isClosed, fabric: () => this.loopbackFabric() };
+    this.removal = { ...removal, unannounced: (block) => unannounced(block) };
     let evictor: Evictor | undefined;
     if (eviction !== 'none') {
       const high = settings.evictionHighPercent / 100;
@@ -261,6 +264,11 @@ export class Namespace {
   epochBarrier(hashSlots: readonly number[], epoch: number, mayOpen?: () => boolean): Promise<EpochBarrierReport> {
     const liveOwners = () => this.clients.liveIds(this.departures.departing);
     return runEpochBarrier({ store: this.store, liveOwners, isClosed: () => this.closed }, hashSlots, epoch, mayOpen);
+  }
+
+  /** Removes every item of `hashSlots` (a member syncing into them: replication/drop.ts); resolves how many. */
+  dropHashSlots(hashSlots: readonly number[]): Promise<number> {
+    return dropHashSlots(this.removal, hashSlots);
   }
 
   stats(): KvServerStats {

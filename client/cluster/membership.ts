@@ -99,6 +99,29 @@ export class EtcdMembership extends EventEmitter<SourceEvents> implements Member
     this.watcher.on('error', (error) => this.emit('error', new KvDisconnectedError(`etcd watch: ${error.message}`)));
   }
 
+  private refreshing: Promise<void> | undefined;
+
+  /**
+   * Reads config once more (one at a time): a replica said its config is newer than ours (its
+   * read lease does not count for us until we have it) and our watch has not brought it, say
+   * because this process was paused or its etcd connection stalled.
+   */
+  refreshConfig(): void {
+    this.refreshing ??= this.client
+      .get(this.keys.config)
+      .exec()
+      .then((read) => {
+        const kv = read.kvs[0];
+        if (kv) this.newConfig(kv);
+      })
+      .catch((error: unknown) => {
+        this.emit('error', new KvDisconnectedError(`etcd: reading config again: ${(error as Error).message}`));
+      })
+      .finally(() => {
+        this.refreshing = undefined;
+      });
+  }
+
   /** A config written after the first read: routed by once it parses. */
   private newConfig(kv: IKeyValue): void {
     if (this.apply(kv, false) && this.config) this.emit('config', this.config);
@@ -111,7 +134,10 @@ export class EtcdMembership extends EventEmitter<SourceEvents> implements Member
     if (key === keys.config) {
       if (deleted) return false; // only an operator deletes it: keep routing by the last one
       try {
-        this.config = parseClusterConfig(kv.value.toString());
+        const config = parseClusterConfig(kv.value.toString());
+        // Epochs only grow: a watch event older than a config read since (refreshConfig) is not applied.
+        if (this.config && config.epoch < this.config.epoch) return false;
+        this.config = config;
         return true;
       } catch (error) {
         this.warn(error as Error);

@@ -3,8 +3,9 @@
 // replica set as one ServerClient view, its primary's with its backups
 // (ServerClient.withBackups), so reads go to the primary and PUT, DELETE and
 // CAS to every replica, each write carrying the hash slot's epoch (the servers'
-// epoch words check it: docs/replication-design.md §4.2). One view per distinct
-// replica set and epoch, shared by its slots.
+// epoch words check it: docs/replication-design.md §4.2). Members syncing into
+// a hash slot (repair) are written as its backups are, after them, and never
+// read. One view per distinct replica set and epoch, shared by its slots.
 import { SLOT_COUNT } from '../../protocol/hash-slots.js';
 import { KvDisconnectedError, type KvError } from '../../protocol/errors.js';
 import type { ClusterConfig } from '../../protocol/registry.js';
@@ -16,7 +17,7 @@ export function replicaSets(config: ClusterConfig | undefined, servers: Readonly
   const sets = new Array<ServerClient | KvError>(SLOT_COUNT);
   const views = new Map<string, ServerClient | KvError>();
   for (const range of config.slots) {
-    const names = range.replicas.map((i) => config.members[i]!);
+    const names = [...range.replicas, ...range.syncing].map((i) => config.members[i]!);
     const id = `${names.join('\0')}\0${range.epoch}`;
     let set = views.get(id);
     if (set === undefined) {

@@ -11,7 +11,7 @@
 // period, so a reader that found the item before the unlink still reads it
 // whole. Run on the loopback chain (one user of its scratch at a time).
 import { Opcode } from '../../native/index.js';
-import { ItemState } from '../../protocol/constants.js';
+import { ItemHeader, ItemState } from '../../protocol/constants.js';
 import { EMPTY_SLOT, itemStateOffset, lockOwner, lockVersion, lockWord, releaseAddend, slotBlock, slotUnits } from '../../protocol/index-format.js';
 import type { Fabric } from '../fabric.js';
 import { loopbackAtomics } from '../recovery/loopback.js';
@@ -24,6 +24,8 @@ export interface Victim {
   bucket: number;
   i: number;
   slot: bigint;
+  /** A counter's or lock's seal (sealOf): added to its word under the bucket lock before the unlink, so an atomic through a cached address sees it and starts over. */
+  seal?: bigint;
 }
 
 export interface RemoveParts {
@@ -64,6 +66,14 @@ export async function removeItems(
     'locking buckets to remove items',
   );
   const locked = buckets.filter((_, k) => found[k] === expected[k] && lockOwner(expected[k]!) === 0);
+  const sealing = locked.flatMap((bucket) => byBucket.get(bucket)!.filter((v) => v.seal !== undefined && index.slot(bucket, v.i) === v.slot && v.slot !== EMPTY_SLOT));
+  if (sealing.length > 0) {
+    await loopbackAtomics(
+      fabric,
+      sealing.map((v) => ({ at: store.itemAt(slotBlock(v.slot)) + ItemHeader.ATOMIC_WORD, opcode: Opcode.FETCH_AND_ADD, compareAdd: v.seal! })),
+      'sealing counters and locks to remove them',
+    );
+  }
   const region = store.bytes;
   let items = 0;
   let bytes = 0;

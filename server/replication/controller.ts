@@ -10,10 +10,15 @@
 //     etcd), it fails it over: the member leaves every hash slot's replicas, each
 //     such hash slot moving to a new epoch with its next replica as primary
 //     (withoutReplicas; docs/replication-design.md §4.5). From then on placement
-//     is frozen (no recomputation from members/) while a failed-over member is
-//     listed: the region of a member that returns is stale, and so would be any
-//     member a recomputation gave hash slots without copying them; repair (step
-//     7) will end the freeze.
+//     is frozen (<prefix>/frozen: no recomputation from members/, which would
+//     move hash slots to members without copying them); instead
+//   - repair (§5): a hash slot with fewer replicas than --replicas gets live
+//     members syncing into it at a new epoch (withSyncing): they take every
+//     write from then on while its primary copies what was there before
+//     (copier.ts), and when the copier reports a copy done at the hash slot's
+//     epoch (repair/<target>/<primary>), the target becomes a replica
+//     (withSynced). A member that returns after a failover is such a target
+//     like any other (its stale items are dropped first: epoch-follower.ts).
 // The controller key shares the holder's alive lease, so when the controller
 // dies, the key goes when its lease lapses, the others see the deletion on their
 // watch, and one of them takes over, from the config in etcd (its epoch is never
@@ -22,9 +27,9 @@ import type { Etcd3, IKeyValue, Watcher } from 'etcd3';
 import type { Logger } from 'pino';
 
 import type { PlacedMember } from '../../protocol/hash-slots.js';
-import { type ClusterConfig, type ControllerRecord, type MemberRecord, etcdKeys } from '../../protocol/registry.js';
+import { type ClusterConfig, type ControllerRecord, type MemberRecord, type RepairRecord, etcdKeys } from '../../protocol/registry.js';
 import { readStoredConfig, writeConfig } from './config-store.js';
-import { nextConfig, removedMembers, withoutReplicas } from './placement.js';
+import { type CopiedRange, nextConfig, removedMembers, withSynced, withSyncing, withoutReplicas } from './placement.js';
 
 export interface ControllerOptions {
   client: Etcd3;
@@ -36,6 +41,8 @@ export interface ControllerOptions {
   leaseId: () => string | undefined;
   /** The members' lease TTL (--etcd-ttl): a member not seen alive since this process started is failed over only after it. */
   ttlMs: number;
+  /** --replace-after: how long hash slots stay short of a replica before members holding others are made to sync into them. */
+  replaceAfterMs: number;
   logger: Logger;
 }
 
@@ -57,6 +64,9 @@ export class ReplicationController {
   private readonly deletedAt = new Map<string, number>();
   private readonly startedAt = performance.now();
   private grace: NodeJS.Timeout | undefined;
+  /** Since when (this process's clock) config has had hash slots short of replicas; the timer that looks again at --replace-after. */
+  private shortSince: number | undefined;
+  private replaceTimer: NodeJS.Timeout | undefined;
 
   private constructor(private readonly options: ControllerOptions) {
     this.keys = etcdKeys(options.prefix);
@@ -87,7 +97,8 @@ export class ReplicationController {
       else this.deletedAt.delete(name);
     }
     const aliveChange = this.options.replicas > 1 ? key.startsWith(keys.alive) : key === keys.aliveKey(this.options.name);
-    if (key.startsWith(keys.members) || key === keys.controller || (key === keys.config && deleted) || aliveChange) void this.poke();
+    const repairChange = this.options.replicas > 1 && key.startsWith(keys.repair) && !deleted;
+    if (key.startsWith(keys.members) || key === keys.controller || (key === keys.config && deleted) || aliveChange || repairChange) void this.poke();
   }
 
   /** Runs a round now, or once more after the one running: events during a round are never lost. */
@@ -145,7 +156,10 @@ export class ReplicationController {
           await this.failOver(stored.config, stored.modRevision, dead, leaseId);
           return;
         }
-        if (this.frozen(stored.config)) return;
+        if (await this.frozen(stored.config)) {
+          await this.repair(stored.config, stored.modRevision, placed.filter((member) => alive.has(member.name)), leaseId);
+          return;
+        }
       }
       placed = placed.filter((member) => alive.has(member.name));
     }
@@ -188,6 +202,7 @@ export class ReplicationController {
     const { client, logger } = this.options;
     const next = withoutReplicas(config, dead);
     if (next === undefined) return; // every hash slot of theirs has no live replica: nothing to promote
+    await client.put(this.keys.frozen).value(JSON.stringify({ since: new Date().toISOString(), epoch: next.epoch, failed: [...dead] }));
     if (await writeConfig(client, this.keys, next, modRevision, leaseId, [...dead].map((name) => this.keys.aliveKey(name)))) {
       const promoted = next.slots.filter((r) => r.epoch === next.epoch).reduce((n, r) => n + r.to - r.from + 1, 0);
       logger.warn({ failed: [...dead], epoch: next.epoch, hashSlots: promoted }, 'controller: failover: members without a live registration left their hash slots\' replicas');
@@ -196,13 +211,77 @@ export class ReplicationController {
     }
   }
 
-  /** Whether placement is frozen (a failed-over member is listed; see the top of this file), said once per config. */
-  private frozen(config: ClusterConfig): boolean {
+  /**
+   * Repair (withSynced, then withSyncing): promotes the targets whose copies are reported done,
+   * else gives hash slots short of replicas members to sync into. Whether it wrote a config (or
+   * must look again).
+   */
+  private async repair(config: ClusterConfig, modRevision: string, live: PlacedMember[], leaseId: string): Promise<boolean> {
+    const { client, logger, replaceAfterMs } = this.options;
+    const records = await client.getAll().prefix(this.keys.repair).exec();
+    const copied = new Map<string, CopiedRange[]>();
+    for (const kv of records.kvs) {
+      const [target] = kv.key.toString().slice(this.keys.repair.length).split('/');
+      try {
+        const record = JSON.parse(kv.value.toString()) as Partial<RepairRecord>;
+        if (target && Array.isArray(record.copied)) copied.set(target, [...(copied.get(target) ?? []), ...record.copied.filter(isCopiedRange)]);
+      } catch {
+        // unreadable: that copy is simply not counted as done
+      }
+    }
+    let next: ClusterConfig | undefined;
+    let promoted: string | undefined;
+    for (const [target, ranges] of copied) {
+      next = withSynced(next ?? config, target, ranges) ?? next;
+      if (next) promoted = target;
+    }
+    const why = next ? 'repair: copies done, their targets are replicas now' : 'repair: hash slots short of replicas get members syncing into them';
+    next ??= withSyncing(config, this.repairCandidates(config, live, replaceAfterMs));
+    if (next === undefined) return false;
+    if (await writeConfig(client, this.keys, next, modRevision, leaseId)) {
+      const syncing = next.slots.reduce((n, r) => n + (r.syncing.length > 0 ? r.to - r.from + 1 : 0), 0);
+      logger.warn({ epoch: next.epoch, syncingHashSlots: syncing, ...(promoted ? { promoted } : {}) }, `controller: ${why}`);
+    } else {
+      this.again = true;
+    }
+    return true;
+  }
+
+  /**
+   * Who may sync into hash slots short of replicas: a live member holding none at once (one that
+   * returned after a failover, or joined), the others once the shortage is --replace-after old
+   * (the dead member may return meanwhile, and copying to it costs no other member memory).
+   */
+  private repairCandidates(config: ClusterConfig, live: PlacedMember[], replaceAfterMs: number): PlacedMember[] {
+    const short = config.slots.some((r) => r.replicas.length + r.syncing.length < config.replicas);
+    if (!short) {
+      this.shortSince = undefined;
+      return [];
+    }
+    const now = performance.now();
+    this.shortSince ??= now;
+    const holding = new Set(config.slots.flatMap((r) => [...r.replicas, ...r.syncing]).map((i) => config.members[i]!));
+    const spare = live.filter((m) => !holding.has(m.name));
+    if (now - this.shortSince >= replaceAfterMs) return live;
+    this.replaceTimer ??= setTimeout(() => {
+      this.replaceTimer = undefined;
+      void this.poke();
+    }, this.shortSince + replaceAfterMs - now + 50);
+    return spare;
+  }
+
+  /**
+   * Whether placement is frozen: the cluster has failed over (<prefix>/frozen) or lists a member
+   * holding nothing. A recomputation would move hash slots to members without their items; repair
+   * fills hash slots short of replicas instead. Said once per config.
+   */
+  private async frozen(config: ClusterConfig): Promise<boolean> {
     const removed = removedMembers(config);
-    if (removed.length === 0) return false;
+    const marked = removed.length > 0 || (await this.options.client.get(this.keys.frozen).exec()).kvs.length > 0;
+    if (!marked) return false;
     if (this.frozenAt !== config.epoch) {
       this.frozenAt = config.epoch;
-      this.options.logger.warn({ removed, epoch: config.epoch }, 'controller: placement is frozen after a failover: members joining or returning get no hash slots until repair exists (docs/replication-design.md, step 7)');
+      this.options.logger.warn({ removed, epoch: config.epoch }, 'controller: placement is frozen since a failover: members joining get hash slots only as repair targets (docs/cluster.md)');
     }
     return true;
   }
@@ -211,9 +290,15 @@ export class ReplicationController {
     this.closed = true;
     if (this.retry) clearTimeout(this.retry);
     if (this.grace) clearTimeout(this.grace);
+    if (this.replaceTimer) clearTimeout(this.replaceTimer);
     await this.watcher?.cancel().catch(() => undefined);
     await this.running;
   }
+}
+
+function isCopiedRange(c: unknown): c is CopiedRange {
+  const r = c as Partial<CopiedRange> | null;
+  return r !== null && typeof r === 'object' && Number.isInteger(r.from) && Number.isInteger(r.to) && Number.isInteger(r.epoch);
 }
 
 /** The members to place: those whose record is compatible with the cluster's replica count. */

@@ -1,9 +1,13 @@
 // A replica's epoch words follow the config (docs/replication-design.md §4.2,
 // §4.3): every member with --replicas > 1 watches <prefix>/config and, for each
 // hash slot, makes its word in every namespace's epoch table say
-//   (E, OPEN)    when this member is one of the hash slot's replicas at epoch E:
-//                through the barrier (epoch-barrier.ts), so no write decided
-//                under an earlier epoch commits here afterwards;
+//   (E, OPEN)    when this member is one of the hash slot's replicas at epoch E,
+//                or syncing into it (repair, copier.ts: it takes every write
+//                while the primary copies what was there before): through the
+//                barrier (epoch-barrier.ts), so no write decided under an
+//                earlier epoch commits here afterwards. A member that starts
+//                syncing a hash slot it did not serve first drops whatever it
+//                holds of it (stale since it left), while its word is fenced;
 //   (E, FENCED)  when it is not: a writer with an older config reads another
 //                epoch (KV_EPOCH_MOVED, it refreshes), one with this config
 //                waits (this member serves no write of the hash slot).
@@ -24,6 +28,8 @@ import { slotReplicaNames } from './placement.js';
 /** What the follower needs of kv-server: its namespaces' tables and the barrier on each. */
 export interface EpochWords {
   epochTables(): Array<{ name: string; table: EpochTable | undefined }>;
+  /** Removes this member's items of `hashSlots` in namespace `name` (their words are fenced: no client writes them). */
+  dropHashSlots(hashSlots: readonly number[], name: string): Promise<number>;
   epochBarrier(hashSlots: readonly number[], epoch: number, name: string, mayOpen: () => boolean): Promise<EpochBarrierReport>;
 }
 
@@ -36,6 +42,8 @@ export interface EpochFollowerOptions {
   logger: Logger;
   /** While true (self-fence.ts: etcd unreachable), nothing opens: every word stays fenced. */
   selfFenced?: () => boolean;
+  /** After each config is applied, its barriers passed (copier.ts starts its copies from here). */
+  onApplied?: (config: ClusterConfig) => void;
 }
 
 /** After a failed read of config (etcd unreachable), the next one is tried this much later. */
@@ -51,6 +59,7 @@ export class EpochFollower {
   /** Counts forgetConfig() calls: a config read before the latest one proves nothing. */
   private generation = 0;
   private named = false;
+  private applied = 0;
 
   private constructor(private readonly options: EpochFollowerOptions) {
     this.keys = etcdKeys(options.prefix);
@@ -82,7 +91,11 @@ export class EpochFollower {
         try {
           const stored = await readStoredConfig(this.options.client, this.keys);
           const named = stored?.config ? await this.apply(stored.config) : false;
-          if (named !== undefined && generation === this.generation) this.named = named;
+          if (named !== undefined && generation === this.generation) {
+            this.named = named;
+            this.applied = stored?.config?.epoch ?? 0;
+          }
+          if (named !== undefined && stored?.config) this.options.onApplied?.(stored.config);
         } catch (error) {
           if (this.closed) break;
           this.options.logger.warn({ err: error }, `epoch follower: cannot apply config; trying again in ${RETRY_MS} ms`);
@@ -99,12 +112,17 @@ export class EpochFollower {
 
   /**
    * Whether the last config applied since forgetConfig() names this member a replica of some
-   * hash slot: only then does it grant read leases (cli.ts). A member whose etcd lease lapsed
+   * hash slot (or syncing into one): only then does it grant read leases (cli.ts). A member whose etcd lease lapsed
    * may have been failed over while it could not see config; a member just started has not
    * read it yet.
    */
   get namedInConfig(): boolean {
     return this.named;
+  }
+
+  /** The epoch of the last config applied (0: none yet): read leases go only to clients whose config is as new (read-leases.ts). */
+  get appliedEpoch(): number {
+    return this.applied;
   }
 
   /** Our etcd lease was lost, or claimed anew: until a config read after this is applied, we are named in none. */
@@ -117,16 +135,21 @@ export class EpochFollower {
   private async apply(config: ClusterConfig): Promise<boolean | undefined> {
     const { name, server, logger, selfFenced = () => false } = this.options;
     if (selfFenced()) return undefined; // lifting the fence pokes us again
-    const { names, epochs } = slotReplicaNames(config);
+    const { names, syncing, epochs } = slotReplicaNames(config);
     for (const { name: namespace, table } of server.epochTables()) {
       if (!table) continue; // format 4: kv-server refuses it with --replicas > 1
       const opening = new Map<number, number[]>();
       const fencing = new Map<number, number[]>();
+      const entering: number[] = []; // syncing into, from not serving: dropped before they open
       for (let slot = 0; slot < SLOT_COUNT; slot++) {
         const epoch = epochs[slot]!;
-        const mine = names[slot]!.includes(name);
+        const entersSync = syncing[slot]!.includes(name);
+        const mine = entersSync || names[slot]!.includes(name);
         const now = table.read(slot);
         if (now.epoch === epoch && now.state === (mine ? 'open' : 'fenced')) continue;
+        // Not open, at another epoch: it did not take this hash slot's writes (it returned, or was fenced since an
+        // older epoch). Fenced at this very epoch (self-fenced meanwhile), it missed none: writes wait for its word.
+        if (entersSync && now.state !== 'open' && now.epoch !== epoch) entering.push(slot);
         const into = mine ? opening : fencing;
         let list = into.get(epoch);
         if (!list) into.set(epoch, (list = []));
@@ -134,6 +157,10 @@ export class EpochFollower {
       }
       // Fenced first: nothing this member stops serving stays open while a barrier waits.
       for (const [epoch, slots] of fencing) table.store(slots, epoch, 'fenced');
+      if (entering.length > 0) {
+        const dropped = await server.dropHashSlots(entering, namespace);
+        logger.info({ namespace, epoch: config.epoch, hashSlots: entering.length, dropped }, 'epoch follower: syncing into hash slots: dropped what this member held of them');
+      }
       for (const [epoch, slots] of opening) {
         if (this.closed) return undefined;
         // Self-fenced meanwhile: the barrier ends them fenced, not open.
@@ -144,7 +171,8 @@ export class EpochFollower {
       const fenced = [...fencing.values()].reduce((n, s) => n + s.length, 0);
       if (fenced > 0) logger.info({ namespace, epoch: config.epoch, hashSlots: fenced }, 'epoch follower: hash slots fenced (not a replica of them)');
     }
-    return names.some((replicas) => replicas.includes(name));
+    // Syncing counts: a client reads only primaries, and one whose config is older than ours gets no lease (read-leases.ts).
+    return names.some((replicas, slot) => replicas.includes(name) || syncing[slot]!.includes(name));
   }
 
   /** Stops following. A barrier running ends when the server closes (kv-server closes it next), not before. */

@@ -41,7 +41,8 @@ export async function awaitConfig(client: Etcd3, prefix: string, replicas: numbe
 }
 
 /**
- * With --replicas > 1, before registering: a member that config still names as a replica (it
+ * With --replicas > 1, before registering: a member that config still names as a replica, or as
+ * syncing into a hash slot (it
  * crashed or stopped and is back before the controller failed it over) waits until it has been
  * failed over, since its region may be empty or stale and nothing yet proves otherwise (the region
  * id check of docs/replication-design.md §4.5 is to come). Its predecessor's alive key at our URL
@@ -54,7 +55,8 @@ export async function awaitFailoverOfPredecessor(client: Etcd3, prefix: string, 
   for (;;) {
     const config = await readConfig(client, prefix);
     const index = config?.members.indexOf(name) ?? -1;
-    if (!config || index < 0 || !config.slots.some((r) => r.replicas.includes(index) && r.replicas.length > 1)) return;
+    // Syncing into a hash slot counts too: its copy may be reported done, and its items are gone with this restart.
+    if (!config || index < 0 || !config.slots.some((r) => (r.replicas.includes(index) && r.replicas.length > 1) || r.syncing.includes(index))) return;
     if (!said) {
       said = true;
       logger.warn({ member: name, epoch: config.epoch }, 'config still names this member a replica: waiting for the controller to fail its previous run over before registering');
@@ -80,10 +82,10 @@ export async function awaitFailoverOfPredecessor(client: Etcd3, prefix: string, 
  * that agrees with its --replicas. A refused member removes the member key it created, so the
  * cluster does not keep a member that never served.
  */
-export async function startController(registration: EtcdRegistration, options: { prefix: string; name: string; replicas: number; ttlSeconds: number }, logger: Logger): Promise<ReplicationController> {
+export async function startController(registration: EtcdRegistration, options: { prefix: string; name: string; replicas: number; ttlSeconds: number; replaceAfterMs: number }, logger: Logger): Promise<ReplicationController> {
   const { client } = registration;
-  const { prefix, name, replicas } = options;
-  const controller = await ReplicationController.start({ client, prefix, name, replicas, leaseId: () => registration.leaseId, ttlMs: options.ttlSeconds * 1000, logger });
+  const { prefix, name, replicas, replaceAfterMs } = options;
+  const controller = await ReplicationController.start({ client, prefix, name, replicas, leaseId: () => registration.leaseId, ttlMs: options.ttlSeconds * 1000, replaceAfterMs, logger });
   try {
     // A dead controller's key lapses within a TTL; then some member (maybe this one) writes config.
     await awaitConfig(client, prefix, replicas, performance.now() + options.ttlSeconds * 1000 + 10_000);

@@ -49,42 +49,142 @@ export function withoutReplicas(config: ClusterConfig, dead: ReadonlySet<string>
   if (epoch > 0xffffffff) throw new RangeError('config epoch exhausted (32 bits)');
   const deadIndex = new Set(config.members.flatMap((name, i) => (dead.has(name) ? [i] : [])));
   const replicas: number[][] = [];
+  const syncing: number[][] = [];
   const epochs = new Uint32Array(SLOT_COUNT);
   let changed = false;
   for (const range of config.slots) {
     const live = range.replicas.filter((i) => !deadIndex.has(i));
-    const moved = live.length > 0 && live.length < range.replicas.length;
+    const liveSyncing = range.syncing.filter((i) => !deadIndex.has(i));
+    // A dead syncing member leaves too (its copy is lost with it); the primary's copy to the others starts over.
+    const moved = live.length > 0 && (live.length < range.replicas.length || liveSyncing.length < range.syncing.length);
     changed ||= moved;
     for (let slot = range.from; slot <= range.to; slot++) {
       replicas[slot] = moved ? live : range.replicas;
+      syncing[slot] = moved ? liveSyncing : range.syncing;
       epochs[slot] = moved ? epoch : range.epoch;
     }
   }
   if (!changed) return undefined;
-  return { epoch, replicas: config.replicas, members: config.members, slots: toRanges(replicas, epochs) };
+  return { epoch, replicas: config.replicas, members: config.members, slots: toRanges(replicas, epochs, syncing) };
 }
 
-/** Per hash slot: its replicas' names (primary first) and its epoch. */
-export function slotReplicaNames(config: ClusterConfig): { names: string[][]; epochs: Uint32Array } {
+/**
+ * Repair (docs/replication-design.md §5), its start: every hash slot with fewer replicas and
+ * syncing members than config.replicas gets live members syncing into it, at a new epoch. From
+ * then on every write of the hash slot also goes to them (client/cluster/replica-sets.ts), and its
+ * primary copies what was there before (copier.ts). A candidate is chosen in a zone the hash
+ * slot does not use yet if there is one, then by the fewest hash slots held, then by name; ranges
+ * stay whole. `candidates`: live members that may hold hash slots (new ones join `members`).
+ * undefined: nothing to repair, or no candidate.
+ */
+export function withSyncing(config: ClusterConfig, candidates: readonly PlacedMember[]): ClusterConfig | undefined {
+  const members = [...config.members];
+  const zoneOf = new Map(candidates.map((m) => [m.name, m.zone]));
+  const indexOf = (name: string): number => {
+    let i = members.indexOf(name);
+    if (i < 0) i = members.push(name) - 1;
+    return i;
+  };
+  const load = new Map<string, number>(candidates.map((m) => [m.name, 0]));
+  for (const range of config.slots) {
+    for (const i of [...range.replicas, ...range.syncing]) {
+      const name = config.members[i]!;
+      if (load.has(name)) load.set(name, load.get(name)! + range.to - range.from + 1);
+    }
+  }
+  const epoch = config.epoch + 1;
+  if (epoch > 0xffffffff) throw new RangeError('config epoch exhausted (32 bits)');
+  const slots: SlotRange[] = [];
+  let changed = false;
+  for (const range of config.slots) {
+    const holding = [...range.replicas, ...range.syncing].map((i) => config.members[i]!);
+    const syncing = [...range.syncing];
+    while (holding.length < config.replicas) {
+      const zones = new Set(holding.map((name) => zoneOf.get(name)));
+      const pick = candidates
+        .filter((m) => !holding.includes(m.name))
+        .sort((a, b) => Number(zones.has(a.zone) && a.zone !== undefined) - Number(zones.has(b.zone) && b.zone !== undefined) || load.get(a.name)! - load.get(b.name)! || (a.name < b.name ? -1 : 1))[0];
+      if (!pick) break;
+      holding.push(pick.name);
+      syncing.push(indexOf(pick.name));
+      load.set(pick.name, load.get(pick.name)! + range.to - range.from + 1);
+    }
+    if (syncing.length > range.syncing.length) {
+      changed = true;
+      slots.push({ ...range, syncing, epoch });
+    } else {
+      slots.push(range);
+    }
+  }
+  if (!changed) return undefined;
+  return { epoch, replicas: config.replicas, members, slots: merged(slots) };
+}
+
+/** What a copier reported done: `target` holds every item of hash slots `from`..`to` as of `epoch`. */
+export interface CopiedRange {
+  from: number;
+  to: number;
+  epoch: number;
+}
+
+/**
+ * Repair, its end: `target` becomes a replica (the last backup) of every hash slot it was syncing
+ * into whose copy is reported done at the hash slot's current epoch, at a new epoch. undefined:
+ * none is.
+ */
+export function withSynced(config: ClusterConfig, target: string, copied: readonly CopiedRange[]): ClusterConfig | undefined {
+  const t = config.members.indexOf(target);
+  if (t < 0) return undefined;
+  const epoch = config.epoch + 1;
+  if (epoch > 0xffffffff) throw new RangeError('config epoch exhausted (32 bits)');
+  let changed = false;
+  const slots = config.slots.map((range) => {
+    const done = range.syncing.includes(t) && copied.some((c) => c.epoch === range.epoch && c.from <= range.from && range.to <= c.to);
+    if (!done) return range;
+    changed = true;
+    return { ...range, replicas: [...range.replicas, t], syncing: range.syncing.filter((i) => i !== t), epoch };
+  });
+  if (!changed) return undefined;
+  return { epoch, replicas: config.replicas, members: config.members, slots: merged(slots) };
+}
+
+/** Ranges with neighbours of the same replicas, syncing members and epoch joined. */
+function merged(ranges: readonly SlotRange[]): SlotRange[] {
+  const out: SlotRange[] = [];
+  for (const range of ranges) {
+    const last = out[out.length - 1];
+    if (last && last.epoch === range.epoch && sameList(last.replicas, range.replicas) && sameList(last.syncing, range.syncing)) last.to = range.to;
+    else out.push({ ...range });
+  }
+  return out;
+}
+
+/** Per hash slot: its replicas' names (primary first), the members syncing into it, and its epoch. */
+export function slotReplicaNames(config: ClusterConfig): { names: string[][]; syncing: string[][]; epochs: Uint32Array } {
   const names: string[][] = [];
+  const syncing: string[][] = [];
   const epochs = new Uint32Array(SLOT_COUNT);
   for (const range of config.slots) {
     const list = range.replicas.map((i) => config.members[i]!);
+    const sync = range.syncing.map((i) => config.members[i]!);
     for (let slot = range.from; slot <= range.to; slot++) {
       names[slot] = list;
+      syncing[slot] = sync;
       epochs[slot] = range.epoch;
     }
   }
-  return { names, epochs };
+  return { names, syncing, epochs };
 }
 
-/** Consecutive hash slots with the same replicas and epoch, as one range each. */
-function toRanges(replicas: number[][], epochs: Uint32Array): SlotRange[] {
+/** Consecutive hash slots with the same replicas, syncing members and epoch, as one range each. */
+function toRanges(replicas: number[][], epochs: Uint32Array, syncing?: number[][]): SlotRange[] {
   const ranges: SlotRange[] = [];
+  const none: number[] = [];
   for (let slot = 0; slot < SLOT_COUNT; slot++) {
     const last = ranges[ranges.length - 1];
-    if (last && last.epoch === epochs[slot] && sameList(last.replicas, replicas[slot]!)) last.to = slot;
-    else ranges.push({ from: slot, to: slot, replicas: replicas[slot]!, syncing: [], epoch: epochs[slot]! });
+    const sync = syncing?.[slot] ?? none;
+    if (last && last.epoch === epochs[slot] && sameList(last.replicas, replicas[slot]!) && sameList(last.syncing, sync)) last.to = slot;
+    else ranges.push({ from: slot, to: slot, replicas: replicas[slot]!, syncing: sync, epoch: epochs[slot]! });
   }
   return ranges;
 }

@@ -12,7 +12,7 @@ import type { ServerSettings } from '../options.js';
 import type { RegionStore } from '../store/region.js';
 import type { Client } from './clients.js';
 
-export function helloFor(client: Client, store: RegionStore, settings: Pick<ServerSettings, 'graceMs' | 'keepaliveMs'>, namespace: string, readLeaseMs?: number): Hello {
+export function helloFor(client: Client, store: RegionStore, settings: Pick<ServerSettings, 'graceMs' | 'keepaliveMs'>, namespace: string, lease: { readLeaseMs?: number; configEpoch?: number } = {}): Hello {
   const { layout } = store;
   const writes = client.role === 'write';
   // Its window covers the whole region; without windows, accept takes a read client only where the READ-only registration exists.
@@ -47,6 +47,6 @@ export function helloFor(client: Client, store: RegionStore, settings: Pick<Serv
     },
     graceMs: settings.graceMs,
     keepaliveMs: settings.keepaliveMs,
-    ...(readLeaseMs === undefined ? {} : { readLeaseMs }),
+    ...lease,
   };
 }

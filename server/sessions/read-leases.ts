@@ -5,28 +5,41 @@
 // let its lease lapse and promote another replica. The client counts a GET
 // only if its answer came within that time (native/kv/client_core.h,
 // permit_reads), so a primary cut off from etcd is not read after a new one
-// serves. A server that is not a replica grants none: its clients' reads are
-// not limited, and its hellos and pongs say nothing of leases.
+// serves. With the lease goes the config epoch this member has applied
+// (protocol v9): a client with an older config counts nothing on the lease, so
+// it never reads a hash slot here that this member gave up (or holds stale,
+// having returned from a failover) while its config still says otherwise. A
+// server that is not a replica grants none: its clients' reads are not
+// limited, and its hellos and pongs say nothing of leases.
+
+/** What a replica grants now: the lease (ms; undefined or not above 0: none now) and the config epoch it has applied. */
+export interface LeaseGrant {
+  leaseMs: number | undefined;
+  configEpoch: number;
+}
+
 export class ReadLeases {
-  private leaseMs: (() => number | undefined) | undefined;
+  private grant: (() => LeaseGrant) | undefined;
 
-  /** From now on hellos and pongs carry `leaseMs()` (undefined, or not above 0: no lease now). */
-  grantFrom(leaseMs: () => number | undefined): void {
-    this.leaseMs = leaseMs;
+  /** From now on hellos and pongs carry what `grant()` says. */
+  grantFrom(grant: () => LeaseGrant): void {
+    this.grant = grant;
   }
 
-  /** A hello's `readLeaseMs`: undefined when this server grants no leases at all, 0 when it grants none now. */
-  forHello(): number | undefined {
-    return this.leaseMs ? this.current() : undefined;
+  /** A hello's `readLeaseMs` and `configEpoch`: nothing when this server grants no leases at all, `readLeaseMs` 0 when it grants none now. */
+  forHello(): { readLeaseMs?: number; configEpoch?: number } {
+    if (!this.grant) return {};
+    const { leaseMs, configEpoch } = this.current();
+    return { readLeaseMs: leaseMs, configEpoch };
   }
 
-  /** A pong's fields: `{ leaseMs }` from a server that grants leases (0: none now), nothing otherwise. */
-  forPong(): { leaseMs?: number } {
-    return this.leaseMs ? { leaseMs: this.current() } : {};
+  /** A pong's fields: `{ leaseMs, configEpoch }` from a server that grants leases (0: none now), nothing otherwise. */
+  forPong(): { leaseMs?: number; configEpoch?: number } {
+    return this.grant ? this.current() : {};
   }
 
-  private current(): number {
-    const ms = this.leaseMs!();
-    return ms !== undefined && ms > 0 ? Math.floor(ms) : 0;
+  private current(): { leaseMs: number; configEpoch: number } {
+    const { leaseMs: ms, configEpoch } = this.grant!();
+    return { leaseMs: ms !== undefined && ms > 0 ? Math.floor(ms) : 0, configEpoch };
   }
 }

@@ -15,7 +15,7 @@ const MAY_IMPORT: Record<string, string[]> = {
   native: [],
   protocol: ['native'],
   client: ['protocol', 'native'],
-  server: ['protocol', 'native'],
+  server: ['protocol', 'native', 'client'], // client: repair's copier is a client of its cluster (server/replication/copier.ts)
   tools: ['protocol', 'client', 'native'],
   bench: ['protocol', 'client', 'server', 'tools', 'native'],
 };

@@ -25,7 +25,7 @@ export async function layout(args: CtlArgs, io: Io): Promise<void> {
   const ranges = config && configRanges(config);
   const range = slot === undefined ? undefined : ranges?.find((r) => r.from <= slot && slot <= r.to);
   if (args.json) {
-    const configJson = config && { epoch: config.epoch, replicas: config.replicas, underReplicated: underReplicatedSlots(config), failedOver: removedMembers(config), ranges };
+    const configJson = config && { epoch: config.epoch, replicas: config.replicas, underReplicated: underReplicatedSlots(config), syncing: syncingSlots(config), failedOver: removedMembers(config), ranges };
     const keyJson = key === undefined ? {} : { key: { key, slot, member: owner ?? null, ...(range ? { replicas: [range.primary, ...range.backups], epoch: range.epoch } : {}) } };
     io.stdout(JSON.stringify({ slots: SLOT_COUNT, members, ...(configJson ? { config: configJson } : {}), ...keyJson }) + '\n');
     return;
@@ -41,12 +41,23 @@ export async function layout(args: CtlArgs, io: Io): Promise<void> {
   io.stdout(m ? `${key}: slot ${slot}, member ${m.name} (${detail})${placed}\n` : `${key}: slot ${slot}, no member (the cluster is empty)${placed}\n`);
 }
 
-/** What a failover left behind: hash slots short of replicas, members holding none (nothing when all is well). */
+/** What a failover left behind: hash slots short of replicas, copies under way, members holding none (nothing when all is well). */
 function health(config: ClusterConfig): string {
   const under = underReplicatedSlots(config);
+  const syncing = syncingSlots(config);
   const removed = removedMembers(config);
   if (config.replicas === 1 || (under === 0 && removed.length === 0)) return '';
-  return `${under} hash slot${under === 1 ? '' : 's'} with fewer than ${config.replicas} replicas` + (removed.length > 0 ? `; failed over, holding none: ${removed.join(', ')} (placement frozen until repair)` : '') + '\n';
+  return (
+    `${under} hash slot${under === 1 ? '' : 's'} with fewer than ${config.replicas} replicas` +
+    (syncing > 0 ? `, ${syncing} of them being copied to the members syncing into them (repair)` : '') +
+    (removed.length > 0 ? `; failed over, holding none: ${removed.join(', ')} (a repair target once back)` : '') +
+    '\n'
+  );
+}
+
+/** Hash slots with members syncing into them: their primaries are copying (repair). */
+function syncingSlots(config: ClusterConfig): number {
+  return config.slots.reduce((n, r) => (r.syncing.length > 0 ? n + r.to - r.from + 1 : n), 0);
 }
 
 /** The config when the target is etcd and one is written; an unreadable one is warned about, not fatal. */

@@ -1,0 +1,56 @@
+// What repair's copier (server/replication/copier.ts) needs of a KvClient, and
+// the one copy it does outside the normal write path: a counter. Not for
+// applications. A bytes item is copied by writing it again as it is through its
+// replica set (KvClient.repairAccess().rewrite: a CAS on the version read, so a
+// racing write is never undone); the members syncing into its hash slot are in
+// that set (cluster/replica-sets.ts).
+import { KvOp, KvStatus } from '../protocol/constants.js';
+import { KvDisconnectedError, KvError } from '../protocol/errors.js';
+import { toBuffer } from './keys.js';
+import type { OpResult } from './op-queue.js';
+import type { ServerClient } from './server-client.js';
+import type { Key } from './types.js';
+
+export interface RepairAccess {
+  /** The epoch of the config the client routes by (undefined: none yet). */
+  configEpoch: () => number | undefined;
+  /** Writes the key's bytes item again through its replica set; true if the key existed. */
+  rewrite: (key: Key) => Promise<boolean>;
+  /** The connection to member `name`, alone (no replica set). */
+  member: (name: string) => ServerClient | undefined;
+}
+
+/**
+ * Creates counter `key` holding `value` on member `target` alone, unless it has the key already;
+ * resolves whether it did. While a syncing target lacks a counter its primary has, replicated
+ * INCRs of it wait (native/kv/replicated.cc: the group waits until its members agree), so the
+ * primary's word, read by the copier just before, has not moved since.
+ */
+export async function copyCounter(access: RepairAccess, key: Key, value: bigint, target: string): Promise<boolean> {
+  const server = access.member(target);
+  if (!server) throw new KvDisconnectedError(`repair: no connection to ${target}`);
+  const bytes = toBuffer(key, 'key');
+  let found: OpResult | undefined;
+  for (let attempt = 0; found === undefined; attempt++) {
+    try {
+      found = await server.submit(KvOp.GET, bytes);
+    } catch (error) {
+      if (!(error instanceof KvError)) throw error;
+      // A counter (or a value too large for the scratch): the target has the key.
+      if (error.code === 'KV_TYPE_MISMATCH' || error.code === 'KV_BUFFER_TOO_SMALL') return false;
+      // No read lease yet (our config is older than the target's): soon.
+      if (error.code !== 'KV_READ_LEASE_LAPSED' || attempt >= LEASE_TRIES) throw error;
+      await new Promise((resolve) => setTimeout(resolve, LEASE_WAIT_MS));
+    }
+  }
+  if (found.status !== KvStatus.NOT_FOUND) return false;
+  await server.submit(KvOp.INCR, bytes, undefined, BigInt.asUintN(64, value)).catch((error: unknown) => {
+    // Created; only its answer came after the lease (it is the value we gave).
+    if (!(error instanceof KvError && error.code === 'KV_READ_LEASE_LAPSED')) throw error;
+  });
+  return true;
+}
+
+/** A GET on the target waits this long for a read lease, this many times. */
+const LEASE_WAIT_MS = 20;
+const LEASE_TRIES = 250;
