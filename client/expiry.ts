@@ -90,14 +90,14 @@ export async function setExpiry(server: ServerClient, key: Bytes, expiry: number
 }
 
 /**
- * Writes the key's item again as it is (value and expiry) by a CAS on the version read: repair's
+ * Writes the key's item again as it is (value, expiry and version) by a CAS on the version read: repair's
  * copier (server/replication/copier.ts) sends every key of a hash slot through its replica set
  * this way, members syncing into it included. A write between our read and our CAS went to them
  * too, so a failed CAS means there is nothing left to copy. Resolves whether the key existed.
  */
 export function rewriteItem(server: ServerClient, key: Bytes): Promise<boolean> {
   return withItem(server, key, false, async (item) => {
-    await server.submit(KvOp.CAS, key, item.value, item.version, true, item.expiry ?? 0);
+    await server.submit(KvOp.CAS, key, item.value, item.version, true, item.expiry ?? 0, true);
     return true;
   });
 }

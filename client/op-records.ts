@@ -7,7 +7,7 @@
 // Ownership: a record is the queue's from add() until its promise settles.
 // A Batch's result array is the caller's once it resolves; the values in it
 // are views of one Buffer per hand-out (one copy out of the core's scratch).
-import { KvOp, OpLayout } from '../protocol/constants.js';
+import { KvOp, OpFlag, OpLayout } from '../protocol/constants.js';
 import { KvBufferTooSmallError, KvDisconnectedError } from '../protocol/errors.js';
 import type { ExtRef } from './large-values.js';
 import type { Session } from './session.js';
@@ -67,6 +67,8 @@ export interface OpRequest {
   backupClasses?: readonly number[] | undefined;
   /** A write on a replicated cluster: its hash slot's epoch in the client's config (OpLayout.EPOCH; 0: none). */
   epoch?: number | undefined;
+  /** CAS: the new item keeps the expected version (OpFlag.KEEP_VERSION: repair's rewrite as it is). */
+  keepVersion?: boolean | undefined;
 }
 
 /** Where a GET whose value is larger than the core's scratch holds goes for it: a registered buffer of `needed` bytes. */
@@ -101,6 +103,7 @@ export class PendingOp implements OpRequest, Submission {
   readonly backups: readonly Session[] | undefined;
   readonly backupClasses: readonly number[] | undefined;
   readonly epoch: number;
+  readonly keepVersion: boolean;
   readonly answer: Answer;
   /** When it must have been submitted by (performance.now() ms); 0 until the queue first keeps it waiting. */
   deadline = 0;
@@ -126,6 +129,7 @@ export class PendingOp implements OpRequest, Submission {
     this.backups = r.backups;
     this.backupClasses = r.backupClasses;
     this.epoch = r.epoch ?? 0;
+    this.keepVersion = r.keepVersion === true;
     this.answer = answer;
     this.result = new Promise<OpResult>((resolve, reject) => {
       this.resolve = resolve as Settle as (value: unknown) => void;
@@ -253,6 +257,7 @@ export function writeArgument(words: Uint32Array, o: number, op: PendingOp): voi
       writeExpiry(words, o, op.expiry);
       words[o + OpLayout.EXPECTED_VERSION_LO] = Number(op.arg & 0xffffffffn);
       words[o + OpLayout.EXPECTED_VERSION_HI] = Number(op.arg >> 32n);
+      if (op.keepVersion) words[o + OpLayout.TYPE] |= OpFlag.KEEP_VERSION << OpLayout.TYPE_FLAGS_SHIFT;
       break;
     case KvOp.INCR:
       words[o + OpLayout.DELTA_LO] = Number(op.arg & 0xffffffffn);

@@ -137,10 +137,10 @@ export class ServerClient extends EventEmitter<ClientEvents> {
    * Queues one operation for the next flush. The key and value are checked
    * here: their limits are the server's. CAS and UNLOCK resolve a version
    * mismatch (it is an answer); every other failure rejects with a KvError.
-   * `expiry`: a PUT's or CAS's item expiry (absolute Unix ms, 0 = never).
+   * `expiry`: a PUT's or CAS's item expiry (absolute Unix ms, 0 = never). `keepVersion`: a CAS's new item keeps the expected version.
    */
-  submit(type: KvOp, key: Bytes, value?: Value, arg = 0n, mismatchResolves = false, expiry = 0): Promise<OpResult> {
-    return this.request(type, key, value, arg, mismatchResolves, Answer.FULL, undefined, expiry) as Promise<OpResult>;
+  submit(type: KvOp, key: Bytes, value?: Value, arg = 0n, mismatchResolves = false, expiry = 0, keepVersion = false): Promise<OpResult> {
+    return this.request(type, key, value, arg, mismatchResolves, Answer.FULL, undefined, expiry, keepVersion) as Promise<OpResult>;
   }
 
   /** A GET with the full answer (value, version, expiry) into a registered buffer: the value stays there, `value` is absent. */
@@ -250,7 +250,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     return undefined;
   }
 
-  private request(type: KvOp, key: Bytes, value: Value | undefined, arg: bigint, mismatchResolves: boolean, answer: Answer, into?: ExtRef, expiry = 0): Promise<unknown> {
+  private request(type: KvOp, key: Bytes, value: Value | undefined, arg: bigint, mismatchResolves: boolean, answer: Answer, into?: ExtRef, expiry = 0, keepVersion = false): Promise<unknown> {
     const refused = this.refusal(type);
     if (refused) return Promise.reject(refused);
     const keyBytes = typeof key === 'string' ? Buffer.byteLength(key) : key.length;
@@ -281,7 +281,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       if (ext === 'freed') return Promise.reject(freedError('value'));
       if (ext) {
         // Written from the caller's registered buffer, without a copy.
-        const request: OpRequest = { type, key, keyBytes, value: undefined, valueBytes: 0, arg, cls, mismatchResolves, ext, expiry, epoch: this.epoch };
+        const request: OpRequest = { type, key, keyBytes, value: undefined, valueBytes: 0, arg, cls, mismatchResolves, ext, expiry, epoch: this.epoch, keepVersion };
         const refused = this.replicated ? this.replicate(request, session) : undefined;
         if (refused) return Promise.reject(refused);
         return holding(ext, () => queue.add(session, request, answer).result);
@@ -292,14 +292,14 @@ export class ServerClient extends EventEmitter<ClientEvents> {
         return withBounce(valueBytes, (bounce) => {
           if (typeof from === 'string') bounce.write(from, 0, valueBytes);
           else from.copy(bounce, 0);
-          return this.request(type, key, bounce.subarray(0, valueBytes), arg, mismatchResolves, answer, undefined, expiry);
+          return this.request(type, key, bounce.subarray(0, valueBytes), arg, mismatchResolves, answer, undefined, expiry, keepVersion);
         });
       }
     } else if (type === KvOp.INCR || type === KvOp.LOCK) {
       cls = classFor(classes, itemUnits(keyBytes, 0)); // in case it must be created
     }
     const large = type === KvOp.GET && answer === Answer.VALUE ? this : undefined; // a value past scratch: getLarge
-    const request: OpRequest = { type, key, keyBytes, value: bytes, valueBytes, arg, cls, mismatchResolves, ext: into, large, expiry, epoch: type === KvOp.GET ? 0 : this.epoch };
+    const request: OpRequest = { type, key, keyBytes, value: bytes, valueBytes, arg, cls, mismatchResolves, ext: into, large, expiry, epoch: type === KvOp.GET ? 0 : this.epoch, keepVersion };
     if (this.replicated && type !== KvOp.GET) {
       const replicated = this.replicate(request, session);
       if (replicated) return Promise.reject(replicated);

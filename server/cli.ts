@@ -222,6 +222,8 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
         });
         const copies = copier;
         follower = await EpochFollower.start({ client: registration.client, prefix: etcd.prefix, name: etcd.name, server, logger, selfFenced: () => selfFence?.fenced === true, onApplied: (applied) => copies.configApplied(applied) });
+        const [following, controlling] = [follower, controller];
+        server.watchReplication(() => ({ shortHashSlots: following.shortHashSlots, syncingHashSlots: following.syncingHashSlots, failovers: controlling.failovers }));
       }
     }
     return { server, metrics, registration, controller, follower, selfFence, copier };

@@ -25,7 +25,7 @@ import { type KvServerOptions, type ServerSettings, KvConfigError, checkOptions,
 import { type LeaseGrant, ReadLeases } from './sessions/read-leases.js';
 import type { RegionStore } from './store/region.js';
 import { TokenTable } from './sessions/tokens.js';
-import type { KvServerStats } from './stats.js';
+import type { KvServerStats, ReplicationView } from './stats.js';
 import type { RegionLayout } from './store/layout.js';
 
 export { KvConfigError, type KvServerOptions } from './options.js';
@@ -47,6 +47,7 @@ export class KvServer extends EventEmitter {
   private readonly listening: Listener[] = [];
   private readonly tokens: TokenTable;
   private readonly leases = new ReadLeases();
+  private replication: (() => ReplicationView) | undefined;
   private closed = false;
 
   private constructor(options: KvServerOptions) {
@@ -92,7 +93,7 @@ export class KvServer extends EventEmitter {
   namespace(name: string): { layout: RegionLayout; region: Buffer; stats: () => KvServerStats } {
     const ns = this.hosted.get(name);
     if (!ns) throw new KvConfigError(`no namespace '${name}' on this server (it hosts ${this.namespaces.join(', ')})`);
-    return { layout: ns.layout, region: ns.store.bytes, stats: () => ns.stats() };
+    return { layout: ns.layout, region: ns.store.bytes, stats: () => ns.stats(this.replication?.()) };
   }
 
   /** Starts serving; resolves when every URL listens. Throws KvConfigError for bad options. */
@@ -227,9 +228,21 @@ export class KvServer extends EventEmitter {
     this.leases.grantFrom(grant);
   }
 
-  /** Each namespace's region (repair's copier walks its index: replication/copier.ts). */
-  regionStores(): Array<{ name: string; store: RegionStore }> {
-    return [...this.hosted.values()].map((ns) => ({ name: ns.name, store: ns.store }));
+  /** Each namespace's region (repair's copier walks its index: replication/copier.ts), and its counters of what was copied from it. */
+  regionStores(): Array<{ name: string; store: RegionStore; copied: (items: number, bytes: number) => void }> {
+    return [...this.hosted.values()].map((ns) => ({
+      name: ns.name,
+      store: ns.store,
+      copied: (items: number, bytes: number) => {
+        ns.counters.count.repairCopiedItems += items;
+        ns.counters.count.repairCopiedBytes += bytes;
+      },
+    }));
+  }
+
+  /** From now on stats() reports `view()`: the cluster as this member sees it (kv-server --replicas > 1). */
+  watchReplication(view: () => ReplicationView): void {
+    this.replication = view;
   }
 
   /** Each namespace's epoch table (undefined: a region of format 4 or earlier has none). */

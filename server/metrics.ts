@@ -98,6 +98,11 @@ export const METRICS: readonly MetricDef[] = [
     stats: ['hashSlots'],
     value: (s) => s.hashSlots,
   },
+  { name: 'rdmakv_under_replicated_hash_slots', type: 'gauge', help: 'Hash slots with fewer replicas than --replicas in the config this member last applied (after a failover, until repair copies them back); 0 with --replicas 1.', stats: ['replication'], value: (s) => s.replication.shortHashSlots },
+  { name: 'rdmakv_syncing_hash_slots', type: 'gauge', help: 'Hash slots with a member syncing into them (repair: their primary is copying to it), in the config this member last applied.', stats: ['replication'], value: (s) => s.replication.syncingHashSlots },
+  { name: 'rdmakv_failovers_total', type: 'counter', help: 'Failovers this member performed as the controller (each a config that removed dead members from the hash slots they replicated).', stats: ['replication'], value: (s) => s.replication.failovers },
+  { name: 'rdmakv_repair_copied_items_total', type: 'counter', help: 'Items this member copied, as a primary, to members syncing into its hash slots (repair).', stats: ['repairCopiedItems'], value: (s) => s.repairCopiedItems },
+  { name: 'rdmakv_repair_copied_bytes_total', type: 'counter', help: 'Bytes (item headers, keys and values) this member copied, as a primary, to members syncing into its hash slots (repair).', stats: ['repairCopiedBytes'], value: (s) => s.repairCopiedBytes },
 ];
 
 /** One server's stats: one namespace's, or each namespace's by name. */

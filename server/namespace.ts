@@ -38,7 +38,7 @@ import { ControlMessages } from './sessions/control.js';
 import type { ReadLeases } from './sessions/read-leases.js';
 import { SessionNumbers } from './sessions/session-numbers.js';
 import type { TokenTable } from './sessions/tokens.js';
-import { type KvServerStats, ServerStats } from './stats.js';
+import { type KvServerStats, type ReplicationView, ServerStats } from './stats.js';
 import type { RegionLayout } from './store/layout.js';
 import { RegionStore } from './store/region.js';
 
@@ -271,8 +271,8 @@ export class Namespace {
     return dropHashSlots(this.removal, hashSlots);
   }
 
-  stats(): KvServerStats {
-    return this.counters.report(this.layout, this.store.heap, this.clients.size, this.store.epochs);
+  stats(replication?: ReplicationView): KvServerStats {
+    return this.counters.report(this.layout, this.store.heap, this.clients.size, this.store.epochs, replication);
   }
 
   /** Stops its timers, answers held requests (rejected), disconnects its clients and loopbacks. */

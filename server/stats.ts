@@ -45,10 +45,23 @@ export interface KvServerStats {
   memoryWindows: Record<string, number>;
   /** hash slots by their epoch word's state (open, closed, fenced; replication/epoch-follower.ts); empty for a region without an epoch table */
   hashSlots: Record<string, number>;
+  /** items and bytes (header, key, value) this member copied to members syncing into its hash slots (replication/copier.ts) */
+  repairCopiedItems: number;
+  repairCopiedBytes: number;
+  /**
+   * the cluster as this member last applied its config (--replicas > 1; zeros otherwise): hash slots
+   * with fewer replicas than --replicas, those with members syncing into them, and the failovers
+   * this member performed as the controller
+   */
+  replication: { shortHashSlots: number; syncingHashSlots: number; failovers: number };
 }
 
+/** A replicated member's view of its cluster (KvServer.watchReplication); zeros elsewhere. */
+export type ReplicationView = KvServerStats['replication'];
+export const NO_REPLICATION: ReplicationView = { shortHashSlots: 0, syncingHashSlots: 0, failovers: 0 };
+
 /** The counters, each counted by the part of the server named beside it. */
-type Counters = Omit<KvServerStats, 'regionBytes' | 'indexBytes' | 'heapBytes' | 'heapUsedBytes' | 'heapUsedBytesByClass' | 'slots' | 'clients' | 'rdmaErrors' | 'memoryWindows' | 'heapHighWatermarkBytes' | 'heapLowWatermarkBytes' | 'hashSlots'>;
+type Counters = Omit<KvServerStats, 'regionBytes' | 'indexBytes' | 'heapBytes' | 'heapUsedBytes' | 'heapUsedBytesByClass' | 'slots' | 'clients' | 'rdmaErrors' | 'memoryWindows' | 'heapHighWatermarkBytes' | 'heapLowWatermarkBytes' | 'hashSlots' | 'replication'>;
 
 export class ServerStats {
   readonly count: Counters = {
@@ -65,6 +78,7 @@ export class ServerStats {
     expirations: 0, // eviction/expiry-sweep.ts
     evictions: { watermark: 0, grant: 0 }, // eviction/evictor.ts
     removedBytes: { expired: 0, watermark: 0, grant: 0 }, // eviction/: expiry-sweep.ts, evictor.ts
+    repairCopiedItems: 0, repairCopiedBytes: 0, // replication/copier.ts
   };
   /** kv-server.ts, from --eviction's watermarks (fractions of the heap; 0: no eviction) */
   watermarks = { high: 0, low: 0 };
@@ -78,7 +92,7 @@ export class ServerStats {
   }
 
   /** One snapshot: these counters, the heap's use, the layout's sizes, the epoch words' states. */
-  report(layout: RegionLayout, heap: Heap, clients: number, epochs?: EpochTable): KvServerStats {
+  report(layout: RegionLayout, heap: Heap, clients: number, epochs?: EpochTable, replication: ReplicationView = NO_REPLICATION): KvServerStats {
     const used = heap.stats();
     const { items, ...counts } = this.count; // items before slots: /stats keeps its order of fields
     return {
@@ -98,6 +112,7 @@ export class ServerStats {
       rdmaErrors: Object.fromEntries(this.rdmaErrors),
       memoryWindows: Object.fromEntries(this.memoryWindows),
       hashSlots: epochs ? epochs.states() : {},
+      replication: { ...replication },
     };
   }
 }

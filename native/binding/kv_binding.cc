@@ -189,7 +189,9 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
     const uint8_t* arena = arena_->data();
     for (uint32_t i = 0; i < count; i++, w += u32(OpLayout::WORDS)) {
       OpDesc& d = descs_[i];
-      d.type = static_cast<KvOp>(w[u32(OpLayout::TYPE)]);
+      const uint32_t flags = w[u32(OpLayout::TYPE)] >> u32(OpLayout::TYPE_FLAGS_SHIFT);
+      d.type = static_cast<KvOp>(w[u32(OpLayout::TYPE)] & ((1u << u32(OpLayout::TYPE_FLAGS_SHIFT)) - 1));
+      d.keep_version = (flags & u32(OpFlag::KEEP_VERSION)) != 0;
       d.id = w[u32(OpLayout::ID)];
       d.connection = w[u32(OpLayout::CONNECTION)];  // no such connection: the op fails with PROTOCOL
       const uint64_t ko = w[u32(OpLayout::KEY_OFFSET)], kl = w[u32(OpLayout::KEY_LEN)];

@@ -98,6 +98,7 @@ struct OpDesc {
   bool ext_bad = false;
   uint64_t expiry = 0;  // PUT, CAS: the new item's EXPIRY (absolute Unix ms, 0 = never)
   uint32_t epoch = 0;   // writes: the hash slot's epoch in the writer's configuration (0: none, any OPEN word)
+  bool keep_version = false;  // CAS: the new item keeps expected_version (OpFlag::KEEP_VERSION)
   // PUT, DELETE, CAS on a replicated hash slot: the backups it also writes,
   // each on its connection with the block that backup granted (op.h, GroupState).
   uint32_t backups = 0;

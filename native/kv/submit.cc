@@ -148,7 +148,8 @@ void ClientCore::start(Op& op, const OpDesc& d) {
       return write_read_buckets(op);
     default: {  // PUT, CAS: the new item, built in its buffer now
       op.write().item_units = item_units(item_bytes(d.key_len, d.value_len));
-      op.version = next_version(op);
+      // A rewrite as it is keeps the version it replaces (only if it still is the current one: a CAS).
+      op.version = d.keep_version && d.type == KvOp::CAS && d.expected_version != 0 ? d.expected_version : next_version(op);
       if (op.version == 0) return finish(op, KvStatus::DISCONNECTED);
       if (op.ext.lkey != 0) {  // the value stays in the caller's buffer: W_READ writes it from there
         build_item_header(mem(op.item.offset), ItemType::BYTES, op.key, op.key_len, d.value, d.value_len, op.version,

@@ -58,6 +58,8 @@ export class ReplicationController {
   private retry: NodeJS.Timeout | undefined;
   /** Whether this member held the controller key at its last look. */
   leading = false;
+  /** Failovers this member wrote as the controller (metrics). */
+  failovers = 0;
   /** The config epoch whose frozen placement was last reported. */
   private frozenAt = -1;
   /** Members whose alive key this process saw deleted (their lease lapsed, or they stopped), and when. */
@@ -204,6 +206,7 @@ export class ReplicationController {
     if (next === undefined) return; // every hash slot of theirs has no live replica: nothing to promote
     await client.put(this.keys.frozen).value(JSON.stringify({ since: new Date().toISOString(), epoch: next.epoch, failed: [...dead] }));
     if (await writeConfig(client, this.keys, next, modRevision, leaseId, [...dead].map((name) => this.keys.aliveKey(name)))) {
+      this.failovers++;
       const promoted = next.slots.filter((r) => r.epoch === next.epoch).reduce((n, r) => n + r.to - r.from + 1, 0);
       logger.warn({ failed: [...dead], epoch: next.epoch, hashSlots: promoted }, 'controller: failover: members without a live registration left their hash slots\' replicas');
     } else {

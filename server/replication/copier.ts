@@ -34,8 +34,8 @@ export interface CopierOptions {
   client: Etcd3;
   /** For the copier's own KvClient. */
   etcdHosts: string[];
-  /** Each hosted namespace's region. */
-  namespaces: () => Array<{ name: string; store: RegionStore }>;
+  /** Each hosted namespace's region, and its counters of what was copied (metrics). */
+  namespaces: () => Array<{ name: string; store: RegionStore; copied: (items: number, bytes: number) => void }>;
   /** A write token for the namespace (undefined: the server asks for none). */
   tokenFor: (namespace: string) => string | undefined;
   logger: Logger;
@@ -114,7 +114,7 @@ export class Copier {
     const report: CopyReport = { items: 0, bytes: 0, ms: 0 };
     const { logger } = this.options;
     logger.info({ epoch: config.epoch, hashSlots: hashSlots.length, targets }, 'repair: copying hash slots to the members syncing into them');
-    for (const { name: namespace, store } of this.options.namespaces()) {
+    for (const { name: namespace, store, copied } of this.options.namespaces()) {
       const access = await this.accessFor(namespace, config.epoch);
       const items = await itemsOfHashSlots(store, hashSlotMask(hashSlots), () => this.closed || this.latest !== config);
       // Counters first: a replicated INCR of one waits while a target lacks it.
@@ -125,9 +125,11 @@ export class Copier {
         while (next < items.length) {
           if (this.closed || this.latest !== config) return;
           const item = items[next++]!;
-          report.bytes += await this.copyItem(access, store, item, syncingOf.get(item.hashSlot)!);
+          const bytes = await this.copyItem(access, store, item, syncingOf.get(item.hashSlot)!);
+          report.bytes += bytes;
           report.items++;
           this.progress!.copied++;
+          copied(bytes > 0 ? 1 : 0, bytes);
         }
       };
       await Promise.all(Array.from({ length: IN_FLIGHT }, worker));

@@ -19,7 +19,7 @@ import type { Etcd3, Watcher } from 'etcd3';
 import type { Logger } from 'pino';
 
 import { SLOT_COUNT } from '../../protocol/hash-slots.js';
-import { type ClusterConfig, etcdKeys } from '../../protocol/registry.js';
+import { type ClusterConfig, type SlotRange, etcdKeys } from '../../protocol/registry.js';
 import type { EpochTable } from '../store/epoch-table.js';
 import { readStoredConfig } from './config-store.js';
 import type { EpochBarrierReport } from './epoch-barrier.js';
@@ -60,6 +60,8 @@ export class EpochFollower {
   private generation = 0;
   private named = false;
   private applied = 0;
+  private short = 0;
+  private syncingSlots = 0;
 
   private constructor(private readonly options: EpochFollowerOptions) {
     this.keys = etcdKeys(options.prefix);
@@ -95,7 +97,13 @@ export class EpochFollower {
             this.named = named;
             this.applied = stored?.config?.epoch ?? 0;
           }
-          if (named !== undefined && stored?.config) this.options.onApplied?.(stored.config);
+          if (named !== undefined && stored?.config) {
+            const { config } = stored;
+            const count = (ranges: SlotRange[]) => ranges.reduce((n, r) => n + r.to - r.from + 1, 0);
+            this.short = count(config.slots.filter((r) => r.replicas.length < config.replicas));
+            this.syncingSlots = count(config.slots.filter((r) => r.syncing.length > 0));
+            this.options.onApplied?.(config);
+          }
         } catch (error) {
           if (this.closed) break;
           this.options.logger.warn({ err: error }, `epoch follower: cannot apply config; trying again in ${RETRY_MS} ms`);
@@ -118,6 +126,15 @@ export class EpochFollower {
    */
   get namedInConfig(): boolean {
     return this.named;
+  }
+
+  /** Hash slots short of replicas, and with members syncing into them, in the last config applied (metrics). */
+  get shortHashSlots(): number {
+    return this.short;
+  }
+
+  get syncingHashSlots(): number {
+    return this.syncingSlots;
   }
 
   /** The epoch of the last config applied (0: none yet): read leases go only to clients whose config is as new (read-leases.ts). */

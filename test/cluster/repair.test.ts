@@ -24,7 +24,7 @@ import { slotReplicaNames, withSynced, withSyncing, withoutReplicas } from '../.
 import { etcdForFile } from '../helpers/etcd.js';
 import { slow, testTimeoutMs } from '../helpers/providers.js';
 import { needing } from '../helpers/tools.js';
-import { type Member, clusterDir, eventually, nextStatus, restartMember, startMember, stopAll } from './helpers.js';
+import { type Member, clusterDir, eventually, nextStatus, restartMember, startMember, stats, stopAll } from './helpers.js';
 
 const REPLICAS_ON = { RKV_EXPERIMENTAL_REPLICAS: '1' };
 const etcdTest = needing(ava, 'etcd');
@@ -94,6 +94,11 @@ etcdTest.serial('a primary killed, written around and restarted on its region fi
   })();
   await eventually(async () => repaired(await config(prefix)) && (await config(prefix))!.slots.some((r) => r.replicas.includes(placed.members.indexOf(victim))), `${victim} is a replica again`, slow(30_000));
   await writing;
+  // Metrics: the partners count what they copied; every member sees nothing short any more.
+  const all = await Promise.all(list.map((m) => stats(m) as Promise<unknown> as Promise<{ repairCopiedItems: number; repairCopiedBytes: number; replication: { shortHashSlots: number; syncingHashSlots: number; failovers: number } }>));
+  t.true(all.reduce((n, s) => n + s.repairCopiedItems, 0) >= mine.length / 3, `copied ${all.map((s) => s.repairCopiedItems).join(', ')} items`);
+  t.true(all.every((s) => s.replication.shortHashSlots === 0 && s.replication.syncingHashSlots === 0));
+  t.is(all.reduce((n, s) => n + s.replication.failovers, 0), 1, 'one failover, counted by the controller');
   const counter = await kv.incr('r:counter', 0n);
   t.true(counter >= 42n);
 

@@ -1,7 +1,8 @@
 // Versions are unique for the life of a region: a version read before a server
 // restart never names a different value written after it, so a stale cas()
-// fails. And a client of another protocol version is refused with a message
-// that names both versions.
+// fails; repair's rewrite of an item as it is keeps its version. And a client
+// of another protocol version is refused with a message that names both
+// versions.
 import { mkdtempSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -62,6 +63,26 @@ for (const scheme of providersUnderTest()) {
       await kv.close();
     }
     t.is(versions.size, 3);
+  });
+
+  test(`${scheme}: repair's rewrite writes an item again as it is: same value, same version (a CAS on it still succeeds), same TTL; an absent key is not created`, async (t) => {
+    const server = await startServer(scheme);
+    t.teardown(() => server.close());
+    const kv = await connect(server);
+    t.teardown(() => kv.close());
+    await kv.put('r', 'as it was', { ttlMs: 600_000 });
+    const before = (await kv.getWithVersion('r'))!;
+    const ttl = await kv.ttl('r');
+    const access = kv.repairAccess();
+    t.true(await access.rewrite('r'));
+    const after = (await kv.getWithVersion('r'))!;
+    t.is(after.version, before.version, 'the version is kept');
+    t.is(after.value.toString(), 'as it was');
+    const left = await kv.ttl('r');
+    t.true(left! <= ttl! && left! > ttl! - 60_000, `the TTL is kept (${ttl} then ${left} ms)`);
+    t.true(await kv.cas('r', before.version, 'next'), 'a CAS on the version read before the rewrite still succeeds');
+    t.false(await access.rewrite('absent'));
+    t.is(await kv.get('absent'), undefined);
   });
 
   test(`${scheme}: a client of another protocol version is refused, and told both versions`, async (t) => {

@@ -42,6 +42,9 @@ function fakeStats(overrides: Partial<KvServerStats> = {}): KvServerStats {
     rdmaErrors: { REM_ACCESS_ERR: 2 },
     memoryWindows: { shm: 1 },
     hashSlots: { open: 16000, closed: 0, fenced: 384, damaged: 0 },
+    repairCopiedItems: 12,
+    repairCopiedBytes: 6400,
+    replication: { shortHashSlots: 300, syncingHashSlots: 120, failovers: 2 },
     ...overrides,
   } as KvServerStats;
 }
