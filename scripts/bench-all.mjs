@@ -17,6 +17,7 @@ const benchmarks = [
   ['the epoch barrier replication will fence writes with: its time per region size, idle and under writes', 'dist/bench/kv/epoch-barrier.js', []],
   ['replication: put and get at --replicas 1 and 2 on three kv-servers (etcd), interleaved', 'dist/bench/kv/replication.js', []],
   ['failover: kill a primary at --replicas 2, time to the first successful write of its key (10 kills)', 'dist/bench/kv/failover.js', []],
+  ['repair: a member restarted empty after its failover, copied back by its partners (MB/s)', 'dist/bench/kv/repair.js', []],
   ['a cache under eviction: read-through over zipfian keys, rdma-kv --eviction vs redis allkeys-* (npm run bench:cache)', 'bin/kv-bench.js', ['cache', '--db', 'rdma-kv,redis', '--eviction', 'none,lru,lfu']],
 ];
 

@@ -154,6 +154,11 @@ function parser(argv: string[]) {
       defaultDescription: DEFAULTS.replaceAfter,
       describe: 'with --replicas > 1: a hash slot short of a replica this long is copied to a member holding others (at once to one holding none)',
     })
+    .option('repair-rate', {
+      requiresArg: true,
+      defaultDescription: DEFAULTS.repairRate,
+      describe: 'with --replicas > 1: MB a second this member copies to members syncing into its hash slots (0: no limit)',
+    })
     .option('replicas', {
       requiresArg: true,
       defaultDescription: '1',
@@ -181,7 +186,7 @@ function parser(argv: string[]) {
 
 const SCALAR_OPTIONS = [
   'memory', 'token', 'token-file', 'buckets', 'max-value', 'grace-ms', 'keepalive-ms', 'max-clients',
-  'region-file', 'metrics-port', 'metrics-host', 'log-level', 'etcd-prefix', 'name', 'advertise', 'etcd-ttl', 'replace-after',
+  'region-file', 'metrics-port', 'metrics-host', 'log-level', 'etcd-prefix', 'name', 'advertise', 'etcd-ttl', 'replace-after', 'repair-rate',
   'eviction', 'eviction-high', 'eviction-low', 'expiry-sweep-ms', 'replicas', 'zone',
 ] as const;
 
@@ -267,6 +272,7 @@ export async function parseArgs(argv: string[]): Promise<Parsed> {
       etcdPrefix: args['etcd-prefix'] as string | undefined,
       etcdTtl: args['etcd-ttl'] as string | undefined,
       replaceAfter: args['replace-after'] as string | undefined,
+      repairRate: args['repair-rate'] as string | undefined,
       name: args.name as string | undefined,
       advertise: args.advertise as string | undefined,
       eviction: args.eviction as string | undefined,

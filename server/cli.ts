@@ -217,7 +217,7 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
         const { tokenFile, token } = config;
         // Repair: what this member is primary of, it copies to the members syncing into it.
         copier = new Copier({
-          name: etcd.name, prefix: etcd.prefix, client: registration.client, etcdHosts: etcd.hosts, namespaces: () => server!.regionStores(), logger,
+          name: etcd.name, prefix: etcd.prefix, client: registration.client, etcdHosts: etcd.hosts, namespaces: () => server!.regionStores(), logger, rateBytesPerSecond: etcd.repairRateBytes,
           tokenFor: (namespace) => (tokenFile ? tokenFile.entries.find((e) => e.role === 'write' && (e.namespace ?? DEFAULT_NAMESPACE) === namespace)?.token : token),
         });
         const copies = copier;

@@ -29,6 +29,7 @@ export const DEFAULTS = {
   etcdPrefix: DEFAULT_ETCD_PREFIX,
   etcdTtl: '10s',
   replaceAfter: '60s',
+  repairRate: '200',
   eviction: 'none',
   evictionHigh: '90',
   evictionLow: '80',
@@ -80,6 +81,8 @@ export interface EtcdConfig {
   ttlSeconds: number;
   /** --replace-after: a hash slot short of a replica this long is repaired onto members that hold others (at once onto one that holds none). */
   replaceAfterMs: number;
+  /** --repair-rate: bytes a second this member copies to members syncing into its hash slots (0: no limit). */
+  repairRateBytes: number;
   /** --zone: this member's failure domain; undefined: its own. */
   zone: string | undefined;
 }
@@ -104,6 +107,7 @@ export interface RawServerArgs {
   etcdPrefix?: string | undefined;
   etcdTtl?: string | undefined;
   replaceAfter?: string | undefined;
+  repairRate?: string | undefined;
   name?: string | undefined;
   advertise?: string | undefined;
   eviction?: string | undefined;
@@ -199,7 +203,7 @@ function resolveEviction(args: RawServerArgs): Pick<ServerConfig, 'eviction' | '
 /** --etcd and its companions; they mean nothing without it. */
 function resolveEtcd(args: RawServerArgs, listen: string[]): EtcdConfig | undefined {
   if (!args.etcd || args.etcd.length === 0) {
-    for (const [value, option] of [[args.name, '--name'], [args.advertise, '--advertise'], [args.etcdPrefix, '--etcd-prefix'], [args.etcdTtl, '--etcd-ttl'], [args.replaceAfter, '--replace-after'], [args.zone, '--zone']] as const) {
+    for (const [value, option] of [[args.name, '--name'], [args.advertise, '--advertise'], [args.etcdPrefix, '--etcd-prefix'], [args.etcdTtl, '--etcd-ttl'], [args.replaceAfter, '--replace-after'], [args.repairRate, '--repair-rate'], [args.zone, '--zone']] as const) {
       if (value !== undefined) throw new UsageError(`${option} only means something with --etcd`);
     }
     return undefined;
@@ -229,7 +233,8 @@ function resolveEtcd(args: RawServerArgs, listen: string[]): EtcdConfig | undefi
   const ttlMs = parseDuration(args.etcdTtl ?? DEFAULTS.etcdTtl, '--etcd-ttl');
   if (ttlMs < 2000 || ttlMs % 1000 !== 0) throw new UsageError('--etcd-ttl: a whole number of seconds, at least 2s');
   const replaceAfterMs = parseDuration(args.replaceAfter ?? DEFAULTS.replaceAfter, '--replace-after');
-  return { hosts, prefix, name, advertise, ttlSeconds: ttlMs / 1000, replaceAfterMs, zone: args.zone === undefined ? undefined : checkZone(args.zone) };
+  const repairRateBytes = parseCount(args.repairRate ?? DEFAULTS.repairRate, '--repair-rate', 0, 1_000_000) * 1e6;
+  return { hosts, prefix, name, advertise, ttlSeconds: ttlMs / 1000, replaceAfterMs, repairRateBytes, zone: args.zone === undefined ? undefined : checkZone(args.zone) };
 }
 
 /** A wildcard address: fine to listen on, useless to dial. */

@@ -7,7 +7,7 @@ import { type PeerServer, startKvServer } from '../ycsb/compare/servers.js';
 import { Properties } from '../ycsb/properties.js';
 import type { EtcdProcess } from './etcd-process.js';
 
-// kv-server refuses --replicas above 1 without it (docs/cluster.md: repair is not built yet).
+// kv-server refuses --replicas above 1 without it (docs/cluster.md: replication is experimental).
 process.env.RKV_EXPERIMENTAL_REPLICAS = '1';
 
 export interface BenchCluster {
@@ -18,9 +18,9 @@ export interface BenchCluster {
 }
 
 /** `members` kv-servers with `--replicas replicas` (and `extra` arguments), once the controller placed them all and the client reaches each. */
-export async function startCluster(etcd: EtcdProcess, prefix: string, members: number, replicas: number, extra: readonly string[] = []): Promise<BenchCluster> {
+export async function startCluster(etcd: EtcdProcess, prefix: string, members: number, replicas: number, extra: readonly string[] = [], memory = '256M'): Promise<BenchCluster> {
   const servers: PeerServer[] = [];
-  const props = new Properties([['rdmakv.memory', '256M']]);
+  const props = new Properties([['rdmakv.memory', memory]]);
   for (let i = 0; i < members; i++) {
     servers.push(await startKvServer(props, ['--etcd', etcd.url, '--etcd-prefix', prefix, '--name', `m${i}`, '--replicas', String(replicas), ...extra]));
   }

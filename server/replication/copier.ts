@@ -14,7 +14,8 @@
 // their epoch, at repair/<target>/<this member>; the controller then makes
 // each target a replica at a new epoch (controller.ts). A newer config during
 // a copy abandons it and starts over from the new one (a range whose epoch
-// moved needs a copy at its new epoch).
+// moved needs a copy at its new epoch). It copies at most --repair-rate bytes a
+// second (pacer.ts), 64 keys in flight.
 import type { Etcd3 } from 'etcd3';
 import type { Logger } from 'pino';
 
@@ -24,6 +25,7 @@ import { ItemHeader, ItemType, KvLayout } from '../../protocol/constants.js';
 import { counterSealed, counterValue, itemAtomicWord, slotBlock } from '../../protocol/index-format.js';
 import { type ClusterConfig, type RepairRecord, etcdKeys } from '../../protocol/registry.js';
 import type { RegionStore } from '../store/region.js';
+import { Pacer } from './pacer.js';
 import { type SlotItem, hashSlotMask, itemsOfHashSlots } from './slot-items.js';
 
 export interface CopierOptions {
@@ -38,11 +40,13 @@ export interface CopierOptions {
   namespaces: () => Array<{ name: string; store: RegionStore; copied: (items: number, bytes: number) => void }>;
   /** A write token for the namespace (undefined: the server asks for none). */
   tokenFor: (namespace: string) => string | undefined;
+  /** --repair-rate: bytes a second (0: no limit). */
+  rateBytesPerSecond: number;
   logger: Logger;
 }
 
 /** Keys copied at once. */
-const IN_FLIGHT = 16;
+const IN_FLIGHT = 64;
 /** A copy that failed (a target down, a timeout) is tried again this much later, unless a config comes first. */
 const RETRY_MS = 1000;
 /** The copier's client must see the config being copied for; it waits this long for its watch. */
@@ -112,6 +116,7 @@ export class Copier {
     for (const r of ranges) for (let slot = r.from; slot <= r.to; slot++) syncingOf.set(slot, r.syncing.map((i) => config.members[i]!));
     const started = performance.now();
     const report: CopyReport = { items: 0, bytes: 0, ms: 0 };
+    const pacer = new Pacer(this.options.rateBytesPerSecond);
     const { logger } = this.options;
     logger.info({ epoch: config.epoch, hashSlots: hashSlots.length, targets }, 'repair: copying hash slots to the members syncing into them');
     for (const { name: namespace, store, copied } of this.options.namespaces()) {
@@ -130,6 +135,8 @@ export class Copier {
           report.items++;
           this.progress!.copied++;
           copied(bytes > 0 ? 1 : 0, bytes);
+          const wait = pacer.spent(bytes);
+          if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
         }
       };
       await Promise.all(Array.from({ length: IN_FLIGHT }, worker));

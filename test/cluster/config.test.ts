@@ -61,7 +61,7 @@ test.serial('one replica: config\'s primaries are exactly the clients\' map, als
     t.deepEqual(json.config.ranges[0], { from: placed.slots[0]!.from, to: placed.slots[0]!.to, primary: placed.members[placed.slots[0]!.replicas[0]!]!, backups: [], syncing: [], epoch: placed.slots[0]!.epoch });
     const human = await kvctl([...target, 'layout']);
     t.is(human.code, 0);
-    t.regex(human.stdout, new RegExp(`^config epoch ${placed.epoch}, replicas 1, ${placed.slots.length} ranges:\\nSLOTS\\s+PRIMARY\\s+BACKUPS\\s+EPOCH$`, 'm'));
+    t.regex(human.stdout, new RegExp(`^config epoch ${placed.epoch}, replicas 1, ${placed.slots.length} ranges:\\nSLOTS\\s+PRIMARY\\s+BACKUPS\\s+SYNCING\\s+EPOCH$`, 'm'));
     const first = placed.slots[0]!;
     t.regex(human.stdout, new RegExp(`^${first.from}(-${first.to})?\\s+${placed.members[first.replicas[0]!]}\\s+-\\s+${first.epoch}$`, 'm'));
 

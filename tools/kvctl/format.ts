@@ -99,6 +99,6 @@ export function configRanges(config: ClusterConfig): ConfigRange[] {
 }
 
 export function configTable(ranges: ConfigRange[]): string {
-  const rows = ranges.map((r) => [r.from === r.to ? String(r.from) : `${r.from}-${r.to}`, r.primary ?? '-', r.backups.join(',') || '-', String(r.epoch)]);
-  return table([['SLOTS', 'PRIMARY', 'BACKUPS', 'EPOCH'], ...rows], [false, false, false, true]);
+  const rows = ranges.map((r) => [r.from === r.to ? String(r.from) : `${r.from}-${r.to}`, r.primary ?? '-', r.backups.join(',') || '-', r.syncing.join(',') || '-', String(r.epoch)]);
+  return table([['SLOTS', 'PRIMARY', 'BACKUPS', 'SYNCING', 'EPOCH'], ...rows], [false, false, false, false, true]);
 }
