@@ -93,12 +93,12 @@ export async function setExpiry(server: ServerClient, key: Bytes, expiry: number
  * Writes the key's item again as it is (value, expiry and version) by a CAS on the version read: repair's
  * copier (server/replication/copier.ts) sends every key of a hash slot through its replica set
  * this way, members syncing into it included. A write between our read and our CAS went to them
- * too, so a failed CAS means there is nothing left to copy. Resolves whether the key existed.
+ * too, so a failed CAS means there is nothing left to copy. Resolves the value's length, or false when the key does not exist.
  */
-export function rewriteItem(server: ServerClient, key: Bytes): Promise<boolean> {
-  return withItem(server, key, false, async (item) => {
+export function rewriteItem(server: ServerClient, key: Bytes): Promise<number | false> {
+  return withItem(server, key, false as const, async (item) => {
     await server.submit(KvOp.CAS, key, item.value, item.version, true, item.expiry ?? 0, true);
-    return true;
+    return item.value.length;
   });
 }
 

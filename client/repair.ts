@@ -6,6 +6,7 @@
 // that set (cluster/replica-sets.ts).
 import { KvOp, KvStatus } from '../protocol/constants.js';
 import { KvDisconnectedError, KvError } from '../protocol/errors.js';
+import { rewriteItem } from './expiry.js';
 import { toBuffer } from './keys.js';
 import type { OpResult } from './op-queue.js';
 import type { ServerClient } from './server-client.js';
@@ -14,10 +15,26 @@ import type { Key } from './types.js';
 export interface RepairAccess {
   /** The epoch of the config the client routes by (undefined: none yet). */
   configEpoch: () => number | undefined;
-  /** Writes the key's bytes item again through its replica set; true if the key existed. */
-  rewrite: (key: Key) => Promise<boolean>;
+  /** Writes the key's bytes item again through its replica set; its value's length, or false if the key does not exist. */
+  rewrite: (key: Key) => Promise<number | false>;
   /** The connection to member `name`, alone (no replica set). */
   member: (name: string) => ServerClient | undefined;
+}
+
+/**
+ * Writes the key's bytes item again as it is from member `primary` onto `targets` alone, at hash
+ * slot epoch `epoch` (a view of the primary with the targets as its backups): a CAS on the version
+ * read, under the primary's bucket locks as every writer of the key takes them. The hash slot's
+ * other replicas already hold that item (backups commit before their primary), so they are left
+ * out: a third of the work of writing the whole replica set. The value's length, or false if the key does not exist. Rejects
+ * when a member is not connected, or the epoch moved (KV_EPOCH_MOVED: the copy must start over).
+ */
+export function rewriteOnto(access: RepairAccess, key: Buffer, primary: string, targets: readonly string[], epoch: number): Promise<number | false> {
+  const from = access.member(primary);
+  const onto = targets.map((name) => access.member(name));
+  const missing = [primary, ...targets].find((name, i) => (i === 0 ? from : onto[i - 1]) === undefined);
+  if (missing !== undefined) return Promise.reject(new KvDisconnectedError(`repair: no connection to ${missing}`));
+  return rewriteItem(from!.withBackups(onto as ServerClient[], undefined, epoch), key);
 }
 
 /**

@@ -228,11 +228,12 @@ export class KvServer extends EventEmitter {
     this.leases.grantFrom(grant);
   }
 
-  /** Each namespace's region (repair's copier walks its index: replication/copier.ts), and its counters of what was copied from it. */
-  regionStores(): Array<{ name: string; store: RegionStore; copied: (items: number, bytes: number) => void }> {
+  /** Each namespace's region (repair's copier reads it: replication/copier.ts), its counters of what was copied from it, and a key's bucket locks. */
+  regionStores(): Array<{ name: string; store: RegionStore; copied: (items: number, bytes: number) => void; underBucketLocks: <T>(key: Buffer, task: () => Promise<T>) => Promise<T> }> {
     return [...this.hosted.values()].map((ns) => ({
       name: ns.name,
       store: ns.store,
+      underBucketLocks: <T>(key: Buffer, task: () => Promise<T>) => ns.underBucketLocks(key, task),
       copied: (items: number, bytes: number) => {
         ns.counters.count.repairCopiedItems += items;
         ns.counters.count.repairCopiedBytes += bytes;

@@ -25,7 +25,7 @@ import { Notices } from './notices.js';
 import type { ServerSettings } from './options.js';
 import { Chain } from './recovery/chain.js';
 import { Departures } from './recovery/departures.js';
-import { type DropParts, dropHashSlots } from './replication/drop.js';
+import { type DropParts, dropHashSlots, underBucketLocks } from './replication/own-region.js';
 import { type EpochBarrierReport, runEpochBarrier } from './replication/epoch-barrier.js';
 import { HeldBlocks } from './recovery/held-blocks.js';
 import { LockRelease } from './recovery/locks.js';
@@ -266,9 +266,14 @@ export class Namespace {
     return runEpochBarrier({ store: this.store, liveOwners, isClosed: () => this.closed }, hashSlots, epoch, mayOpen);
   }
 
-  /** Removes every item of `hashSlots` (a member syncing into them: replication/drop.ts); resolves how many. */
+  /** Removes every item of `hashSlots` (a member syncing into them: replication/own-region.ts); resolves how many. */
   dropHashSlots(hashSlots: readonly number[]): Promise<number> {
     return dropHashSlots(this.removal, hashSlots);
+  }
+
+  /** Runs `task` holding both bucket locks of `key` (repair's copier: replication/own-region.ts). */
+  underBucketLocks<T>(key: Buffer, task: () => Promise<T>): Promise<T> {
+    return underBucketLocks(this.removal, key, task);
   }
 
   stats(replication?: ReplicationView): KvServerStats {

@@ -232,18 +232,13 @@ export class ReplicationController {
         // unreadable: that copy is simply not counted as done
       }
     }
-    let next: ClusterConfig | undefined;
-    let promoted: string | undefined;
-    for (const [target, ranges] of copied) {
-      next = withSynced(next ?? config, target, ranges) ?? next;
-      if (next) promoted = target;
-    }
+    let next = withSynced(config, copied);
     const why = next ? 'repair: copies done, their targets are replicas now' : 'repair: hash slots short of replicas get members syncing into them';
     next ??= withSyncing(config, this.repairCandidates(config, live, replaceAfterMs));
     if (next === undefined) return false;
     if (await writeConfig(client, this.keys, next, modRevision, leaseId)) {
       const syncing = next.slots.reduce((n, r) => n + (r.syncing.length > 0 ? r.to - r.from + 1 : 0), 0);
-      logger.warn({ epoch: next.epoch, syncingHashSlots: syncing, ...(promoted ? { promoted } : {}) }, `controller: ${why}`);
+      logger.warn({ epoch: next.epoch, syncingHashSlots: syncing }, `controller: ${why}`);
     } else {
       this.again = true;
     }

@@ -2,17 +2,20 @@
 // has applied (epoch-follower.ts) makes it the primary of hash slots that have
 // members syncing into them, it copies what it holds of them: it walks its own
 // index for their keys (slot-items.ts), and writes each bytes item again as it
-// is through the hash slot's replica set, syncing members included, with a
-// KvClient of its own (a CAS on the version read, so a client's write that
-// raced it is never undone: that write went to the syncing members too).
+// is onto the syncing members, under its own bucket locks, with a KvClient of
+// its own (a CAS on the version read that keeps that version, so a client's
+// write that raced it is never undone: that write went to the syncing members
+// too, and a client's CAS token survives the copy).
 // Counters, whose words change only by NIC atomics, are created on each target
 // with the word read from this region (client/repair.ts says why it holds
 // still). Locks are not replicated. Every write of the hash slots since their
 // syncing epoch already goes to the targets, and this member applied that
 // epoch through its barrier before the walk, so the walk sees every key
-// written before. When every key is copied it reports the ranges done, with
-// their epoch, at repair/<target>/<this member>; the controller then makes
-// each target a replica at a new epoch (controller.ts). A newer config during
+// written before. Each item is written only onto the targets (client/repair.ts
+// rewriteOnto: the hash slot's other replicas hold it already). When every key
+// is copied it reports the ranges done, with their epoch, at
+// repair/<target>/<this member>; the controller then makes each target a
+// replica at a new epoch (controller.ts). A newer config during
 // a copy abandons it and starts over from the new one (a range whose epoch
 // moved needs a copy at its new epoch). It copies at most --repair-rate bytes a
 // second (pacer.ts), 64 keys in flight.
@@ -20,13 +23,14 @@ import type { Etcd3 } from 'etcd3';
 import type { Logger } from 'pino';
 
 import { KvClient } from '../../client/kv-client.js';
-import { type RepairAccess, copyCounter } from '../../client/repair.js';
-import { ItemHeader, ItemType, KvLayout } from '../../protocol/constants.js';
+import { type RepairAccess, copyCounter, rewriteOnto } from '../../client/repair.js';
+import { KvError } from '../../protocol/errors.js';
+import { ItemType, KvLayout } from '../../protocol/constants.js';
 import { counterSealed, counterValue, itemAtomicWord, slotBlock } from '../../protocol/index-format.js';
 import { type ClusterConfig, type RepairRecord, etcdKeys } from '../../protocol/registry.js';
 import type { RegionStore } from '../store/region.js';
 import { Pacer } from './pacer.js';
-import { type SlotItem, hashSlotMask, itemsOfHashSlots } from './slot-items.js';
+import { type SlotKey, findLinked, hashSlotMask, keysOfHashSlots } from './slot-items.js';
 
 export interface CopierOptions {
   /** This member's name in config. */
@@ -36,8 +40,8 @@ export interface CopierOptions {
   client: Etcd3;
   /** For the copier's own KvClient. */
   etcdHosts: string[];
-  /** Each hosted namespace's region, and its counters of what was copied (metrics). */
-  namespaces: () => Array<{ name: string; store: RegionStore; copied: (items: number, bytes: number) => void }>;
+  /** Each hosted namespace's region, its counters of what was copied (metrics), and its bucket locks. */
+  namespaces: () => CopiedRegion[];
   /** A write token for the namespace (undefined: the server asks for none). */
   tokenFor: (namespace: string) => string | undefined;
   /** --repair-rate: bytes a second (0: no limit). */
@@ -60,23 +64,39 @@ export interface CopyReport {
 }
 
 export class Copier {
+  /** The config to copy for, and the signature of what it asks of this member. */
   private latest: ClusterConfig | undefined;
+  private latestWork = '';
   private running: Promise<void> | undefined;
   private again = false;
   private closed = false;
   private retry: NodeJS.Timeout | undefined;
   private readonly clients = new Map<string, Promise<KvClient>>();
-  /** Totals since start (metrics). */
-  readonly totals = { items: 0, bytes: 0, copies: 0 };
-  /** Hash slots being copied from this member now, and their targets (kvctl layout's progress). */
-  progress: { hashSlots: number; items: number; copied: number; targets: string[] } | undefined;
 
   constructor(private readonly options: CopierOptions) {}
 
-  /** The follower applied `config`: copy what it asks of this member (after the run going on, which it abandons). */
+  /**
+   * The follower applied `config`: copy what it asks of this member. A copy under way goes on if
+   * the config asks the same of this member (same ranges, epochs and targets), else it is
+   * abandoned for the new one.
+   */
   configApplied(config: ClusterConfig): void {
+    const work = this.workOf(config);
+    if (work === this.latestWork && this.running) return;
     this.latest = config;
+    this.latestWork = work;
     void this.poke();
+  }
+
+  /** What `config` asks this member to copy, as a string: its ranges as primary with syncing members, their epochs and targets. */
+  private workOf(config: ClusterConfig): string {
+    const me = config.members.indexOf(this.options.name);
+    return config.slots.filter((r) => r.replicas[0] === me && r.syncing.length > 0).map((r) => `${r.from}-${r.to}@${r.epoch}:${r.syncing.map((i) => config.members[i]).join(',')}`).join(' ');
+  }
+
+  /** Whether a copy for `work` is to be abandoned: closing, or a config asks something else now. */
+  private abandoned(work: string): boolean {
+    return this.closed || this.latestWork !== work;
   }
 
   private poke(): Promise<void> {
@@ -91,7 +111,7 @@ export class Copier {
         const config = this.latest;
         if (!config) break;
         try {
-          await this.copyFor(config);
+          await this.copyFor(config, this.latestWork);
         } catch (error) {
           if (this.closed) break;
           this.options.logger.warn({ err: error, epoch: config.epoch }, `repair: copy failed; trying again in ${RETRY_MS} ms`);
@@ -100,52 +120,55 @@ export class Copier {
         }
       } while (this.again && !this.closed);
       this.running = undefined;
-      this.progress = undefined;
     })();
     return this.running;
   }
 
   /** Copies every range this member is primary of and others sync into, at `config`'s epochs; then reports them done. */
-  private async copyFor(config: ClusterConfig): Promise<void> {
+  private async copyFor(config: ClusterConfig, work: string): Promise<void> {
     const me = config.members.indexOf(this.options.name);
     const ranges = config.slots.filter((r) => r.replicas[0] === me && r.syncing.length > 0);
     if (me < 0 || ranges.length === 0) return;
     const targets = [...new Set(ranges.flatMap((r) => r.syncing))].map((i) => config.members[i]!);
     const hashSlots = ranges.flatMap((r) => Array.from({ length: r.to - r.from + 1 }, (_, k) => r.from + k));
-    const syncingOf = new Map<number, string[]>();
-    for (const r of ranges) for (let slot = r.from; slot <= r.to; slot++) syncingOf.set(slot, r.syncing.map((i) => config.members[i]!));
+    const syncingOf = new Map<number, Into>();
+    for (const r of ranges) {
+      const into = { targets: r.syncing.map((i) => config.members[i]!), epoch: r.epoch };
+      for (let slot = r.from; slot <= r.to; slot++) syncingOf.set(slot, into);
+    }
     const started = performance.now();
     const report: CopyReport = { items: 0, bytes: 0, ms: 0 };
     const pacer = new Pacer(this.options.rateBytesPerSecond);
     const { logger } = this.options;
     logger.info({ epoch: config.epoch, hashSlots: hashSlots.length, targets }, 'repair: copying hash slots to the members syncing into them');
-    for (const { name: namespace, store, copied } of this.options.namespaces()) {
-      const access = await this.accessFor(namespace, config.epoch);
-      const items = await itemsOfHashSlots(store, hashSlotMask(hashSlots), () => this.closed || this.latest !== config);
+    for (const region of this.options.namespaces()) {
+      const access = await this.accessFor(region.name, config.epoch, work);
+      if (this.abandoned(work)) return;
+      const keys = await keysOfHashSlots(region.store, hashSlotMask(hashSlots), () => this.abandoned(work));
       // Counters first: a replicated INCR of one waits while a target lacks it.
-      items.sort((x, y) => Number(x.type !== ItemType.COUNTER) - Number(y.type !== ItemType.COUNTER));
-      this.progress = { hashSlots: hashSlots.length, items: items.length, copied: 0, targets };
+      keys.sort((x, y) => Number(x.type !== ItemType.COUNTER) - Number(y.type !== ItemType.COUNTER));
       let next = 0;
+      let failed: { error: unknown } | undefined;
       const worker = async (): Promise<void> => {
-        while (next < items.length) {
-          if (this.closed || this.latest !== config) return;
-          const item = items[next++]!;
-          const bytes = await this.copyItem(access, store, item, syncingOf.get(item.hashSlot)!);
-          report.bytes += bytes;
-          report.items++;
-          this.progress!.copied++;
-          copied(bytes > 0 ? 1 : 0, bytes);
-          const wait = pacer.spent(bytes);
-          if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+        while (next < keys.length && failed === undefined && !this.abandoned(work)) {
+          const key = keys[next++]!;
+          try {
+            const bytes = await this.copyKey(access, region, key, syncingOf.get(key.hashSlot)!);
+            report.items += bytes > 0 ? 1 : 0;
+            report.bytes += bytes;
+            region.copied(bytes > 0 ? 1 : 0, bytes);
+            const wait = pacer.spent(bytes);
+            if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+          } catch (error) {
+            failed ??= { error }; // the other workers stop at their next key
+          }
         }
       };
       await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
-      if (this.closed || this.latest !== config) return; // a newer config: the next run copies for it
+      if (failed) throw failed.error;
+      if (this.abandoned(work)) return; // a newer config: the next run copies for it
     }
     report.ms = performance.now() - started;
-    this.totals.items += report.items;
-    this.totals.bytes += report.bytes;
-    this.totals.copies++;
     for (const target of targets) {
       const t = config.members.indexOf(target);
       const record: RepairRecord = {
@@ -160,24 +183,29 @@ export class Copier {
     logger.warn({ epoch: config.epoch, hashSlots: hashSlots.length, targets, items: report.items, bytes: report.bytes, ms: Math.round(report.ms), mbps: Number(mbps.toFixed(1)) }, 'repair: copy done');
   }
 
-  /** Copies one item; resolves the bytes it copied (0: gone since the walk, a lock, or already on the targets). */
-  private async copyItem(access: RepairAccess, store: RegionStore, item: SlotItem, targets: string[]): Promise<number> {
-    if (item.type === ItemType.BYTES) {
-      // Gone since the walk: its DELETE went to the targets too.
-      return (await access.rewrite(item.key)) ? itemBytes(store, item) : 0;
+  /** Copies one key; resolves the bytes it copied (0: gone since the walk, a lock, or already on the targets). */
+  private async copyKey(access: RepairAccess, region: CopiedRegion, { key, type }: SlotKey, { targets, epoch }: Into): Promise<number> {
+    if (type === ItemType.BYTES) {
+      // Gone since the walk (its DELETE went to the targets too): false.
+      const valueLength = await withRetries(() => rewriteOnto(access, key, this.options.name, targets, epoch));
+      return valueLength === false ? 0 : KvLayout.ITEM_HEADER_BYTES + key.length + valueLength;
     }
-    if (item.type !== ItemType.COUNTER) return 0; // locks are not replicated (a replicated cluster refuses LOCK)
-    // Still this item? (The slot changes only under its bucket lock; a stale read is caught by the seal.)
-    if (store.index.slot(item.bucket, item.i) !== item.slot) return 0;
-    const word = itemAtomicWord(store.bytes, store.itemAt(slotBlock(item.slot)));
-    if (counterSealed(word)) return 0; // being deleted, on the targets too
-    let copied = 0;
-    for (const target of targets) if (await copyCounter(access, item.key, counterValue(word), target)) copied += itemBytes(store, item);
-    return copied;
+    if (type !== ItemType.COUNTER) return 0; // locks are not replicated (a replicated cluster refuses LOCK)
+    // Under the key's bucket locks here, no DELETE or creation of it comes between our look at the word and
+    // the creation on the targets; INCRs of it wait while a target lacks it (client/repair.ts).
+    return region.underBucketLocks(key, async () => {
+      const linked = findLinked(region.store, key);
+      if (linked === undefined || linked.type !== ItemType.COUNTER) return 0; // gone since the walk
+      const word = itemAtomicWord(region.store.bytes, region.store.itemAt(slotBlock(linked.slot)));
+      if (counterSealed(word)) return 0; // being deleted, on the targets too
+      let copied = 0;
+      for (const target of targets) if (await copyCounter(access, key, counterValue(word), target)) copied += KvLayout.ITEM_HEADER_BYTES + key.length;
+      return copied;
+    });
   }
 
   /** The KvClient for `namespace`, once its config has reached `epoch` (its writes must go to the syncing members). */
-  private async accessFor(namespace: string, epoch: number): Promise<RepairAccess> {
+  private async accessFor(namespace: string, epoch: number, work: string): Promise<RepairAccess> {
     let pending = this.clients.get(namespace);
     if (!pending) {
       const token = this.options.tokenFor(namespace);
@@ -187,7 +215,7 @@ export class Copier {
     }
     const access = (await pending).repairAccess();
     const deadline = performance.now() + CONFIG_WAIT_MS;
-    while ((access.configEpoch() ?? 0) < epoch) {
+    while ((access.configEpoch() ?? 0) < epoch && !this.abandoned(work)) {
       if (performance.now() > deadline) throw new Error(`repair: the copier's client has not seen config epoch ${epoch} after ${CONFIG_WAIT_MS} ms`);
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
@@ -202,8 +230,31 @@ export class Copier {
   }
 }
 
-/** An item's bytes (header, key, value), as the walk read it. */
-function itemBytes(store: RegionStore, item: SlotItem): number {
-  const at = store.itemAt(slotBlock(item.slot));
-  return KvLayout.ITEM_HEADER_BYTES + item.key.length + store.bytes.readUInt32LE(at + ItemHeader.VALUE_LEN);
+/** A copy's targets and the epoch of its range. */
+interface Into {
+  targets: string[];
+  epoch: number;
 }
+
+/** What the copier uses of one namespace (KvServer.regionStores). */
+interface CopiedRegion {
+  name: string;
+  store: RegionStore;
+  copied: (items: number, bytes: number) => void;
+  underBucketLocks: <T>(key: Buffer, task: () => Promise<T>) => Promise<T>;
+}
+
+/** A key's copy, tried again after a moment when it timed out (a target's word closed by a barrier, say); other failures end the copy. */
+async function withRetries<T>(copy: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await copy();
+    } catch (error) {
+      if (!(error instanceof KvError && error.code === 'KV_TIMEOUT') || attempt >= KEY_TRIES) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 50 * attempt));
+    }
+  }
+}
+
+/** How many times one key's copy is tried when it times out. */
+const KEY_TRIES = 5;

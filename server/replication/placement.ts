@@ -128,21 +128,19 @@ export interface CopiedRange {
 }
 
 /**
- * Repair, its end: `target` becomes a replica (the last backup) of every hash slot it was syncing
- * into whose copy is reported done at the hash slot's current epoch, at a new epoch. undefined:
- * none is.
+ * Repair, its end: each member syncing into a hash slot whose copy is reported done (`copied`, by
+ * target) at the hash slot's current epoch becomes a replica (after the others), all of a
+ * range's at once, at a new epoch. undefined: none is.
  */
-export function withSynced(config: ClusterConfig, target: string, copied: readonly CopiedRange[]): ClusterConfig | undefined {
-  const t = config.members.indexOf(target);
-  if (t < 0) return undefined;
+export function withSynced(config: ClusterConfig, copied: ReadonlyMap<string, readonly CopiedRange[]>): ClusterConfig | undefined {
   const epoch = config.epoch + 1;
   if (epoch > 0xffffffff) throw new RangeError('config epoch exhausted (32 bits)');
   let changed = false;
   const slots = config.slots.map((range) => {
-    const done = range.syncing.includes(t) && copied.some((c) => c.epoch === range.epoch && c.from <= range.from && range.to <= c.to);
-    if (!done) return range;
+    const done = range.syncing.filter((t) => copied.get(config.members[t]!)?.some((c) => c.epoch === range.epoch && c.from <= range.from && range.to <= c.to));
+    if (done.length === 0) return range;
     changed = true;
-    return { ...range, replicas: [...range.replicas, t], syncing: range.syncing.filter((i) => i !== t), epoch };
+    return { ...range, replicas: [...range.replicas, ...done], syncing: range.syncing.filter((i) => !done.includes(i)), epoch };
   });
   if (!changed) return undefined;
   return { epoch, replicas: config.replicas, members: config.members, slots: merged(slots) };

@@ -175,12 +175,15 @@ test('withSyncing gives a short hash slot a member of another zone first, then t
 
 test('withSynced promotes a target only where its copy was reported at the hash slot\'s current epoch; withoutReplicas drops a dead syncing member', (t) => {
   const config: ClusterConfig = { epoch: 9, replicas: 2, members: ['a', 'b', 'c'], slots: ranges([0, 99, [0], [2], 9], [100, 199, [1], [2], 8], [200, SLOT_COUNT - 1, [0, 1], [], 3]) };
-  t.is(withSynced(config, 'c', [{ from: 0, to: 99, epoch: 8 }]), undefined, 'a copy at an older epoch counts for nothing');
-  const next = withSynced(config, 'c', [{ from: 0, to: 150, epoch: 9 }, { from: 100, to: 199, epoch: 8 }])!;
+  t.is(withSynced(config, new Map([['c', [{ from: 0, to: 99, epoch: 8 }]]])), undefined, 'a copy at an older epoch counts for nothing');
+  const next = withSynced(config, new Map([['c', [{ from: 0, to: 150, epoch: 9 }, { from: 100, to: 199, epoch: 8 }]]]))!;
   t.is(next.epoch, 10);
   t.deepEqual(next.slots.find((r) => r.from === 0), { from: 0, to: 99, replicas: [0, 2], syncing: [], epoch: 10 });
   t.deepEqual(next.slots.find((r) => r.from === 100), { from: 100, to: 199, replicas: [1, 2], syncing: [], epoch: 10 });
-  t.is(withSynced(config, 'nobody', [{ from: 0, to: SLOT_COUNT - 1, epoch: 9 }]), undefined);
+  t.is(withSynced(config, new Map([['nobody', [{ from: 0, to: SLOT_COUNT - 1, epoch: 9 }]]])), undefined);
+  // Two targets of one range (--replicas 3) done at the same epoch: both become replicas in one step.
+  const three: ClusterConfig = { epoch: 4, replicas: 3, members: ['a', 'b', 'c'], slots: ranges([0, SLOT_COUNT - 1, [0], [1, 2], 4]) };
+  t.deepEqual(withSynced(three, new Map([['b', [{ from: 0, to: SLOT_COUNT - 1, epoch: 4 }]], ['c', [{ from: 0, to: SLOT_COUNT - 1, epoch: 4 }]]]))!.slots, ranges([0, SLOT_COUNT - 1, [0, 1, 2], [], 5]));
   const failed = withoutReplicas(config, new Set(['c']))!;
   t.is(failed.epoch, 10);
   t.deepEqual(failed.slots.find((r) => r.from === 0), { from: 0, to: 99, replicas: [0], syncing: [], epoch: 10 });
