@@ -12,7 +12,7 @@
 // whole. Run on the loopback chain (one user of its scratch at a time).
 import { Opcode } from '../../native/index.js';
 import { ItemHeader, ItemState } from '../../protocol/constants.js';
-import { EMPTY_SLOT, itemStateOffset, lockOwner, lockVersion, lockWord, releaseAddend, slotBlock, slotUnits } from '../../protocol/index-format.js';
+import { EMPTY_SLOT, itemAtomicWord, itemStateOffset, lockOwner, lockVersion, lockWord, releaseAddend, slotBlock, slotUnits } from '../../protocol/index-format.js';
 import type { Fabric } from '../fabric.js';
 import { loopbackAtomics } from '../recovery/loopback.js';
 import type { ServerStats } from '../stats.js';
@@ -66,7 +66,11 @@ export async function removeItems(
     'locking buckets to remove items',
   );
   const locked = buckets.filter((_, k) => found[k] === expected[k] && lockOwner(expected[k]!) === 0);
-  const sealing = locked.flatMap((bucket) => byBucket.get(bucket)!.filter((v) => v.seal !== undefined && index.slot(bucket, v.i) === v.slot && v.slot !== EMPTY_SLOT));
+  // Only a seal not there yet: adding it twice would carry into the value (or token) and unseal the word. Under the
+  // bucket lock no DELETE can seal it meanwhile, and no other atomic touches the seal bit.
+  const sealing = locked.flatMap((bucket) =>
+    byBucket.get(bucket)!.filter((v) => v.seal !== undefined && index.slot(bucket, v.i) === v.slot && v.slot !== EMPTY_SLOT && (itemAtomicWord(store.bytes, store.itemAt(slotBlock(v.slot))) & v.seal) === 0n),
+  );
   if (sealing.length > 0) {
     await loopbackAtomics(
       fabric,

@@ -3,14 +3,15 @@
 // two buckets when a PUT displaces it, and a walk of the index could pass an
 // entry that moves behind it. Here an entry is moved by hand (a CPU store into
 // the index of a server no client writes) to its other bucket: the key is still
-// found, once, and findLinked finds its slot where it now is.
+// found, once, and findLinked finds its slot where it now is. Dropping a hash
+// slot (a member entering sync) seals counters once, never twice.
 import test from 'ava';
 
 import { KvClient } from '../../client/index.js';
 import { hashKey } from '../../native/index.js';
-import { IndexWord, ItemType, KvLayout } from '../../protocol/constants.js';
+import { IndexWord, ItemHeader, ItemType, KvLayout } from '../../protocol/constants.js';
 import { keySlot } from '../../protocol/hash-slots.js';
-import { EMPTY_SLOT } from '../../protocol/index-format.js';
+import { EMPTY_SLOT, slotBlock } from '../../protocol/index-format.js';
 import { findLinked, hashSlotMask, keysOfHashSlots } from '../../server/replication/slot-items.js';
 import { startServer } from '../helpers/kv.js';
 
@@ -46,4 +47,25 @@ test('keys of the wanted hash slots come from the heap: an entry moved to its ot
   const after = findLinked(store, moved)!;
   t.deepEqual([after.bucket, after.i, after.slot], [other, free, before.slot]);
   t.is(findLinked(store, Buffer.from('walk:absent')), undefined);
+});
+
+test('dropping a hash slot seals a counter before it unlinks it, and leaves one already sealed sealed (a second seal would carry into its value and unseal it)', async (t) => {
+  const server = await startServer('shm');
+  t.teardown(() => server.close());
+  const kv = await KvClient.connect({ url: server.urls[0]!, timeoutMs: 2000 });
+  t.teardown(() => kv.close());
+  await kv.incr('{d}sealed', 5n);
+  await kv.incr('{d}open', 7n);
+  const { store } = server.regionStores()[0]!;
+  const wordAt = (key: string) => store.itemAt(slotBlock(findLinked(store, Buffer.from(key))!.slot)) + ItemHeader.ATOMIC_WORD;
+  const sealedAt = wordAt('{d}sealed');
+  const openAt = wordAt('{d}open');
+  // As a DELETE whose client died after its seal leaves it (no client writes this region now).
+  store.bytes.writeBigUInt64LE(store.bytes.readBigUInt64LE(sealedAt) | BigInt(KvLayout.COUNTER_SEAL), sealedAt);
+  const sealedWord = store.bytes.readBigUInt64LE(sealedAt);
+  t.is(await server.dropHashSlots([keySlot(Buffer.from('{d}x'))]), 2);
+  t.is(findLinked(store, Buffer.from('{d}sealed')), undefined);
+  t.is(findLinked(store, Buffer.from('{d}open')), undefined);
+  t.is(store.bytes.readBigUInt64LE(sealedAt), sealedWord, 'the sealed counter kept its word: still sealed');
+  t.is(store.bytes.readBigUInt64LE(openAt) & BigInt(KvLayout.COUNTER_SEAL), BigInt(KvLayout.COUNTER_SEAL), 'the other one was sealed before its unlink');
 });
