@@ -70,4 +70,4 @@ export async function copyCounter(access: RepairAccess, key: Key, value: bigint,
 
 /** A GET on the target waits this long for a read lease, this many times. */
 const LEASE_WAIT_MS = 20;
-const LEASE_TRIES = 250;
+const LEASE_TRIES = 50;

@@ -115,10 +115,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     await this.establish();
   }
 
-  /**
-   * After a failed start: keep trying in the background (status
-   * 'reconnecting'), as after losing an established connection.
-   */
+  /** After a failed start: keep trying in the background (status 'reconnecting'), as after losing an established connection. */
   keepTrying(): void {
     if (this._status === 'closed' || this._status === 'ready') return;
     this.setStatus('reconnecting');
@@ -238,6 +235,11 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   /** Whether a GET sent now would be answered within the server's read lease (a replica's; true for other servers). */
   get readLeaseHeld(): boolean {
     return this.session?.readLeaseHeld ?? false;
+  }
+
+  /** The config epoch a replica last said it applied (its hello's or a pong's configEpoch; 0: none said). */
+  get appliedConfigEpoch(): number {
+    return this.session?.appliedConfigEpoch ?? 0;
   }
 
   /** Why no operation (of `type`) can be queued now (undefined: it can). */

@@ -73,6 +73,8 @@ export class Session {
   private readonly pingsSent: number[] = [];
   /** The read lease's end (performance.now() time); only from a server whose hello has readLeaseMs. */
   private readsUntil = -Infinity;
+  /** The config epoch the server last said it applied (appliedConfigEpoch). */
+  private serverEpoch: number;
   /** The ping that renews the read lease before it ends. */
   private renewTimer: NodeJS.Timeout | undefined;
   /** startKeepalive's poll: also run while a renewing ping waits for its pong (an idle busy-mode client polls nowhere else). */
@@ -90,6 +92,7 @@ export class Session {
     askedAt: number,
     private readonly config: Pick<SessionOptions, 'configEpoch' | 'configBehind'>,
   ) {
+    this.serverEpoch = hello.configEpoch ?? 0;
     this.link = host.attach(connection, coreRegion(hello));
     this.itemLimit = host.core!.connectionItemLimit(this.link);
     this.pools = new BlockPools(hello.layout.classes, Number(hello.layout.heapBytes), (message) => this.sendControl(message));
@@ -234,9 +237,15 @@ export class Session {
     return this.hello.readLeaseMs === undefined || this.readsUntil > performance.now();
   }
 
+  /** The config epoch the server last said it applied (a replica's hello and pongs, protocol v9; 0: none said). */
+  get appliedConfigEpoch(): number {
+    return this.serverEpoch;
+  }
+
   /** The server answered a ping (a replica's pong renews the read lease from that ping's sending). */
   pong(message: Pong): void {
     this.lastPong = performance.now();
+    if (message.configEpoch !== undefined) this.serverEpoch = Math.max(this.serverEpoch, message.configEpoch);
     const sentAt = this.pingsSent.shift();
     if (this.hello.readLeaseMs !== undefined && sentAt !== undefined) this.permitReads(sentAt, message.leaseMs ?? 0, message.configEpoch);
   }

@@ -93,7 +93,7 @@ export class Namespace {
     this.sessions = new SessionNumbers(store.bytes, settings.replica === true);
     const loopbackChain = new Chain();
     // Removals (eviction, expiry) take bucket locks as an owner id no client ever has.
-    const removal = { store, stats, use: this.use, owner: this.clients.newId(), loopbackChain, log, isClosed, fabric: () => this.loopbackFabric() };
+    const removal = { store, stats, use: this.use, owner: this.clients.serverId(), loopbackChain, log, isClosed, fabric: () => this.loopbackFabric() };
     this.removal = { ...removal, unannounced: (block) => unannounced(block) };
     let evictor: Evictor | undefined;
     if (eviction !== 'none') {

@@ -5,7 +5,7 @@ import type { Logger } from 'pino';
 
 import { hashKey } from '../../native/index.js';
 import { KvLayout } from '../../protocol/constants.js';
-import { itemKey, lockOwner, readItemHeader, versionSession } from '../../protocol/index-format.js';
+import { itemKey, lockOwner, readItemHeader } from '../../protocol/index-format.js';
 import type { Client } from '../sessions/clients.js';
 import type { ServerStats } from '../stats.js';
 import type { RegionStore } from '../store/region.js';
@@ -33,11 +33,10 @@ export class HeldBlocks {
     for (const [block, cls] of client.held.entries()) {
       if (this.isClosed()) return;
       if (client.held.get(block) !== cls) continue; // published or returned while this awaited
-      // Only an item this client wrote can have been published by it: its version carries the
-      // writer's session. Blocks it never wrote to need no look at the index.
-      const { version } = readItemHeader(this.store.bytes, this.store.itemAt(block));
-      const wroteIt = versionSession(version) === client.session;
-      if (wroteIt && (await this.isPublished(block))) published.push(block);
+      // Published or not, the index says: not the item's version, which need not carry this client's
+      // session (a replicated write's backup item has its primary session's; a repair copy keeps the
+      // version it copies, OpFlag.KEEP_VERSION).
+      if (await this.isPublished(block)) published.push(block);
       else if (heap.retire(cls, block)) reclaimed++;
     }
     client.held.clear();

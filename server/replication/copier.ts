@@ -55,6 +55,8 @@ const IN_FLIGHT = 64;
 const RETRY_MS = 1000;
 /** The copier's client must see the config being copied for; it waits this long for its watch. */
 const CONFIG_WAIT_MS = 10_000;
+/** How long the targets may take to apply it (a drop of what they held included). */
+const TARGET_WAIT_MS = 60_000;
 
 /** What one run copied. */
 export interface CopyReport {
@@ -143,6 +145,7 @@ export class Copier {
     logger.info({ epoch: config.epoch, hashSlots: hashSlots.length, targets }, 'repair: copying hash slots to the members syncing into them');
     for (const region of this.options.namespaces()) {
       const access = await this.accessFor(region.name, config.epoch, work);
+      await this.targetsApplied(access, targets, config.epoch, work);
       if (this.abandoned(work)) return;
       const keys = await keysOfHashSlots(region.store, hashSlotMask(hashSlots), () => this.abandoned(work));
       // Counters first: a replicated INCR of one waits while a target lacks it.
@@ -169,7 +172,10 @@ export class Copier {
       if (this.abandoned(work)) return; // a newer config: the next run copies for it
     }
     report.ms = performance.now() - started;
-    for (const target of targets) {
+    // One transaction: the controller promotes every target of a range at once (a promotion moves the range's epoch).
+    const { client } = this.options;
+    const keys = etcdKeys(this.options.prefix);
+    const puts = targets.map((target) => {
       const t = config.members.indexOf(target);
       const record: RepairRecord = {
         copied: ranges.filter((r) => r.syncing.includes(t)).map(({ from, to, epoch }) => ({ from, to, epoch })),
@@ -177,20 +183,32 @@ export class Copier {
         bytes: report.bytes,
         at: new Date().toISOString(),
       };
-      await this.options.client.put(etcdKeys(this.options.prefix).repairKey(target, this.options.name)).value(JSON.stringify(record));
-    }
+      return client.put(keys.repairKey(target, this.options.name)).value(JSON.stringify(record));
+    });
+    await client.if(keys.config, 'Create', '>', 0).then(...puts).commit();
     const mbps = report.bytes / 1e6 / Math.max(report.ms / 1000, 1e-3);
     logger.warn({ epoch: config.epoch, hashSlots: hashSlots.length, targets, items: report.items, bytes: report.bytes, ms: Math.round(report.ms), mbps: Number(mbps.toFixed(1)) }, 'repair: copy done');
   }
 
   /** Copies one key; resolves the bytes it copied (0: gone since the walk, a lock, or already on the targets). */
-  private async copyKey(access: RepairAccess, region: CopiedRegion, { key, type }: SlotKey, { targets, epoch }: Into): Promise<number> {
+  private async copyKey(access: RepairAccess, region: CopiedRegion, { key }: SlotKey, { targets, epoch }: Into): Promise<number> {
+    // The type is the linked item's now, not the heap block's the key was found in (an old one may be another's).
+    const type = findLinked(region.store, key)?.type ?? ItemType.BYTES;
     if (type === ItemType.BYTES) {
-      // Gone since the walk (its DELETE went to the targets too): false.
-      const valueLength = await withRetries(() => rewriteOnto(access, key, this.options.name, targets, epoch));
-      return valueLength === false ? 0 : KvLayout.ITEM_HEADER_BYTES + key.length + valueLength;
+      // Gone since the walk (its DELETE went to the targets too): false. A counter now: copied as one.
+      const valueLength = await withRetries(() => rewriteOnto(access, key, this.options.name, targets, epoch)).catch((error: unknown) => {
+        if (error instanceof KvError && error.code === 'KV_TYPE_MISMATCH') return 'counter' as const;
+        throw error;
+      });
+      if (valueLength !== 'counter') return valueLength === false ? 0 : KvLayout.ITEM_HEADER_BYTES + key.length + valueLength;
+    } else if (type !== ItemType.COUNTER) {
+      return 0; // locks are not replicated (a replicated cluster refuses LOCK)
     }
-    if (type !== ItemType.COUNTER) return 0; // locks are not replicated (a replicated cluster refuses LOCK)
+    return this.copyCounter(access, region, key, targets);
+  }
+
+  /** Creates counter `key` on the targets that lack it, holding its bucket locks here; resolves the bytes copied. */
+  private copyCounter(access: RepairAccess, region: CopiedRegion, key: Buffer, targets: string[]): Promise<number> {
     // Under the key's bucket locks here, no DELETE or creation of it comes between our look at the word and
     // the creation on the targets; INCRs of it wait while a target lacks it (client/repair.ts).
     return region.underBucketLocks(key, async () => {
@@ -202,6 +220,19 @@ export class Copier {
       for (const target of targets) if (await copyCounter(access, key, counterValue(word), target)) copied += KvLayout.ITEM_HEADER_BYTES + key.length;
       return copied;
     });
+  }
+
+  /**
+   * Waits until every target says (in its pongs) it has applied `epoch`: it has dropped what it
+   * held of the hash slots it syncs into and opened them. Before that a look at what it holds
+   * (copyCounter's) could see items about to be dropped.
+   */
+  private async targetsApplied(access: RepairAccess, targets: readonly string[], epoch: number, work: string): Promise<void> {
+    const deadline = performance.now() + TARGET_WAIT_MS;
+    while (!this.abandoned(work) && targets.some((name) => (access.member(name)?.appliedConfigEpoch ?? 0) < epoch)) {
+      if (performance.now() > deadline) throw new Error(`repair: the targets ${targets.join(', ')} have not applied config epoch ${epoch} after ${TARGET_WAIT_MS} ms`);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
   }
 
   /** The KvClient for `namespace`, once its config has reached `epoch` (its writes must go to the syncing members). */

@@ -43,6 +43,7 @@ export class ClientTable {
   private readonly byQp = new Map<string, Client>();
   private readonly freeRings: number[] = [];
   private nextId = 1;
+  private readonly serverIds = new Set<number>();
 
   constructor(
     maxClients: number,
@@ -62,10 +63,12 @@ export class ClientTable {
 
   /**
    * Ids that may still own a lock or land a write: every client in the table (an id is entered
-   * when it is assigned) and the `departing` ones, whose departure releases their locks.
+   * when it is assigned), the `departing` ones, whose departure releases their locks, and the
+   * server's own (serverId: it may hold a bucket lock across loopback tasks, as repair's copier does).
    */
   liveIds(departing: ReadonlySet<number>): Set<number> {
     const live = new Set<number>(departing);
+    for (const id of this.serverIds) live.add(id);
     for (const client of this.byConnection.values()) live.add(client.id);
     return live;
   }
@@ -103,6 +106,13 @@ export class ClientTable {
   /** Ids are never reused: a lock owner seen in a word is that client or a departed one. */
   newId(): number {
     return this.nextId++;
+  }
+
+  /** An id the server itself takes locks as (removals, repair): live for as long as the server runs. */
+  serverId(): number {
+    const id = this.newId();
+    this.serverIds.add(id);
+    return id;
   }
 
   add(client: Client): void {

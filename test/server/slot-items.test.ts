@@ -4,7 +4,8 @@
 // entry that moves behind it. Here an entry is moved by hand (a CPU store into
 // the index of a server no client writes) to its other bucket: the key is still
 // found, once, and findLinked finds its slot where it now is. Dropping a hash
-// slot (a member entering sync) seals counters once, never twice.
+// slot (a member entering sync) seals counters once, never twice. And the
+// server's own lock owner is live, so no scan releases a lock the copier holds.
 import test from 'ava';
 
 import { KvClient } from '../../client/index.js';
@@ -13,6 +14,7 @@ import { IndexWord, ItemHeader, ItemType, KvLayout } from '../../protocol/consta
 import { keySlot } from '../../protocol/hash-slots.js';
 import { EMPTY_SLOT, slotBlock } from '../../protocol/index-format.js';
 import { findLinked, hashSlotMask, keysOfHashSlots } from '../../server/replication/slot-items.js';
+import { ClientTable } from '../../server/sessions/clients.js';
 import { startServer } from '../helpers/kv.js';
 
 test('keys of the wanted hash slots come from the heap: an entry moved to its other bucket is still found, and findLinked finds it there', async (t) => {
@@ -68,4 +70,13 @@ test('dropping a hash slot seals a counter before it unlinks it, and leaves one 
   t.is(findLinked(store, Buffer.from('{d}open')), undefined);
   t.is(store.bytes.readBigUInt64LE(sealedAt), sealedWord, 'the sealed counter kept its word: still sealed');
   t.is(store.bytes.readBigUInt64LE(openAt) & BigInt(KvLayout.COUNTER_SEAL), BigInt(KvLayout.COUNTER_SEAL), 'the other one was sealed before its unlink');
+});
+
+test("the server's own lock owner (removals, repair's copier) is live: the orphan-lock scan and the epoch barrier leave its bucket locks alone", (t) => {
+  const table = new ClientTable(4);
+  const own = table.serverId();
+  const other = table.newId();
+  const live = table.liveIds(new Set());
+  t.true(live.has(own), 'a lock the copier holds across loopback tasks is not an orphan');
+  t.false(live.has(other), 'an id no client or server part holds is');
 });
