@@ -207,6 +207,7 @@ export class ReplicationController {
     await client.put(this.keys.frozen).value(JSON.stringify({ since: new Date().toISOString(), epoch: next.epoch, failed: [...dead] }));
     if (await writeConfig(client, this.keys, next, modRevision, leaseId, [...dead].map((name) => this.keys.aliveKey(name)))) {
       this.failovers++;
+      this.again = true; // our own config write wakes no watch: look again, for repair (its --replace-after clock starts there)
       const promoted = next.slots.filter((r) => r.epoch === next.epoch).reduce((n, r) => n + r.to - r.from + 1, 0);
       logger.warn({ failed: [...dead], epoch: next.epoch, hashSlots: promoted }, 'controller: failover: members without a live registration left their hash slots\' replicas');
     } else {
@@ -237,6 +238,7 @@ export class ReplicationController {
     next ??= withSyncing(config, this.repairCandidates(config, live, replaceAfterMs));
     if (next === undefined) return false;
     if (await writeConfig(client, this.keys, next, modRevision, leaseId)) {
+      this.again = true; // a promotion may leave hash slots to give targets to, and our write wakes no watch
       const syncing = next.slots.reduce((n, r) => n + (r.syncing.length > 0 ? r.to - r.from + 1 : 0), 0);
       logger.warn({ epoch: next.epoch, syncingHashSlots: syncing }, `controller: ${why}`);
     } else {

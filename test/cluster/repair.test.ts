@@ -10,17 +10,22 @@
 //  - A member that never returns: after --replace-after its hash slots are
 //    copied to a member that holds others; the last original replica is then
 //    killed and nothing acknowledged is lost.
+//  - The controller alone (no kv-server): after its own failover write, which
+//    wakes no watch, it looks again and gives short hash slots members to
+//    sync into after --replace-after, with no other event.
 //  - The pure functions: withSyncing (zones first, then the emptiest member,
 //    ranges kept whole, at most --replicas per hash slot), withSynced (only a
 //    copy reported at the hash slot's current epoch counts), withoutReplicas
 //    (a dead syncing member leaves).
 import ava, { type ExecutionContext } from 'ava';
+import { pino } from 'pino';
 
 import { KvClient } from '../../client/index.js';
 import { SLOT_COUNT, keySlot } from '../../protocol/hash-slots.js';
 import { type ClusterConfig, type SlotRange, etcdKeys } from '../../protocol/registry.js';
-import { readConfig } from '../../server/replication/config-store.js';
-import { slotReplicaNames, withSynced, withSyncing, withoutReplicas } from '../../server/replication/placement.js';
+import { readConfig, writeConfig } from '../../server/replication/config-store.js';
+import { ReplicationController } from '../../server/replication/controller.js';
+import { nextConfig, slotReplicaNames, withSynced, withSyncing, withoutReplicas } from '../../server/replication/placement.js';
 import { etcdForFile } from '../helpers/etcd.js';
 import { slow, testTimeoutMs } from '../helpers/providers.js';
 import { needing } from '../helpers/tools.js';
@@ -148,6 +153,25 @@ etcdTest.serial('a member that never returns: after --replace-after its hash slo
     if (last[keySlot(Buffer.from(key))]!.length === 0) continue;
     t.is((await kv.get(key))?.toString(), `v-${key}`, key);
   }
+});
+
+etcdTest.serial('the controller looks again after its own failover write (which wakes no watch): short hash slots get a member to sync into once --replace-after has passed, with no other event', async (t) => {
+  const prefix = '/test-repair-controller';
+  const keys = etcdKeys(prefix);
+  const lease = etcd.client.lease(30, { autoKeepAlive: true });
+  const leaseId = await lease.grant();
+  t.teardown(() => lease.revoke().catch(() => undefined));
+  for (const name of ['m0', 'm1', 'm2']) await etcd.client.put(keys.member(name)).value(JSON.stringify({ name, joined: new Date().toISOString(), replicas: 2 }));
+  // m2 has no alive key: it is dead (a member not seen since the controller started, past the TTL given below).
+  for (const name of ['m0', 'm1']) await etcd.client.put(keys.aliveKey(name)).value(JSON.stringify({ url: `shm:///nowhere/${name}` })).lease(leaseId);
+  const placed = nextConfig(undefined, [{ name: 'm0' }, { name: 'm1' }, { name: 'm2' }], 2)!;
+  t.true(await writeConfig(etcd.client, keys, placed, undefined));
+  const controller = await ReplicationController.start({ client: etcd.client, prefix, name: 'm0', replicas: 2, leaseId: () => leaseId, ttlMs: 100, replaceAfterMs: 300, logger: pino({ level: 'silent' }) });
+  t.teardown(() => controller.close());
+  await eventually(async () => (await config(prefix))!.slots.every((r) => !r.replicas.includes(2)), 'm2 was failed over');
+  await eventually(async () => (await config(prefix))!.slots.some((r) => r.syncing.length > 0), 'short hash slots got a member syncing into them', 5000);
+  const now = (await config(prefix))!;
+  for (const r of now.slots) if (r.replicas.length + r.syncing.length !== 2 || r.syncing.includes(2)) t.fail(`range ${r.from}-${r.to}: ${r.replicas} + ${r.syncing}`);
 });
 
 // ---- the pure functions ------------------------------------------------------------------

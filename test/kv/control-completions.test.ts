@@ -9,14 +9,14 @@
 import test from 'ava';
 
 import type { KvClient } from '../../client/index.js';
-import type { ControlMessage } from '../../protocol/control.js';
+import type { ControlMessage, Pong } from '../../protocol/control.js';
 import { connect, startServer } from '../helpers/kv.js';
 import { eventually, providersUnderTest } from '../helpers/providers.js';
 
 /** What the test reaches into: the one server's session (not a public API). */
 interface SessionInside {
   sendControl(message: ControlMessage): void;
-  pong(): void;
+  pong(message: Pong): void;
   readonly sendBuffers: { readonly count: number; readonly waiting: number };
 }
 
@@ -29,9 +29,9 @@ function sessionOf(kv: KvClient): SessionInside {
 function countPongs(session: SessionInside): { count: number } {
   const pongs = { count: 0 };
   const pong = session.pong.bind(session);
-  session.pong = () => {
+  session.pong = (message) => {
     pongs.count++;
-    pong();
+    pong(message);
   };
   return pongs;
 }
