@@ -1,9 +1,8 @@
-// What repair's copier (server/replication/copier.ts) needs of a KvClient, and
-// the one copy it does outside the normal write path: a counter. Not for
-// applications. A bytes item is copied by writing it again as it is through its
-// replica set (KvClient.repairAccess().rewrite: a CAS on the version read, so a
-// racing write is never undone); the members syncing into its hash slot are in
-// that set (cluster/replica-sets.ts).
+// What repair's copier (server/replication/copier.ts) needs of a KvClient: a
+// bytes item written again as it is from its primary onto the members syncing
+// into its hash slot (rewriteOnto: a CAS on the version read that keeps it, so
+// a racing write is never undone), and a counter created on a target
+// (copyCounter). Not for applications.
 import { KvOp, KvStatus } from '../protocol/constants.js';
 import { KvDisconnectedError, KvError } from '../protocol/errors.js';
 import { rewriteItem } from './expiry.js';
@@ -15,7 +14,7 @@ import type { Key } from './types.js';
 export interface RepairAccess {
   /** The epoch of the config the client routes by (undefined: none yet). */
   configEpoch: () => number | undefined;
-  /** Writes the key's bytes item again through its replica set; its value's length, or false if the key does not exist. */
+  /** Writes the key's bytes item again through its replica set (tests; the copier writes onto the targets alone: rewriteOnto); its value's length, or false if the key does not exist. */
   rewrite: (key: Key) => Promise<number | false>;
   /** The connection to member `name`, alone (no replica set). */
   member: (name: string) => ServerClient | undefined;
@@ -26,8 +25,9 @@ export interface RepairAccess {
  * slot epoch `epoch` (a view of the primary with the targets as its backups): a CAS on the version
  * read, under the primary's bucket locks as every writer of the key takes them. The hash slot's
  * other replicas already hold that item (backups commit before their primary), so they are left
- * out: a third of the work of writing the whole replica set. The value's length, or false if the key does not exist. Rejects
- * when a member is not connected, or the epoch moved (KV_EPOCH_MOVED: the copy must start over).
+ * out: a third of the work of writing the whole replica set. The value's length, or false if the
+ * key does not exist. Rejects when a member is not connected, or the epoch moved (KV_EPOCH_MOVED:
+ * the copy must start over).
  */
 export function rewriteOnto(access: RepairAccess, key: Buffer, primary: string, targets: readonly string[], epoch: number): Promise<number | false> {
   const from = access.member(primary);
