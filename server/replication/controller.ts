@@ -29,6 +29,7 @@ import type { Logger } from 'pino';
 import type { PlacedMember } from '../../protocol/hash-slots.js';
 import { type ClusterConfig, type ControllerRecord, type MemberRecord, type RepairRecord, etcdKeys } from '../../protocol/registry.js';
 import { readStoredConfig, writeConfig } from './config-store.js';
+import { SerialRounds } from './rounds.js';
 import { type CopiedRange, nextConfig, removedMembers, withSynced, withSyncing, withoutReplicas } from './placement.js';
 
 export interface ControllerOptions {
@@ -52,10 +53,8 @@ const RETRY_MS = 1000;
 export class ReplicationController {
   private readonly keys: ReturnType<typeof etcdKeys>;
   private watcher: Watcher | undefined;
-  private running: Promise<void> | undefined;
-  private again = false;
+  private readonly rounds: SerialRounds;
   private closed = false;
-  private retry: NodeJS.Timeout | undefined;
   /** Whether this member held the controller key at its last look. */
   leading = false;
   /** Failovers this member wrote as the controller (metrics). */
@@ -72,6 +71,11 @@ export class ReplicationController {
 
   private constructor(private readonly options: ControllerOptions) {
     this.keys = etcdKeys(options.prefix);
+    this.rounds = new SerialRounds(() => this.round(), {
+      closed: () => this.closed,
+      retryMs: RETRY_MS,
+      failed: (error) => options.logger.warn({ err: error }, `controller: etcd round failed; trying again in ${RETRY_MS} ms`),
+    });
   }
 
   /** Watches the prefix, then runs a first round (which may make this member the controller and write config). */
@@ -105,27 +109,7 @@ export class ReplicationController {
 
   /** Runs a round now, or once more after the one running: events during a round are never lost. */
   poke(): Promise<void> {
-    if (this.closed) return Promise.resolve();
-    if (this.running) {
-      this.again = true;
-      return this.running;
-    }
-    this.running = (async () => {
-      do {
-        this.again = false;
-        try {
-          await this.round();
-        } catch (error) {
-          this.options.logger.warn({ err: error }, `controller: etcd round failed; trying again in ${RETRY_MS} ms`);
-          this.retry ??= setTimeout(() => {
-            this.retry = undefined;
-            void this.poke();
-          }, RETRY_MS);
-        }
-      } while (this.again && !this.closed);
-      this.running = undefined;
-    })();
-    return this.running;
+    return this.rounds.poke();
   }
 
   /** One look at etcd: take the controller key if it is free; if it is ours, bring config up to date. */
@@ -140,7 +124,7 @@ export class ReplicationController {
       const record: ControllerRecord = { name, since: new Date().toISOString() };
       const won = await client.if(keys.controller, 'Create', '==', 0).then(client.put(keys.controller).value(JSON.stringify(record)).lease(leaseId)).commit();
       if (won.succeeded) logger.info({ member: name }, 'controller: this member is the controller');
-      this.again = true; // read again, now as holder or not
+      this.rounds.runAgain(); // read again, now as holder or not
       return;
     }
     this.leading = holder.lease === leaseId;
@@ -170,7 +154,7 @@ export class ReplicationController {
     if (await writeConfig(client, keys, next, stored?.modRevision, leaseId)) {
       logger.info({ epoch: next.epoch, replicas: next.replicas, members: next.members, ranges: next.slots.length }, 'controller: config written');
     } else {
-      this.again = true; // someone else wrote it, or we lost the controller key: look again
+      this.rounds.runAgain(); // someone else wrote it, or we lost the controller key: look again
     }
   }
 
@@ -207,11 +191,11 @@ export class ReplicationController {
     await client.put(this.keys.frozen).value(JSON.stringify({ since: new Date().toISOString(), epoch: next.epoch, failed: [...dead] }));
     if (await writeConfig(client, this.keys, next, modRevision, leaseId, [...dead].map((name) => this.keys.aliveKey(name)))) {
       this.failovers++;
-      this.again = true; // our own config write wakes no watch: look again, for repair (its --replace-after clock starts there)
+      this.rounds.runAgain(); // our own config write wakes no watch: look again, for repair (its --replace-after clock starts there)
       const promoted = next.slots.filter((r) => r.epoch === next.epoch).reduce((n, r) => n + r.to - r.from + 1, 0);
       logger.warn({ failed: [...dead], epoch: next.epoch, hashSlots: promoted }, 'controller: failover: members without a live registration left their hash slots\' replicas');
     } else {
-      this.again = true;
+      this.rounds.runAgain();
     }
   }
 
@@ -238,11 +222,11 @@ export class ReplicationController {
     next ??= withSyncing(config, this.repairCandidates(config, live, replaceAfterMs));
     if (next === undefined) return false;
     if (await writeConfig(client, this.keys, next, modRevision, leaseId)) {
-      this.again = true; // a promotion may leave hash slots to give targets to, and our write wakes no watch
+      this.rounds.runAgain(); // a promotion may leave hash slots to give targets to, and our write wakes no watch
       const syncing = next.slots.reduce((n, r) => n + (r.syncing.length > 0 ? r.to - r.from + 1 : 0), 0);
       logger.warn({ epoch: next.epoch, syncingHashSlots: syncing }, `controller: ${why}`);
     } else {
-      this.again = true;
+      this.rounds.runAgain();
     }
     return true;
   }
@@ -288,11 +272,10 @@ export class ReplicationController {
 
   async close(): Promise<void> {
     this.closed = true;
-    if (this.retry) clearTimeout(this.retry);
     if (this.grace) clearTimeout(this.grace);
     if (this.replaceTimer) clearTimeout(this.replaceTimer);
     await this.watcher?.cancel().catch(() => undefined);
-    await this.running;
+    await this.rounds.stop();
   }
 }
 

@@ -30,6 +30,7 @@ import { counterSealed, counterValue, itemAtomicWord, slotBlock } from '../../pr
 import { type ClusterConfig, type RepairRecord, etcdKeys } from '../../protocol/registry.js';
 import type { RegionStore } from '../store/region.js';
 import { Pacer } from './pacer.js';
+import { SerialRounds } from './rounds.js';
 import { type SlotKey, findLinked, hashSlotMask, keysOfHashSlots } from './slot-items.js';
 
 export interface CopierOptions {
@@ -69,13 +70,17 @@ export class Copier {
   /** The config to copy for, and the signature of what it asks of this member. */
   private latest: ClusterConfig | undefined;
   private latestWork = '';
-  private running: Promise<void> | undefined;
-  private again = false;
+  private readonly rounds: SerialRounds;
   private closed = false;
-  private retry: NodeJS.Timeout | undefined;
   private readonly clients = new Map<string, Promise<KvClient>>();
 
-  constructor(private readonly options: CopierOptions) {}
+  constructor(private readonly options: CopierOptions) {
+    this.rounds = new SerialRounds(() => this.copyLatest(), {
+      closed: () => this.closed,
+      retryMs: RETRY_MS,
+      failed: (error) => options.logger.warn({ err: error, epoch: this.latest?.epoch }, `repair: copy failed; trying again in ${RETRY_MS} ms`),
+    });
+  }
 
   /**
    * The follower applied `config`: copy what it asks of this member. A copy under way goes on if
@@ -84,10 +89,10 @@ export class Copier {
    */
   configApplied(config: ClusterConfig): void {
     const work = this.workOf(config);
-    if (work === this.latestWork && this.running) return;
+    if (work === this.latestWork && this.rounds.busy) return;
     this.latest = config;
     this.latestWork = work;
-    void this.poke();
+    void this.rounds.poke();
   }
 
   /** What `config` asks this member to copy, as a string: its ranges as primary with syncing members, their epochs and targets. */
@@ -101,29 +106,10 @@ export class Copier {
     return this.closed || this.latestWork !== work;
   }
 
-  private poke(): Promise<void> {
-    if (this.closed) return Promise.resolve();
-    if (this.running) {
-      this.again = true;
-      return this.running;
-    }
-    this.running = (async () => {
-      do {
-        this.again = false;
-        const config = this.latest;
-        if (!config) break;
-        try {
-          await this.copyFor(config, this.latestWork);
-        } catch (error) {
-          if (this.closed) break;
-          this.options.logger.warn({ err: error, epoch: config.epoch }, `repair: copy failed; trying again in ${RETRY_MS} ms`);
-          clearTimeout(this.retry);
-          this.retry = setTimeout(() => void this.poke(), RETRY_MS);
-        }
-      } while (this.again && !this.closed);
-      this.running = undefined;
-    })();
-    return this.running;
+  /** One round: copy for the latest config. */
+  private async copyLatest(): Promise<void> {
+    const config = this.latest;
+    if (config) await this.copyFor(config, this.latestWork);
   }
 
   /** Copies every range this member is primary of and others sync into, at `config`'s epochs; then reports them done. */
@@ -255,8 +241,7 @@ export class Copier {
 
   async close(): Promise<void> {
     this.closed = true;
-    clearTimeout(this.retry);
-    await this.running;
+    await this.rounds.stop();
     for (const pending of this.clients.values()) await pending.then((c) => c.close()).catch(() => undefined);
   }
 }

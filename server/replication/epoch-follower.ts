@@ -22,6 +22,7 @@ import { SLOT_COUNT } from '../../protocol/hash-slots.js';
 import { type ClusterConfig, type SlotRange, etcdKeys } from '../../protocol/registry.js';
 import type { EpochTable } from '../store/epoch-table.js';
 import { readStoredConfig } from './config-store.js';
+import { SerialRounds } from './rounds.js';
 import type { EpochBarrierReport } from './epoch-barrier.js';
 import { slotReplicaNames } from './placement.js';
 
@@ -52,10 +53,8 @@ const RETRY_MS = 500;
 export class EpochFollower {
   private readonly keys: ReturnType<typeof etcdKeys>;
   private watcher: Watcher | undefined;
-  private running: Promise<void> | undefined;
-  private again = false;
+  private readonly rounds: SerialRounds;
   private closed = false;
-  private retry: NodeJS.Timeout | undefined;
   /** Counts forgetConfig() calls: a config read before the latest one proves nothing. */
   private generation = 0;
   private named = false;
@@ -65,6 +64,11 @@ export class EpochFollower {
 
   private constructor(private readonly options: EpochFollowerOptions) {
     this.keys = etcdKeys(options.prefix);
+    this.rounds = new SerialRounds(() => this.follow(), {
+      closed: () => this.closed,
+      retryMs: RETRY_MS,
+      failed: (error) => options.logger.warn({ err: error }, `epoch follower: cannot apply config; trying again in ${RETRY_MS} ms`),
+    });
   }
 
   /** Watches config, then applies the one in etcd; resolves once that is applied. */
@@ -81,41 +85,25 @@ export class EpochFollower {
 
   /** Applies the config in etcd now, or once more after the round running. */
   poke(): Promise<void> {
-    if (this.closed) return Promise.resolve();
-    if (this.running) {
-      this.again = true;
-      return this.running;
+    return this.rounds.poke();
+  }
+
+  /** One round: read config and apply it. */
+  private async follow(): Promise<void> {
+    const generation = this.generation;
+    const stored = await readStoredConfig(this.options.client, this.keys);
+    const named = stored?.config ? await this.apply(stored.config) : false;
+    if (named !== undefined && generation === this.generation) {
+      this.named = named;
+      this.applied = stored?.config?.epoch ?? 0;
     }
-    this.running = (async () => {
-      do {
-        this.again = false;
-        const generation = this.generation;
-        try {
-          const stored = await readStoredConfig(this.options.client, this.keys);
-          const named = stored?.config ? await this.apply(stored.config) : false;
-          if (named !== undefined && generation === this.generation) {
-            this.named = named;
-            this.applied = stored?.config?.epoch ?? 0;
-          }
-          if (named !== undefined && stored?.config) {
-            const { config } = stored;
-            const count = (ranges: SlotRange[]) => ranges.reduce((n, r) => n + r.to - r.from + 1, 0);
-            this.short = count(config.slots.filter((r) => r.replicas.length < config.replicas));
-            this.syncingSlots = count(config.slots.filter((r) => r.syncing.length > 0));
-            this.options.onApplied?.(config);
-          }
-        } catch (error) {
-          if (this.closed) break;
-          this.options.logger.warn({ err: error }, `epoch follower: cannot apply config; trying again in ${RETRY_MS} ms`);
-          this.retry ??= setTimeout(() => {
-            this.retry = undefined;
-            void this.poke();
-          }, RETRY_MS);
-        }
-      } while (this.again && !this.closed);
-      this.running = undefined;
-    })();
-    return this.running;
+    if (named !== undefined && stored?.config) {
+      const { config } = stored;
+      const count = (ranges: SlotRange[]) => ranges.reduce((n, r) => n + r.to - r.from + 1, 0);
+      this.short = count(config.slots.filter((r) => r.replicas.length < config.replicas));
+      this.syncingSlots = count(config.slots.filter((r) => r.syncing.length > 0));
+      this.options.onApplied?.(config);
+    }
   }
 
   /**
@@ -195,7 +183,7 @@ export class EpochFollower {
   /** Stops following. A barrier running ends when the server closes (kv-server closes it next), not before. */
   async close(): Promise<void> {
     this.closed = true;
-    if (this.retry) clearTimeout(this.retry);
+    void this.rounds.stop(); // drops a pending retry; the round running is not waited for (see above)
     await this.watcher?.cancel().catch(() => undefined);
   }
 }
