@@ -73,11 +73,11 @@ export class FailureLog {
 /**
  * Connections lost during a flood whose test is about something else (eviction): the lost
  * connection's ops fail with the retryable KV_DISCONNECTED, the client reconnects, and
- * `put` retries them there. Each loss is noted with what the server logged and what the
+ * `put` and `get` retry them there. Each loss is noted with what the server logged and what the
  * NIC counted (the Soft-RoCE guest has fenced a client whose queue pair went silent for
  * 20 s in the middle of a long tier: docs/softroce-vm.md, Pitfalls), so a passing run still shows it.
  */
-export class ReconnectingWriter {
+export class ReconnectingClient {
   private readonly losses: string[] = [];
   private retried = 0;
   private readonly nicBefore = nicCounters();
@@ -88,14 +88,22 @@ export class ReconnectingWriter {
     private readonly attempts = 5,
   ) {}
 
-  async put(key: string, value: Buffer): Promise<void> {
+  put(key: string, value: Buffer): Promise<void> {
+    return this.retrying(`put ${key}`, () => this.kv.put(key, value));
+  }
+
+  get(key: string): Promise<Buffer | undefined> {
+    return this.retrying(`get ${key}`, () => this.kv.get(key));
+  }
+
+  private async retrying<T>(what: string, op: () => Promise<T>): Promise<T> {
     for (let attempt = 1; ; attempt++) {
       try {
-        return await this.kv.put(key, value);
+        return await op();
       } catch (error) {
         if ((error as { code?: string }).code !== 'KV_DISCONNECTED' || attempt >= this.attempts) throw error;
         this.retried++;
-        if (this.losses.length < 2) this.losses.push(`${key}: ${String(error)}`);
+        if (this.losses.length < 2) this.losses.push(`${what}: ${String(error)}`);
         // The loss may not show in the status yet: a pause, then until it is ready again.
         await new Promise((resolve) => setTimeout(resolve, 100 * attempt));
         await eventually(() => this.kv.status === 'ready', `the client reconnects (status ${this.kv.status})`);
@@ -106,7 +114,7 @@ export class ReconnectingWriter {
   /** What was lost and why, for t.log; [] when nothing was. */
   get notes(): string[] {
     if (this.losses.length === 0) return [];
-    const lost = `the connection was lost: ${this.retried} writes retried after a reconnect (${this.losses.join('; ')}, ...)`;
+    const lost = `the connection was lost: ${this.retried} operations retried after a reconnect (${this.losses.join('; ')}, ...)`;
     return [lost, ...evidence(this.server, this.nicBefore)];
   }
 }

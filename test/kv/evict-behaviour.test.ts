@@ -4,15 +4,17 @@
 // are not (access hints: native/kv/access.cc).
 import test from 'ava';
 
-import type { KvClient } from '../../client/index.js';
-import { connect, selfValidating, startServer, validate } from '../helpers/kv.js';
+import { ReconnectingClient, connect, selfValidating, startServer, validate } from '../helpers/kv.js';
 import { eventually, providersUnderTest, slow } from '../helpers/providers.js';
 
 const SMALL = { memoryBytes: 16 << 20, graceMs: 50 };
 const VALUE = 4000;
 
-/** PUTs `count` fresh keys `${prefix}${i}` of VALUE bytes, 64 at a time (any failure fails the test). */
-async function writeFresh(kv: KvClient, prefix: string, count: number, onWritten?: (i: number) => void): Promise<void> {
+/**
+ * PUTs `count` fresh keys `${prefix}${i}` of VALUE bytes, 64 at a time (any failure but a lost
+ * connection, retried after the reconnect, fails the test: docs/softroce-vm.md, Pitfalls).
+ */
+async function writeFresh(kv: ReconnectingClient, prefix: string, count: number, onWritten?: (i: number) => void): Promise<void> {
   for (let i = 0; i < count; i += 64) {
     await Promise.all(
       Array.from({ length: Math.min(64, count - i) }, async (_, k) => {
@@ -27,9 +29,11 @@ for (const scheme of providersUnderTest()) {
   test(`${scheme}: readers racing eviction see whole values of their key or a miss`, async (t) => {
     const server = await startServer(scheme, { ...SMALL, eviction: 'lru' });
     t.teardown(() => server.close());
-    const writer = await connect(server);
-    const reader = await connect(server);
-    t.teardown(() => Promise.all([writer.close(), reader.close()]));
+    const writerClient = await connect(server);
+    const readerClient = await connect(server);
+    t.teardown(() => Promise.all([writerClient.close(), readerClient.close()]));
+    const writer = new ReconnectingClient(writerClient, server);
+    const reader = new ReconnectingClient(readerClient, server);
     const keys = 2000; // about 8 MB of values: rewritten, they and the fresh keys below overflow the heap
     const issued = new Int32Array(keys).fill(-1);
     const problems: string[] = [];
@@ -66,6 +70,7 @@ for (const scheme of providersUnderTest()) {
     t.deepEqual(problems.slice(0, 10), []);
     t.true(server.stats().evictions.watermark + server.stats().evictions.grant > 0, 'items were evicted');
     t.log(`${reads} reads, ${hits} hits, ${server.stats().evictions.watermark + server.stats().evictions.grant} evictions`);
+    for (const note of [...writer.notes, ...reader.notes]) t.log(note);
   });
 
   test(`${scheme}: counters and locks survive eviction; items of the last grace period are kept`, async (t) => {
@@ -73,14 +78,17 @@ for (const scheme of providersUnderTest()) {
     const server = await startServer(scheme, { ...SMALL, graceMs, eviction: 'lru' });
     t.teardown(() => server.close());
     const kv = await connect(server);
-    t.teardown(() => kv.close());
+    // The locks' holder is not the flooding client: a flood's lost connection (retried) would give its locks back.
+    const holder = await connect(server);
+    t.teardown(() => Promise.all([kv.close(), holder.close()]));
     for (let i = 0; i < 50; i++) await kv.incr(`counter${i}`, i + 1);
-    const held = await kv.lock('held-lock');
-    const free = await kv.lock('free-lock');
+    const held = await holder.lock('held-lock');
+    const free = await holder.lock('free-lock');
     await free.release();
+    const flood = new ReconnectingClient(kv, server);
     const writtenAt: number[] = [];
     const count = Math.ceil((4 * server.layout.heapBytes) / VALUE);
-    await writeFresh(kv, 'k', count, (i) => {
+    await writeFresh(flood, 'k', count, (i) => {
       writtenAt[i] = performance.now();
     });
     const end = performance.now();
@@ -88,6 +96,7 @@ for (const scheme of providersUnderTest()) {
     // Everything acknowledged within half the grace period before the end is still there, whole.
     const recent = writtenAt.flatMap((at, i) => (end - at < graceMs / 2 ? [i] : []));
     t.true(recent.length > 0);
+    for (const note of flood.notes) t.log(note);
     const values = await kv.getMany(recent.map((i) => `k${i}`));
     t.deepEqual(values.flatMap((v, k) => (v === undefined ? [recent[k]] : [])), [], 'recent items evicted');
     for (const [k, v] of values.entries()) t.deepEqual(validate(v!), { writer: 0, seq: recent[k] });
@@ -107,20 +116,22 @@ for (const scheme of providersUnderTest()) {
       t.teardown(() => server.close());
       const kv = await connect(server);
       t.teardown(() => kv.close());
+      const flood = new ReconnectingClient(kv, server);
       // 200 hot and 200 cold keys, written together; then the hot ones are read while 3 heaps of fresh keys go in.
-      await writeFresh(kv, 'hot', 200);
-      await writeFresh(kv, 'cold', 200);
+      await writeFresh(flood, 'hot', 200);
+      await writeFresh(flood, 'cold', 200);
       let done = false;
       const readers = (async () => {
-        while (!done) await Promise.all(Array.from({ length: 200 }, (_, i) => kv.get(`hot${i}`)));
+        while (!done) await Promise.all(Array.from({ length: 200 }, (_, i) => flood.get(`hot${i}`)));
       })();
-      await writeFresh(kv, 'fresh', Math.ceil((3 * server.layout.heapBytes) / VALUE));
+      await writeFresh(flood, 'fresh', Math.ceil((3 * server.layout.heapBytes) / VALUE));
       done = true;
       await readers;
       const count = async (prefix: string) => (await kv.getMany(Array.from({ length: 200 }, (_, i) => `${prefix}${i}`))).filter((v) => v !== undefined).length;
       const hot = await count('hot');
       const cold = await count('cold');
       t.log(`survivors: hot ${hot} of 200, cold ${cold} of 200`);
+      for (const note of flood.notes) t.log(note);
       t.true(hot >= 150, `hot keys survived: ${hot}`);
       t.true(hot >= cold + 100, `hot ${hot} against cold ${cold}`);
     });
@@ -136,11 +147,12 @@ for (const scheme of providersUnderTest()) {
       t.teardown(() => server.close());
       const kv = await connect(server);
       t.teardown(() => kv.close());
+      const flood = new ReconnectingClient(kv, server);
       const item = server.layout.classes.find((units) => units * 64 >= 48 + 8 + VALUE)! * 64;
       const capacity = Math.floor(server.layout.heapBytes / item);
       const [cold, warm, fresh] = [Math.floor(0.3 * capacity), Math.floor(0.5 * capacity), Math.floor(0.25 * capacity)];
-      await writeFresh(kv, 'c', cold);
-      await writeFresh(kv, 'w', warm); // 80 % of the heap: under the high watermark, nothing evicted yet
+      await writeFresh(flood, 'c', cold);
+      await writeFresh(flood, 'w', warm); // 80 % of the heap: under the high watermark, nothing evicted yet
       const names = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => `${prefix}${i}`);
       for (let pass = 0; pass < 3; pass++) {
         // Read in separate reclaim ticks (lfu counts one read per tick), then all of it ages past the grace period.
@@ -148,7 +160,7 @@ for (const scheme of providersUnderTest()) {
         await new Promise((resolve) => setTimeout(resolve, 2 * graceMs));
       }
       t.is(server.stats().evictions.watermark + server.stats().evictions.grant, 0, 'nothing evicted before the fresh keys');
-      await writeFresh(kv, 'f', fresh);
+      await writeFresh(flood, 'f', fresh);
       // Until the run is over (down to the low watermark, its grace period past): the reads below refresh what they read.
       const done = () => server.stats().heapUsedBytes <= server.stats().heapLowWatermarkBytes;
       await eventually(done, 'eviction brought the heap down to its low watermark');
@@ -156,6 +168,7 @@ for (const scheme of providersUnderTest()) {
       const lostCold = await lost('c', cold);
       const lostWarm = await lost('w', warm);
       t.log(`evicted: ${lostCold} of ${cold} unread keys, ${lostWarm} of ${warm} read ones`);
+      for (const note of flood.notes) t.log(note);
       t.true(lostCold > cold / 2, `unread keys evicted: ${lostCold} of ${cold}`);
       // lfu: the read keys count 4 reads against the others' 1 and stay (measured: 0-6 of them go; before the pool
       // 141-277 against 396-536 unread). lru: once the unread keys grow scarce in a sample, the read ones are the

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import test from 'ava';
 
 import { KvConfigError } from '../../server/kv-server.js';
-import { FailureLog, ReconnectingWriter, connect, startServer } from '../helpers/kv.js';
+import { FailureLog, ReconnectingClient, connect, startServer } from '../helpers/kv.js';
 import { providersUnderTest, testScale } from '../helpers/providers.js';
 
 for (const scheme of providersUnderTest()) {
@@ -31,7 +31,7 @@ for (const scheme of providersUnderTest()) {
     // The restarted server evicts: heaps of writes (3 in the shrunk guest runs), no KV_OUT_OF_MEMORY.
     const count = Math.ceil(((testScale() < 1 ? 3 : 10) * again.layout.heapBytes) / 4000);
     const failures = new FailureLog(again);
-    const writer = new ReconnectingWriter(kv2, again);
+    const writer = new ReconnectingClient(kv2, again);
     for (let i = 0; i < count; i += 64) {
       await Promise.all(
         Array.from({ length: Math.min(64, count - i) }, (_, k) =>

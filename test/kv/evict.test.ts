@@ -5,7 +5,7 @@ import { Registry } from 'prom-client';
 
 import { IndexView, slotBlock } from '../../protocol/index-format.js';
 import type { KvError } from '../../client/index.js';
-import { FailureLog, ReconnectingWriter, connect, selfValidating, startServer, validate } from '../helpers/kv.js';
+import { FailureLog, ReconnectingClient, connect, selfValidating, startServer, validate } from '../helpers/kv.js';
 import { eventually, providersUnderTest, testScale } from '../helpers/providers.js';
 
 /** 16 MiB region (about 13.6 MB of heap), a short grace period so evicted blocks come back soon. */
@@ -24,7 +24,7 @@ for (const scheme of providersUnderTest()) {
       const { heapBytes } = server.layout;
       const writes = Math.ceil((HEAPS_WRITTEN * heapBytes) / VALUE);
       const failures = new FailureLog(server);
-      const writer = new ReconnectingWriter(kv, server);
+      const writer = new ReconnectingClient(kv, server);
       for (let i = 0; i < writes; i += 64) {
         await Promise.all(
           Array.from({ length: Math.min(64, writes - i) }, async (_, k) => {
@@ -93,7 +93,7 @@ for (const scheme of providersUnderTest()) {
     t.teardown(() => kv.close());
     const small = Math.ceil((2 * server.layout.heapBytes) / 1000);
     const failures = new FailureLog(server);
-    const writer = new ReconnectingWriter(kv, server);
+    const writer = new ReconnectingClient(kv, server);
     const put = async (key: string, value: Buffer) => {
       try {
         await writer.put(key, value);
