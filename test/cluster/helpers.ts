@@ -40,7 +40,7 @@ export async function startMember(dir: string, index: number, extra: string[] = 
   const socket = url ?? (await memberUrl('shm', dir, index));
   const regionFile = join(dir, `kv${index}.region`);
   const metricsPort = await freePort();
-  const args = ['--listen', socket, '--memory', '64M', '--region-file', regionFile, '--metrics-port', String(metricsPort), '--log-level', 'warn', '--keepalive-ms', String(slow(1000)), ...extra];
+  const args = ['--listen', socket, '--memory', '64M', '--region-file', regionFile, '--metrics-port', String(metricsPort), '--log-level', process.env.RKV_TEST_LOG ?? 'warn', '--keepalive-ms', String(slow(1000)), ...extra];
   return { url: socket, regionFile, metricsPort, args, process: await startServerProcess(args, env) };
 }
 

@@ -52,6 +52,16 @@ export function testScale(): number {
 }
 
 /**
+ * How the clients of many-process cases poll (cluster loads): busy (the default) on a normal
+ * machine; event in the shrunk runs (RKV_TEST_SCALE below 1), where two emulated vCPUs run
+ * every process and clients spinning on their completions starve the servers and etcd (their
+ * lease keepalives came seconds late in the guest).
+ */
+export function loadPollMode(): 'busy' | 'event' {
+  return testScale() < 1 ? 'event' : 'busy';
+}
+
+/**
  * RKV_TEST_TIMEOUT_MS (default 5000): connection and operation timeouts of the
  * suites' clients. The emulated guest needs more: rdma_cm address resolution
  * alone can take seconds under TCG.

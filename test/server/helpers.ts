@@ -120,6 +120,8 @@ export async function startServerProcess(args: string[], env: NodeJS.ProcessEnv 
   const child = spawn(process.execPath, [KV_SERVER, ...args], { env: { ...childEnv, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  // RKV_TEST_LOG (test/helpers/kv.ts): what the process logs goes to the suite's stderr as it comes.
+  if (process.env.RKV_TEST_LOG) child.stderr!.on('data', (chunk: Buffer) => process.stderr.write(chunk));
   const exited = collect(child, `kv-server ${args.join(' ')}`);
   const banner: string[] = [];
   await new Promise<void>((resolve, reject) => {

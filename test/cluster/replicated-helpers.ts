@@ -1,0 +1,141 @@
+// What the replicated-cluster suites share (replicated-failover, replicated-kill):
+// members started with --replicas under a throwaway etcd, the recorded load of
+// churn children whose histories the linearizability checker reads, and the
+// checks of what a failover changed.
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import type { ExecutionContext } from 'ava';
+
+import type { EtcdProcess } from '../../bench/kv/etcd-process.js';
+import { KvClient } from '../../client/index.js';
+import type { HistoryEvent } from '../../client/types.js';
+import { keySlot } from '../../protocol/hash-slots.js';
+import type { ClusterConfig } from '../../protocol/registry.js';
+import { readConfig } from '../../server/replication/config-store.js';
+import { slotReplicaNames } from '../../server/replication/placement.js';
+import { MAY_HAVE_TAKEN_EFFECT, registerHistories } from '../helpers/history-operations.js';
+import { runKvChild } from '../helpers/kv.js';
+import { isLinearizable } from '../helpers/linearizability.js';
+import { registerModel } from '../helpers/linearizability-models.js';
+import { type Scheme, loadPollMode, slow, testScale, testTimeoutMs } from '../helpers/providers.js';
+import { type Member, clusterDir, eventually, memberUrl, startMember, stopAll } from './helpers.js';
+
+/** kv-server refuses --replicas above 1 without it (docs/cluster.md: replication is experimental). */
+export const REPLICAS_ON = { RKV_EXPERIMENTAL_REPLICAS: '1' };
+/** The keys the load's histories cover: f0..KEYS-1. */
+export const KEYS = 12;
+
+/**
+ * The members' etcd lease: 2 s, longer in the emulated guest (slow()), where a 2 s lease lapses
+ * under load alone (its kv-servers, the load's processes and etcd share two TCG vCPUs: keepalives
+ * came 0.5 to 0.8 s late and the members fenced themselves again and again).
+ */
+export function leaseSeconds(): number {
+  return Math.round(slow(2000) / 1000);
+}
+
+/** `count` kv-server processes on `scheme` with `--replicas replicas`, a 2 s lease (leaseSeconds) and `extra`, registered under `prefix`, once the controller placed them all. */
+export async function replicatedMembers(
+  t: ExecutionContext,
+  etcd: EtcdProcess,
+  prefix: string,
+  replicas: number,
+  count: number,
+  scheme: Scheme = 'shm',
+  extra: readonly string[] = [],
+): Promise<{ members: Member[]; placed: ClusterConfig; replicasOf: (key: string) => string[] }> {
+  const dir = clusterDir(t);
+  const members: Member[] = [];
+  t.teardown(() => stopAll(members));
+  for (let i = 0; i < count; i++) {
+    const args = ['--etcd', etcd.url, '--etcd-prefix', prefix, '--etcd-ttl', `${leaseSeconds()}s`, '--name', `m${i}`, '--replicas', String(replicas), ...extra];
+    members.push(await startMember(dir, i, args, await memberUrl(scheme, dir, i), REPLICAS_ON));
+  }
+  await eventually(async () => (await readConfig(etcd.client, prefix))?.members.length === count, `the controller placed all ${count} members`, slow(30_000));
+  const placed = (await readConfig(etcd.client, prefix))!;
+  const { names } = slotReplicaNames(placed);
+  return { members, placed, replicasOf: (key) => names[keySlot(Buffer.from(key))]! };
+}
+
+/**
+ * Histories recorded by `churn` children (test/helpers/kv-child.ts): 4 writers and 2 readers on
+ * keys f0..KEYS-1; in the emulated guest (RKV_TEST_SCALE below 1) 2 writers and 1 reader, as its
+ * two vCPUs run every process.
+ */
+export class Load {
+  private readonly dir: string;
+  readonly roles = testScale() < 1 ? ['w', 'w', 'r'] : ['w', 'w', 'w', 'w', 'r', 'r'];
+  readonly files: string[];
+  readonly done: Promise<Array<Record<string, unknown>>>;
+
+  constructor(
+    t: ExecutionContext,
+    private readonly etcd: EtcdProcess,
+    target: string,
+    ms: number,
+  ) {
+    this.dir = mkdtempSync(join(tmpdir(), 'rkv-failover-'));
+    t.teardown(() => rmSync(this.dir, { recursive: true, force: true }));
+    this.files = this.roles.map((_, p) => join(this.dir, `p${p}.jsonl`));
+    this.done = Promise.all(this.roles.map((role, p) => runKvChild(t, ['churn', target, String(p), role, String(KEYS), String(ms), this.files[p]!])));
+  }
+
+  /** Every process's events, then final reads of every key by one more process. */
+  async events(prefix: string): Promise<Array<HistoryEvent & { process: number }>> {
+    const final: HistoryEvent[] = [];
+    const reader = await KvClient.connect({ etcd: { hosts: this.etcd.url, prefix }, timeoutMs: testTimeoutMs(), pollMode: loadPollMode(), history: (e) => void final.push(e) });
+    for (let k = 0; k < KEYS; k++) await reader.get(`f${k}`);
+    await reader.close();
+    return [
+      ...this.files.flatMap((file, p) => readFileSync(file, 'utf8').trim().split('\n').map((line) => ({ ...(JSON.parse(line) as HistoryEvent), process: p }))),
+      ...final.map((e) => ({ ...e, process: this.roles.length })),
+    ];
+  }
+
+  /** Every key's history is linearizable, a failure caused by the kills counting as may-have-taken-effect. */
+  async check(t: ExecutionContext, prefix: string): Promise<Array<HistoryEvent & { process: number }>> {
+    const outcomes = await this.done;
+    t.log(`load: ${outcomes.map((o, p) => `${this.roles[p]}${p} ${o.ok as number} ok ${JSON.stringify(o.failures)}`).join('; ')}`);
+    const events = await this.events(prefix);
+    const byKey = registerHistories(events, MAY_HAVE_TAKEN_EFFECT);
+    t.is(byKey.size, KEYS);
+    for (const [key, ops] of byKey) t.true(isLinearizable(ops, registerModel), `history of ${key} (${ops.length} ops) is not linearizable`);
+    return events;
+  }
+}
+
+/** Writes `key` until a write succeeds; the ms from `since`. */
+export async function firstWrite(kv: KvClient, key: string, since: number): Promise<number> {
+  for (;;) {
+    try {
+      await kv.put(key, 'after');
+      return performance.now() - since;
+    } catch (error) {
+      if (performance.now() - since > slow(30_000)) throw error;
+    }
+  }
+}
+
+/** Checks that `after` is `before` with `dead` gone from every hash slot (those slots at a new epoch: after's, for one failover), and nothing else changed. */
+export function failedOver(t: ExecutionContext, before: ClusterConfig, after: ClusterConfig, dead: readonly string[]): void {
+  const newEpoch = (epoch: number) => (dead.length === 1 ? epoch === after.epoch : epoch > before.epoch && epoch <= after.epoch);
+  t.true(after.epoch > before.epoch);
+  const was = slotReplicaNames(before);
+  const now = slotReplicaNames(after);
+  let moved = 0;
+  for (let slot = 0; slot < was.names.length; slot++) {
+    const old = was.names[slot]!;
+    if (old.some((n) => dead.includes(n))) {
+      moved++;
+      if (now.names[slot]!.join() !== old.filter((n) => !dead.includes(n)).join() || !newEpoch(now.epochs[slot]!)) t.fail(`hash slot ${slot}: ${old} → ${now.names[slot]} at epoch ${now.epochs[slot]}`);
+    } else if (now.names[slot]!.join() !== old.join() || now.epochs[slot] !== was.epochs[slot]) {
+      t.fail(`hash slot ${slot} changed without losing ${dead}`);
+    }
+  }
+  t.true(moved > 0);
+}
+
+/** kvctl layout's health line (hash slots short of replicas), if any. */
+export const layoutLine = (out: { stdout: string }): string | undefined => out.stdout.split('\n').find((line) => line.includes('fewer than'));
