@@ -51,6 +51,8 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   private host: CoreHost | undefined;
   private readonly timeoutMs: number;
   private reconnectTimer: NodeJS.Timeout | undefined;
+  /** The last connect: close() gives it up if still in progress (else it would hold the process up to its timeout). */
+  private connecting: AbortController | undefined;
   private closing: Promise<void> | undefined;
   private hello: Hello | undefined;
   /** A replica set's view (withBackups): the servers its PUT, DELETE and CAS also write, or why its writes cannot go. */
@@ -93,9 +95,8 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   }
 
   /**
-   * This server as the primary of a replica set (docs/replication-design.md, scheme A): a view
-   * whose writes also lock and write `backups`, committing there first, and carry `epoch`. Its
-   * prototype is this client, so it follows this client's connection as it comes and goes.
+   * This server as the primary of a replica set (docs/replication-design.md, scheme A): a view whose writes also lock and
+   * write `backups`, committing there first, and carry `epoch`. Its prototype is this client, so it follows its connection.
    */
   withBackups(backups: readonly ServerClient[], missing?: KvError, epoch = 0): ServerClient {
     const view = Object.create(this) as ServerClient;
@@ -151,9 +152,8 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   }
 
   /**
-   * A GET into `buffer` (large-values.ts): the value's length, or undefined when the key does not
-   * exist. A registered buffer's bytes are READ straight into it; a plain Buffer's go through a
-   * registered bounce buffer (one copy).
+   * A GET into `buffer` (large-values.ts): the value's length, or undefined when the key does not exist. A
+   * registered buffer's bytes are READ straight into it; a plain Buffer's go through a registered bounce buffer (one copy).
    */
   getInto(key: Bytes, buffer: Buffer): Promise<number | undefined> {
     if (!Buffer.isBuffer(buffer)) return Promise.reject(new KvInvalidArgumentError('getInto: the buffer must be a Buffer'));
@@ -181,9 +181,8 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   }
 
   /**
-   * Many GETs as one batch: one promise, values as views of one Buffer per
-   * hand-out. `out[positions[i]]` (default `out[i]`) gets key i's value or
-   * stays undefined. Every key is checked before anything is queued.
+   * Many GETs as one batch: one promise, values as views of one Buffer per hand-out. `out[positions[i]]`
+   * (default `out[i]`) gets key i's value or stays undefined. Every key is checked before anything is queued.
    */
   getMany(keys: Bytes[], out: Array<Buffer | undefined>, positions?: Int32Array): Promise<unknown> {
     const refused = this.refusal();
@@ -315,9 +314,8 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   }
 
   /**
-   * Names the view's backups in a write's request: their sessions and, for a
-   * new item, the size class of its block on each (their heaps have their own).
-   * Returns why the write cannot go (undefined: it can).
+   * Names the view's backups in a write's request: their sessions and, for a new item, the size class
+   * of its block on each (their heaps have their own). Returns why the write cannot go (undefined: it can).
    */
   private replicate(request: OpRequest, session: Session): KvError | undefined {
     const { type } = request;
@@ -358,7 +356,8 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   }
 
   private async establish(): Promise<void> {
-    const session = await Session.open(this.options, this.timeoutMs, this.options.hosts, (s, completion) => this.onControl(s, completion));
+    this.connecting = new AbortController(); // aborting it once the open is over changes nothing
+    const session = await Session.open({ ...this.options, signal: this.connecting.signal }, this.timeoutMs, this.options.hosts, (s, completion) => this.onControl(s, completion));
     if (this._status === 'closed') {
       // close() came while we connected: nothing will ever use or close this session.
       session.close();
@@ -405,6 +404,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     const wasReady = this._status === 'ready';
     this.setStatus('closed');
     if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
+    this.connecting?.abort();
     const session = this.session;
     if (!session) return;
     session.host.queue.close(session, new KvDisconnectedError('the client was closed'));

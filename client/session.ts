@@ -47,6 +47,8 @@ export interface SessionOptions {
    */
   configEpoch?: () => number;
   configBehind?: (epoch: number) => void;
+  /** Aborted (the client closing): a connect in progress is given up, and open rejects. */
+  signal?: AbortSignal;
 }
 
 /** A replica that grants no read lease now (self-fenced, or not registered yet) is asked again this often. */
@@ -139,7 +141,7 @@ export class Session {
       connection = await connect(host, control, options, timeoutMs);
       // The hello is the server's first message; what follows it (grants) waits for the session.
       const early: Completion[] = [];
-      const wc = await firstCompletion(host, connection.qpNum, early, timeoutMs);
+      const wc = await firstCompletion(host, connection.qpNum, early, timeoutMs, options.signal);
       if (!wc || wc.statusName !== 'SUCCESS' || wc.opcode !== Opcode.RECV) {
         throw new KvDisconnectedError(`${url}: no hello from the server (${wc?.statusName ?? 'nothing'})`);
       }
@@ -353,12 +355,12 @@ export class Session {
  * the ones after it until the session exists go to `early`. Pumped here: while the host has
  * no core, straight from the CQ; with one, through the op queue's poll, which routes them.
  */
-async function firstCompletion(host: CoreHost, qpNum: number, early: Completion[], timeoutMs: number): Promise<Completion | undefined> {
+async function firstCompletion(host: CoreHost, qpNum: number, early: Completion[], timeoutMs: number, signal?: AbortSignal): Promise<Completion | undefined> {
   let first: Completion | undefined;
   const handler = (completion: Completion) => void (first === undefined ? (first = completion) : early.push(completion));
   host.listen(qpNum, handler);
   const start = performance.now();
-  for (let i = 0; first === undefined && performance.now() - start < timeoutMs; i++) {
+  for (let i = 0; first === undefined && performance.now() - start < timeoutMs && !signal?.aborted; i++) {
     host.pump();
     if (first !== undefined) break;
     await new Promise((resolve) => (i < 1000 ? setImmediate(resolve) : setTimeout(resolve, 1)));
@@ -374,6 +376,7 @@ async function connect(host: CoreHost, control: MemoryRegion, options: SessionOp
       initialRecvs: Array.from({ length: CONTROL_RECVS }, (_, i) => recv(control, i)),
       privateData: connectData(options.token, options.namespace),
       timeoutMs,
+      signal: options.signal,
       sendDepth: 1024,
       recvDepth: CONTROL_RECVS + 4,
     });

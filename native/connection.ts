@@ -29,6 +29,8 @@ export interface ConnectOptions extends QueuePairOptions {
   privateData?: Buffer;
   /** @default 5000 */
   timeoutMs?: number;
+  /** Aborted: the connect is given up at once (its promise rejects with ABORTED, and it holds the event loop no more). */
+  signal?: AbortSignal;
 }
 
 type ConnectionEvents = {

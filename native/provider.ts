@@ -95,8 +95,20 @@ export class Provider extends EventEmitter<ProviderEvents> {
     }
     const connection = this.wrap(native);
     this.retain(connection);
+    const { signal } = options;
     return new Promise<Connection>((resolve, reject) => {
-      connection.settle = { resolve, reject };
+      const giveUp = () => {
+        connection.settle = undefined;
+        connection.disconnect(); // verbs sends no event for a connect given up: settle it here
+        reject(new TransportError('ABORTED', `connect to ${url} given up`));
+      };
+      const done = () => signal?.removeEventListener('abort', giveUp);
+      connection.settle = {
+        resolve: (c) => (done(), resolve(c)),
+        reject: (e) => (done(), reject(e)),
+      };
+      if (signal?.aborted) giveUp();
+      else signal?.addEventListener('abort', giveUp, { once: true });
     });
   }
 

@@ -18,10 +18,12 @@
 //   large  URL KEY BYTES MS         rewrites KEY from a registered buffer, every 4 KiB page stamped with the write's number
 //   hammer URL WRITER KEYS          puts "WRITER:seq" into random keys k0..KEYS-1, 8 at a time, reporting each
 //                                   acknowledged one ({ acked: [key, value] }), until killed
+//   closing URL                     connects with a 10-minute timeout, reports { ready }; on the message 'close' closes
+//                                   and reports { closed: status }, then ends by itself (the test waits for its exit)
 // URL may be etcd+http://HOST:PORT/PREFIX: the cluster registered under PREFIX in that etcd.
 import { KvClient } from '../../client/index.js';
 import { selfValidating, validate } from './kv.js';
-import { slow, testTimeoutMs } from './providers.js';
+import { loadPollMode, slow, testTimeoutMs } from './providers.js';
 import { rng } from './random.js';
 
 const [mode, url, ...args] = process.argv.slice(2);
@@ -38,7 +40,8 @@ process.on('message', (m) => {
 async function main(): Promise<void> {
   const target = url!.startsWith('etcd+') ? { etcd: { hosts: new URL(url!.slice(5)).origin, prefix: new URL(url!.slice(5)).pathname } } : { url: url! };
   const history = mode === 'lin' || mode === 'linatomic' ? args[2] : mode === 'churn' ? args[4] : mode === 'paused' ? args[1] : undefined;
-  const kv = await KvClient.connect(history ? { ...target, history, timeoutMs: testTimeoutMs() } : { ...target, timeoutMs: testTimeoutMs() });
+  const options = { ...target, timeoutMs: mode === 'closing' ? 600_000 : testTimeoutMs(), pollMode: loadPollMode() };
+  const kv = await KvClient.connect(history ? { ...options, history } : options);
   if (mode === 'model') {
     const [prefix, count, seed] = [args[0]!, Number(args[1]), Number(args[2])];
     const random = rng(seed);
@@ -252,6 +255,13 @@ async function main(): Promise<void> {
       await new Promise((resolve) => setTimeout(resolve, 5));
     }
     send({ writes });
+  } else if (mode === 'closing') {
+    const close = new Promise<void>((resolve) => process.on('message', (m) => m === 'close' && resolve()));
+    send({ ready: true });
+    await close;
+    await kv.close();
+    send({ closed: kv.status });
+    return;
   } else if (mode === 'hold') {
     const lock = await kv.lock(args[0]!);
     send({ token: lock.token.toString() });
