@@ -17,11 +17,11 @@ export interface BenchCluster {
   config: ClusterConfig;
 }
 
-/** `members` kv-servers with `--replicas replicas` (and `extra` arguments), once the controller placed them all and the client reaches each. */
-export async function startCluster(etcd: EtcdProcess, prefix: string, members: number, replicas: number, extra: readonly string[] = [], memory = '256M'): Promise<BenchCluster> {
+/** `members` kv-servers with `--replicas replicas` (and `extra` arguments; on shm, or each on the URL `listen` gives), once the controller placed them all and the client reaches each. */
+export async function startCluster(etcd: EtcdProcess, prefix: string, members: number, replicas: number, extra: readonly string[] = [], memory = '256M', listen?: () => string): Promise<BenchCluster> {
   const servers: PeerServer[] = [];
-  const props = new Properties([['rdmakv.memory', memory]]);
   for (let i = 0; i < members; i++) {
+    const props = new Properties([['rdmakv.memory', memory], ...(listen ? [['rdmakv.listen', listen()] as [string, string]] : [])]);
     servers.push(await startKvServer(props, ['--etcd', etcd.url, '--etcd-prefix', prefix, '--name', `m${i}`, '--replicas', String(replicas), ...extra]));
   }
   const deadline = performance.now() + 30_000;

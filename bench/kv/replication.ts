@@ -6,7 +6,7 @@
 // Rounds alternate N = 1 and N = 2 (this machine is shared: compare within a
 // run only), each on a fresh cluster.
 //
-//   node dist/bench/kv/replication.js [--rounds 3] [--seconds 2] [--keys 10000] [--bytes 256]
+//   node dist/bench/kv/replication.js [--rounds 3] [--seconds 2] [--keys 10000] [--bytes 256] [--listen rdma://ADDRESS]
 //
 // Cells are medians over the rounds. Goal (issue 17): PUT latency at N = 2 at
 // most 1.5x N = 1; GET unchanged. Needs etcd (Debian's etcd-server).
@@ -24,8 +24,12 @@ const { values } = parseArgs({
     keys: { type: 'string', default: '10000' },
     bytes: { type: 'string', default: '256' },
     json: { type: 'string', default: 'bench/results/replication.json' },
+    listen: { type: 'string' },
   },
 });
+// --listen rdma://ADDRESS: the members listen there (ports from 19000 up) instead of on shm: the Soft-RoCE guest's verbs.
+let port = 19000;
+const listen = values.listen === undefined ? undefined : () => `${values.listen}:${port++}`;
 const rounds = Number(values.rounds);
 const seconds = Number(values.seconds);
 const keys = Number(values.keys);
@@ -67,7 +71,7 @@ const etcd = await startEtcd();
 try {
   for (let r = 0; r < rounds; r++) {
     for (const n of (r % 2 === 0 ? [1, 2] : [2, 1]) as Array<1 | 2>) {
-      const { kv, servers } = await startCluster(etcd, `/bench-replication-${r}-${n}`, MEMBERS, n);
+      const { kv, servers } = await startCluster(etcd, `/bench-replication-${r}-${n}`, MEMBERS, n, [], '256M', listen);
       try {
         for (let i = 0; i < keys; i += 64) await kv.putMany(Array.from({ length: Math.min(64, keys - i) }, (_, k): [string, Buffer] => [`key:${i + k}`, value]));
         const put = await sequential((i) => kv.put(`key:${i % keys}`, value));
@@ -99,5 +103,5 @@ const rows = fields.map(([field, label, show]) => [label, show(cell(1, field)), 
 const latencyRatio = cell(2, 'putP50') / cell(1, 'putP50');
 console.log(markdownTable(['', '--replicas 1', '--replicas 2', '2 / 1'], rows, 'lrrr'));
 console.log(`\nGoal: PUT latency at --replicas 2 at most 1.5x --replicas 1: ${latencyRatio.toFixed(2)}x, ${latencyRatio <= 1.5 ? 'met' : 'NOT met'} (median of ${rounds} rounds, ${seconds} s each, ${keys} keys of ${value.length} B).`);
-writeFileEnsuringDir(values.json, JSON.stringify({ rounds, seconds, keys, valueBytes: value.length, measured, medians: Object.fromEntries(fields.map(([f]) => [f, { 1: cell(1, f), 2: cell(2, f) }])), putLatencyRatio: latencyRatio, goalMet: latencyRatio <= 1.5 }, null, 2));
+writeFileEnsuringDir(values.json, JSON.stringify({ provider: values.listen === undefined ? 'shm' : values.listen.split(':')[0], rounds, seconds, keys, valueBytes: value.length, measured, medians: Object.fromEntries(fields.map(([f]) => [f, { 1: cell(1, f), 2: cell(2, f) }])), putLatencyRatio: latencyRatio, goalMet: latencyRatio <= 1.5 }, null, 2));
 console.log(`JSON: ${values.json}`);

@@ -265,12 +265,13 @@ function waitForLine(child: ChildProcess, prefix: string, timeoutMs: number): Pr
  * private temporary directory (mode 0700, so no token is needed), removed once the server is
  * gone. It is ready when it prints "kv-server: ready" (docs/operations.md). The property
  * rdmakv.memory is passed as its --memory (the region size; kv-server's default otherwise);
- * `extraArgs` go after it (kv-bench cache: --eviction, --metrics-port).
+ * rdmakv.listen, if set, is the URL it listens on instead (the replication benchmark on
+ * Soft-RoCE); `extraArgs` go after it (kv-bench cache: --eviction, --metrics-port).
  */
 export async function startKvServer(props: Properties, extraArgs: readonly string[] = []): Promise<PeerServer> {
   if (!existsSync(KV_SERVER)) throw new Error(`kv-server did not start: ${KV_SERVER} is missing`);
   const dir = mkdtempSync(join(tmpdir(), 'kv-bench-rdma-kv-'));
-  const url = `shm://${join(dir, 'kv.sock')}`;
+  const url = props.get('rdmakv.listen') ?? `shm://${join(dir, 'kv.sock')}`;
   const memory = props.get('rdmakv.memory');
   const args = [KV_SERVER, '--listen', url, '--log-level', 'warn', ...(memory !== undefined ? ['--memory', memory] : []), ...extraArgs];
   const peer = spawnPeer(process.execPath, args, {
