@@ -51,8 +51,8 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   private host: CoreHost | undefined;
   private readonly timeoutMs: number;
   private reconnectTimer: NodeJS.Timeout | undefined;
-  /** The last connect: close() gives it up if still in progress (else it would hold the process up to its timeout). */
-  private connecting: AbortController | undefined;
+  /** Aborted by close(): gives up any connect still in progress (else it would hold the process up to its timeout). */
+  private readonly closer = new AbortController();
   private closing: Promise<void> | undefined;
   private hello: Hello | undefined;
   /** A replica set's view (withBackups): the servers its PUT, DELETE and CAS also write, or why its writes cannot go. */
@@ -356,8 +356,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   }
 
   private async establish(): Promise<void> {
-    this.connecting = new AbortController(); // aborting it once the open is over changes nothing
-    const session = await Session.open({ ...this.options, signal: this.connecting.signal }, this.timeoutMs, this.options.hosts, (s, completion) => this.onControl(s, completion));
+    const session = await Session.open({ ...this.options, signal: this.closer.signal }, this.timeoutMs, this.options.hosts, (s, completion) => this.onControl(s, completion));
     if (this._status === 'closed') {
       // close() came while we connected: nothing will ever use or close this session.
       session.close();
@@ -404,7 +403,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     const wasReady = this._status === 'ready';
     this.setStatus('closed');
     if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
-    this.connecting?.abort();
+    this.closer.abort(); // every attempt in progress: reconnectNow() can start one while another still runs
     const session = this.session;
     if (!session) return;
     session.host.queue.close(session, new KvDisconnectedError('the client was closed'));

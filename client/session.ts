@@ -142,6 +142,7 @@ export class Session {
       // The hello is the server's first message; what follows it (grants) waits for the session.
       const early: Completion[] = [];
       const wc = await firstCompletion(host, connection.qpNum, early, timeoutMs, options.signal);
+      if (options.signal?.aborted) throw new KvDisconnectedError(`${url}: the client was closed while it connected`);
       if (!wc || wc.statusName !== 'SUCCESS' || wc.opcode !== Opcode.RECV) {
         throw new KvDisconnectedError(`${url}: no hello from the server (${wc?.statusName ?? 'nothing'})`);
       }

@@ -18,7 +18,8 @@
 //   large  URL KEY BYTES MS         rewrites KEY from a registered buffer, every 4 KiB page stamped with the write's number
 //   hammer URL WRITER KEYS          puts "WRITER:seq" into random keys k0..KEYS-1, 8 at a time, reporting each
 //                                   acknowledged one ({ acked: [key, value] }), until killed
-//   closing URL                     connects with a 10-minute timeout, reports { ready }; on the message 'close' closes
+//   closing URL                     connects with a 10-minute timeout, reports { ready }; on the message 'again' starts a
+//                                   connect while one may run (as a member's new registration does); on 'close' closes
 //                                   and reports { closed: status }, then ends by itself (the test waits for its exit)
 // URL may be etcd+http://HOST:PORT/PREFIX: the cluster registered under PREFIX in that etcd.
 import { KvClient } from '../../client/index.js';
@@ -257,6 +258,8 @@ async function main(): Promise<void> {
     send({ writes });
   } else if (mode === 'closing') {
     const close = new Promise<void>((resolve) => process.on('message', (m) => m === 'close' && resolve()));
+    const servers = (kv as unknown as { servers: Map<string, { reconnectNow(): void }> }).servers; // KvClient's own (private)
+    process.on('message', (m) => m === 'again' && [...servers.values()].forEach((server) => server.reconnectNow()));
     send({ ready: true });
     await close;
     await kv.close();

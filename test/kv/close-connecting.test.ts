@@ -3,40 +3,54 @@
 // up (an AbortSignal down to the provider's connect), so nothing of the
 // client holds the process open. Before, the attempt ran on until its own
 // timeout: a test process in the Soft-RoCE guest did not exit after its test
-// (docs/softroce-vm.md, "Replicated clusters in the guest").
-import test from 'ava';
+// (docs/softroce-vm.md, "Replicated clusters in the guest"). Two connects can
+// be in progress at once (a member's new registration starts one while a
+// reconnect's still runs): close() gives up both.
+import test, { type ExecutionContext } from 'ava';
 
 import { type ConnectionRequest } from '../../native/connection.js';
 import { Provider } from '../../native/provider.js';
 import { forkKvChild, startServer } from '../helpers/kv.js';
-import { eventually, providersUnderTest, slow } from '../helpers/providers.js';
+import { type Scheme, eventually, providersUnderTest, slow } from '../helpers/providers.js';
+
+/**
+ * A child's client loses its server; at its address a listener takes connect requests in and never
+ * answers them. Once `attempts` of the child's connects are held there, the child closes its client:
+ * its process must exit (each connect's timeout is 10 minutes).
+ */
+async function closeWhileConnecting(t: ExecutionContext, scheme: Scheme, attempts: number): Promise<void> {
+  const server = await startServer(scheme);
+  const url = server.urls[0]!;
+  const child = forkKvChild(t, ['closing', url]);
+  const reports: Array<Record<string, unknown>> = [];
+  child.on('message', (m: Record<string, unknown>) => reports.push(m));
+  const exited = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
+  await eventually(() => reports.some((m) => m.ready), 'the child connected');
+
+  await server.close();
+  const provider = new Provider(scheme);
+  const held: ConnectionRequest[] = [];
+  provider.on('connectRequest', (request) => held.push(request));
+  const listener = provider.listen(url);
+  t.teardown(() => {
+    listener.close();
+    provider.close();
+  });
+  await eventually(() => held.length > 0, "one of the child's reconnect attempts reached the listener");
+  for (let n = 1; n < attempts; n++) {
+    child.send('again'); // another connect while the held one still runs (reconnectNow, as a member's new registration calls it)
+    await eventually(() => held.length > n, `connect ${n + 1} reached the listener too`);
+  }
+
+  child.send('close');
+  const guardMs = slow(30_000); // a guard: without the fix the child lives for the connects' 10 minutes
+  const outcome = await Promise.race([exited.then((code) => ({ code })), new Promise((resolve) => setTimeout(() => resolve(`still running after ${guardMs} ms`), guardMs).unref())]);
+  t.deepEqual(outcome, { code: 0 }, 'the child exits once its client is closed');
+  t.true(reports.some((m) => m.closed === 'closed'));
+}
 
 for (const scheme of providersUnderTest()) {
-  test(`${scheme}: close() gives up a connect in progress: the client's process exits, not after the connect's 10-minute timeout`, async (t) => {
-    const server = await startServer(scheme);
-    const url = server.urls[0]!;
-    const child = forkKvChild(t, ['closing', url]);
-    const reports: Array<Record<string, unknown>> = [];
-    child.on('message', (m: Record<string, unknown>) => reports.push(m));
-    const exited = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
-    await eventually(() => reports.some((m) => m.ready), 'the child connected');
+  test(`${scheme}: close() gives up a connect in progress: the client's process exits, not after the connect's 10-minute timeout`, (t) => closeWhileConnecting(t, scheme, 1));
 
-    // The server goes; at its address, a listener that takes connect requests in and never answers them.
-    await server.close();
-    const provider = new Provider(scheme);
-    const held: ConnectionRequest[] = [];
-    provider.on('connectRequest', (request) => held.push(request));
-    const listener = provider.listen(url);
-    t.teardown(() => {
-      listener.close();
-      provider.close();
-    });
-    await eventually(() => held.length > 0, "one of the child's reconnect attempts reached the listener");
-
-    child.send('close');
-    const guardMs = slow(30_000); // a guard: without the fix the child lives for the connect's 10 minutes
-    const outcome = await Promise.race([exited.then((code) => ({ code })), new Promise((resolve) => setTimeout(() => resolve(`still running after ${guardMs} ms`), guardMs).unref())]);
-    t.deepEqual(outcome, { code: 0 }, 'the child exits once its client is closed');
-    t.true(reports.some((m) => m.closed === 'closed'));
-  });
+  test(`${scheme}: close() gives up every connect in progress, also one started while another ran`, (t) => closeWhileConnecting(t, scheme, 2));
 }
