@@ -17,9 +17,9 @@ import { etcdForFile } from '../helpers/etcd.js';
 import { needing } from '../helpers/tools.js';
 import { kvServer, kvctl } from '../server/helpers.js';
 import { type Member, clusterDir, eventually, startMember, stopAll } from './helpers.js';
+import { REPLICAS_ON } from './replicated-helpers.js';
 
 const test = needing(ava, 'etcd');
-const REPLICAS_ON = { RKV_EXPERIMENTAL_REPLICAS: '1' };
 
 const etcd = etcdForFile(test);
 

@@ -29,9 +29,9 @@ import { nextConfig, slotReplicaNames, withSynced, withSyncing, withoutReplicas 
 import { etcdForFile } from '../helpers/etcd.js';
 import { slow, testTimeoutMs } from '../helpers/providers.js';
 import { needing } from '../helpers/tools.js';
-import { type Member, clusterDir, eventually, nextStatus, restartMember, startMember, stats, stopAll } from './helpers.js';
+import { type Member, eventually, nextStatus, restartMember, stats } from './helpers.js';
+import { REPLICAS_ON, replicatedMembers } from './replicated-helpers.js';
 
-const REPLICAS_ON = { RKV_EXPERIMENTAL_REPLICAS: '1' };
 const etcdTest = needing(ava, 'etcd');
 const etcd = etcdForFile(etcdTest);
 
@@ -40,22 +40,11 @@ const config = (prefix: string): Promise<ClusterConfig | undefined> => readConfi
 /** Every hash slot has `replicas` replicas and nothing is syncing. */
 const repaired = (c: ClusterConfig | undefined): boolean => c !== undefined && c.slots.every((r) => r.replicas.length === c.replicas && r.syncing.length === 0);
 
-async function members(t: ExecutionContext, prefix: string, count: number, extra: string[] = []): Promise<Member[]> {
-  const dir = clusterDir(t);
-  const list: Member[] = [];
-  t.teardown(() => stopAll(list));
-  for (let i = 0; i < count; i++) {
-    list.push(await startMember(dir, i, ['--etcd', etcd.url, '--etcd-prefix', prefix, '--etcd-ttl', '2s', '--name', `m${i}`, '--replicas', '2', ...extra], undefined, REPLICAS_ON));
-  }
-  await eventually(async () => (await config(prefix))?.members.length === count, `the controller placed all ${count} members`);
-  return list;
-}
-
 const member = (list: Member[], name: string): Member => list[Number(name.slice(1))]!;
 
 etcdTest.serial('a primary killed, written around and restarted on its region file syncs back in, is copied every key, and alone then serves every acknowledged value', async (t) => {
   const prefix = '/test-repair-return';
-  const list = await members(t, prefix, 3);
+  const { members: list } = await replicatedMembers(t, etcd, prefix, 2, 3);
   const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs() });
   t.teardown(() => kv.close());
   await nextStatus(kv, 'ready');
@@ -137,7 +126,7 @@ etcdTest.serial('a primary killed, written around and restarted on its region fi
 
 etcdTest.serial('a member that never returns: after --replace-after its hash slots are copied to a member holding others; nothing is lost when the last original replica dies', async (t) => {
   const prefix = '/test-repair-replace';
-  const list = await members(t, prefix, 3, ['--replace-after', '1s']);
+  const { members: list } = await replicatedMembers(t, etcd, prefix, 2, 3, 'shm', ['--replace-after', '1s']);
   const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs() });
   t.teardown(() => kv.close());
   await nextStatus(kv, 'ready');

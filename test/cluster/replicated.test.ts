@@ -29,9 +29,9 @@ import { testScale, testTimeoutMs } from '../helpers/providers.js';
 import { rng } from '../helpers/random.js';
 import { needing } from '../helpers/tools.js';
 import { type Member, clusterDir, eventually, nextStatus, startMember, stopAll } from './helpers.js';
+import { REPLICAS_ON } from './replicated-helpers.js';
 
 const test = needing(ava, 'etcd');
-const REPLICAS_ON = { RKV_EXPERIMENTAL_REPLICAS: '1' };
 
 const etcd = etcdForFile(test);
 
