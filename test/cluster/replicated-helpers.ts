@@ -1,4 +1,4 @@
-// What the replicated-cluster suites share (replicated-failover, replicated-kill):
+// What the replicated-cluster suites share (replicated-failover, replicated-kill, repair, self-fence, config):
 // members started with --replicas under a throwaway etcd, the recorded load of
 // churn children whose histories the linearizability checker reads, and the
 // checks of what a failover changed.
