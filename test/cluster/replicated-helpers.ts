@@ -1,5 +1,5 @@
-// What the replicated-cluster suites share (replicated-failover, replicated-kill, repair, self-fence, config):
-// members started with --replicas under a throwaway etcd, the recorded load of
+// What the replicated-cluster suites share (replicated-failover, replicated-kill,
+// repair, self-fence, config, replicated): members started with --replicas under a throwaway etcd, the recorded load of
 // churn children whose histories the linearizability checker reads, and the
 // checks of what a failover changed.
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
