@@ -264,7 +264,8 @@ export function writeArgument(words: Uint32Array, o: number, op: PendingOp): voi
       words[o + OpLayout.DELTA_HI] = Number(op.arg >> 32n);
       break;
     case KvOp.LOCK:
-      words[o + OpLayout.LOCK_TIMEOUT_MS] = Number(op.arg);
+      words[o + OpLayout.LOCK_TIMEOUT_MS] = Number(op.arg & 0xffffffffn);
+      words[o + OpLayout.LOCK_FLOOR] = Number(op.arg >> 32n); // repair's copy of a lock (client/repair.ts)
       break;
     case KvOp.UNLOCK:
       words[o + OpLayout.TOKEN] = Number(op.arg & 0xffffffffn);

@@ -320,9 +320,6 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   private replicate(request: OpRequest, session: Session): KvError | undefined {
     const { type } = request;
     if (this.backupsMissing) return this.backupsMissing;
-    if (type === KvOp.LOCK || type === KvOp.UNLOCK) {
-      return new KvInvalidArgumentError('lock and unlock: locks are not replicated yet (docs/replication-design.md, step 5); a cluster of --replicas 1 serves them');
-    }
     const backups: Session[] = [];
     const classes: number[] = [];
     for (const backup of this.backups) {
@@ -331,9 +328,9 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       const s = backup.session!;
       if (s.host !== session.host) return new KvInvalidArgumentError(`the backup ${backup.url} is on another provider than its primary ${this.url}`);
       backups.push(s);
-      // PUT, CAS: the new item's block (its value may be in a registered buffer); INCR: the counter's, should that backup lack it.
+      // PUT, CAS: the new item's block (its value may be in a registered buffer); INCR, LOCK: the item's, should that backup lack it.
       const valueBytes = request.ext !== undefined ? request.ext.length : request.valueBytes;
-      classes.push(type === KvOp.DELETE ? -1 : classFor(s.hello.layout.classes, itemUnits(request.keyBytes, valueBytes)));
+      classes.push(type === KvOp.DELETE || type === KvOp.UNLOCK ? -1 : classFor(s.hello.layout.classes, itemUnits(request.keyBytes, valueBytes)));
     }
     if (backups.length === 0) return undefined; // its primary alone (after a failover): a plain write with the epoch
     request.backups = backups;

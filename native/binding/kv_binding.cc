@@ -269,6 +269,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
       case KvOp::UNLOCK: d.token = w[u32(OpLayout::TOKEN)]; break;
       default: d.expected_version = 0; break;
     }
+    d.lock_floor = d.type == KvOp::LOCK ? w[u32(OpLayout::LOCK_FLOOR)] : 0;
     // The new item's expiry: PUT and CAS write items (JS writes these words for them).
     const bool writes = d.type == KvOp::PUT || d.type == KvOp::CAS;
     d.expiry = writes ? join64(w[u32(OpLayout::EXPIRY_LO)], w[u32(OpLayout::EXPIRY_HI)]) : 0;

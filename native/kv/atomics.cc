@@ -15,6 +15,9 @@ namespace rkv::kv {
 void ClientCore::begin_create(Op& op) {
   const uint64_t bytes = item_bytes(op.key_len, 0);
   if (item_units(bytes) > op.block.units) return finish(op, KvStatus::PROTOCOL);
+  // A LOCK's backup whose block holds the lock it created earlier in this op, deleted since:
+  // no block to create it again with. Nothing is held; the caller may try again.
+  if (op.group.created) return finish(op, KvStatus::LOCK_CONTENDED, op.retries);
   // The buffer of the lookup's last candidate (another key's item) may be too small for ours.
   if (op.item.held && BufferPool::order_bytes(op.item.order) < bytes) free_item(op);
   if (!op.item.held && !take_item(op, bytes)) return retry_later(op, Phase::G_BUCKETS);
@@ -23,18 +26,41 @@ void ClientCore::begin_create(Op& op) {
   AtomicState& a = op.atomic();
   uint8_t* item = mem(op.item.offset);
   build_item(item, type_for(op.type), op.key, op.key_len, nullptr, 0, op.version);
-  store_le<uint64_t>(item + kAtomicWord, op.type == KvOp::INCR ? counter_word(a.delta) : lock_word(1, link(op).region.client_id));
+  // Above its floor: a replicated LOCK's backup's is its primary's token, so a backup's token is never below it.
+  if (op.type == KvOp::LOCK) a.result = (op.group.is_follower() ? ops_[op.group.leader].group.lock_floor : op.group.lock_floor) + 1;
+  store_le<uint64_t>(item + kAtomicWord, op.type == KvOp::INCR ? counter_word(a.delta) : lock_word(static_cast<uint32_t>(a.result), link(op).region.client_id));
   op.start_write().item_units = item_units(bytes);
   write_read_buckets(op);
 }
 
-// Created: the counter holds the delta, the lock token 1, held by us.
+// Created: the counter holds the delta, the lock its first token, held by us.
 void ClientCore::created(Op& op) {
   AtomicState& a = op.atomic();
   a.addr = heap_addr(op, op.block.offset) + kAtomicWord;
-  a.result = op.type == KvOp::INCR ? counter_value(counter_word(a.delta)) : 1;
+  if (op.type == KvOp::INCR) a.result = counter_value(counter_word(a.delta));
   cache_store(op);
+  if (op.type == KvOp::LOCK && op.group.is_follower()) {
+    op.group.created = true;
+    return lock_taken(op, lock_word(static_cast<uint32_t>(a.result), 0));
+  }
   finish(op, KvStatus::OK);
+}
+
+// A replicated LOCK's backup took the lock word on its replica (replicated.cc): it
+// stays in the group, holding it, until the leader answers or the group gives it back.
+void ClientCore::lock_taken(Op& op, uint64_t from) {
+  op.atomic().taken_from = from;
+  op.group.taken = true;
+  op.group.at_atomic = false;
+  group_stop(op, GroupState::Vote::HELD);
+}
+
+// The token a LOCK's CAS sets: one above the free word's, and above its floor: on a backup the
+// primary's token, on repair's copy the token of the lock copied.
+uint32_t ClientCore::next_lock_token(const Op& op) const {
+  const uint32_t token = static_cast<uint32_t>(std::get<AtomicState>(op.state).expect >> kLockVersionShift);
+  const uint32_t floor = op.group.is_follower() ? ops_[op.group.leader].group.lock_floor : op.group.lock_floor;
+  return std::max(token, floor) + 1;
 }
 
 void ClientCore::atomic_step(Op& op) {
@@ -50,12 +76,15 @@ void ClientCore::atomic_step(Op& op) {
     case KvOp::INCR:
       link(op).sends.faa(op.tag(), result, a.addr, counter_word(a.delta));
       break;
-    case KvOp::LOCK: {
+    case KvOp::LOCK:
+      if (op.group.undoing) {
+        // A replicated LOCK's backup gives back the word it took: exactly as it found it.
+        link(op).sends.cas(op.tag(), result, a.addr, lock_word(static_cast<uint32_t>(a.result), link(op).region.client_id), a.taken_from);
+        break;
+      }
       // Free (token t, owner 0) -> (t + 1, me): the fencing token grows with every acquisition.
-      const uint32_t token = static_cast<uint32_t>(a.expect >> kLockVersionShift);
-      link(op).sends.cas(op.tag(), result, a.addr, a.expect, lock_word(token + 1, link(op).region.client_id));
+      link(op).sends.cas(op.tag(), result, a.addr, a.expect, lock_word(next_lock_token(op), link(op).region.client_id));
       break;
-    }
     default:  // UNLOCK: (t, me) -> (t, 0)
       a.expect = lock_word(a.token, link(op).region.client_id);
       link(op).sends.cas(op.tag(), result, a.addr, a.expect, lock_word(a.token, 0));
@@ -67,6 +96,11 @@ void ClientCore::atomic_step(Op& op) {
 void ClientCore::atomic_done(Op& op) {
   AtomicState& a = op.atomic();
   const uint64_t original = load_le<uint64_t>(mem(op.area(area::ATOM)));
+  if (op.group.undoing) {
+    // Given back (or released already by the server, the client fenced there): not ours either way.
+    op.group.undoing = op.group.taken = false;
+    return group_stop(op, GroupState::Vote::RETRY);
+  }
   if (op.type == KvOp::INCR ? counter_sealed(original) : lock_sealed(original)) {
     // A deleted item (reached through a cached address, or read just before its
     // DELETE): the atomic had no effect anyone can observe. Find the key again.
@@ -75,18 +109,33 @@ void ClientCore::atomic_done(Op& op) {
     // A replicated INCR's backups have added already (into the counter the DELETE
     // removed, or one created since): finding the key again would add twice there.
     // The op may have taken effect (a backup ahead): TIMEOUT, as an op cut short.
-    if (op.group.followers_committed) return finish(op, KvStatus::TIMEOUT, op.retries);
-    return retry_later(op, Phase::G_BUCKETS);
+    if (op.type == KvOp::INCR && op.group.followers_committed) return finish(op, KvStatus::TIMEOUT, op.retries);
+    return retry_later(op, Phase::G_BUCKETS);  // a replicated LOCK's group gives back what its backups took, and starts over
   }
   if (op.type == KvOp::INCR) {
     a.result = counter_value(original + counter_word(a.delta));
     return finish(op, KvStatus::OK);
   }
-  if (op.type == KvOp::UNLOCK) return finish(op, original == a.expect ? KvStatus::OK : KvStatus::VERSION_MISMATCH);
+  if (op.type == KvOp::UNLOCK) {
+    // A backup's token may differ from its primary's (after a failure between their CASes): held by
+    // us there all the same, it is released. The primary's answer is the op's.
+    if (original != a.expect && op.group.is_follower() && lock_owner(original) == link(op).region.client_id && ++op.retries < 8) {
+      a.token = static_cast<uint32_t>(original >> kLockVersionShift);
+      return atomic_step(op);
+    }
+    return finish(op, original == a.expect ? KvStatus::OK : KvStatus::VERSION_MISMATCH);
+  }
   if (original == a.expect) {
-    a.result = (a.expect >> kLockVersionShift) + 1;
+    a.result = next_lock_token(op);
     cache_store(op);
+    if (op.group.is_follower()) return lock_taken(op, original);
     return finish(op, KvStatus::OK);
+  }
+  if (lock_owner(original) == 0 && op.group.is_leader()) {
+    // The primary's token moved past the leader's guess, which its backups' words were set
+    // above: they give them back and the group starts over from this token.
+    op.group.lock_floor = std::max(op.group.lock_floor, static_cast<uint32_t>(original >> kLockVersionShift));
+    return retry_later(op, Phase::A_ATOMIC);
   }
   if (lock_owner(original) == 0) {
     a.expect = original;  // free, our guess of the token was stale: try again now

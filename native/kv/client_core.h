@@ -98,6 +98,7 @@ struct OpDesc {
   bool ext_bad = false;
   uint64_t expiry = 0;  // PUT, CAS: the new item's EXPIRY (absolute Unix ms, 0 = never)
   uint32_t epoch = 0;   // writes: the hash slot's epoch in the writer's configuration (0: none, any OPEN word)
+  uint32_t lock_floor = 0;  // LOCK: its token is set above this one (0: none)
   bool keep_version = false;  // CAS: the new item keeps expected_version (OpFlag::KEEP_VERSION)
   // PUT, DELETE, CAS on a replicated hash slot: the backups it also writes,
   // each on its connection with the block that backup granted (op.h, GroupState).
@@ -339,11 +340,14 @@ class ClientCore {
   void restart_member(Op& op);
   void group_go(Op& op);
   void abandon(Op& follower);
+  void lock_undo(Op& follower);
   // INCR, LOCK, UNLOCK (atomics.cc).
   void begin_create(Op& op);
   void atomic_step(Op& op);
   void atomic_done(Op& op);
   void created(Op& op);
+  void lock_taken(Op& op, uint64_t from);
+  uint32_t next_lock_token(const Op& op) const;
   bool cache_lookup(Op& op);
   void cache_store(Op& op);
   void cache_forget(const Op& op);

@@ -165,6 +165,7 @@ struct AtomicState {
   uint64_t addr = 0;    // the word's address in the server's region (0: not known)
   uint64_t expect = 0;  // LOCK, UNLOCK: the word the CAS expects
   uint64_t result = 0;  // INCR: the new value; LOCK: the token
+  uint64_t taken_from = 0;  // a replicated LOCK's backup: the word it replaced, which an undo puts back
   std::variant<LookupState, WriteState> step;
 };
 
@@ -187,6 +188,9 @@ struct GroupState {
   uint8_t leader = kNone;   // its leader's index
   uint8_t backup = 0;       // which backup of the descriptor it writes
   bool abandoned = false;   // its leader is ending: give the locks back and end at the next stop
+  bool taken = false;       // a LOCK's: it holds the lock word on its replica until the leader answers
+  bool undoing = false;     // a LOCK's: its CAS putting back the word it took is in flight
+  bool created = false;     // a LOCK's: it created the lock item (its block is in use, whatever follows)
   // Leader.
   uint8_t followers[kMaxBackups] = {kNone, kNone};  // by backup; kNone: ended (or none)
   uint8_t nbackups = 0;
@@ -200,6 +204,7 @@ struct GroupState {
   KvStatus failure = KvStatus::OK;   // the first follower failure
   uint32_t failure_detail = 0;
   uint8_t unused = 0;                // bit i: backup i's block was not published
+  uint32_t lock_floor = 0;           // LOCK: its token goes above this: the primary's as last seen (a backup's word), or the one a copy names
 
   bool is_follower() const { return leader != kNone; }
   bool is_leader() const { return nbackups > 0; }

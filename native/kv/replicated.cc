@@ -48,7 +48,7 @@ using Vote = GroupState::Vote;
 // Why a replicated write's backups cannot run it (OK: they can).
 KvStatus ClientCore::backup_refusal(const OpDesc& d) const {
   if (d.backups > kMaxBackups) return KvStatus::PROTOCOL;
-  if (d.type != KvOp::PUT && d.type != KvOp::DELETE && d.type != KvOp::CAS && d.type != KvOp::INCR) return KvStatus::PROTOCOL;
+  if (d.type == KvOp::GET) return KvStatus::PROTOCOL;
   const uint64_t bytes = item_bytes(d.key_len, d.value_len);
   for (uint32_t i = 0; i < d.backups; i++) {
     const OpDesc::Backup& b = d.backup[i];
@@ -59,7 +59,7 @@ KvStatus ClientCore::backup_refusal(const OpDesc& d) const {
     }
     if (d.value_len > l->region.max_value) return KvStatus::VALUE_TOO_LARGE;
     if (l->broken) return KvStatus::DISCONNECTED;
-    if (d.type == KvOp::DELETE) continue;
+    if (d.type == KvOp::DELETE || d.type == KvOp::UNLOCK) continue;  // nothing to create
     if (d.ext_lkey == 0 && bytes > l->item_limit) return KvStatus::BUFFER_TOO_SMALL;
     if ((static_cast<uint64_t>(b.block) + b.block_units) * kUnit > l->region.heap_bytes ||
         slot_length_units(item_units(bytes)) > b.block_units) {
@@ -120,6 +120,7 @@ void ClientCore::group_stop(Op& op, Vote vote, KvStatus status, uint32_t detail)
   if (g.is_follower()) {
     if (vote == Vote::DONE) return end_follower(op, status, detail, false);
     if (g.abandoned) {
+      if (vote == Vote::HELD && g.taken) return lock_undo(op);  // ends once it has given the lock word back
       if (vote == Vote::HELD && !g.at_atomic) return release_and_finish(op, KvStatus::DISCONNECTED);  // ends at its DONE
       return end_follower(op, status, detail, false);
     }
@@ -135,13 +136,13 @@ void ClientCore::group_stop(Op& op, Vote vote, KvStatus status, uint32_t detail)
 void ClientCore::end_follower(Op& f, KvStatus status, uint32_t detail, bool committed) {
   Op& leader = ops_[f.group.leader];
   GroupState& g = leader.group;
-  // A DELETE of a key the backup lacks has nothing to change there.
-  const bool harmless = committed || f.group.abandoned || (f.type == KvOp::DELETE && status == KvStatus::NOT_FOUND);
+  // A DELETE of a key the backup lacks has nothing to change there; an UNLOCK's answer is its primary's.
+  const bool harmless = committed || f.group.abandoned || f.type == KvOp::UNLOCK || (f.type == KvOp::DELETE && status == KvStatus::NOT_FOUND);
   if (!harmless && g.failure == KvStatus::OK) {
     g.failure = status;
     g.failure_detail = detail;
   }
-  if (f.block.held && !(committed && f.block.published)) g.unused |= static_cast<uint8_t>(1u << f.group.backup);
+  if (f.block.held && !((committed || f.group.created) && f.block.published)) g.unused |= static_cast<uint8_t>(1u << f.group.backup);
   g.any_committed |= committed;
   g.followers[f.group.backup] = GroupState::kNone;
   if (f.linked && f.type == KvOp::DELETE) cache_forget(f);
@@ -181,6 +182,10 @@ void ClientCore::group_decide(Op& leader) {
     for (uint8_t index : g.followers) {
       if (index == GroupState::kNone || ops_[index].group.vote != Vote::HELD) continue;
       Op& f = ops_[index];
+      if (f.group.taken) {
+        lock_undo(f);  // stops again with RETRY
+        continue;
+      }
       if (f.group.at_atomic) {
         f.group.vote = Vote::RETRY;
         continue;
@@ -229,10 +234,25 @@ void ClientCore::group_decide(Op& leader) {
   // it: a DELETE has passed that backup and not yet the primary (or its writer
   // died in between). Adding on the primary and creating on the backup would
   // leave the backup holding the counter after the DELETE: wait until they agree.
+  // A LOCK's backup may create the lock above the primary's token instead (the word it
+  // creates is not a count: a backup's token is only ever required to be the larger).
+  const uint32_t primary_token = leader.is_atomic() ? static_cast<uint32_t>(leader.atomic().expect >> kLockVersionShift) : 0;
   if (leader.is_atomic() && g.at_atomic) {
     for (uint8_t index : g.followers) {
-      if (index != GroupState::kNone && !ops_[index].group.at_atomic) return release_held(KvStatus::OK, 0);
+      if (index == GroupState::kNone || ops_[index].group.at_atomic) continue;
+      if (leader.type == KvOp::LOCK && ops_[index].atomic().result > primary_token) continue;
+      if (leader.type == KvOp::LOCK) g.lock_floor = std::max(g.lock_floor, primary_token);  // its next creation's
+      return release_held(KvStatus::OK, 0);
     }
+  }
+  if (leader.type == KvOp::LOCK && g.at_atomic) g.lock_floor = std::max(g.lock_floor, primary_token);
+  if (leader.type == KvOp::UNLOCK) {
+    // Released everywhere in one round: an acquirer meeting a backup still held backs off, and
+    // no one can hold the lock meanwhile (acquiring takes the primary too).
+    for (uint8_t index : g.followers) {
+      if (index != GroupState::kNone) group_go(ops_[index]);
+    }
+    return group_go(leader);
   }
   // The backups commit first.
   if (!has_followers(leader)) return group_go(leader);
@@ -257,6 +277,14 @@ void ClientCore::group_restart(Op& leader) {
     if (index != GroupState::kNone) restart_member(ops_[index]);
   }
   restart_member(leader);
+}
+
+// A LOCK's backup gives back the lock word it took, as it found it (atomics.cc); it then
+// stops with RETRY, or ends if its leader is ending.
+void ClientCore::lock_undo(Op& f) {
+  f.group.vote = Vote::RUNNING;
+  f.group.undoing = true;
+  atomic_step(f);
 }
 
 void ClientCore::restart_member(Op& op) {
@@ -311,6 +339,11 @@ void ClientCore::group_end(Op& op, KvStatus status, uint32_t detail) {
 void ClientCore::abandon(Op& f) {
   f.group.abandoned = true;
   const bool stopped = f.phase == Phase::W_PARKED && f.group.vote != Vote::RUNNING;
+  if (stopped && f.group.taken && !link(f).broken) {
+    // A LOCK's backup keeps the lock its primary granted; if the primary did not, it gives it back.
+    if (ops_[f.group.leader].group.end_status == KvStatus::OK) return end_follower(f, KvStatus::OK, 0, true);
+    return lock_undo(f);  // ends at its completion
+  }
   // Holding no locks: stopped to retry, or before its atomic.
   const bool lockless = stopped && (f.group.vote == Vote::RETRY || f.group.at_atomic);
   if (f.phase == Phase::IDLE || link(f).broken || lockless) {

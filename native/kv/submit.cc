@@ -70,6 +70,7 @@ void ClientCore::adopt(Op& op, const OpDesc& d, Clock::time_point now) {
   op.version = 0;  // a DELETE answers none; PUT and CAS set theirs in start()
   op.deadline = now + std::chrono::milliseconds(op_timeout_ms_);
   if (d.type == KvOp::LOCK && d.lock_timeout_ms > 0) op.deadline = now + std::chrono::milliseconds(d.lock_timeout_ms);
+  if (d.type == KvOp::LOCK) op.group.lock_floor = d.lock_floor;
   const bool granted = d.type == KvOp::PUT || d.type == KvOp::CAS || d.type == KvOp::INCR || d.type == KvOp::LOCK;
   op.block = {d.block, d.block_units, granted, false};
   op.key_len = d.key_len;

@@ -4,13 +4,15 @@
 // one-server client, to see what its own region holds.
 //  - PUT, CAS, DELETE and putMany (and a PUT from a registered buffer) land on
 //    both replicas of the key's hash slot with one version, and on no other
-//    member; locks are refused; INCRs from three processes sum on both replicas.
+//    member; a lock is held on both replicas; INCRs from three processes sum on both replicas.
 //  - A writer stopped (shm's test hook) right before its primary's commit:
 //    the backup already holds the write and the primary does not (backups
 //    commit first); killed there, its locks are given back by the departure
 //    path and the next write makes the replicas agree.
 //  - Six processes of random get/put/delete/cas on 3 keys form linearizable
-//    histories, and two processes' random put/get/delete agree with a model.
+//    histories, and two processes' random put/get/delete agree with a model;
+//    three processes' incr and lock/unlock too (counter and lock models), after
+//    which both replicas hold the lock free with one token.
 //  - Writers SIGKILLed at random points: afterwards every key is equal on both
 //    replicas, or its backup is ahead by a write no writer saw acknowledged.
 import ava, { type ExecutionContext } from 'ava';
@@ -21,10 +23,10 @@ import type { ClusterConfig } from '../../protocol/registry.js';
 import { readConfig } from '../../server/replication/config-store.js';
 import { slotReplicaNames } from '../../server/replication/placement.js';
 import { etcdForFile } from '../helpers/etcd.js';
-import { registerHistories } from '../helpers/history-operations.js';
+import { counterHistories, lockHistories, registerHistories } from '../helpers/history-operations.js';
 import { forkKvChild, processStopped, recordHistories, runKvChild } from '../helpers/kv.js';
 import { isLinearizable } from '../helpers/linearizability.js';
-import { registerModel } from '../helpers/linearizability-models.js';
+import { counterModel, lockModel, registerModel } from '../helpers/linearizability-models.js';
 import { testScale, testTimeoutMs } from '../helpers/providers.js';
 import { rng } from '../helpers/random.js';
 import { needing } from '../helpers/tools.js';
@@ -88,7 +90,7 @@ async function replicated(t: ExecutionContext, c: Cluster, key: string, value: s
   return ok;
 }
 
-test.serial('--replicas 2: PUT, CAS, DELETE and putMany land on both replicas of the hash slot with one version and on no other member; locks are refused', async (t) => {
+test.serial('--replicas 2: PUT, CAS, DELETE and putMany land on both replicas of the hash slot with one version and on no other member; a lock is taken on both', async (t) => {
   const c = await replicatedCluster(t, '/test-replicated');
   const { kv } = c;
   const model = new Map<string, string | undefined>();
@@ -124,7 +126,18 @@ test.serial('--replicas 2: PUT, CAS, DELETE and putMany land on both replicas of
   const [primary, backup] = c.replicasOf('registered');
   t.true(held.get(primary!)?.value.equals(registered) && held.get(backup!)?.value.equals(registered));
   t.is(held.get(primary!)?.version, held.get(backup!)?.version);
-  await t.throwsAsync(kv.lock('a-lock'), { code: 'KV_INVALID_ARGUMENT', message: /locks are not replicated yet/ });
+  // A lock is taken on both replicas and given back on both; the token is the primary's.
+  const lock = await kv.lock('a-lock');
+  t.is(lock.token, 1n);
+  const lockReplicas = c.replicasOf('a-lock').map((name) => c.direct.get(name!)!);
+  for (const member of lockReplicas) await t.throwsAsync(member.lock('a-lock', { timeoutMs: 100 }), { code: 'KV_LOCK_CONTENDED' });
+  await lock.release();
+  for (const member of lockReplicas) {
+    const alone = await member.lock('a-lock'); // each replica's word is free, at token 1
+    t.is(alone.token, 2n);
+    await alone.release();
+  }
+  t.is((await kv.lock('a-lock')).token, 3n);
 });
 
 test.serial('--replicas 2: INCR from three processes at once: the counter reaches the sum on both replicas', async (t) => {
@@ -134,6 +147,26 @@ test.serial('--replicas 2: INCR from three processes at once: the counter reache
   t.is(await c.kv.incr('hits', 0), BigInt(3 * count));
   const [primary, backup] = c.replicasOf('hits');
   for (const name of [primary!, backup!]) t.is(await c.direct.get(name)!.incr('hits', 0), BigInt(3 * count), name);
+});
+
+test.serial('--replicas 2: 3 processes of incr and lock/unlock on one counter and one lock are linearizable; both replicas end with the lock free at one token', async (t) => {
+  const c = await replicatedCluster(t, '/test-replicated-atomics');
+  const count = Math.max(50, Math.round(300 * testScale()));
+  const events = await recordHistories(t, c.target, 'linatomic', 3, count);
+  const counter = counterHistories(events.filter((e) => e.key === 'lin-ctr')).get('lin-ctr')!;
+  const lock = lockHistories(events.filter((e) => e.key === 'lin-lock')).get('lin-lock')!;
+  t.true(isLinearizable(counter, counterModel), 'the counter history is not linearizable');
+  t.true(isLinearizable(lock, lockModel({ fencing: false })), 'the lock history is not linearizable');
+  const tokens = lock.flatMap((op) => (op.ret !== undefined && typeof op.output === 'bigint' ? [op.output] : []));
+  t.log(`${counter.length} counter operations, ${tokens.length} locks taken`);
+  t.true(tokens.length > 0);
+  // Each replica's word is free at the last token granted: a LOCK on either alone gets the next one.
+  const last = tokens.reduce((max, token) => (token > max ? token : max), 0n);
+  for (const name of c.replicasOf('lin-lock')) {
+    const alone = await c.direct.get(name!)!.lock('lin-lock');
+    t.is(alone.token, last + 1n, name);
+    await alone.release();
+  }
 });
 
 test.serial('--replicas 2: 6 processes of get/put/delete/cas on 3 keys are linearizable; 2 processes of put/get/delete agree with their models', async (t) => {

@@ -20,6 +20,8 @@ export interface CoreOp {
   expectedVersion?: bigint;
   /** INCR: OpLayout.DELTA (0 when absent: reads the counter, creating it at 0 if missing). */
   delta?: bigint;
+  /** UNLOCK: OpLayout.TOKEN, the token its LOCK answered. */
+  token?: number;
 }
 
 /** Writes `ops` as descriptors 0.. of the core's opWords, keys and values packed into its arena. */
@@ -54,6 +56,7 @@ export function writeOps(core: ClientCore, ops: readonly CoreOp[]): void {
       core.opWords[o + OpLayout.DELTA_LO] = Number(op.delta & 0xffffffffn);
       core.opWords[o + OpLayout.DELTA_HI] = Number(op.delta >> 32n);
     }
+    if (op.token !== undefined) core.opWords[o + OpLayout.TOKEN] = op.token;
     core.opWords[o + OpLayout.BACKUPS] = op.backups?.length ?? 0;
     op.backups?.forEach((backup, k) => {
       const b = o + OpLayout.BACKUP_0 + k * OpLayout.BACKUP_WORDS;
