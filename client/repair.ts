@@ -1,8 +1,8 @@
 // What repair's copier (server/replication/copier.ts) needs of a KvClient: a
 // bytes item written again as it is from its primary onto the members syncing
 // into its hash slot (rewriteOnto: a CAS on the version read that keeps it, so
-// a racing write is never undone), and a counter created on a target
-// (copyCounter). Not for applications.
+// a racing write is never undone), and a counter or lock created on a target
+// (copyCounter, copyLock). Not for applications.
 import { KvOp, KvStatus } from '../protocol/constants.js';
 import { KvDisconnectedError, KvError } from '../protocol/errors.js';
 import { rewriteItem } from './expiry.js';
@@ -47,6 +47,35 @@ export async function copyCounter(access: RepairAccess, key: Key, value: bigint,
   const server = access.member(target);
   if (!server) throw new KvDisconnectedError(`repair: no connection to ${target}`);
   const bytes = toBuffer(key, 'key');
+  if (!(await lacks(server, bytes))) return false;
+  await server.submit(KvOp.INCR, bytes, undefined, BigInt.asUintN(64, value)).catch((error: unknown) => {
+    // Created; only its answer came after the lease (it is the value we gave).
+    if (!(error instanceof KvError && error.code === 'KV_READ_LEASE_LAPSED')) throw error;
+  });
+  return true;
+}
+
+/**
+ * Creates lock `key` on member `target` alone, free, at a token above `token` (its primary's), unless
+ * it has the key already; resolves whether it did. A LOCK there with `token` as its floor creates it
+ * held by this client, and an UNLOCK frees it. A backup's token is then never below its primary's, so
+ * after a failover to it every token granted is still above every token granted before. A lock held
+ * on the primary is copied free: should the target become primary before its holder releases it, the
+ * lock is lost to the holder, and the next one granted carries a larger token (fencing tokens exist
+ * for exactly that).
+ */
+export async function copyLock(access: RepairAccess, key: Key, token: number, target: string): Promise<boolean> {
+  const server = access.member(target);
+  if (!server) throw new KvDisconnectedError(`repair: no connection to ${target}`);
+  const bytes = toBuffer(key, 'key');
+  if (!(await lacks(server, bytes))) return false;
+  const taken = await server.submit(KvOp.LOCK, bytes, undefined, (BigInt(token) << 32n) | BigInt(COPY_LOCK_WAIT_MS));
+  await server.submit(KvOp.UNLOCK, bytes, undefined, taken.version, true);
+  return true;
+}
+
+/** Whether member `server` lacks the key (a GET misses; a counter or lock answers KV_TYPE_MISMATCH). */
+async function lacks(server: ServerClient, bytes: Buffer): Promise<boolean> {
   let found: OpResult | undefined;
   for (let attempt = 0; found === undefined; attempt++) {
     try {
@@ -60,13 +89,11 @@ export async function copyCounter(access: RepairAccess, key: Key, value: bigint,
       await new Promise((resolve) => setTimeout(resolve, LEASE_WAIT_MS));
     }
   }
-  if (found.status !== KvStatus.NOT_FOUND) return false;
-  await server.submit(KvOp.INCR, bytes, undefined, BigInt.asUintN(64, value)).catch((error: unknown) => {
-    // Created; only its answer came after the lease (it is the value we gave).
-    if (!(error instanceof KvError && error.code === 'KV_READ_LEASE_LAPSED')) throw error;
-  });
-  return true;
+  return found.status === KvStatus.NOT_FOUND;
 }
+
+/** How long copyLock's LOCK waits should a client hold the lock it finds there (one it created since the look). */
+const COPY_LOCK_WAIT_MS = 5000;
 
 /** A GET on the target waits this long for a read lease, this many times. */
 const LEASE_WAIT_MS = 20;

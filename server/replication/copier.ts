@@ -23,10 +23,10 @@ import type { Etcd3 } from 'etcd3';
 import type { Logger } from 'pino';
 
 import { KvClient } from '../../client/kv-client.js';
-import { type RepairAccess, copyCounter, rewriteOnto } from '../../client/repair.js';
+import { type RepairAccess, copyCounter, copyLock, rewriteOnto } from '../../client/repair.js';
 import { KvError } from '../../protocol/errors.js';
 import { ItemType, KvLayout } from '../../protocol/constants.js';
-import { counterSealed, counterValue, itemAtomicWord, slotBlock } from '../../protocol/index-format.js';
+import { counterSealed, counterValue, itemAtomicWord, lockSealed, lockVersion, slotBlock } from '../../protocol/index-format.js';
 import { type ClusterConfig, type RepairRecord, etcdKeys } from '../../protocol/registry.js';
 import type { RegionStore } from '../store/region.js';
 import { Pacer } from './pacer.js';
@@ -187,23 +187,29 @@ export class Copier {
         throw error;
       });
       if (valueLength !== 'counter') return valueLength === false ? 0 : KvLayout.ITEM_HEADER_BYTES + key.length + valueLength;
-    } else if (type !== ItemType.COUNTER) {
-      return 0; // locks are not replicated (a replicated cluster refuses LOCK)
+    } else if (type !== ItemType.COUNTER && type !== ItemType.LOCK) {
+      return 0;
     }
-    return this.copyCounter(access, region, key, targets);
+    return this.copyAtomic(access, region, key, type, targets);
   }
 
-  /** Creates counter `key` on the targets that lack it, holding its bucket locks here; resolves the bytes copied. */
-  private copyCounter(access: RepairAccess, region: CopiedRegion, key: Buffer, targets: string[]): Promise<number> {
+  /**
+   * Creates counter or lock `key` on the targets that lack it, holding its bucket locks here; resolves the bytes
+   * copied. A lock is created free, above its token here (client/repair.ts, copyLock).
+   */
+  private copyAtomic(access: RepairAccess, region: CopiedRegion, key: Buffer, type: number, targets: string[]): Promise<number> {
     // Under the key's bucket locks here, no DELETE or creation of it comes between our look at the word and
     // the creation on the targets; INCRs of it wait while a target lacks it (client/repair.ts).
     return region.underBucketLocks(key, async () => {
       const linked = findLinked(region.store, key);
-      if (linked === undefined || linked.type !== ItemType.COUNTER) return 0; // gone since the walk
+      if (linked === undefined || linked.type !== type) return 0; // gone since the walk
       const word = itemAtomicWord(region.store.bytes, region.store.itemAt(slotBlock(linked.slot)));
-      if (counterSealed(word)) return 0; // being deleted, on the targets too
+      if (type === ItemType.COUNTER ? counterSealed(word) : lockSealed(word)) return 0; // being deleted, on the targets too
       let copied = 0;
-      for (const target of targets) if (await copyCounter(access, key, counterValue(word), target)) copied += KvLayout.ITEM_HEADER_BYTES + key.length;
+      for (const target of targets) {
+        const made = type === ItemType.COUNTER ? await copyCounter(access, key, counterValue(word), target) : await copyLock(access, key, lockVersion(word), target);
+        if (made) copied += KvLayout.ITEM_HEADER_BYTES + key.length;
+      }
       return copied;
     });
   }

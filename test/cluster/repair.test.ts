@@ -9,7 +9,8 @@
 //    while it was dead comes back, counters count on.
 //  - A member that never returns: after --replace-after its hash slots are
 //    copied to a member that holds others; the last original replica is then
-//    killed and nothing acknowledged is lost.
+//    killed and nothing acknowledged is lost, and a lock's next token is above
+//    every one granted before.
 //  - The controller alone (no kv-server): after its own failover write, which
 //    wakes no watch, it looks again and gives short hash slots members to
 //    sync into after --replace-after, with no other event.
@@ -134,6 +135,9 @@ etcdTest.serial('a member that never returns: after --replace-after its hash slo
   const keys = Array.from({ length: 200 }, (_, i) => `x:${i}`);
   for (const key of keys) await kv.put(key, `v-${key}`);
   const [victim, other] = slotReplicaNames(placed).names[keySlot(Buffer.from('x:0'))]!;
+  // A lock of the same two replicas, taken and released three times: tokens 1 to 3.
+  const lockName = Array.from({ length: 2000 }, (_, i) => `x:lock:${i}`).find((name) => slotReplicaNames(placed).names[keySlot(Buffer.from(name))]!.join() === [victim, other].join())!;
+  for (let i = 0; i < 3; i++) await (await kv.lock(lockName)).release();
   await member(list, victim!).process.stop('SIGKILL');
   const victimIndex = placed.members.indexOf(victim!);
   await eventually(async () => !(await config(prefix))!.slots.some((r) => r.replicas.includes(victimIndex)), `${victim} failed over`);
@@ -149,6 +153,10 @@ etcdTest.serial('a member that never returns: after --replace-after its hash slo
     if (last[keySlot(Buffer.from(key))]!.length === 0) continue;
     t.is((await kv.get(key))?.toString(), `v-${key}`, key);
   }
+  // The lock was copied above its token: the member now holding it alone grants a larger one (never 1 again).
+  const again = await kv.lock(lockName);
+  t.true(again.token > 3n, `token ${again.token} after the copy`);
+  await again.release();
 });
 
 etcdTest.serial('the controller looks again after its own failover write (which wakes no watch): short hash slots get a member to sync into once --replace-after has passed, with no other event', async (t) => {
