@@ -98,7 +98,7 @@ export function checkReplicas(replicas: number, withEtcd: boolean, env: NodeJS.P
   }
   if (replicas > 1 && !withEtcd) throw new StartupError(`--replicas ${replicas} needs --etcd: the replicas of a hash slot are placed by the cluster's controller`);
   if (replicas > 1 && env[EXPERIMENTAL_REPLICAS_ENV] !== '1') {
-    throw new StartupError(`--replicas ${replicas} is experimental (issue 17): writes are replicated, a dead member's hash slots fail over to their backups, a member cut off from etcd fences itself and hash slots short of a replica are copied back (repair), but locks are refused, placement never changes after a failover (members join only as repair targets) and repair copies at full speed; RKV_EXPERIMENTAL_REPLICAS=1 runs it anyway`);
+    throw new StartupError(`--replicas ${replicas} is experimental (issue 17): writes are replicated, a dead member's hash slots fail over to their backups, a member cut off from etcd fences itself, hash slots short of a replica are copied back (repair) and locks are replicated, but placement never changes after a failover (members join only as repair targets) and a returning member is copied every key; RKV_EXPERIMENTAL_REPLICAS=1 runs it anyway`);
   }
   return replicas;
 }

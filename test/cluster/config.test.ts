@@ -91,7 +91,7 @@ test.serial('--replicas refusals: out of range, without --etcd, without the expe
     [['--replicas', '0'], {}, /^kv-server: --replicas must be a whole number from 1 to 3 \(got 0\)$/m],
     [['--replicas', 'two'], {}, /^kv-server: --replicas must be a whole number from 1 to 3/m],
     [['--replicas', '2'], REPLICAS_ON, /^kv-server: --replicas 2 needs --etcd/m],
-    [['--replicas', '2', ...memberArgs('/test-refuse', 'x')], {}, /^kv-server: --replicas 2 is experimental \(issue 17\): writes are replicated, a dead member's hash slots fail over to their backups, a member cut off from etcd fences itself and hash slots short of a replica are copied back \(repair\), but locks are refused, placement never changes after a failover \(members join only as repair targets\) and repair copies at full speed; RKV_EXPERIMENTAL_REPLICAS=1 runs it anyway$/m],
+    [['--replicas', '2', ...memberArgs('/test-refuse', 'x')], {}, /^kv-server: --replicas 2 is experimental \(issue 17\): writes are replicated, a dead member's hash slots fail over to their backups, a member cut off from etcd fences itself, hash slots short of a replica are copied back \(repair\) and locks are replicated, but placement never changes after a failover \(members join only as repair targets\) and a returning member is copied every key; RKV_EXPERIMENTAL_REPLICAS=1 runs it anyway$/m],
   ];
   for (const [i, [args, env, message]] of refusals.entries()) {
     const r = await kvServer([...listen(i), ...args], env);

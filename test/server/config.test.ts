@@ -121,7 +121,7 @@ test('resolveConfig: --replicas 1 to 3 and --zone with --etcd; above 1 only with
   t.is(resolveConfig({ ...etcd, replicas: '1', zone: 'east' }).replicas, 1);
   t.is(resolveConfig({ ...etcd, zone: 'east' }).etcd?.zone, 'east');
   const refused = t.throws(() => resolveConfig({ ...etcd, replicas: '2' }), { instanceOf: StartupError });
-  t.is(refused?.message, "--replicas 2 is experimental (issue 17): writes are replicated, a dead member's hash slots fail over to their backups, a member cut off from etcd fences itself and hash slots short of a replica are copied back (repair), but locks are refused, placement never changes after a failover (members join only as repair targets) and repair copies at full speed; RKV_EXPERIMENTAL_REPLICAS=1 runs it anyway");
+  t.is(refused?.message, "--replicas 2 is experimental (issue 17): writes are replicated, a dead member's hash slots fail over to their backups, a member cut off from etcd fences itself, hash slots short of a replica are copied back (repair) and locks are replicated, but placement never changes after a failover (members join only as repair targets) and a returning member is copied every key; RKV_EXPERIMENTAL_REPLICAS=1 runs it anyway");
   t.throws(() => resolveConfig({ ...etcd, replicas: '1.5' }), { instanceOf: StartupError, message: /--replicas must be a whole number from 1 to 3/ });
   t.throws(() => resolveConfig({ ...defaults(), zone: 'east' }), { instanceOf: UsageError, message: '--zone only means something with --etcd' });
 });
