@@ -15,10 +15,10 @@ import { keySlot } from '../../protocol/hash-slots.js';
 import type { ClusterConfig } from '../../protocol/registry.js';
 import { readConfig } from '../../server/replication/config-store.js';
 import { slotReplicaNames } from '../../server/replication/placement.js';
-import { MAY_HAVE_TAKEN_EFFECT, registerHistories } from '../helpers/history-operations.js';
-import { runKvChild } from '../helpers/kv.js';
+import { MAY_HAVE_TAKEN_EFFECT, lockHistories, registerHistories } from '../helpers/history-operations.js';
+import { CHURN_LOCK, runKvChild } from '../helpers/kv.js';
 import { isLinearizable } from '../helpers/linearizability.js';
-import { registerModel } from '../helpers/linearizability-models.js';
+import { lockModel, registerModel } from '../helpers/linearizability-models.js';
 import { type Scheme, loadPollMode, slow, testScale, testTimeoutMs } from '../helpers/providers.js';
 import { type Member, clusterDir, eventually, memberUrl, startMember, stopAll } from './helpers.js';
 
@@ -94,14 +94,23 @@ export class Load {
     ];
   }
 
-  /** Every key's history is linearizable, a failure caused by the kills counting as may-have-taken-effect. */
+  /**
+   * Every key's history is linearizable, and the lock's, a failure caused by the kills counting as
+   * may-have-taken-effect. The lock's model lets a holder lose its lock (a failover to a replica it
+   * was copied onto free), never a token be granted twice or go down.
+   */
   async check(t: ExecutionContext, prefix: string): Promise<Array<HistoryEvent & { process: number }>> {
     const outcomes = await this.done;
     t.log(`load: ${outcomes.map((o, p) => `${this.roles[p]}${p} ${o.ok as number} ok ${JSON.stringify(o.failures)}`).join('; ')}`);
     const events = await this.events(prefix);
-    const byKey = registerHistories(events, MAY_HAVE_TAKEN_EFFECT);
+    const byKey = registerHistories(events.filter((e) => e.key !== CHURN_LOCK), MAY_HAVE_TAKEN_EFFECT);
     t.is(byKey.size, KEYS);
     for (const [key, ops] of byKey) t.true(isLinearizable(ops, registerModel), `history of ${key} (${ops.length} ops) is not linearizable`);
+    const lock = lockHistories(events.filter((e) => e.key === CHURN_LOCK), MAY_HAVE_TAKEN_EFFECT).get(CHURN_LOCK) ?? [];
+    const taken = lock.filter((op) => op.ret !== undefined && typeof op.output === 'bigint').length;
+    t.log(`lock ${CHURN_LOCK}: ${lock.length} operations, ${taken} granted`);
+    t.true(taken > 0, 'the writers took the lock');
+    t.true(isLinearizable(lock, lockModel({ fencing: true })), `the history of lock ${CHURN_LOCK} is not linearizable`);
     return events;
   }
 }

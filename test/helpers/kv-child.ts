@@ -7,8 +7,9 @@
 //   hold   URL LOCK                 take the lock, report, and wait to be killed
 //   puts   URL PREFIX COUNT BYTES   put PREFIX0..COUNT-1 (BYTES each), report, and wait to be killed
 //   lin    URL PROCESS COUNT FILE   random get/put/delete/cas on 3 keys, history in FILE
-//   churn  URL PROCESS ROLE KEYS MS FILE  for MS ms: ROLE w: random get/put/delete/cas, r: gets, on
-//                                   keys f0..KEYS-1, history in FILE; failed ops are recorded and it goes on
+//   churn  URL PROCESS ROLE KEYS MS FILE  for MS ms: ROLE w: random get/put/delete/cas on keys f0..KEYS-1 and
+//                                   lock/unlock of the lock flock, r: gets, history in FILE; failed ops are
+//                                   recorded and it goes on
 //   linatomic URL PROCESS COUNT FILE random incr of one counter and lock/unlock of one lock, history in FILE
 //   put    URL KEY VALUE            one put; reports { acked } or its error, then exits
 //   paused URL KEY FILE             puts KEY = 'before' (history in FILE), reports { ready }; on the message 'go'
@@ -23,7 +24,7 @@
 //                                   and reports { closed: status }, then ends by itself (the test waits for its exit)
 // URL may be etcd+http://HOST:PORT/PREFIX: the cluster registered under PREFIX in that etcd.
 import { KvClient } from '../../client/index.js';
-import { selfValidating, validate } from './kv.js';
+import { CHURN_LOCK, selfValidating, validate } from './kv.js';
 import { loadPollMode, slow, testTimeoutMs } from './providers.js';
 import { rng } from './random.js';
 
@@ -183,9 +184,12 @@ async function main(): Promise<void> {
       if (dice < 0.3) await attempt(kv.get(key));
       else if (dice < 0.7) await attempt(kv.put(key, value));
       else if (dice < 0.8) await attempt(kv.delete(key));
-      else {
+      else if (dice < 0.9) {
         const seen = await attempt(kv.getWithVersion(key));
         if (seen !== FAILED) await attempt(kv.cas(key, seen?.version ?? 0n, value));
+      } else {
+        const lock = await attempt(kv.lock(CHURN_LOCK, { timeoutMs: 300 }));
+        if (lock !== FAILED) await attempt(lock.release());
       }
       await new Promise((resolve) => setTimeout(resolve, 2)); // bounded histories: about 300 ops/s per process
     }

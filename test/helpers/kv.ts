@@ -187,6 +187,9 @@ export function runKvChild(t: ExecutionContext, args: string[], onMessage?: (m: 
 }
 
 /** Runs `processes` kv-child processes in `mode` (lin, linatomic) against `url`, each recording its history; all their events. */
+/** The lock kv-child's churn writers take and release (test/cluster/replicated-helpers.ts checks its history). */
+export const CHURN_LOCK = 'flock';
+
 export async function recordHistories(t: ExecutionContext, url: string, mode: string, processes: number, count: number): Promise<Array<HistoryEvent & { process: number }>> {
   const dir = mkdtempSync(join(tmpdir(), 'rkv-history-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
