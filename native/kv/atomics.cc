@@ -6,6 +6,7 @@
 #include "atomics.h"
 
 #include "client_core.h"
+#include "hash_slot.h"
 #include "op.h"
 
 namespace rkv::kv {
@@ -90,7 +91,48 @@ void ClientCore::atomic_step(Op& op) {
       link(op).sends.cas(op.tag(), result, a.addr, a.expect, lock_word(a.token, 0));
       break;
   }
+  if (epoch_checked(op)) {
+    // Fenced: read after the atomic took effect (docs/replication-design.md §4.2). A barrier's
+    // store of the word comes before or after it; either way this READ tells which epoch it met.
+    const uint64_t word = link(op).region.epoch_offset + 8ull * key_hash_slot(op.key, op.key_len);
+    link(op).sends.read(op.tag(), op.area(area::EPOCH), 8, link(op).region.addr + word, true);
+  }
   link(op).sends.signal_last();
+}
+
+// An INCR or LOCK of a client routing by a config READs its hash slot's epoch word after the atomic
+// (UNLOCK does not: releasing a lock this client holds is right in any configuration).
+bool ClientCore::epoch_checked(const Op& op) const {
+  return op.epoch != 0 && op.type != KvOp::UNLOCK && !op.group.undoing && link(op).region.epoch_offset != 0;
+}
+
+// The atomic met its hash slot's epoch word other than (our epoch, OPEN): another configuration
+// (EPOCH_MOVED), a barrier or a fenced member (wait), or damage (CORRUPT). If it took no effect the
+// op ends so, or waits; an INCR that added may count in another configuration: it ends as one that
+// may have taken effect (TIMEOUT); a LOCK that took its word gives it back first.
+void ClientCore::atomic_off_epoch(Op& op, uint64_t original, uint64_t word) {
+  AtomicState& a = op.atomic();
+  const uint32_t epoch = static_cast<uint32_t>(word >> u32(EpochWord::EPOCH_SHIFT));
+  const uint32_t state = static_cast<uint32_t>(word);
+  const bool known = state == u32(EpochWord::OPEN) || state == u32(EpochWord::CLOSED) || state == u32(EpochWord::FENCED);
+  const KvStatus status = !known ? KvStatus::CORRUPT : epoch != op.epoch ? KvStatus::EPOCH_MOVED : KvStatus::OK;
+  if (op.type == KvOp::INCR) return finish(op, known ? KvStatus::TIMEOUT : KvStatus::CORRUPT, op.retries);
+  if (original == a.expect) {
+    a.result = next_lock_token(op);
+    a.taken_from = original;
+    a.off_epoch = true;
+    a.off_status = status;
+    a.off_detail = epoch;
+    op.group.undoing = true;
+    return atomic_step(op);  // atomic_done goes on at off_epoch_undone
+  }
+  off_epoch_undone(op, status, epoch);
+}
+
+void ClientCore::off_epoch_undone(Op& op, KvStatus status, uint32_t epoch) {
+  if (status != KvStatus::OK) return finish(op, status, status == KvStatus::EPOCH_MOVED ? epoch : op.retries);
+  op.epoch_wait = true;  // at the deadline: TIMEOUT
+  retry_later(op, Phase::A_ATOMIC);
 }
 
 void ClientCore::atomic_done(Op& op) {
@@ -99,9 +141,18 @@ void ClientCore::atomic_done(Op& op) {
   if (op.group.undoing) {
     // Given back (or released already by the server, the client fenced there): not ours either way.
     op.group.undoing = op.group.taken = false;
+    if (a.off_epoch) {
+      a.off_epoch = false;
+      return off_epoch_undone(op, a.off_status, a.off_detail);
+    }
     return group_stop(op, GroupState::Vote::RETRY);
   }
-  if (op.type == KvOp::INCR ? counter_sealed(original) : lock_sealed(original)) {
+  const bool sealed = op.type == KvOp::INCR ? counter_sealed(original) : lock_sealed(original);
+  if (!sealed && epoch_checked(op)) {
+    const uint64_t word = load_le<uint64_t>(mem(op.area(area::EPOCH)));
+    if (word != (static_cast<uint64_t>(op.epoch) << u32(EpochWord::EPOCH_SHIFT) | u32(EpochWord::OPEN))) return atomic_off_epoch(op, original, word);
+  }
+  if (sealed) {
     // A deleted item (reached through a cached address, or read just before its
     // DELETE): the atomic had no effect anyone can observe. Find the key again.
     cache_forget(op);

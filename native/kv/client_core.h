@@ -347,6 +347,9 @@ class ClientCore {
   void atomic_done(Op& op);
   void created(Op& op);
   void lock_taken(Op& op, uint64_t from);
+  bool epoch_checked(const Op& op) const;
+  void atomic_off_epoch(Op& op, uint64_t original, uint64_t word);
+  void off_epoch_undone(Op& op, KvStatus status, uint32_t epoch);
   uint32_t next_lock_token(const Op& op) const;
   bool cache_lookup(Op& op);
   void cache_store(Op& op);

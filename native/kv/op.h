@@ -166,6 +166,10 @@ struct AtomicState {
   uint64_t expect = 0;  // LOCK, UNLOCK: the word the CAS expects
   uint64_t result = 0;  // INCR: the new value; LOCK: the token
   uint64_t taken_from = 0;  // a replicated LOCK's backup: the word it replaced, which an undo puts back
+  // A LOCK that took its word off its epoch gives it back, then ends so (OK: waits for the word to open).
+  bool off_epoch = false;
+  KvStatus off_status = KvStatus::OK;
+  uint32_t off_detail = 0;
   std::variant<LookupState, WriteState> step;
 };
 

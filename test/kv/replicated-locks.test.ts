@@ -9,12 +9,13 @@
 // the op's.
 import test from 'ava';
 
-import { KvLayout, KvOp, KvStatus } from '../../native/constants.generated.js';
+import { EpochWord, KvLayout, KvOp, KvStatus } from '../../native/constants.generated.js';
 import { hashKey } from '../../native/index.js';
 import { ItemType } from '../../protocol/constants.js';
+import { keySlot } from '../../protocol/hash-slots.js';
 import { lockWord, slotBlock, slotFingerprint } from '../../protocol/index-format.js';
 import { providersUnderTest, slow } from '../helpers/providers.js';
-import { BACKUPS, INDEX, type Replica, collect, heapOf, place, run, setup, submit } from '../helpers/replicated-core.js';
+import { BACKUPS, EPOCHS, INDEX, type Replica, collect, heapOf, place, run, setup, submit, word } from '../helpers/replicated-core.js';
 
 const ATOMIC_WORD = 24; // ItemHeader.ATOMIC_WORD
 
@@ -124,5 +125,29 @@ for (const scheme of providersUnderTest()) {
     placeLock(primary, 'l', 4, 0, 40); // here: the DELETE is undone, as if it never came (a live lock again)
     t.deepEqual(statuses(await collect(core, done, 1)), [{ status: KvStatus.OK, version: 5n }]);
     t.deepEqual(replicas.map((r) => lockOn(r, 'l')), [[5, 1], [5, 2], [5, 3]]);
+  });
+
+  test(`${scheme}: a LOCK READs its hash slot's epoch word after each CAS: at another epoch every word taken is given back and it answers EPOCH_MOVED (nothing held: safe to run again); a closed word makes it wait, and it lands once the word opens`, async (t) => {
+    const { core, replicas, primary, b1, b2 } = await setup(t, scheme);
+    for (const r of replicas) placeLock(r, 'l', 3, 0, 40);
+    const slot = keySlot(Buffer.from('l'));
+    const setWord = (r: Replica, value: bigint) => r.pair.region.bytes.writeBigUInt64LE(value, EPOCHS + 8 * slot);
+    for (const r of [primary, b1]) setWord(r, word(5, EpochWord.OPEN));
+    setWord(b2, word(6, EpochWord.OPEN));
+    const moved = await run(core, [{ type: KvOp.LOCK, id: 1, key: 'l', block: 100, epoch: 5, backups: BACKUPS(200, 300) }]);
+    t.deepEqual(moved.map(({ status }) => status), [KvStatus.EPOCH_MOVED]);
+    t.deepEqual(replicas.map((r) => lockOn(r, 'l')), [[3, 0], [3, 0], [3, 0]]);
+    // The primary alone (a view after a failover), its word at another epoch: its own word given back too.
+    setWord(primary, word(7, EpochWord.OPEN));
+    t.deepEqual((await run(core, [{ type: KvOp.LOCK, id: 2, key: 'l', epoch: 5 }])).map(({ status }) => status), [KvStatus.EPOCH_MOVED]);
+    t.deepEqual(lockOn(primary, 'l'), [3, 0]);
+    // A barrier closes the primary's word: the LOCK waits, and lands once it opens.
+    setWord(b2, word(5, EpochWord.OPEN));
+    setWord(primary, word(5, EpochWord.CLOSED));
+    const { done } = submit(core, [{ type: KvOp.LOCK, id: 3, key: 'l', block: 104, epoch: 5, backups: BACKUPS(204, 304) }]);
+    t.deepEqual(await collect(core, done, 1, 50), [], 'waits while the word is closed');
+    setWord(primary, word(5, EpochWord.OPEN));
+    t.deepEqual(statuses(await collect(core, done, 1)), [{ status: KvStatus.OK, version: 4n }]);
+    t.deepEqual(replicas.map((r) => lockOn(r, 'l')), [[4, 1], [4, 2], [4, 3]]);
   });
 }

@@ -230,6 +230,25 @@ for (const scheme of providersUnderTest()) {
     t.deepEqual(await countersOf(core, 'c'), [2n, 2n, 2n]);
   });
 
+  test(`${scheme}: a replicated INCR READs its hash slot's epoch word after each add: a backup at another epoch ends it as one that may have taken effect (TIMEOUT) before the primary adds; a primary alone whose word is fenced, likewise`, async (t) => {
+    const { core, primary, b1, b2 } = await setup(t, scheme);
+    for (const r of [primary, b1, b2]) placeCounter(r, 'c', 10n, 40);
+    const slot = keySlot(Buffer.from('c'));
+    for (const r of [primary, b1]) r.pair.region.bytes.writeBigUInt64LE(word(5, EpochWord.OPEN), EPOCHS + 8 * slot);
+    b2.pair.region.bytes.writeBigUInt64LE(word(6, EpochWord.OPEN), EPOCHS + 8 * slot);
+    const moved = await run(core, [{ type: KvOp.INCR, id: 1, key: 'c', block: 100, epoch: 5, backups: BACKUPS(200, 300), delta: 2n }]);
+    t.deepEqual(moved.map(({ status }) => status), [KvStatus.TIMEOUT]);
+    t.deepEqual(await countersOf(core, 'c'), [10n, 12n, 12n], 'the backups added (backup 2 met the word after its add), the primary did not');
+    b2.pair.region.bytes.writeBigUInt64LE(word(5, EpochWord.OPEN), EPOCHS + 8 * slot);
+    const agreed = await run(core, [{ type: KvOp.INCR, id: 2, key: 'c', block: 104, epoch: 5, backups: BACKUPS(204, 304), delta: 1n }]);
+    t.deepEqual(agreed.map(({ status, version }) => ({ status, version })), [{ status: KvStatus.OK, version: 11n }]);
+    // The primary alone (a view after a failover), its member fenced (cut off from etcd): the add landed there.
+    primary.pair.region.bytes.writeBigUInt64LE(word(5, EpochWord.FENCED), EPOCHS + 8 * slot);
+    const fenced = await run(core, [{ type: KvOp.INCR, id: 3, key: 'c', epoch: 5, delta: 1n }]);
+    t.deepEqual(fenced.map(({ status }) => status), [KvStatus.TIMEOUT]);
+    t.deepEqual(await countersOf(core, 'c'), [12n, 13n, 13n]);
+  });
+
   test(`${scheme}: a replicated INCR whose add met a seal after another backup had added ends as one that may have taken effect (TIMEOUT), never adding twice`, async (t) => {
     const { core, primary, b1, b2 } = await setup(t, scheme);
     // One backup's counter sealed, the other's live: backup 2 adds, backup 1 meets the seal.
