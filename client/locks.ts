@@ -15,7 +15,6 @@ export async function takeLock(name: Key, options: { timeoutMs?: number }, defau
   const timeoutMs = options.timeoutMs === undefined ? defaultTimeoutMs : options.timeoutMs;
   if (typeof timeoutMs !== 'number' || !(timeoutMs > 0)) throw new KvInvalidArgumentError(`lock timeoutMs must be a positive number (got ${show(timeoutMs)})`);
   const nameBytes = toBuffer(name, 'name');
-  // Released on the server that granted it, whatever the map says by then.
   const send = route(nameBytes);
   const r = await send(KvOp.LOCK, BigInt(Math.ceil(Math.min(timeoutMs, MAX_TIMEOUT_MS))), false);
   const token = r.version;

@@ -69,7 +69,15 @@ export async function copyLock(access: RepairAccess, key: Key, token: number, ta
   if (!server) throw new KvDisconnectedError(`repair: no connection to ${target}`);
   const bytes = toBuffer(key, 'key');
   if (!(await lacks(server, bytes))) return false;
-  const taken = await server.submit(KvOp.LOCK, bytes, undefined, (BigInt(token) << 32n) | BigInt(COPY_LOCK_WAIT_MS));
+  let taken: OpResult;
+  try {
+    taken = await server.submit(KvOp.LOCK, bytes, undefined, (BigInt(token) << 32n) | BigInt(COPY_LOCK_WAIT_MS));
+  } catch (error) {
+    // Held: a client's replicated LOCK created it there since the look, above the primary's token (or the
+    // target's bucket locks stayed busy: then it still lacks the lock, and the copy fails, to run again).
+    if (error instanceof KvError && error.code === 'KV_LOCK_CONTENDED' && !(await lacks(server, bytes))) return false;
+    throw error;
+  }
   await server.submit(KvOp.UNLOCK, bytes, undefined, taken.version, true);
   return true;
 }
@@ -92,8 +100,8 @@ async function lacks(server: ServerClient, bytes: Buffer): Promise<boolean> {
   return found.status === KvStatus.NOT_FOUND;
 }
 
-/** How long copyLock's LOCK waits should a client hold the lock it finds there (one it created since the look). */
-const COPY_LOCK_WAIT_MS = 5000;
+/** How long copyLock's LOCK waits on a held word (the copier holds the primary's bucket locks meanwhile). */
+const COPY_LOCK_WAIT_MS = 100;
 
 /** A GET on the target waits this long for a read lease, this many times. */
 const LEASE_WAIT_MS = 20;

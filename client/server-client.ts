@@ -226,7 +226,8 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   /** Why an op of `type` cannot go now: its primary or (a write) a backup not connected; KvClient waits out a failover on it. */
   routeRefusal(type: KvOp): KvError | undefined {
     const refused = this.refusal(type);
-    if (refused || type === KvOp.GET || this.backupsMissing) return refused ?? this.backupsMissing;
+    // An UNLOCK needs its primary only: a backup's word is released if it can be (replicate()).
+    if (refused || type === KvOp.GET || type === KvOp.UNLOCK || this.backupsMissing) return refused ?? (type === KvOp.UNLOCK ? undefined : this.backupsMissing);
     for (const backup of this.backups) if (backup.refusal(type)) return new KvDisconnectedError(`a backup of this key: ${backup.refusal(type)!.message}`);
     return undefined;
   }
@@ -319,11 +320,12 @@ export class ServerClient extends EventEmitter<ClientEvents> {
    */
   private replicate(request: OpRequest, session: Session): KvError | undefined {
     const { type } = request;
-    if (this.backupsMissing) return this.backupsMissing;
+    if (this.backupsMissing && type !== KvOp.UNLOCK) return this.backupsMissing;
     const backups: Session[] = [];
     const classes: number[] = [];
     for (const backup of this.backups) {
       const refused = backup.refusal(type);
+      if (refused && type === KvOp.UNLOCK) continue; // its server gives the lock word back when the session ends
       if (refused) return new KvDisconnectedError(`a backup of this key: ${refused.message}`);
       const s = backup.session!;
       if (s.host !== session.host) return new KvInvalidArgumentError(`the backup ${backup.url} is on another provider than its primary ${this.url}`);

@@ -28,8 +28,8 @@ void ClientCore::begin_create(Op& op) {
   uint8_t* item = mem(op.item.offset);
   build_item(item, type_for(op.type), op.key, op.key_len, nullptr, 0, op.version);
   // Above its floor: a replicated LOCK's backup's is its primary's token, so a backup's token is never below it.
-  if (op.type == KvOp::LOCK) a.result = (op.group.is_follower() ? ops_[op.group.leader].group.lock_floor : op.group.lock_floor) + 1;
-  store_le<uint64_t>(item + kAtomicWord, op.type == KvOp::INCR ? counter_word(a.delta) : lock_word(static_cast<uint32_t>(a.result), link(op).region.client_id));
+  if (op.type == KvOp::LOCK) a.create_token = (op.group.is_follower() ? ops_[op.group.leader].group.lock_floor : op.group.lock_floor) + 1;
+  store_le<uint64_t>(item + kAtomicWord, op.type == KvOp::INCR ? counter_word(a.delta) : lock_word(a.create_token, link(op).region.client_id));
   op.start_write().item_units = item_units(bytes);
   write_read_buckets(op);
 }
@@ -38,7 +38,7 @@ void ClientCore::begin_create(Op& op) {
 void ClientCore::created(Op& op) {
   AtomicState& a = op.atomic();
   a.addr = heap_addr(op, op.block.offset) + kAtomicWord;
-  if (op.type == KvOp::INCR) a.result = counter_value(counter_word(a.delta));
+  a.result = op.type == KvOp::INCR ? counter_value(counter_word(a.delta)) : a.create_token;
   cache_store(op);
   if (op.type == KvOp::LOCK && op.group.is_follower()) {
     op.group.created = true;
@@ -141,6 +141,9 @@ void ClientCore::atomic_done(Op& op) {
   if (op.group.undoing) {
     // Given back (or released already by the server, the client fenced there): not ours either way.
     op.group.undoing = op.group.taken = false;
+    a.result = 0;
+    a.expect = a.taken_from;
+    cache_store(op);  // the next guess: the word as it was given back
     if (a.off_epoch) {
       a.off_epoch = false;
       return off_epoch_undone(op, a.off_status, a.off_detail);
@@ -170,10 +173,14 @@ void ClientCore::atomic_done(Op& op) {
   if (op.type == KvOp::UNLOCK) {
     // A backup's token may differ from its primary's (after a failure between their CASes): held by
     // us there all the same, it is released. The primary's answer is the op's.
-    if (original != a.expect && op.group.is_follower() && lock_owner(original) == link(op).region.client_id && ++op.retries < 8) {
+    const bool ours = lock_owner(original) == link(op).region.client_id;
+    if (original != a.expect && op.group.is_follower() && ours && ++op.retries < 8) {
       a.token = static_cast<uint32_t>(original >> kLockVersionShift);
       return atomic_step(op);
     }
+    // The primary holds it for us under another token: a stale UNLOCK, which must not free the
+    // backups. Any other answer leaves this client holding nothing the primary counts: they release.
+    if (op.group.is_leader() && original != a.expect && ours) op.group.release_backups = false;
     return finish(op, original == a.expect ? KvStatus::OK : KvStatus::VERSION_MISMATCH);
   }
   if (original == a.expect) {

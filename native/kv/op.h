@@ -166,6 +166,7 @@ struct AtomicState {
   uint64_t expect = 0;  // LOCK, UNLOCK: the word the CAS expects
   uint64_t result = 0;  // INCR: the new value; LOCK: the token
   uint64_t taken_from = 0;  // a replicated LOCK's backup: the word it replaced, which an undo puts back
+  uint32_t create_token = 0;  // LOCK: the token a creation writes
   // A LOCK that took its word off its epoch gives it back, then ends so (OK: waits for the word to open).
   bool off_epoch = false;
   KvStatus off_status = KvStatus::OK;
@@ -208,6 +209,7 @@ struct GroupState {
   KvStatus failure = KvStatus::OK;   // the first follower failure
   uint32_t failure_detail = 0;
   uint8_t unused = 0;                // bit i: backup i's block was not published
+  bool release_backups = true;      // UNLOCK: its backups release this client's words (not after a stale token)
   uint32_t lock_floor = 0;           // LOCK: its token goes above this: the primary's as last seen (a backup's word), or the one a copy names
 
   bool is_follower() const { return leader != kNone; }

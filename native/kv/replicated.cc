@@ -121,6 +121,7 @@ void ClientCore::group_stop(Op& op, Vote vote, KvStatus status, uint32_t detail)
     if (vote == Vote::DONE) return end_follower(op, status, detail, false);
     if (g.abandoned) {
       if (vote == Vote::HELD && g.taken) return lock_undo(op);  // ends once it has given the lock word back
+      if (vote == Vote::HELD && op.type == KvOp::UNLOCK && g.at_atomic && ops_[g.leader].group.release_backups) return group_go(op);
       if (vote == Vote::HELD && !g.at_atomic) return release_and_finish(op, KvStatus::DISCONNECTED);  // ends at its DONE
       return end_follower(op, status, detail, false);
     }
@@ -240,20 +241,15 @@ void ClientCore::group_decide(Op& leader) {
   if (leader.is_atomic() && g.at_atomic) {
     for (uint8_t index : g.followers) {
       if (index == GroupState::kNone || ops_[index].group.at_atomic) continue;
-      if (leader.type == KvOp::LOCK && ops_[index].atomic().result > primary_token) continue;
+      if (leader.type == KvOp::LOCK && ops_[index].atomic().create_token > primary_token) continue;
       if (leader.type == KvOp::LOCK) g.lock_floor = std::max(g.lock_floor, primary_token);  // its next creation's
       return release_held(KvStatus::OK, 0);
     }
   }
   if (leader.type == KvOp::LOCK && g.at_atomic) g.lock_floor = std::max(g.lock_floor, primary_token);
-  if (leader.type == KvOp::UNLOCK) {
-    // Released everywhere in one round: an acquirer meeting a backup still held backs off, and
-    // no one can hold the lock meanwhile (acquiring takes the primary too).
-    for (uint8_t index : g.followers) {
-      if (index != GroupState::kNone) group_go(ops_[index]);
-    }
-    return group_go(leader);
-  }
+  // UNLOCK: the primary first; the backups once it has answered (abandon()). An acquirer
+  // meanwhile meets a backup still held and backs off.
+  if (leader.type == KvOp::UNLOCK) return group_go(leader);
   // The backups commit first.
   if (!has_followers(leader)) return group_go(leader);
   g.committing = true;
@@ -339,6 +335,9 @@ void ClientCore::group_end(Op& op, KvStatus status, uint32_t detail) {
 void ClientCore::abandon(Op& f) {
   f.group.abandoned = true;
   const bool stopped = f.phase == Phase::W_PARKED && f.group.vote != Vote::RUNNING;
+  if (stopped && f.type == KvOp::UNLOCK && f.group.at_atomic && !link(f).broken && ops_[f.group.leader].group.release_backups) {
+    return group_go(f);  // its primary answered: release this client's word here too (ends at its answer)
+  }
   if (stopped && f.group.taken && !link(f).broken) {
     // A LOCK's backup keeps the lock its primary granted; if the primary did not, it gives it back.
     if (ops_[f.group.leader].group.end_status == KvStatus::OK) return end_follower(f, KvStatus::OK, 0, true);

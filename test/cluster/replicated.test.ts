@@ -140,6 +140,18 @@ test.serial('--replicas 2: PUT, CAS, DELETE and putMany land on both replicas of
   t.is((await kv.lock('a-lock')).token, 3n);
 });
 
+test.serial('--replicas 2: a lock is released on its primary while its backup is dead; the lock is free there at once', async (t) => {
+  const c = await replicatedCluster(t, '/test-replicated-lock-down');
+  const lock = await c.kv.lock('down-lock');
+  const [primary, backup] = c.replicasOf('down-lock');
+  await c.members[Number(backup!.slice(1))]!.process.stop('SIGKILL');
+  await eventually(() => c.kv.layout().some((m) => m.name === backup && m.status !== 'ready'), `the client sees ${backup} gone`);
+  await lock.release(); // the primary's word: a dead backup's needs no release
+  const alone = await c.direct.get(primary!)!.lock('down-lock', { timeoutMs: 1000 });
+  t.is(alone.token, lock.token + 1n);
+  await alone.release();
+});
+
 test.serial('--replicas 2: INCR from three processes at once: the counter reaches the sum on both replicas', async (t) => {
   const c = await replicatedCluster(t, '/test-replicated-incr');
   const count = Math.max(50, Math.round(300 * testScale()));

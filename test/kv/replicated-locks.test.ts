@@ -101,7 +101,7 @@ for (const scheme of providersUnderTest()) {
     t.deepEqual(replicas.map((r) => lockOn(r, 'm')), [[1, 1], [1, 2], [21, 3]]);
   });
 
-  test(`${scheme}: UNLOCK releases every replica this client holds, whatever its token there; the answer is the primary's`, async (t) => {
+  test(`${scheme}: UNLOCK releases the primary, then every backup this client holds, whatever its token there; the answer is the primary's; a stale token frees nothing`, async (t) => {
     const { core, replicas, primary, b1, b2 } = await setup(t, scheme);
     placeLock(primary, 'l', 7, 1, 40);
     placeLock(b1, 'l', 9, 2, 40); // held by us with another token (a failure between the CASes of an earlier LOCK)
@@ -110,8 +110,15 @@ for (const scheme of providersUnderTest()) {
     t.deepEqual(replicas.map((r) => lockOn(r, 'l')), [[7, 0], [9, 0], [7, 0]]);
     const again = await run(core, [{ type: KvOp.UNLOCK, id: 2, key: 'l', token: 7, backups: BACKUPS(0, 0) }]);
     t.is(again[0]!.status, KvStatus.VERSION_MISMATCH, 'no longer held on the primary');
+    // Held on a backup only (the primary fenced this client and released it): the primary answers, the orphan goes.
     placeLock(b2, 'l', 8, 3, 40);
-    t.is((await run(core, [{ type: KvOp.UNLOCK, id: 3, key: 'l', token: 7, backups: BACKUPS(0, 0) }]))[0]!.status, KvStatus.VERSION_MISMATCH, 'held on a backup only: the primary answers');
+    t.is((await run(core, [{ type: KvOp.UNLOCK, id: 3, key: 'l', token: 7, backups: BACKUPS(0, 0) }]))[0]!.status, KvStatus.VERSION_MISMATCH);
+    t.deepEqual(replicas.map((r) => lockOn(r, 'l')), [[7, 0], [9, 0], [8, 0]]);
+    // A stale token (this client holds 10 now): nothing is released anywhere.
+    placeLock(primary, 'l', 10, 1, 40);
+    placeLock(b1, 'l', 10, 2, 40);
+    t.is((await run(core, [{ type: KvOp.UNLOCK, id: 4, key: 'l', token: 9, backups: BACKUPS(0, 0) }]))[0]!.status, KvStatus.VERSION_MISMATCH);
+    t.deepEqual(replicas.map((r) => lockOn(r, 'l')), [[10, 1], [10, 2], [8, 0]]);
   });
 
   test(`${scheme}: a LOCK whose primary's lock was sealed by a DELETE gives back what its backups took and starts over`, async (t) => {
