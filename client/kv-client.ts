@@ -327,15 +327,10 @@ export class KvClient extends EventEmitter<ClientEvents> {
    */
   lock(name: Key, options: { timeoutMs?: number } = {}): Promise<{ token: bigint; release: () => Promise<void> }> {
     return takeLock(name, options, this.options.timeoutMs ?? 5000, (key) => {
-      if (this.replicaSets && this._status !== 'closed') {
-        // Replicated: the lock lives on its hash slot's replicas, whichever is primary now; both ops route by
-        // the current config and wait out a failover, as writes do.
-        return (type, arg, mismatchResolves) =>
-          this.failover.run(type, key, undefined, this.routeKey, (s, k) => this.send(s, type, k as Buffer, undefined, arg, mismatchResolves));
-      }
-      // Released on the server that granted it, whatever the map says by then.
-      const server = this.serverFor(key);
-      return (type, arg, mismatchResolves) => this.send(server, type, key, undefined, arg, mismatchResolves);
+      // Replicated: the lock lives on its hash slot's replicas, whichever is primary now: both ops route by the
+      // current config and wait out a failover, as writes do. Else it is released on the server that granted it.
+      const server = this.replicaSets && this._status !== 'closed' ? undefined : this.serverFor(key);
+      return (type, arg, mm) => (server ? this.send(server, type, key, undefined, arg, mm) : this.failover.run(type, key, undefined, this.routeKey, (s, k) => this.send(s, type, k as Buffer, undefined, arg, mm)));
     });
   }
 
