@@ -76,9 +76,14 @@ test.serial('--replicas 2: five primaries SIGKILLed in turn under load, each res
   await load.check(t, prefix);
   // The bound of docs/replication-design.md §4.1: the lease (2 s) + 1.5 s, slowed where the host is.
   for (const ms of outages) t.true(ms < slow(3500) + 1000, `a key was unavailable ${Math.round(ms)} ms`);
-  // Every hash slot holds two replicas again, and each holds every key: read them back from each alone.
+  // Every hash slot holds two replicas again, and each holds every key: read them back from each alone. (A member's
+  // 2 s lease can lapse once more under the load's stalls after the last round, as in repair.test: CI at 9aee16c
+  // found a hash slot short here once. That failover is repaired too; waiting for it keeps the check exact.)
+  const whole = (c: ClusterConfig | undefined) => c !== undefined && c.slots.every((r) => r.replicas.length === 2 && r.syncing.length === 0);
+  await eventually(async () => whole(await config(prefix)), 'every hash slot has two replicas again', slow(30_000));
   const final = (await config(prefix))!;
-  t.true(final.slots.every((r) => r.replicas.length === 2 && r.syncing.length === 0));
+  const counted = await Promise.all(members.map((m) => stats(m) as Promise<unknown> as Promise<{ replication: { failovers: number } }>));
+  t.log(`failovers counted by the members since they started: ${counted.map((s) => s.replication.failovers).join(', ')} (5 kills)`);
   const latest = new Map<string, string | undefined>(cold.map((key) => [key, `v-${key}`]));
   for (let k = 0; k < KEYS; k++) latest.set(`f${k}`, (await kv.get(`f${k}`))?.toString());
   for (const member of members) {
