@@ -44,3 +44,15 @@ export function avaCounts(output) {
     skipReasons: [...new Set([...text.matchAll(/^skipped: (.+)$/gm)].map((match) => match[1]))],
   };
 }
+
+/**
+ * The lines ava marks as failures ("✘ [fail]: file › title message", "✘ a.test.js
+ * exited ...", "× ..." under TERM=linux), each once and in order, so that npm
+ * test's summary names what failed at the end of a long log.
+ * @param {string} output
+ * @returns {string[]}
+ */
+export function avaFailures(output) {
+  const text = output.replace(ANSI, '').replace(/\r/g, '');
+  return [...new Set([...text.matchAll(/^\s*[✘×] (.+)$/gm)].map((match) => match[1].trim()))];
+}

@@ -8,10 +8,11 @@
 //   rxe  the transport suite on the verbs provider over Soft-RoCE, in a QEMU
 //        guest (deploy/softroce-vm/run-tier.sh; required under CI=true)
 // scripts/setup-test-host.sh installs everything both tiers need.
-// Ends with one line "tests: N passed, N failed[, N skipped, ...]" over all tiers.
+// Ends with each tier's count and the lines ava marked failed (a CI log may
+// show only its end), then one line "tests: N passed, N failed[, N skipped, ...]" over all tiers.
 import { spawn } from 'node:child_process';
 
-import { avaCounts } from './ava-summary.mjs';
+import { avaCounts, avaFailures } from './ava-summary.mjs';
 
 const tiers = [
   { name: 'shm', command: 'npx', args: ['ava', 'dist/test/**/*.test.js'] },
@@ -54,6 +55,7 @@ for (const tier of tiers) {
   }
   summary.push(`${tier.name}: ${code === 0 ? 'passed' : `FAILED (exit ${code})`}: ${c.passed} passed, ${c.failed} failed${c.skipped ? `, ${c.skipped} skipped` : ''}`);
   for (const reason of c.skipReasons) summary.push(`  skipped: ${reason}`);
+  for (const failure of avaFailures(output)) summary.push(`  ✘ ${failure}`);
 }
 
 const extra = [

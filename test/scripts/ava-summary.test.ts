@@ -17,7 +17,10 @@ interface AvaCounts {
 
 // scripts/ is plain JavaScript outside the TypeScript build: loaded from the checkout.
 const ROOT = new URL('../../../', import.meta.url);
-const { avaCounts } = (await import(new URL('scripts/ava-summary.mjs', ROOT).href)) as { avaCounts(output: string): AvaCounts };
+const { avaCounts, avaFailures } = (await import(new URL('scripts/ava-summary.mjs', ROOT).href)) as {
+  avaCounts(output: string): AvaCounts;
+  avaFailures(output: string): string[];
+};
 const sample = (name: string) => readFileSync(new URL(`test/scripts/ava-output/${name}.txt`, ROOT), 'utf8');
 
 const none = { passed: 0, failed: 0, skipped: 0, todo: 0, knownFailures: 0, skipReasons: [] };
@@ -50,4 +53,12 @@ test('a timeout: the tests it left pending are failures, and so is a test file t
 
 test('output with no ava summary at all counts nothing', (t) => {
   t.deepEqual(avaCounts('rxe tier skipped: missing Debian packages: qemu-system-x86\n'), none);
+});
+
+test('the failure lines are named once each, without colour, for the summary at the end of the log', (t) => {
+  t.deepEqual(avaFailures(sample('all-pass')), []);
+  t.deepEqual(avaFailures(sample('some-fail-colour')), avaFailures(sample('some-fail')), 'FORCE_COLOR=1 reads as plain');
+  t.true(avaFailures(sample('some-fail')).includes('[fail]: a › fails one is not two'));
+  t.true(avaFailures(sample('some-fail-term-linux')).some((line) => line.startsWith('[fail]: a › fails')), 'TERM=linux: ×');
+  t.true(avaFailures(sample('crash')).some((line) => line.includes('process.exit()')));
 });
