@@ -68,6 +68,28 @@ export interface ClusterConfig {
   slots: SlotRange[];
 }
 
+/**
+ * What <prefix>/drain/<name> holds (docs/cluster.md, "Draining a member"). `copying`: kvctl drain
+ * wrote it; members sync into the hash slots it holds. `quiesce`: the controller saw every copy
+ * done; the member stops granting read leases. `quiet`: the member says every lease it granted
+ * has ended; the controller gives its hash slots to their copies at a new epoch.
+ */
+export interface DrainRecord {
+  since: string;
+  phase: 'copying' | 'quiesce' | 'quiet';
+}
+
+/** A drain record read from etcd, or undefined when it is not one (treated as `copying`: the member is still leaving). */
+export function parseDrainRecord(text: string): DrainRecord | undefined {
+  try {
+    const r = JSON.parse(text) as Partial<DrainRecord> | null;
+    if (r && typeof r === 'object' && typeof r.since === 'string' && (r.phase === 'copying' || r.phase === 'quiesce' || r.phase === 'quiet')) return { since: r.since, phase: r.phase };
+  } catch {
+    // not JSON
+  }
+  return undefined;
+}
+
 /** What the controller key holds (its lease says more: it is the holder's alive lease). */
 export interface ControllerRecord {
   name: string;
@@ -88,6 +110,9 @@ export const etcdKeys = (prefix: string) => {
     /** repair/<target>/<primary>: what that primary's copier has copied to that target (RepairRecord). */
     repair: `${root}/repair/`,
     repairKey: (target: string, primary: string) => `${root}/repair/${target}/${primary}`,
+    /** drain/<name>: an operator asked that member to give every hash slot away (DrainRecord; kvctl drain). */
+    drain: `${root}/drain/`,
+    drainKey: (name: string) => `${root}/drain/${name}`,
     member: (name: string) => `${root}/members/${name}`,
     aliveKey: (name: string) => `${root}/alive/${name}`,
   };

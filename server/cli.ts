@@ -19,6 +19,7 @@ import { type ServerLogging, createLogging } from './logging.js';
 import { EtcdRegistration } from './membership.js';
 import type { ReplicationController } from './replication/controller.js';
 import { Copier } from './replication/copier.js';
+import { DrainQuiesce } from './replication/drain.js';
 import { EpochFollower } from './replication/epoch-follower.js';
 import { SelfFence } from './replication/self-fence.js';
 import { awaitFailoverOfPredecessor, checkReplicasBeforeJoining, startController } from './replication/join.js';
@@ -131,6 +132,7 @@ interface Running {
   follower: EpochFollower | undefined;
   copier: Copier | undefined;
   selfFence: SelfFence | undefined;
+  drain: DrainQuiesce | undefined;
 }
 
 /**
@@ -145,6 +147,7 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
   let controller: ReplicationController | undefined;
   let selfFence: SelfFence | undefined;
   let copier: Copier | undefined;
+  let drain: DrainQuiesce | undefined;
   try {
     if (config.metricsPort !== 0) {
       const registry = createRegistry(() => server && namespaceStats(server));
@@ -197,7 +200,11 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
       });
       // Only while the config applied since our lease was last granted names us (epoch-follower.ts),
       // and only to clients whose config is at least as new as the one applied here.
-      server.grantReadLeases(() => ({ leaseMs: follower?.namedInConfig ? selfFence!.leaseMs() : undefined, configEpoch: follower?.appliedEpoch ?? 0 }));
+      // None at all while a drain quiesces this member (replication/drain.ts).
+      server.grantReadLeases(() => {
+        const leaseMs = follower?.namedInConfig ? selfFence!.leaseMs() : undefined;
+        return { leaseMs: drain ? drain.lease(leaseMs) : leaseMs, configEpoch: follower?.appliedEpoch ?? 0 };
+      });
     }
     if (config.etcd) {
       const { advertise, ...etcd } = config.etcd;
@@ -220,14 +227,16 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
           name: etcd.name, prefix: etcd.prefix, client: registration.client, etcdHosts: etcd.hosts, namespaces: () => server!.regionStores(), logger, rateBytesPerSecond: etcd.repairRateBytes,
           tokenFor: (namespace) => (tokenFile ? tokenFile.entries.find((e) => e.role === 'write' && (e.namespace ?? DEFAULT_NAMESPACE) === namespace)?.token : token),
         });
+        drain = await DrainQuiesce.start(registration.client, etcd.prefix, etcd.name, logger);
         const copies = copier;
         follower = await EpochFollower.start({ client: registration.client, prefix: etcd.prefix, name: etcd.name, server, logger, selfFenced: () => selfFence?.fenced === true, onApplied: (applied) => copies.configApplied(applied) });
         const [following, controlling] = [follower, controller];
         server.watchReplication(() => ({ shortHashSlots: following.shortHashSlots, syncingHashSlots: following.syncingHashSlots, failovers: controlling.failovers }));
       }
     }
-    return { server, metrics, registration, controller, follower, selfFence, copier };
+    return { server, metrics, registration, controller, follower, selfFence, copier, drain };
   } catch (error) {
+    drain?.close();
     await copier?.close();
     selfFence?.close();
     await controller?.close();
@@ -281,7 +290,7 @@ function authLine({ token, tokenFile }: ServerConfig): string {
 }
 
 /** Leaves the cluster first (clients stop dialing us), then stops serving; exits 1 if that takes too long. */
-async function shutDown({ server, metrics, registration, controller, follower, selfFence, copier }: Running, logger: Logger, signal: NodeJS.Signals): Promise<void> {
+async function shutDown({ server, metrics, registration, controller, follower, selfFence, copier, drain }: Running, logger: Logger, signal: NodeJS.Signals): Promise<void> {
   logger.info({ signal }, 'shutting down');
   const deadline = setTimeout(() => {
     logger.error({ timeoutMs: SHUTDOWN_TIMEOUT_MS }, 'shutdown timed out');
@@ -291,6 +300,7 @@ async function shutDown({ server, metrics, registration, controller, follower, s
   deadline.unref();
   await follower?.close();
   await copier?.close();
+  drain?.close();
   selfFence?.close();
   await controller?.close();
   await registration?.close();

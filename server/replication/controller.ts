@@ -19,6 +19,11 @@
 //     epoch (repair/<target>/<primary>), the target becomes a replica
 //     (withSynced). A member that returns after a failover is such a target
 //     like any other (its stale items are dropped first: epoch-follower.ts).
+//   - drain (kvctl drain, <prefix>/drain/<name>): the member counts as holding
+//     nothing, so repair gives its hash slots other members to sync into at
+//     once; when every copy is done it is asked to quiesce (grant no more read
+//     leases, drain.ts), and once it says its leases have ended (`quiet`) its
+//     hash slots go to their copies at a new epoch (withDrained).
 // The controller key shares the holder's alive lease, so when the controller
 // dies, the key goes when its lease lapses, the others see the deletion on their
 // watch, and one of them takes over, from the config in etcd (its epoch is never
@@ -27,10 +32,10 @@ import type { Etcd3, IKeyValue, Watcher } from 'etcd3';
 import type { Logger } from 'pino';
 
 import type { PlacedMember } from '../../protocol/hash-slots.js';
-import { type ClusterConfig, type ControllerRecord, type MemberRecord, type RepairRecord, etcdKeys } from '../../protocol/registry.js';
+import { type ClusterConfig, type ControllerRecord, type DrainRecord, type MemberRecord, type RepairRecord, etcdKeys, parseDrainRecord } from '../../protocol/registry.js';
 import { readStoredConfig, writeConfig } from './config-store.js';
 import { SerialRounds } from './rounds.js';
-import { type CopiedRange, nextConfig, removedMembers, withSynced, withSyncing, withoutReplicas } from './placement.js';
+import { type CopiedRange, drainReady, nextConfig, removedMembers, withDrained, withSynced, withSyncing, withoutReplicas } from './placement.js';
 
 export interface ControllerOptions {
   client: Etcd3;
@@ -103,7 +108,7 @@ export class ReplicationController {
       else this.deletedAt.delete(name);
     }
     const aliveChange = this.options.replicas > 1 ? key.startsWith(keys.alive) : key === keys.aliveKey(this.options.name);
-    const repairChange = this.options.replicas > 1 && key.startsWith(keys.repair) && !deleted;
+    const repairChange = this.options.replicas > 1 && ((key.startsWith(keys.repair) && !deleted) || key.startsWith(keys.drain));
     if (key.startsWith(keys.members) || key === keys.controller || (key === keys.config && deleted) || aliveChange || repairChange) void this.poke();
   }
 
@@ -142,8 +147,9 @@ export class ReplicationController {
           await this.failOver(stored.config, stored.modRevision, dead, leaseId);
           return;
         }
-        if (await this.frozen(stored.config)) {
-          await this.repair(stored.config, stored.modRevision, placed.filter((member) => alive.has(member.name)), leaseId);
+        const drains = await this.drains();
+        if (drains.size > 0 || (await this.frozen(stored.config))) {
+          await this.repair(stored.config, stored.modRevision, placed.filter((member) => alive.has(member.name)), leaseId, drains);
           return;
         }
       }
@@ -204,7 +210,7 @@ export class ReplicationController {
    * else gives hash slots short of replicas members to sync into. Whether it wrote a config (or
    * must look again).
    */
-  private async repair(config: ClusterConfig, modRevision: string, live: PlacedMember[], leaseId: string): Promise<boolean> {
+  private async repair(config: ClusterConfig, modRevision: string, live: PlacedMember[], leaseId: string, drains: ReadonlyMap<string, Drain>): Promise<boolean> {
     const { client, logger, replaceAfterMs } = this.options;
     const records = await client.getAll().prefix(this.keys.repair).exec();
     const copied = new Map<string, CopiedRange[]>();
@@ -217,10 +223,16 @@ export class ReplicationController {
         // unreadable: that copy is simply not counted as done
       }
     }
+    const leaving = new Set(drains.keys());
+    const quiet = new Set([...drains].flatMap(([name, drain]) => (drain.record.phase === 'quiet' ? [name] : [])));
     let next = withSynced(config, copied);
-    const why = next ? 'repair: copies done, their targets are replicas now' : 'repair: hash slots short of replicas get members syncing into them';
-    next ??= withSyncing(config, this.repairCandidates(config, live, replaceAfterMs));
-    if (next === undefined) return false;
+    let why = 'repair: copies done, their targets are replicas now';
+    if (next === undefined && (next = withDrained(config, copied, quiet))) why = 'drain: members whose read leases have ended left their hash slots to their copies';
+    if (next === undefined && (next = withSyncing(config, this.repairCandidates(config, live, replaceAfterMs, leaving), leaving))) why = 'repair: hash slots short of replicas get members syncing into them';
+    if (next === undefined) {
+      await this.quiesceDrained(config, copied, drains);
+      return false;
+    }
     if (await writeConfig(client, this.keys, next, modRevision, leaseId)) {
       this.rounds.runAgain(); // a promotion may leave hash slots to give targets to, and our write wakes no watch
       const syncing = next.slots.reduce((n, r) => n + (r.syncing.length > 0 ? r.to - r.from + 1 : 0), 0);
@@ -236,12 +248,15 @@ export class ReplicationController {
    * returned after a failover, or joined), the others once the shortage is --replace-after old
    * (the dead member may return meanwhile, and copying to it costs no other member memory).
    */
-  private repairCandidates(config: ClusterConfig, live: PlacedMember[], replaceAfterMs: number): PlacedMember[] {
-    const short = config.slots.some((r) => r.replicas.length + r.syncing.length < config.replicas);
+  private repairCandidates(config: ClusterConfig, live: PlacedMember[], replaceAfterMs: number, leaving: ReadonlySet<string>): PlacedMember[] {
+    const staying = (r: (typeof config.slots)[number]) => [...r.replicas, ...r.syncing].filter((i) => !leaving.has(config.members[i]!)).length;
+    const short = config.slots.some((r) => staying(r) < config.replicas);
     if (!short) {
       this.shortSince = undefined;
       return [];
     }
+    // An operator's drain: every other live member may take its hash slots, at once.
+    if (leaving.size > 0) return live.filter((m) => !leaving.has(m.name));
     const now = performance.now();
     this.shortSince ??= now;
     const holding = new Set(config.slots.flatMap((r) => [...r.replicas, ...r.syncing]).map((i) => config.members[i]!));
@@ -252,6 +267,30 @@ export class ReplicationController {
       void this.poke();
     }, this.shortSince + replaceAfterMs - now + 50);
     return spare;
+  }
+
+  /** The drain records (kvctl drain), by member; an unreadable one counts as `copying`. */
+  private async drains(): Promise<Map<string, Drain>> {
+    const read = await this.options.client.getAll().prefix(this.keys.drain).exec();
+    return new Map(
+      read.kvs.map((kv) => [kv.key.toString().slice(this.keys.drain.length), { record: parseDrainRecord(kv.value.toString()) ?? { since: '', phase: 'copying' }, modRevision: kv.mod_revision }]),
+    );
+  }
+
+  /**
+   * A drained member (`copying`) all of whose hash slots have copies done is asked to quiesce: it
+   * grants no more read leases, and says `quiet` once those it granted have ended (drain.ts). A
+   * transaction on the record's revision: a drain cancelled meanwhile is not brought back.
+   */
+  private async quiesceDrained(config: ClusterConfig, copied: ReadonlyMap<string, CopiedRange[]>, drains: ReadonlyMap<string, Drain>): Promise<void> {
+    const { client, logger } = this.options;
+    for (const [name, { record, modRevision }] of drains) {
+      if (record.phase !== 'copying' || !config.members.includes(name) || !drainReady(config, copied, name)) continue;
+      const next: DrainRecord = { since: record.since, phase: 'quiesce' };
+      const key = this.keys.drainKey(name);
+      const put = await client.if(key, 'Mod', '==', modRevision).then(client.put(key).value(JSON.stringify(next))).commit();
+      if (put.succeeded) logger.warn({ member: name }, 'drain: every hash slot of the member is copied; it stops granting read leases');
+    }
   }
 
   /**
@@ -277,6 +316,11 @@ export class ReplicationController {
     await this.watcher?.cancel().catch(() => undefined);
     await this.rounds.stop();
   }
+}
+
+interface Drain {
+  record: DrainRecord;
+  modRevision: string;
 }
 
 function isCopiedRange(c: unknown): c is CopiedRange {

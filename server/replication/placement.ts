@@ -74,10 +74,11 @@ export function withoutReplicas(config: ClusterConfig, dead: ReadonlySet<string>
  * then on every write of the hash slot also goes to them (client/cluster/replica-sets.ts), and its
  * primary copies what was there before (copier.ts). A candidate is chosen in a zone the hash
  * slot does not use yet if there is one, then by the fewest hash slots held, then by name; ranges
- * stay whole. `candidates`: live members that may hold hash slots (new ones join `members`).
- * undefined: nothing to repair, or no candidate.
+ * stay whole. `candidates`: live members that may hold hash slots (new ones join `members`);
+ * `leaving`: members being drained, which count as holding nothing (a hash slot of theirs gets a
+ * member syncing into it to replace them). undefined: nothing to repair, or no candidate.
  */
-export function withSyncing(config: ClusterConfig, candidates: readonly PlacedMember[]): ClusterConfig | undefined {
+export function withSyncing(config: ClusterConfig, candidates: readonly PlacedMember[], leaving: ReadonlySet<string> = new Set()): ClusterConfig | undefined {
   const members = [...config.members];
   const zoneOf = new Map(candidates.map((m) => [m.name, m.zone]));
   const indexOf = (name: string): number => {
@@ -99,13 +100,16 @@ export function withSyncing(config: ClusterConfig, candidates: readonly PlacedMe
   for (const range of config.slots) {
     const holding = [...range.replicas, ...range.syncing].map((i) => config.members[i]!);
     const syncing = [...range.syncing];
-    while (holding.length < config.replicas) {
+    // A member being drained still holds its hash slots until their copies replace it: it does not count.
+    let staying = holding.filter((name) => !leaving.has(name)).length;
+    while (staying < config.replicas && syncing.length < config.replicas) {
       const zones = new Set(holding.map((name) => zoneOf.get(name)));
       const pick = candidates
         .filter((m) => !holding.includes(m.name))
         .sort((a, b) => Number(zones.has(a.zone) && a.zone !== undefined) - Number(zones.has(b.zone) && b.zone !== undefined) || load.get(a.name)! - load.get(b.name)! || (a.name < b.name ? -1 : 1))[0];
       if (!pick) break;
       holding.push(pick.name);
+      staying++;
       syncing.push(indexOf(pick.name));
       load.set(pick.name, load.get(pick.name)! + range.to - range.from + 1);
     }
@@ -137,10 +141,64 @@ export function withSynced(config: ClusterConfig, copied: ReadonlyMap<string, re
   if (epoch > 0xffffffff) throw new RangeError('config epoch exhausted (32 bits)');
   let changed = false;
   const slots = config.slots.map((range) => {
-    const done = range.syncing.filter((t) => copied.get(config.members[t]!)?.some((c) => c.epoch === range.epoch && c.from <= range.from && range.to <= c.to));
+    // No more replicas than --replicas (the config's table has room for no more): the copy of a
+    // member being drained waits for withDrained, which puts it in that member's place.
+    const done = copiesDone(config, range, copied).slice(0, Math.max(0, config.replicas - range.replicas.length));
     if (done.length === 0) return range;
     changed = true;
     return { ...range, replicas: [...range.replicas, ...done], syncing: range.syncing.filter((i) => !done.includes(i)), epoch };
+  });
+  if (!changed) return undefined;
+  return { epoch, replicas: config.replicas, members: config.members, slots: merged(slots) };
+}
+
+/** The members syncing into `range` whose copy is reported done at its current epoch. */
+function copiesDone(config: ClusterConfig, range: SlotRange, copied: ReadonlyMap<string, readonly CopiedRange[]>): number[] {
+  return range.syncing.filter((t) => copied.get(config.members[t]!)?.some((c) => c.epoch === range.epoch && c.from <= range.from && range.to <= c.to));
+}
+
+/**
+ * A drained range: `range` without the members of `leaving` (by index), each leaving replica's
+ * place taken by a copy done (primary order kept: a leaving primary's first backup becomes
+ * primary, as in a failover). undefined: the range holds no leaving member, or too few copies are
+ * done to replace its leaving replicas.
+ */
+function drainedRange(config: ClusterConfig, range: SlotRange, copied: ReadonlyMap<string, readonly CopiedRange[]>, leaving: ReadonlySet<number>): Pick<SlotRange, 'replicas' | 'syncing'> | undefined {
+  if (![...range.replicas, ...range.syncing].some((i) => leaving.has(i))) return undefined;
+  const done = copiesDone(config, range, copied).filter((i) => !leaving.has(i));
+  const staying = range.replicas.filter((i) => !leaving.has(i));
+  const replaced = range.replicas.length - staying.length;
+  if (done.length < replaced || staying.length + replaced === 0) return undefined;
+  const taken = done.slice(0, replaced);
+  return { replicas: [...staying, ...taken], syncing: range.syncing.filter((i) => !leaving.has(i) && !taken.includes(i)) };
+}
+
+/** Whether every hash slot `name` holds has copies done to replace it (kvctl drain's `quiesce` may start). */
+export function drainReady(config: ClusterConfig, copied: ReadonlyMap<string, readonly CopiedRange[]>, name: string): boolean {
+  const index = config.members.indexOf(name);
+  if (index < 0) return false;
+  const leaving = new Set([index]);
+  return config.slots.every((range) => !range.replicas.includes(index) || drainedRange(config, range, copied, leaving) !== undefined);
+}
+
+/**
+ * A drain, its end (docs/cluster.md, "Draining a member"): each hash slot that members of `quiet`
+ * (drained members whose read leases have all ended) hold loses them at a new epoch, their copies
+ * taking their place. The epoch word of every other replica moves, so a writer still routing by
+ * the old config is refused with nothing written; the drained member then holds none (its words
+ * fence). undefined: nothing to give away yet.
+ */
+export function withDrained(config: ClusterConfig, copied: ReadonlyMap<string, readonly CopiedRange[]>, quiet: ReadonlySet<string>): ClusterConfig | undefined {
+  const epoch = config.epoch + 1;
+  if (epoch > 0xffffffff) throw new RangeError('config epoch exhausted (32 bits)');
+  const leaving = new Set(config.members.flatMap((name, i) => (quiet.has(name) ? [i] : [])));
+  if (leaving.size === 0) return undefined;
+  let changed = false;
+  const slots = config.slots.map((range) => {
+    const drained = drainedRange(config, range, copied, leaving);
+    if (drained === undefined) return range;
+    changed = true;
+    return { ...range, ...drained, epoch };
   });
   if (!changed) return undefined;
   return { epoch, replicas: config.replicas, members: config.members, slots: merged(slots) };

@@ -78,6 +78,24 @@ export async function readAlone<T>(read: () => Promise<T>): Promise<T> {
 }
 
 /**
+ * `kv.incr(key, delta)` by a test that alone writes `key` and knows its value `before`: an answer lost to a
+ * read-lease lapse or a timeout (either may have added) is settled by reading the counter back, and the add
+ * runs again only if it did not land.
+ */
+export async function incrAlone(kv: KvClient, key: string, delta: bigint, before = 0n): Promise<bigint> {
+  try {
+    return await kv.incr(key, delta);
+  } catch (error) {
+    const code = (error as { code?: string }).code;
+    if (code !== 'KV_READ_LEASE_LAPSED' && code !== 'KV_TIMEOUT') throw error;
+    const now = await readAlone(() => kv.incr(key, 0n));
+    if (now === before + delta) return now;
+    if (now === before) return incrAlone(kv, key, delta, before);
+    throw error;
+  }
+}
+
+/**
  * Histories recorded by `churn` children (test/helpers/kv-child.ts): 4 writers and 2 readers on
  * keys f0..KEYS-1; in the emulated guest (RKV_TEST_SCALE below 1) 2 writers and 1 reader, as its
  * two vCPUs run every process.

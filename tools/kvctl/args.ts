@@ -37,6 +37,9 @@ export interface CtlArgs {
   intervalMs: number;
   count?: number;
   force: boolean;
+  /** drain --cancel, drain --wait. */
+  cancel: boolean;
+  wait: boolean;
 }
 
 /** --namespace, a valid name. */
@@ -124,7 +127,7 @@ export async function parseArgs(argv: string[], io: Io): Promise<CtlArgs | numbe
   }
   if (args.help === true || args.version === true) return 0;
   // --servers, --etcd and --metrics are lists: repeating them adds to the list.
-  for (const name of ['token', 'token-file', 'namespace', 'timeout-ms', 'json', 'etcd-prefix', 'interval', 'count', 'force', 'key', 'value', 'delta', 'ttl', 'name']) {
+  for (const name of ['token', 'token-file', 'namespace', 'timeout-ms', 'json', 'etcd-prefix', 'interval', 'count', 'force', 'cancel', 'wait', 'key', 'value', 'delta', 'ttl', 'name']) {
     if (Array.isArray(args[name])) {
       io.stderr(`kvctl: --${name} is given more than once (see kvctl --help)\n`);
       return 2;
@@ -153,6 +156,8 @@ export async function parseArgs(argv: string[], io: Io): Promise<CtlArgs | numbe
       intervalMs,
       count: args.count === undefined ? undefined : parseCount(String(args.count), '--count', 1, Number.MAX_SAFE_INTEGER),
       force: args.force === true,
+      cancel: args.cancel === true,
+      wait: args.wait === true,
     };
   } catch (error) {
     io.stderr(`kvctl: ${(error as Error).message}\n`);

@@ -60,7 +60,13 @@ export function parser(argv: string[]) {
     .command('forget <name>', 'with --etcd: remove member NAME for good (its slots move; its keys become unreachable)', (y) =>
       y.positional('name', { type: 'string' }).option('force', { type: 'boolean', default: false, describe: 'forget it even while it is alive' }),
     )
-    .demandCommand(1, 'name a command: get, put, del, incr, expire, persist, ttl, stats, layout, watch or forget')
+    .command('drain <name>', 'with --etcd and --replicas > 1: move every hash slot of member NAME to other members, then it can be stopped', (y) =>
+      y
+        .positional('name', { type: 'string' })
+        .option('wait', { type: 'boolean', default: false, describe: 'print progress until NAME holds no hash slot' })
+        .option('cancel', { type: 'boolean', default: false, describe: 'stop draining NAME (hash slots already moved stay moved)' }),
+    )
+    .demandCommand(1, 'name a command: get, put, del, incr, expire, persist, ttl, stats, layout, watch, forget or drain')
     .middleware(rejectMisspelledOptions(argv), true) // before .strict() says only "Unknown argument"
     .strict()
     .epilog(
@@ -80,6 +86,7 @@ export function parser(argv: string[]) {
         '  kvctl --servers rdma://10.0.0.1:7471,rdma://10.0.0.2:7471 layout user:42',
         '  kvctl --etcd http://10.0.0.9:2379 watch --interval 2s',
         '  kvctl --etcd http://10.0.0.9:2379 forget kv-3',
+        '  kvctl --etcd http://10.0.0.9:2379 drain kv-3 --wait',
       ].join('\n'),
     )
     .wrap(Math.max(100, Math.min(120, process.stdout.columns ?? 120)))

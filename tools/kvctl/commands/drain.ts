@@ -1,0 +1,96 @@
+// drain: asks the controller to move every hash slot of a member to other
+// members (docs/cluster.md, "Draining a member"): it writes
+// <prefix>/drain/<name>, and the controller has the hash slots copied (repair),
+// the member quiesced, and then the copies made replicas in its place. With
+// --wait it prints progress until the member holds no hash slot; --cancel
+// removes the record (what has moved stays moved).
+import { SLOT_COUNT } from '../../../client/index.js';
+import { UsageError } from '../../../protocol/operator-input.js';
+import { type ClusterConfig, type DrainRecord, checkMemberName, etcdKeys, openEtcd, parseDrainRecord } from '../../../protocol/registry.js';
+import type { CtlArgs } from '../args.js';
+import { readCluster, readClusterConfig } from '../etcd.js';
+import { type Io, NotFound } from '../io.js';
+
+/** How often --wait looks at the config. */
+const POLL_MS = 500;
+
+/** Hash slots `name` holds in `config`: as a replica (primary or backup) or syncing. */
+export function slotsHeld(config: ClusterConfig | undefined, name: string): number {
+  const index = config?.members.indexOf(name) ?? -1;
+  if (index < 0) return 0;
+  return config!.slots.reduce((n, r) => (r.replicas.includes(index) || r.syncing.includes(index) ? n + r.to - r.from + 1 : n), 0);
+}
+
+export async function drain(args: CtlArgs, io: Io): Promise<void> {
+  const { target } = args;
+  if (target.kind !== 'etcd') throw new UsageError('drain works on an etcd cluster: give --etcd (a --servers list cannot move hash slots)');
+  let name: string;
+  try {
+    name = checkMemberName(args.name!);
+  } catch (error) {
+    throw new UsageError((error as Error).message);
+  }
+  const etcd = openEtcd(target.hosts, args.timeoutMs);
+  try {
+    const keys = etcdKeys(target.prefix);
+    const cluster = await readCluster(etcd, target);
+    if (!cluster.members.includes(name)) throw new NotFound(`no member '${name}' under etcd prefix ${target.prefix} (members: ${cluster.members.join(', ') || 'none'})`);
+    const config = await readClusterConfig(etcd, target);
+    if (args.cancel) {
+      const deleted = await etcd.delete().key(keys.drainKey(name)).exec();
+      const had = Number(deleted.deleted) > 0;
+      io.stdout(args.json ? JSON.stringify({ member: name, cancelled: had, slotsHeld: slotsHeld(config, name) }) + '\n' : had ? `drain of ${name} cancelled; it holds ${slotsHeld(config, name)} hash slots (those already moved stay moved)\n` : `${name} was not being drained\n`);
+      return;
+    }
+    if (config === undefined || config.replicas < 2) {
+      throw new Error(`drain moves hash slots to copies made by repair, which needs a replicated cluster (kv-server --replicas 2 or 3); this cluster has ${config ? `--replicas ${config.replicas}` : 'no config yet'}: its keys cannot move (docs/cluster.md)`);
+    }
+    const existing = (await etcd.get(keys.drainKey(name)).string()) ?? undefined;
+    const draining = new Set((await etcd.getAll().prefix(keys.drain).keys()).map((key) => key.slice(keys.drain.length)));
+    draining.add(name);
+    const staying = [...cluster.alive.keys()].filter((member) => !draining.has(member));
+    if (existing === undefined && staying.length < config.replicas) {
+      throw new Error(`draining ${name} would leave ${staying.length} live member${staying.length === 1 ? '' : 's'} (${staying.join(', ') || 'none'}) for --replicas ${config.replicas}: start another member first`);
+    }
+    if (existing === undefined) {
+      const record: DrainRecord = { since: new Date().toISOString(), phase: 'copying' };
+      const put = await etcd.if(keys.drainKey(name), 'Create', '==', 0).then(etcd.put(keys.drainKey(name)).value(JSON.stringify(record))).commit();
+      if (!put.succeeded) throw new Error(`'${name}' changed while the drain was being written: look again with kvctl layout`);
+    }
+    const held = slotsHeld(config, name);
+    if (!args.wait) {
+      const phase = existing === undefined ? 'copying' : (parseDrainRecord(existing)?.phase ?? 'copying');
+      io.stdout(args.json ? JSON.stringify({ member: name, phase, slotsHeld: held }) + '\n' : `${existing === undefined ? 'draining' : 'already draining'} ${name}: it holds ${held} of ${SLOT_COUNT} hash slots (phase ${phase}); kvctl drain ${name} --wait follows it, kvctl layout shows it\n`);
+      return;
+    }
+    await follow(args, io, etcd, name, held);
+  } finally {
+    etcd.close();
+  }
+}
+
+/** --wait: one progress line per change on stderr, until `name` holds no hash slot (or its drain record goes). */
+async function follow(args: CtlArgs, io: Io, etcd: ReturnType<typeof openEtcd>, name: string, first: number): Promise<void> {
+  const { target } = args;
+  if (target.kind !== 'etcd') return;
+  const key = etcdKeys(target.prefix).drainKey(name);
+  const started = performance.now();
+  let last = '';
+  for (;;) {
+    const config = await readClusterConfig(etcd, target);
+    const held = slotsHeld(config, name);
+    const text = await etcd.get(key).string();
+    const phase = text === null ? 'cancelled' : (parseDrainRecord(text)?.phase ?? 'copying');
+    const seconds = ((performance.now() - started) / 1000).toFixed(1);
+    if (held === 0 || text === null) {
+      if (args.json) io.stdout(JSON.stringify({ member: name, phase: held === 0 ? 'drained' : phase, slotsHeld: held, moved: first - held, seconds: Number(seconds) }) + '\n');
+      else io.stdout(held === 0 ? `${name} is drained: it holds no hash slot (${first} moved in ${seconds} s); it can be stopped\n` : `drain of ${name} was cancelled; it still holds ${held} hash slots\n`);
+      if (held !== 0) throw new Error(`drain of ${name} cancelled`);
+      return;
+    }
+    const line = `drain ${name}: ${phase}, ${held} of ${first} hash slots still held (config epoch ${config?.epoch ?? '-'})`;
+    if (line !== last) io.stderr(`${line}, ${seconds} s\n`);
+    last = line;
+    await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+  }
+}
