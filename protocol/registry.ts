@@ -157,6 +157,13 @@ export interface RepairRecord {
 }
 
 /** Hash slots with fewer replicas than config.replicas (a failover, or fewer zones than replicas). */
+/** Hash slots `name` holds in `config`: as a replica (primary or backup) or syncing. */
+export function slotsHeld(config: ClusterConfig | undefined, name: string): number {
+  const index = config?.members.indexOf(name) ?? -1;
+  if (index < 0) return 0;
+  return config!.slots.reduce((n, r) => (r.replicas.includes(index) || r.syncing.includes(index) ? n + r.to - r.from + 1 : n), 0);
+}
+
 export function underReplicatedSlots(config: ClusterConfig): number {
   return config.slots.reduce((n, r) => (r.replicas.length < config.replicas ? n + r.to - r.from + 1 : n), 0);
 }

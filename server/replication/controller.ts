@@ -32,7 +32,7 @@ import type { Etcd3, IKeyValue, Watcher } from 'etcd3';
 import type { Logger } from 'pino';
 
 import type { PlacedMember } from '../../protocol/hash-slots.js';
-import { type ClusterConfig, type ControllerRecord, type DrainRecord, type MemberRecord, type RepairRecord, etcdKeys, parseDrainRecord } from '../../protocol/registry.js';
+import { type ClusterConfig, type ControllerRecord, type DrainRecord, type MemberRecord, type RepairRecord, etcdKeys, parseDrainRecord, slotsHeld } from '../../protocol/registry.js';
 import { readStoredConfig, writeConfig } from './config-store.js';
 import { SerialRounds } from './rounds.js';
 import { type CopiedRange, drainReady, nextConfig, removedMembers, withDrained, withSynced, withSyncing, withoutReplicas } from './placement.js';
@@ -224,16 +224,28 @@ export class ReplicationController {
       }
     }
     const leaving = new Set(drains.keys());
-    const quiet = new Set([...drains].flatMap(([name, drain]) => (drain.record.phase === 'quiet' ? [name] : [])));
-    let next = withSynced(config, copied);
+    if (leaving.size > 0) {
+      // A drain moves hash slots by copying, as repair does: placement is never recomputed from members/ again.
+      const frozen = this.keys.frozen;
+      await client.if(frozen, 'Create', '==', 0).then(client.put(frozen).value(JSON.stringify({ since: new Date().toISOString(), epoch: config.epoch, drained: [...leaving] }))).commit();
+    }
+    // A quiet member leaves all its hash slots in one config (never some, then read again under a
+    // lease at a config that moved them), and only while its record is as read: a cancel that
+    // comes first wins (kvctl drain --cancel is conditioned on config, in turn).
+    const quiet = new Map([...drains].flatMap(([name, drain]) => (drain.record.phase === 'quiet' && drainReady(config, copied, name) ? [[this.keys.drainKey(name), name] as const] : [])));
+    let unchanged = new Map<string, string>();
+    let next = withSynced(config, copied, leaving);
     let why = 'repair: copies done, their targets are replicas now';
-    if (next === undefined && (next = withDrained(config, copied, quiet))) why = 'drain: members whose read leases have ended left their hash slots to their copies';
+    if (next === undefined && (next = withDrained(config, copied, new Set(quiet.values()), leaving))) {
+      why = 'drain: members whose read leases have ended left their hash slots to their copies';
+      unchanged = new Map([...quiet.keys()].map((key) => [key, [...drains.values()].find((d) => d.key === key)!.modRevision]));
+    }
     if (next === undefined && (next = withSyncing(config, this.repairCandidates(config, live, replaceAfterMs, leaving), leaving))) why = 'repair: hash slots short of replicas get members syncing into them';
     if (next === undefined) {
-      await this.quiesceDrained(config, copied, drains);
+      await this.quiesceDrained(config, copied, drains, new Set(live.map((m) => m.name)));
       return false;
     }
-    if (await writeConfig(client, this.keys, next, modRevision, leaseId)) {
+    if (await writeConfig(client, this.keys, next, modRevision, leaseId, [], unchanged)) {
       this.rounds.runAgain(); // a promotion may leave hash slots to give targets to, and our write wakes no watch
       const syncing = next.slots.reduce((n, r) => n + (r.syncing.length > 0 ? r.to - r.from + 1 : 0), 0);
       logger.warn({ epoch: next.epoch, syncingHashSlots: syncing }, `controller: ${why}`);
@@ -255,8 +267,8 @@ export class ReplicationController {
       this.shortSince = undefined;
       return [];
     }
-    // An operator's drain: every other live member may take its hash slots, at once.
-    if (leaving.size > 0) return live.filter((m) => !leaving.has(m.name));
+    // An operator's drain: every other live member may take a drained member's hash slots, at once.
+    if (config.slots.some((r) => staying(r) < config.replicas && [...r.replicas, ...r.syncing].some((i) => leaving.has(config.members[i]!)))) return live.filter((m) => !leaving.has(m.name));
     const now = performance.now();
     this.shortSince ??= now;
     const holding = new Set(config.slots.flatMap((r) => [...r.replicas, ...r.syncing]).map((i) => config.members[i]!));
@@ -273,7 +285,10 @@ export class ReplicationController {
   private async drains(): Promise<Map<string, Drain>> {
     const read = await this.options.client.getAll().prefix(this.keys.drain).exec();
     return new Map(
-      read.kvs.map((kv) => [kv.key.toString().slice(this.keys.drain.length), { record: parseDrainRecord(kv.value.toString()) ?? { since: '', phase: 'copying' }, modRevision: kv.mod_revision }]),
+      read.kvs.map((kv) => {
+        const key = kv.key.toString();
+        return [key.slice(this.keys.drain.length), { key, record: parseDrainRecord(kv.value.toString()) ?? { since: '', phase: 'copying' }, modRevision: kv.mod_revision }];
+      }),
     );
   }
 
@@ -282,12 +297,17 @@ export class ReplicationController {
    * grants no more read leases, and says `quiet` once those it granted have ended (drain.ts). A
    * transaction on the record's revision: a drain cancelled meanwhile is not brought back.
    */
-  private async quiesceDrained(config: ClusterConfig, copied: ReadonlyMap<string, CopiedRange[]>, drains: ReadonlyMap<string, Drain>): Promise<void> {
+  private async quiesceDrained(config: ClusterConfig, copied: ReadonlyMap<string, CopiedRange[]>, drains: ReadonlyMap<string, Drain>, alive: ReadonlySet<string>): Promise<void> {
     const { client, logger } = this.options;
-    for (const [name, { record, modRevision }] of drains) {
+    for (const [name, { key, record, modRevision }] of drains) {
+      // Drained and stopped: the record goes, so that the member, started again, is a member like any other.
+      if (record.phase === 'quiet' && !alive.has(name) && slotsHeld(config, name) === 0) {
+        const gone = await client.if(key, 'Mod', '==', modRevision).then(client.delete().key(key)).commit();
+        if (gone.succeeded) logger.info({ member: name }, 'drain: the drained member stopped; its drain record is removed');
+        continue;
+      }
       if (record.phase !== 'copying' || !config.members.includes(name) || !drainReady(config, copied, name)) continue;
       const next: DrainRecord = { since: record.since, phase: 'quiesce' };
-      const key = this.keys.drainKey(name);
       const put = await client.if(key, 'Mod', '==', modRevision).then(client.put(key).value(JSON.stringify(next))).commit();
       if (put.succeeded) logger.warn({ member: name }, 'drain: every hash slot of the member is copied; it stops granting read leases');
     }
@@ -319,6 +339,7 @@ export class ReplicationController {
 }
 
 interface Drain {
+  key: string;
   record: DrainRecord;
   modRevision: string;
 }

@@ -136,15 +136,25 @@ export interface CopiedRange {
  * target) at the hash slot's current epoch becomes a replica (after the others), all of a
  * range's at once, at a new epoch. undefined: none is.
  */
-export function withSynced(config: ClusterConfig, copied: ReadonlyMap<string, readonly CopiedRange[]>): ClusterConfig | undefined {
+export function withSynced(config: ClusterConfig, copied: ReadonlyMap<string, readonly CopiedRange[]>, leaving: ReadonlySet<string> = new Set()): ClusterConfig | undefined {
   const epoch = config.epoch + 1;
   if (epoch > 0xffffffff) throw new RangeError('config epoch exhausted (32 bits)');
   let changed = false;
   const slots = config.slots.map((range) => {
     // No more replicas than --replicas (the config's table has room for no more): the copy of a
-    // member being drained waits for withDrained, which puts it in that member's place.
-    const done = copiesDone(config, range, copied).slice(0, Math.max(0, config.replicas - range.replicas.length));
-    if (done.length === 0) return range;
+    // member being drained waits for withDrained, which puts it in that member's place. A member
+    // being drained is never made a replica.
+    const room = Math.max(0, config.replicas - range.replicas.length);
+    const done = copiesDone(config, range, copied)
+      .filter((i) => !leaving.has(config.members[i]!))
+      .slice(0, room);
+    if (done.length === 0) {
+      // More syncing than room, and no member of the range drained any more (a drain cancelled while
+      // copying): the surplus stops taking writes.
+      if (range.syncing.length <= room || [...range.replicas, ...range.syncing].some((i) => leaving.has(config.members[i]!))) return range;
+      changed = true;
+      return { ...range, syncing: range.syncing.slice(0, room), epoch };
+    }
     changed = true;
     return { ...range, replicas: [...range.replicas, ...done], syncing: range.syncing.filter((i) => !done.includes(i)), epoch };
   });
@@ -163,9 +173,9 @@ function copiesDone(config: ClusterConfig, range: SlotRange, copied: ReadonlyMap
  * primary, as in a failover). undefined: the range holds no leaving member, or too few copies are
  * done to replace its leaving replicas.
  */
-function drainedRange(config: ClusterConfig, range: SlotRange, copied: ReadonlyMap<string, readonly CopiedRange[]>, leaving: ReadonlySet<number>): Pick<SlotRange, 'replicas' | 'syncing'> | undefined {
+function drainedRange(config: ClusterConfig, range: SlotRange, copied: ReadonlyMap<string, readonly CopiedRange[]>, leaving: ReadonlySet<number>, notCopies: ReadonlySet<number> = leaving): Pick<SlotRange, 'replicas' | 'syncing'> | undefined {
   if (![...range.replicas, ...range.syncing].some((i) => leaving.has(i))) return undefined;
-  const done = copiesDone(config, range, copied).filter((i) => !leaving.has(i));
+  const done = copiesDone(config, range, copied).filter((i) => !notCopies.has(i));
   const staying = range.replicas.filter((i) => !leaving.has(i));
   const replaced = range.replicas.length - staying.length;
   if (done.length < replaced || staying.length + replaced === 0) return undefined;
@@ -186,16 +196,19 @@ export function drainReady(config: ClusterConfig, copied: ReadonlyMap<string, re
  * (drained members whose read leases have all ended) hold loses them at a new epoch, their copies
  * taking their place. The epoch word of every other replica moves, so a writer still routing by
  * the old config is refused with nothing written; the drained member then holds none (its words
- * fence). undefined: nothing to give away yet.
+ * fence). `drainedToo`: members being drained that are not quiet yet, never put in as copies.
+ * undefined: nothing to give away yet.
  */
-export function withDrained(config: ClusterConfig, copied: ReadonlyMap<string, readonly CopiedRange[]>, quiet: ReadonlySet<string>): ClusterConfig | undefined {
+export function withDrained(config: ClusterConfig, copied: ReadonlyMap<string, readonly CopiedRange[]>, quiet: ReadonlySet<string>, drainedToo: ReadonlySet<string> = quiet): ClusterConfig | undefined {
   const epoch = config.epoch + 1;
   if (epoch > 0xffffffff) throw new RangeError('config epoch exhausted (32 bits)');
-  const leaving = new Set(config.members.flatMap((name, i) => (quiet.has(name) ? [i] : [])));
+  const indices = (names: ReadonlySet<string>) => new Set(config.members.flatMap((name, i) => (names.has(name) ? [i] : [])));
+  const leaving = indices(quiet);
+  const notCopies = new Set([...leaving, ...indices(drainedToo)]);
   if (leaving.size === 0) return undefined;
   let changed = false;
   const slots = config.slots.map((range) => {
-    const drained = drainedRange(config, range, copied, leaving);
+    const drained = drainedRange(config, range, copied, leaving, notCopies);
     if (drained === undefined) return range;
     changed = true;
     return { ...range, ...drained, epoch };

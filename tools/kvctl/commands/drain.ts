@@ -6,20 +6,13 @@
 // removes the record (what has moved stays moved).
 import { SLOT_COUNT } from '../../../client/index.js';
 import { UsageError } from '../../../protocol/operator-input.js';
-import { type ClusterConfig, type DrainRecord, checkMemberName, etcdKeys, openEtcd, parseDrainRecord } from '../../../protocol/registry.js';
+import { type DrainRecord, checkMemberName, etcdKeys, openEtcd, parseDrainRecord, slotsHeld } from '../../../protocol/registry.js';
 import type { CtlArgs } from '../args.js';
 import { readCluster, readClusterConfig } from '../etcd.js';
 import { type Io, NotFound } from '../io.js';
 
 /** How often --wait looks at the config. */
 const POLL_MS = 500;
-
-/** Hash slots `name` holds in `config`: as a replica (primary or backup) or syncing. */
-export function slotsHeld(config: ClusterConfig | undefined, name: string): number {
-  const index = config?.members.indexOf(name) ?? -1;
-  if (index < 0) return 0;
-  return config!.slots.reduce((n, r) => (r.replicas.includes(index) || r.syncing.includes(index) ? n + r.to - r.from + 1 : n), 0);
-}
 
 export async function drain(args: CtlArgs, io: Io): Promise<void> {
   const { target } = args;
@@ -37,9 +30,7 @@ export async function drain(args: CtlArgs, io: Io): Promise<void> {
     if (!cluster.members.includes(name)) throw new NotFound(`no member '${name}' under etcd prefix ${target.prefix} (members: ${cluster.members.join(', ') || 'none'})`);
     const config = await readClusterConfig(etcd, target);
     if (args.cancel) {
-      const deleted = await etcd.delete().key(keys.drainKey(name)).exec();
-      const had = Number(deleted.deleted) > 0;
-      io.stdout(args.json ? JSON.stringify({ member: name, cancelled: had, slotsHeld: slotsHeld(config, name) }) + '\n' : had ? `drain of ${name} cancelled; it holds ${slotsHeld(config, name)} hash slots (those already moved stay moved)\n` : `${name} was not being drained\n`);
+      await cancel(etcd, keys, name, args, io);
       return;
     }
     if (config === undefined || config.replicas < 2) {
@@ -67,6 +58,33 @@ export async function drain(args: CtlArgs, io: Io): Promise<void> {
   } finally {
     etcd.close();
   }
+}
+
+/**
+ * --cancel: deletes the drain record, in one transaction with the record and config as read: a
+ * controller that gave the member's hash slots away meanwhile wins, and the member (which grants
+ * read leases again once its record goes) is then drained for good: refused.
+ */
+async function cancel(etcd: ReturnType<typeof openEtcd>, keys: ReturnType<typeof etcdKeys>, name: string, args: CtlArgs, io: Io): Promise<void> {
+  const { target } = args;
+  if (target.kind !== 'etcd') return;
+  const [record, stored] = await Promise.all([etcd.get(keys.drainKey(name)).exec(), etcd.get(keys.config).exec()]);
+  const drainKv = record.kvs[0];
+  const configKv = stored.kvs[0];
+  const config = await readClusterConfig(etcd, target);
+  const held = slotsHeld(config, name);
+  if (drainKv === undefined) {
+    io.stdout(args.json ? JSON.stringify({ member: name, cancelled: false, slotsHeld: held }) + '\n' : `${name} was not being drained\n`);
+    return;
+  }
+  if (held === 0 && parseDrainRecord(drainKv.value.toString())?.phase === 'quiet') {
+    throw new Error(`${name} is drained already (it holds no hash slot): its drain record goes once it is stopped; started again, it is a member like any other`);
+  }
+  let txn = etcd.if(keys.drainKey(name), 'Mod', '==', drainKv.mod_revision);
+  txn = configKv ? txn.and(keys.config, 'Mod', '==', configKv.mod_revision) : txn.and(keys.config, 'Create', '==', 0);
+  const deleted = await txn.then(etcd.delete().key(keys.drainKey(name))).commit();
+  if (!deleted.succeeded) throw new Error(`the drain of ${name} moved on while being cancelled: look again (kvctl layout), and cancel again if it still holds hash slots`);
+  io.stdout(args.json ? JSON.stringify({ member: name, cancelled: true, slotsHeld: held }) + '\n' : `drain of ${name} cancelled; it holds ${held} hash slots (those already moved stay moved)\n`);
 }
 
 /** --wait: one progress line per change on stderr, until `name` holds no hash slot (or its drain record goes). */
