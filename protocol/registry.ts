@@ -90,6 +90,33 @@ export function parseDrainRecord(text: string): DrainRecord | undefined {
   return undefined;
 }
 
+/**
+ * What <prefix>/handoff/<name> holds (docs/cluster.md, "Rebalancing"): a rebalance moves some hash
+ * slots' primary away from that member while it keeps others. `quiesce`: the controller saw the
+ * copies of all of them done; the member stops granting read leases. `quiet`: every lease it
+ * granted has ended. `moved`: the controller gave them to their new primaries at config `epoch`;
+ * the member grants leases again once it has applied that epoch, and then removes the record.
+ */
+export interface HandoffRecord {
+  since: string;
+  phase: 'quiesce' | 'quiet' | 'moved';
+  /** With `moved`: the epoch of the config that moved them. */
+  epoch?: number;
+}
+
+/** A handoff record read from etcd, or undefined when it is not one (treated as `quiesce`: no lease is granted on a record nobody can read). */
+export function parseHandoffRecord(text: string): HandoffRecord | undefined {
+  try {
+    const r = JSON.parse(text) as Partial<HandoffRecord> | null;
+    if (!r || typeof r !== 'object' || typeof r.since !== 'string') return undefined;
+    if (r.phase === 'quiesce' || r.phase === 'quiet') return { since: r.since, phase: r.phase };
+    if (r.phase === 'moved' && Number.isInteger(r.epoch) && r.epoch! >= 0) return { since: r.since, phase: 'moved', epoch: r.epoch! };
+  } catch {
+    // not JSON
+  }
+  return undefined;
+}
+
 /** What the controller key holds (its lease says more: it is the holder's alive lease). */
 export interface ControllerRecord {
   name: string;
@@ -113,6 +140,11 @@ export const etcdKeys = (prefix: string) => {
     /** drain/<name>: an operator asked that member to give every hash slot away (DrainRecord; kvctl drain). */
     drain: `${root}/drain/`,
     drainKey: (name: string) => `${root}/drain/${name}`,
+    /** A rebalance in progress (kvctl rebalance): the placement it moves to, stored as config is (config-codec.ts). */
+    target: `${root}/target`,
+    /** handoff/<name>: a rebalance moves hash slots' primary away from that member (HandoffRecord). */
+    handoff: `${root}/handoff/`,
+    handoffKey: (name: string) => `${root}/handoff/${name}`,
     member: (name: string) => `${root}/members/${name}`,
     aliveKey: (name: string) => `${root}/alive/${name}`,
   };

@@ -19,7 +19,7 @@ import { type ServerLogging, createLogging } from './logging.js';
 import { EtcdRegistration } from './membership.js';
 import type { ReplicationController } from './replication/controller.js';
 import { Copier } from './replication/copier.js';
-import { DrainQuiesce } from './replication/drain.js';
+import { Quiesce } from './replication/quiesce.js';
 import { EpochFollower } from './replication/epoch-follower.js';
 import { SelfFence } from './replication/self-fence.js';
 import { awaitFailoverOfPredecessor, checkReplicasBeforeJoining, startController } from './replication/join.js';
@@ -132,7 +132,7 @@ interface Running {
   follower: EpochFollower | undefined;
   copier: Copier | undefined;
   selfFence: SelfFence | undefined;
-  drain: DrainQuiesce | undefined;
+  drain: Quiesce | undefined;
 }
 
 /**
@@ -147,7 +147,7 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
   let controller: ReplicationController | undefined;
   let selfFence: SelfFence | undefined;
   let copier: Copier | undefined;
-  let drain: DrainQuiesce | undefined;
+  let drain: Quiesce | undefined;
   try {
     if (config.metricsPort !== 0) {
       const registry = createRegistry(() => server && namespaceStats(server));
@@ -200,7 +200,7 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
       });
       // Only while the config applied since our lease was last granted names us (epoch-follower.ts),
       // and only to clients whose config is at least as new as the one applied here.
-      // None at all while a drain quiesces this member (replication/drain.ts).
+      // None at all while a drain or a rebalance quiesces this member (replication/quiesce.ts).
       server.grantReadLeases(() => {
         const leaseMs = follower?.namedInConfig ? selfFence!.leaseMs() : undefined;
         return { leaseMs: drain ? drain.lease(leaseMs) : leaseMs, configEpoch: follower?.appliedEpoch ?? 0 };
@@ -227,7 +227,7 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
           name: etcd.name, prefix: etcd.prefix, client: registration.client, etcdHosts: etcd.hosts, namespaces: () => server!.regionStores(), logger, rateBytesPerSecond: etcd.repairRateBytes,
           tokenFor: (namespace) => (tokenFile ? tokenFile.entries.find((e) => e.role === 'write' && (e.namespace ?? DEFAULT_NAMESPACE) === namespace)?.token : token),
         });
-        drain = await DrainQuiesce.start(registration.client, etcd.prefix, etcd.name, logger);
+        drain = await Quiesce.start(registration.client, etcd.prefix, etcd.name, () => follower?.appliedEpoch ?? 0, logger);
         const copies = copier;
         follower = await EpochFollower.start({ client: registration.client, prefix: etcd.prefix, name: etcd.name, server, logger, selfFenced: () => selfFence?.fenced === true, onApplied: (applied) => copies.configApplied(applied) });
         const [following, controlling] = [follower, controller];

@@ -29,7 +29,9 @@ export async function startCluster(etcd: EtcdProcess, prefix: string, members: n
   for (;;) {
     const text = await etcd.client.get(etcdKeys(prefix).config).string();
     config = text === null ? undefined : parseClusterConfig(text);
-    if (config?.members.length === members) break;
+    // Members after the first join a replicated cluster by a rebalance: placed once nothing is left to move.
+    const settled = (await etcd.client.get(etcdKeys(prefix).target).string()) === null && config?.slots.every((range) => range.syncing.length === 0);
+    if (config?.members.length === members && settled) break;
     if (performance.now() > deadline) throw new Error(`the controller did not place ${members} members within 30 s`);
     await new Promise((resolve) => setTimeout(resolve, 50));
   }

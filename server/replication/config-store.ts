@@ -43,14 +43,15 @@ export async function readStoredConfig(client: Etcd3, keys: Keys, unreadable: (e
  * still absent), given `leaseId`, the controller key is still held under that lease, and every
  * key of `absent` is absent (a failover: the dead members' alive keys), and every key of
  * `unchanged` still has that mod_revision (a drain: the quiet members' records, so a cancel
- * that came first wins). Resolves to whether it was written.
+ * that came first wins). `puts`: keys written in the same transaction (a rebalance's handoff
+ * records, saying which config moved their hash slots). Resolves to whether it was written.
  */
-export async function writeConfig(client: Etcd3, keys: Keys, config: ClusterConfig, modRevision: string | undefined, leaseId?: string, absent: readonly string[] = [], unchanged: ReadonlyMap<string, string> = new Map()): Promise<boolean> {
+export async function writeConfig(client: Etcd3, keys: Keys, config: ClusterConfig, modRevision: string | undefined, leaseId?: string, absent: readonly string[] = [], unchanged: ReadonlyMap<string, string> = new Map(), puts: ReadonlyMap<string, string> = new Map()): Promise<boolean> {
   let txn = modRevision === undefined ? client.if(keys.config, 'Create', '==', 0) : client.if(keys.config, 'Mod', '==', modRevision);
   if (leaseId !== undefined) txn = txn.and(keys.controller, 'Lease', '==', leaseId);
   for (const key of absent) txn = txn.and(key, 'Create', '==', 0);
   for (const [key, revision] of unchanged) txn = txn.and(key, 'Mod', '==', revision);
-  const result = await txn.then(client.put(keys.config).value(encodeClusterConfig(config))).commit();
+  const result = await txn.then(client.put(keys.config).value(encodeClusterConfig(config)), ...[...puts].map(([key, value]) => client.put(key).value(value))).commit();
   return result.succeeded;
 }
 

@@ -5,8 +5,10 @@
 //   - with --replicas 1, it recomputes placement (placement.ts) when members/
 //     changes: a member registered, changed its zone, or was forgotten (kvctl
 //     forget). A dead member (alive key gone) keeps its hash slots.
-//   - with --replicas > 1, it places the members that are registered and alive,
-//     and when a replica's alive key goes (its lease lapsed: it died, or lost
+//   - with --replicas > 1, it places the members that are registered and alive
+//     in the first config; after that a member that joins (or changes zone)
+//     gets hash slots only with their keys: the controller writes a rebalance
+//     target (<prefix>/target, below). When a replica's alive key goes (its lease lapsed: it died, or lost
 //     etcd), it fails it over: the member leaves every hash slot's replicas, each
 //     such hash slot moving to a new epoch with its next replica as primary
 //     (withoutReplicas; docs/replication-design.md §4.5). From then on placement
@@ -24,6 +26,9 @@
 //     once; when every copy is done it is asked to quiesce (grant no more read
 //     leases, drain.ts), and once it says its leases have ended (`quiet`) its
 //     hash slots go to their copies at a new epoch (withDrained).
+//   - rebalance (kvctl rebalance, <prefix>/target): the cluster moves to the
+//     target placement by the same copies, the primaries that give hash slots
+//     away quiescing first (rebalance-round.ts); repair waits meanwhile.
 // The controller key shares the holder's alive lease, so when the controller
 // dies, the key goes when its lease lapses, the others see the deletion on their
 // watch, and one of them takes over, from the config in etcd (its epoch is never
@@ -34,6 +39,9 @@ import type { Logger } from 'pino';
 import type { PlacedMember } from '../../protocol/hash-slots.js';
 import { type ClusterConfig, type ControllerRecord, type DrainRecord, type MemberRecord, type RepairRecord, etcdKeys, parseDrainRecord, slotsHeld } from '../../protocol/registry.js';
 import { readStoredConfig, writeConfig } from './config-store.js';
+import { rebalanceRound } from './rebalance-round.js';
+import { rebalanceTarget, slotsToMove } from '../../protocol/slot-table.js';
+import { encodeClusterConfig } from '../../protocol/config-codec.js';
 import { SerialRounds } from './rounds.js';
 import { type CopiedRange, drainReady, nextConfig, removedMembers, withDrained, withSynced, withSyncing, withoutReplicas } from './placement.js';
 
@@ -108,7 +116,7 @@ export class ReplicationController {
       else this.deletedAt.delete(name);
     }
     const aliveChange = this.options.replicas > 1 ? key.startsWith(keys.alive) : key === keys.aliveKey(this.options.name);
-    const repairChange = this.options.replicas > 1 && ((key.startsWith(keys.repair) && !deleted) || key.startsWith(keys.drain));
+    const repairChange = this.options.replicas > 1 && ((key.startsWith(keys.repair) && !deleted) || key.startsWith(keys.drain) || key.startsWith(keys.handoff) || key === keys.target);
     if (key.startsWith(keys.members) || key === keys.controller || (key === keys.config && deleted) || aliveChange || repairChange) void this.poke();
   }
 
@@ -148,8 +156,24 @@ export class ReplicationController {
           return;
         }
         const drains = await this.drains();
+        const target = (await client.get(keys.target).exec()).kvs[0];
+        if (target !== undefined) {
+          const view = { config: stored.config, modRevision: stored.modRevision, target, alive, draining: drains.size > 0, copied: await this.copied() };
+          if (await rebalanceRound({ client, keys, logger, leaseId }, view)) this.rounds.runAgain();
+          return;
+        }
+        const live = placed.filter((member) => alive.has(member.name));
         if (drains.size > 0 || (await this.frozen(stored.config))) {
-          await this.repair(stored.config, stored.modRevision, placed.filter((member) => alive.has(member.name)), leaseId, drains);
+          await this.repair(stored.config, stored.modRevision, live, leaseId, drains);
+          return;
+        }
+        // A member joined (or changed zone): the hash slots it takes move with their keys, by copying.
+        const goal = rebalanceTarget(stored.config, live);
+        if (goal !== undefined) {
+          const wrote = await client.if(keys.target, 'Create', '==', 0).and(keys.config, 'Mod', '==', stored.modRevision).and(keys.controller, 'Lease', '==', leaseId)
+            .then(client.put(keys.target).value(encodeClusterConfig(goal))).commit();
+          if (wrote.succeeded) logger.warn({ members: goal.members, toMove: slotsToMove(stored.config, goal) }, 'controller: the members changed: rebalancing, the hash slots that move copied first');
+          this.rounds.runAgain();
           return;
         }
       }
@@ -212,17 +236,7 @@ export class ReplicationController {
    */
   private async repair(config: ClusterConfig, modRevision: string, live: PlacedMember[], leaseId: string, drains: ReadonlyMap<string, Drain>): Promise<boolean> {
     const { client, logger, replaceAfterMs } = this.options;
-    const records = await client.getAll().prefix(this.keys.repair).exec();
-    const copied = new Map<string, CopiedRange[]>();
-    for (const kv of records.kvs) {
-      const [target] = kv.key.toString().slice(this.keys.repair.length).split('/');
-      try {
-        const record = JSON.parse(kv.value.toString()) as Partial<RepairRecord>;
-        if (target && Array.isArray(record.copied)) copied.set(target, [...(copied.get(target) ?? []), ...record.copied.filter(isCopiedRange)]);
-      } catch {
-        // unreadable: that copy is simply not counted as done
-      }
-    }
+    const copied = await this.copied();
     const leaving = new Set(drains.keys());
     if (leaving.size > 0) {
       // A drain moves hash slots by copying, as repair does: placement is never recomputed from members/ again.
@@ -281,6 +295,22 @@ export class ReplicationController {
     return spare;
   }
 
+  /** What copiers reported copied (repair/<target>/<primary>), by target; an unreadable record counts as nothing done. */
+  private async copied(): Promise<Map<string, CopiedRange[]>> {
+    const records = await this.options.client.getAll().prefix(this.keys.repair).exec();
+    const copied = new Map<string, CopiedRange[]>();
+    for (const kv of records.kvs) {
+      const [target] = kv.key.toString().slice(this.keys.repair.length).split('/');
+      try {
+        const record = JSON.parse(kv.value.toString()) as Partial<RepairRecord>;
+        if (target && Array.isArray(record.copied)) copied.set(target, [...(copied.get(target) ?? []), ...record.copied.filter(isCopiedRange)]);
+      } catch {
+        // unreadable: that copy is simply not counted as done
+      }
+    }
+    return copied;
+  }
+
   /** The drain records (kvctl drain), by member; an unreadable one counts as `copying`. */
   private async drains(): Promise<Map<string, Drain>> {
     const read = await this.options.client.getAll().prefix(this.keys.drain).exec();
@@ -324,7 +354,7 @@ export class ReplicationController {
     if (!marked) return false;
     if (this.frozenAt !== config.epoch) {
       this.frozenAt = config.epoch;
-      this.options.logger.warn({ removed, epoch: config.epoch }, 'controller: placement is frozen since a failover: members joining get hash slots only as repair targets (docs/cluster.md)');
+      this.options.logger.warn({ removed, epoch: config.epoch }, 'controller: placement is frozen since a failover or a drain: members joining get hash slots as repair targets, or by kvctl rebalance (docs/cluster.md)');
     }
     return true;
   }

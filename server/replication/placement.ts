@@ -7,8 +7,9 @@
 //   - nothing changed: no new config (undefined), so nothing is written.
 import { SLOT_COUNT, type PlacedMember, placeReplicas } from '../../protocol/hash-slots.js';
 import { type ClusterConfig, type SlotRange, removedMembers } from '../../protocol/registry.js';
+import { sameList, slotReplicaNames, toRanges } from '../../protocol/slot-table.js';
 
-export { removedMembers };
+export { removedMembers, slotReplicaNames };
 
 /**
  * The config for `members`, or undefined when `previous` already is it. `usedEpoch`: the highest
@@ -228,36 +229,3 @@ function merged(ranges: readonly SlotRange[]): SlotRange[] {
   return out;
 }
 
-/** Per hash slot: its replicas' names (primary first), the members syncing into it, and its epoch. */
-export function slotReplicaNames(config: ClusterConfig): { names: string[][]; syncing: string[][]; epochs: Uint32Array } {
-  const names: string[][] = [];
-  const syncing: string[][] = [];
-  const epochs = new Uint32Array(SLOT_COUNT);
-  for (const range of config.slots) {
-    const list = range.replicas.map((i) => config.members[i]!);
-    const sync = range.syncing.map((i) => config.members[i]!);
-    for (let slot = range.from; slot <= range.to; slot++) {
-      names[slot] = list;
-      syncing[slot] = sync;
-      epochs[slot] = range.epoch;
-    }
-  }
-  return { names, syncing, epochs };
-}
-
-/** Consecutive hash slots with the same replicas, syncing members and epoch, as one range each. */
-function toRanges(replicas: number[][], epochs: Uint32Array, syncing?: number[][]): SlotRange[] {
-  const ranges: SlotRange[] = [];
-  const none: number[] = [];
-  for (let slot = 0; slot < SLOT_COUNT; slot++) {
-    const last = ranges[ranges.length - 1];
-    const sync = syncing?.[slot] ?? none;
-    if (last && last.epoch === epochs[slot] && sameList(last.replicas, replicas[slot]!) && sameList(last.syncing, sync)) last.to = slot;
-    else ranges.push({ from: slot, to: slot, replicas: replicas[slot]!, syncing: sync, epoch: epochs[slot]! });
-  }
-  return ranges;
-}
-
-function sameList<T>(a: readonly T[], b: readonly T[]): boolean {
-  return a.length === b.length && a.every((x, i) => x === b[i]);
-}

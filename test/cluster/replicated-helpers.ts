@@ -7,12 +7,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import type { ExecutionContext } from 'ava';
+import type { Etcd3 } from 'etcd3';
 
 import type { EtcdProcess } from '../../bench/kv/etcd-process.js';
 import { KvClient } from '../../client/index.js';
 import type { HistoryEvent } from '../../client/types.js';
 import { keySlot } from '../../protocol/hash-slots.js';
-import type { ClusterConfig } from '../../protocol/registry.js';
+import { type ClusterConfig, etcdKeys } from '../../protocol/registry.js';
 import { readConfig } from '../../server/replication/config-store.js';
 import { slotReplicaNames } from '../../server/replication/placement.js';
 import { MAY_HAVE_TAKEN_EFFECT, lockHistories, registerHistories } from '../helpers/history-operations.js';
@@ -45,7 +46,7 @@ export async function replicatedMembers(
   count: number,
   scheme: Scheme = 'shm',
   extra: readonly string[] = [],
-): Promise<{ members: Member[]; placed: ClusterConfig; replicasOf: (key: string) => string[] }> {
+): Promise<{ members: Member[]; placed: ClusterConfig; replicasOf: (key: string) => string[]; dir: string }> {
   const dir = clusterDir(t);
   const members: Member[] = [];
   t.teardown(() => stopAll(members));
@@ -53,10 +54,20 @@ export async function replicatedMembers(
     const args = ['--etcd', etcd.url, '--etcd-prefix', prefix, '--etcd-ttl', `${leaseSeconds()}s`, '--name', `m${i}`, '--replicas', String(replicas), ...extra];
     members.push(await startMember(dir, i, args, await memberUrl(scheme, dir, i), REPLICAS_ON));
   }
-  await eventually(async () => (await readConfig(etcd.client, prefix))?.members.length === count, `the controller placed all ${count} members`, slow(30_000));
+  await eventually(() => placedAll(etcd.client, prefix, count), `the controller placed all ${count} members`, slow(30_000));
   const placed = (await readConfig(etcd.client, prefix))!;
   const { names } = slotReplicaNames(placed);
-  return { members, placed, replicasOf: (key) => names[keySlot(Buffer.from(key))]! };
+  return { members, placed, replicasOf: (key) => names[keySlot(Buffer.from(key))]!, dir };
+}
+
+/**
+ * Whether config places `count` members with nothing left to move: every member after the first
+ * joins a replicated cluster by a rebalance (its hash slots copied to it first, docs/cluster.md).
+ */
+export async function placedAll(client: Etcd3, prefix: string, count: number): Promise<boolean> {
+  const config = await readConfig(client, prefix);
+  const rebalancing = (await client.get(etcdKeys(prefix).target).string()) !== null;
+  return config?.members.length === count && !rebalancing && config.slots.every((range) => range.syncing.length === 0);
 }
 
 /**

@@ -31,7 +31,7 @@ import { testScale, testTimeoutMs } from '../helpers/providers.js';
 import { rng } from '../helpers/random.js';
 import { needing } from '../helpers/tools.js';
 import { type Member, clusterDir, eventually, nextStatus, startMember, stopAll } from './helpers.js';
-import { REPLICAS_ON, readAlone } from './replicated-helpers.js';
+import { REPLICAS_ON, placedAll, readAlone } from './replicated-helpers.js';
 
 const test = needing(ava, 'etcd');
 
@@ -61,7 +61,7 @@ async function replicatedCluster(t: ExecutionContext, prefix: string): Promise<C
   for (let i = 0; i < 3; i++) {
     members.push(await startMember(dir, i, ['--etcd', etcd.url, '--etcd-prefix', prefix, '--etcd-ttl', '4s', '--name', `m${i}`, '--replicas', '2'], undefined, REPLICAS_ON));
   }
-  await eventually(async () => (await config(prefix))?.members.length === 3, 'the controller placed all three members');
+  await eventually(() => placedAll(etcd.client, prefix, 3), 'the controller placed all three members');
   const placed = (await config(prefix))!;
   t.is(placed.replicas, 2);
   const { names } = slotReplicaNames(placed);

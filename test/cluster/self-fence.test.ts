@@ -46,7 +46,7 @@ import { registerModel } from '../helpers/linearizability-models.js';
 import { type Scheme, loadPollMode, providersUnderTest, slow, testTimeoutMs } from '../helpers/providers.js';
 import { needing } from '../helpers/tools.js';
 import { type Member, clusterDir, eventually, memberUrl, startMember, stats, stopAll } from './helpers.js';
-import { REPLICAS_ON, leaseSeconds } from './replicated-helpers.js';
+import { REPLICAS_ON, leaseSeconds, placedAll } from './replicated-helpers.js';
 
 const test = needing(ava, 'etcd');
 
@@ -115,7 +115,7 @@ async function cutOffCluster(t: ExecutionContext, prefix: string, scheme: Scheme
     members.push(await startMember(dir, i, args, await memberUrl(scheme, dir, i), REPLICAS_ON));
   }
   const config = (): Promise<ClusterConfig | undefined> => readConfig(etcd.client, prefix);
-  await eventually(async () => (await config())?.members.length === 3, 'the controller placed all 3 members', slow(30_000));
+  await eventually(() => placedAll(etcd.client, prefix, 3), 'the controller placed all 3 members', slow(30_000));
   const before = (await config())!;
   const { names } = slotReplicaNames(before);
   const m0Key = (stem: string): string => {

@@ -37,9 +37,10 @@ export interface CtlArgs {
   intervalMs: number;
   count?: number;
   force: boolean;
-  /** drain --cancel, drain --wait. */
+  /** drain and rebalance: --cancel, --wait; rebalance --dry-run. */
   cancel: boolean;
   wait: boolean;
+  dryRun: boolean;
 }
 
 /** --namespace, a valid name. */
@@ -127,7 +128,7 @@ export async function parseArgs(argv: string[], io: Io): Promise<CtlArgs | numbe
   }
   if (args.help === true || args.version === true) return 0;
   // --servers, --etcd and --metrics are lists: repeating them adds to the list.
-  for (const name of ['token', 'token-file', 'namespace', 'timeout-ms', 'json', 'etcd-prefix', 'interval', 'count', 'force', 'cancel', 'wait', 'key', 'value', 'delta', 'ttl', 'name']) {
+  for (const name of ['token', 'token-file', 'namespace', 'timeout-ms', 'json', 'etcd-prefix', 'interval', 'count', 'force', 'cancel', 'wait', 'dry-run', 'key', 'value', 'delta', 'ttl', 'name']) {
     if (Array.isArray(args[name])) {
       io.stderr(`kvctl: --${name} is given more than once (see kvctl --help)\n`);
       return 2;
@@ -158,6 +159,7 @@ export async function parseArgs(argv: string[], io: Io): Promise<CtlArgs | numbe
       force: args.force === true,
       cancel: args.cancel === true,
       wait: args.wait === true,
+      dryRun: args['dry-run'] === true,
     };
   } catch (error) {
     io.stderr(`kvctl: ${(error as Error).message}\n`);

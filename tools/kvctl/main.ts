@@ -12,6 +12,7 @@
 import type { CtlArgs } from './args.js';
 import { parseArgs } from './args.js';
 import { drain } from './commands/drain.js';
+import { rebalance } from './commands/rebalance.js';
 import { forget } from './commands/forget.js';
 import { del, get, incr, put } from './commands/keys.js';
 import { layout } from './commands/layout.js';
@@ -20,7 +21,7 @@ import { expire, persist, ttl } from './commands/ttl.js';
 import { watch } from './commands/watch.js';
 import { type Io, processIo, reportFailure } from './io.js';
 
-const COMMANDS: Record<string, (args: CtlArgs, io: Io) => Promise<void>> = { get, put, del, incr, expire, persist, ttl, stats, layout, watch, forget, drain };
+const COMMANDS: Record<string, (args: CtlArgs, io: Io) => Promise<void>> = { get, put, del, incr, expire, persist, ttl, stats, layout, watch, forget, drain, rebalance };
 
 /** Runs kvctl; resolves to the process exit code. */
 export async function main(argv: string[], io: Partial<Io> = {}): Promise<number> {

@@ -66,7 +66,13 @@ export function parser(argv: string[]) {
         .option('wait', { type: 'boolean', default: false, describe: 'print progress until NAME holds no hash slot' })
         .option('cancel', { type: 'boolean', default: false, describe: 'stop draining NAME (hash slots already moved stay moved)' }),
     )
-    .demandCommand(1, 'name a command: get, put, del, incr, expire, persist, ttl, stats, layout, watch, forget or drain')
+    .command('rebalance', 'with --etcd and --replicas > 1: move hash slots, with their keys, to the placement the live members would be given (after a member joined)', (y) =>
+      y
+        .option('wait', { type: 'boolean', default: false, describe: 'print progress until every hash slot has moved' })
+        .option('dry-run', { type: 'boolean', default: false, describe: 'print what would move, write nothing' })
+        .option('cancel', { type: 'boolean', default: false, describe: 'stop the rebalance in progress (hash slots already moved stay moved)' }),
+    )
+    .demandCommand(1, 'name a command: get, put, del, incr, expire, persist, ttl, stats, layout, watch, forget, drain or rebalance')
     .middleware(rejectMisspelledOptions(argv), true) // before .strict() says only "Unknown argument"
     .strict()
     .epilog(
@@ -87,6 +93,7 @@ export function parser(argv: string[]) {
         '  kvctl --etcd http://10.0.0.9:2379 watch --interval 2s',
         '  kvctl --etcd http://10.0.0.9:2379 forget kv-3',
         '  kvctl --etcd http://10.0.0.9:2379 drain kv-3 --wait',
+        '  kvctl --etcd http://10.0.0.9:2379 rebalance --dry-run',
       ].join('\n'),
     )
     .wrap(Math.max(100, Math.min(120, process.stdout.columns ?? 120)))

@@ -1,0 +1,121 @@
+// A rebalance (kvctl rebalance; docs/cluster.md, "Rebalancing"): the cluster
+// moves, by copying, from its config to a target placement (the rendezvous
+// placement over the live members, as a fresh cluster would be placed). Pure:
+// rebalance-round.ts reads and writes etcd, this only decides. Per hash slot:
+//   1. the target's members that do not hold it sync into it (withMoveSyncing):
+//      they take every write from then on while its primary copies the rest
+//      (copier.ts, as for repair);
+//   2. once every such copy is done at the hash slot's epoch, its replicas
+//      become the target's (withMoved), at a new epoch. A hash slot whose
+//      primary changes moves only once its old primary is quiet (it granted no
+//      read lease since, handoff.ts), and all of that member's such hash slots
+//      move in one config: a client routing by the old config could otherwise
+//      read the old primary after the new one took a write. A hash slot that
+//      keeps its primary (only backups change) needs no quiesce: no one reads
+//      a backup.
+import { SLOT_COUNT } from '../../protocol/hash-slots.js';
+import type { ClusterConfig } from '../../protocol/registry.js';
+import { rebalanceTarget, sameList, slotReplicaNames, slotsToMove, toRanges } from '../../protocol/slot-table.js';
+import type { CopiedRange } from './placement.js';
+
+export { rebalanceTarget, slotsToMove };
+
+type Copied = ReadonlyMap<string, readonly CopiedRange[]>;
+type Slots = ReturnType<typeof slotReplicaNames>;
+
+/** Step 1: every target member that neither replicates nor syncs into a hash slot syncs into it, at a new epoch. undefined: none missing. */
+export function withMoveSyncing(config: ClusterConfig, target: ClusterConfig): ClusterConfig | undefined {
+  const now = slotReplicaNames(config);
+  const wanted = slotReplicaNames(target).names;
+  const members = [...config.members];
+  const indexOf = (name: string): number => {
+    let i = members.indexOf(name);
+    if (i < 0) i = members.push(name) - 1;
+    return i;
+  };
+  const epoch = nextEpoch(config);
+  let changed = false;
+  const replicas: number[][] = [];
+  const syncing: number[][] = [];
+  const epochs = new Uint32Array(SLOT_COUNT);
+  for (let slot = 0; slot < SLOT_COUNT; slot++) {
+    const holding = [...now.names[slot]!, ...now.syncing[slot]!];
+    // The config's table has room for --replicas syncing members; a hash slot without a live replica has no one to copy from.
+    const room = now.names[slot]!.length > 0 ? config.replicas - now.syncing[slot]!.length : 0;
+    const adds = wanted[slot]!.filter((name) => !holding.includes(name)).slice(0, Math.max(0, room));
+    replicas[slot] = now.names[slot]!.map(indexOf);
+    syncing[slot] = [...now.syncing[slot]!, ...adds].map(indexOf);
+    epochs[slot] = adds.length > 0 ? epoch : now.epochs[slot]!;
+    changed ||= adds.length > 0;
+  }
+  if (!changed) return undefined;
+  return { epoch, replicas: config.replicas, members, slots: toRanges(replicas, epochs, syncing) };
+}
+
+/** Whether hash slot `slot` can take the target's replicas: each one that is not a replica yet reports its copy done at the hash slot's epoch. */
+function slotReady(now: Slots, wanted: string[][], copied: Copied, slot: number): boolean {
+  if (now.names[slot]!.length === 0) return false; // no live replica to hand over from
+  const epoch = now.epochs[slot]!;
+  return wanted[slot]!.every((name) => now.names[slot]!.includes(name) || (now.syncing[slot]!.includes(name) && (copied.get(name)?.some((c) => c.epoch === epoch && c.from <= slot && slot <= c.to) ?? false)));
+}
+
+/** The hash slots whose primary is `name` and whose target primary is another member. */
+function primaryLeaving(now: Slots, wanted: string[][], name: string): number[] {
+  const slots: number[] = [];
+  for (let slot = 0; slot < SLOT_COUNT; slot++) if (now.names[slot]![0] === name && wanted[slot]![0] !== name) slots.push(slot);
+  return slots;
+}
+
+/**
+ * The members that must quiesce before hash slots they are primary of move (kvctl rebalance): the
+ * primaries losing hash slots all of whose copies are done.
+ */
+export function handoffsDue(config: ClusterConfig, target: ClusterConfig, copied: Copied): string[] {
+  const now = slotReplicaNames(config);
+  const wanted = slotReplicaNames(target).names;
+  return config.members.filter((name) => {
+    const slots = primaryLeaving(now, wanted, name);
+    return slots.length > 0 && slots.every((slot) => slotReady(now, wanted, copied, slot));
+  });
+}
+
+/**
+ * Step 2: every hash slot that is ready takes the target's replicas (in the target's order) at a
+ * new epoch, its syncing members that the target names leaving `syncing`. One whose primary
+ * changes only if that primary is in `quiet`, and then all of that primary's such hash slots
+ * (or none: never some, then read again under a lease at a config that moved them); `handedOver`
+ * lists those primaries. undefined: nothing ready.
+ */
+export function withMoved(config: ClusterConfig, target: ClusterConfig, copied: Copied, quiet: ReadonlySet<string>): { config: ClusterConfig; handedOver: string[] } | undefined {
+  const now = slotReplicaNames(config);
+  const wanted = slotReplicaNames(target).names;
+  const members = [...config.members];
+  const indexOf = (name: string): number => members.indexOf(name);
+  const handedOver = new Set<string>();
+  for (const name of quiet) {
+    const slots = primaryLeaving(now, wanted, name);
+    if (slots.length > 0 && slots.every((slot) => slotReady(now, wanted, copied, slot))) handedOver.add(name);
+  }
+  const epoch = nextEpoch(config);
+  let changed = false;
+  const replicas: number[][] = [];
+  const syncing: number[][] = [];
+  const epochs = new Uint32Array(SLOT_COUNT);
+  for (let slot = 0; slot < SLOT_COUNT; slot++) {
+    const names = now.names[slot]!;
+    const want = wanted[slot]!;
+    const moves = !sameList(names, want) && slotReady(now, wanted, copied, slot) && (names[0] === want[0] || handedOver.has(names[0]!));
+    replicas[slot] = (moves ? want : names).map(indexOf);
+    syncing[slot] = (moves ? now.syncing[slot]!.filter((name) => !want.includes(name)) : now.syncing[slot]!).map(indexOf);
+    epochs[slot] = moves ? epoch : now.epochs[slot]!;
+    changed ||= moves;
+  }
+  if (!changed) return undefined;
+  return { config: { epoch, replicas: config.replicas, members, slots: toRanges(replicas, epochs, syncing) }, handedOver: [...handedOver] };
+}
+
+function nextEpoch(config: ClusterConfig): number {
+  const epoch = config.epoch + 1;
+  if (epoch > 0xffffffff) throw new RangeError('config epoch exhausted (32 bits)');
+  return epoch;
+}

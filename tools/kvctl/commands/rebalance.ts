@@ -1,0 +1,177 @@
+// rebalance: moves a replicated cluster to the placement its live members would
+// have if placed afresh (docs/cluster.md, "Rebalancing"): after a member joined,
+// it takes its share. It writes <prefix>/target, and the controller has the
+// hash slots copied (repair's copier), the primaries that give some away
+// quiesced, and the copies made replicas (server/replication/rebalance*.ts).
+// --dry-run prints the moves and writes nothing; --wait prints progress until
+// the target is reached; --cancel takes the target back (what moved stays moved).
+import type { Etcd3 } from 'etcd3';
+
+import { SLOT_COUNT } from '../../../client/index.js';
+import type { PlacedMember } from '../../../protocol/hash-slots.js';
+import { UsageError } from '../../../protocol/operator-input.js';
+import { encodeClusterConfig } from '../../../protocol/config-codec.js';
+import { type ClusterConfig, type MemberRecord, type RepairRecord, etcdKeys, openEtcd, parseClusterConfig, parseHandoffRecord, underReplicatedSlots } from '../../../protocol/registry.js';
+import { rebalanceTarget, slotReplicaNames, slotsToMove } from '../../../protocol/slot-table.js';
+import type { CtlArgs, EtcdTarget } from '../args.js';
+import { readCluster, readClusterConfig } from '../etcd.js';
+import type { Io } from '../io.js';
+
+/** How often --wait looks at the config. */
+const POLL_MS = 500;
+
+type Keys = ReturnType<typeof etcdKeys>;
+
+export async function rebalance(args: CtlArgs, io: Io): Promise<void> {
+  const { target } = args;
+  if (target.kind !== 'etcd') throw new UsageError('rebalance works on an etcd cluster: give --etcd (a --servers list cannot move hash slots: its map is the list you pass)');
+  const etcd = openEtcd(target.hosts, args.timeoutMs);
+  try {
+    const keys = etcdKeys(target.prefix);
+    const config = await readClusterConfig(etcd, target);
+    if (args.cancel) return await cancel(etcd, keys, args, io);
+    if (config === undefined || config.replicas < 2) {
+      throw new Error(`rebalance moves hash slots by copying them, which needs a replicated cluster (kv-server --replicas 2 or 3); this cluster has ${config ? `--replicas ${config.replicas}` : 'no config yet'} (docs/cluster.md)`);
+    }
+    const pending = await etcd.get(keys.target).string();
+    if (pending !== null) {
+      if (!args.wait) throw new Error('a rebalance is in progress already: kvctl rebalance --wait follows it, --cancel takes it back');
+      return await follow(args, io, etcd, keys, parseClusterConfig(pending));
+    }
+    const draining = (await etcd.getAll().prefix(keys.drain).keys()).map((key) => key.slice(keys.drain.length));
+    if (draining.length > 0) throw new Error(`${draining.join(', ')} ${draining.length === 1 ? 'is' : 'are'} being drained: rebalance once the drain is done (or cancelled)`);
+    const short = underReplicatedSlots(config);
+    const syncing = config.slots.reduce((n, r) => (r.syncing.length > 0 ? n + r.to - r.from + 1 : n), 0);
+    if (short > 0 || syncing > 0) throw new Error(`repair is not done (${short} hash slots short of replicas, ${syncing} with members syncing into them): rebalance once it is (kvctl layout shows it)`);
+    const next = rebalanceTarget(config, await liveMembers(etcd, args.target as EtcdTarget, config.replicas));
+    const plan = next && describe(config, next);
+    if (next === undefined || plan === undefined) {
+      io.stdout(args.json ? JSON.stringify({ moves: 0, members: {} }) + '\n' : 'balanced: every hash slot already has the replicas its live members would be given\n');
+      return;
+    }
+    if (args.dryRun) {
+      io.stdout(args.json ? JSON.stringify({ dryRun: true, ...plan }) + '\n' : `${plan.text}(dry run: nothing written)\n`);
+      return;
+    }
+    const put = await etcd.if(keys.target, 'Create', '==', 0).and(keys.config, 'Mod', '==', await configRevision(etcd, keys)).then(etcd.put(keys.target).value(encodeClusterConfig(next))).commit();
+    if (!put.succeeded) throw new Error('the cluster changed while the rebalance was being written: run it again');
+    if (!args.wait) {
+      io.stdout(args.json ? JSON.stringify(plan) + '\n' : `${plan.text}rebalancing; kvctl rebalance --wait follows it, kvctl layout shows it\n`);
+      return;
+    }
+    io.stderr(plan.text);
+    await follow(args, io, etcd, keys, next);
+  } finally {
+    etcd.close();
+  }
+}
+
+/** The members a fresh placement would place: alive, registered with the cluster's --replicas (the controller's rule). */
+async function liveMembers(etcd: Etcd3, target: EtcdTarget, replicas: number): Promise<PlacedMember[]> {
+  const cluster = await readCluster(etcd, target);
+  const records = await etcd.getAll().prefix(etcdKeys(target.prefix).members).strings();
+  const placed: PlacedMember[] = [];
+  for (const name of cluster.members) {
+    if (!cluster.alive.has(name)) continue;
+    let record: Partial<MemberRecord> = {};
+    try {
+      record = JSON.parse(records[etcdKeys(target.prefix).member(name)] ?? '{}') as Partial<MemberRecord>;
+    } catch {
+      // no zone known
+    }
+    if (record.replicas !== undefined && record.replicas !== replicas) continue;
+    placed.push({ name, zone: typeof record.zone === 'string' ? record.zone : undefined });
+  }
+  return placed;
+}
+
+/** Per member: hash slots held (as a replica) and as primary, now and after; the hash slots that move. */
+function describe(config: ClusterConfig, next: ClusterConfig): { moves: number; members: Record<string, { held: [number, number]; primary: [number, number] }>; text: string } | undefined {
+  const moves = slotsToMove(config, next);
+  if (moves === 0) return undefined;
+  const members: Record<string, { held: [number, number]; primary: [number, number] }> = {};
+  const count = (names: string[][], after: 0 | 1) => {
+    for (const list of names) {
+      list.forEach((name, i) => {
+        const m = (members[name] ??= { held: [0, 0], primary: [0, 0] });
+        m.held[after]++;
+        if (i === 0) m.primary[after]++;
+      });
+    }
+  };
+  count(slotReplicaNames(config).names, 0);
+  count(slotReplicaNames(next).names, 1);
+  const lines = Object.entries(members)
+    .sort(([a], [b]) => (a < b ? -1 : 1))
+    .map(([name, m]) => `  ${name.padEnd(16)} holds ${String(m.held[0]).padStart(5)} -> ${String(m.held[1]).padStart(5)}   primary of ${String(m.primary[0]).padStart(5)} -> ${String(m.primary[1]).padStart(5)}\n`);
+  return { moves, members, text: `${moves} of ${SLOT_COUNT} hash slots change replicas:\n${lines.join('')}` };
+}
+
+async function configRevision(etcd: Etcd3, keys: Keys): Promise<string> {
+  return (await etcd.get(keys.config).exec()).kvs[0]?.mod_revision ?? '0';
+}
+
+/**
+ * --cancel: deletes the target and the handoff records not yet `moved` (their members grant read
+ * leases again: nothing moved away from them), in one transaction on them as read: a controller
+ * that moved hash slots meanwhile wins, and kvctl says to look again.
+ */
+async function cancel(etcd: Etcd3, keys: Keys, args: CtlArgs, io: Io): Promise<void> {
+  const stored = (await etcd.get(keys.target).exec()).kvs[0];
+  if (stored === undefined) {
+    io.stdout(args.json ? JSON.stringify({ cancelled: false }) + '\n' : 'no rebalance in progress\n');
+    return;
+  }
+  const handoffs = (await etcd.getAll().prefix(keys.handoff).exec()).kvs.filter((kv) => parseHandoffRecord(kv.value.toString())?.phase !== 'moved');
+  let txn = etcd.if(keys.target, 'Mod', '==', stored.mod_revision);
+  for (const kv of handoffs) txn = txn.and(kv.key.toString(), 'Mod', '==', kv.mod_revision);
+  const done = await txn.then(etcd.delete().key(keys.target), ...handoffs.map((kv) => etcd.delete().key(kv.key.toString()))).commit();
+  if (!done.succeeded) throw new Error('the rebalance moved on while being cancelled: cancel again');
+  const config = await readClusterConfig(etcd, args.target as EtcdTarget);
+  const left = config ? slotsToMove(config, parseClusterConfig(stored.value.toString())) : 0;
+  io.stdout(args.json ? JSON.stringify({ cancelled: true, notMoved: left }) + '\n' : `rebalance cancelled; ${left} hash slots had not moved (those that had stay moved)\n`);
+}
+
+/** --wait: a progress line per change on stderr, until the target is reached (or given up: exit 1). */
+async function follow(args: CtlArgs, io: Io, etcd: Etcd3, keys: Keys, goal: ClusterConfig): Promise<void> {
+  const started = performance.now();
+  const copiedAtStart = await copiedBytes(etcd, keys);
+  let first: number | undefined;
+  let last = '';
+  for (;;) {
+    const config = await readClusterConfig(etcd, args.target as EtcdTarget);
+    const left = config ? slotsToMove(config, goal) : SLOT_COUNT;
+    first ??= left;
+    const pending = (await etcd.get(keys.target).string()) !== null;
+    const seconds = ((performance.now() - started) / 1000).toFixed(1);
+    if (!pending) {
+      const copied = (await copiedBytes(etcd, keys)) - copiedAtStart;
+      if (args.json) io.stdout(JSON.stringify({ done: left === 0, moved: first - left, left, copiedBytes: copied, seconds: Number(seconds) }) + '\n');
+      else io.stdout(left === 0 ? `rebalanced: ${first} hash slots moved in ${seconds} s (${(copied / 1e6).toFixed(1)} MB copied)\n` : `rebalance given up or cancelled with ${left} hash slots not moved (the controller's log says why)\n`);
+      if (left !== 0) throw new Error('rebalance not finished');
+      return;
+    }
+    const handoffs = (await etcd.getAll().prefix(keys.handoff).strings());
+    const quiescing = Object.entries(handoffs).filter(([, v]) => parseHandoffRecord(v)?.phase !== 'moved').map(([k]) => k.slice(keys.handoff.length));
+    const syncing = config ? config.slots.reduce((n, r) => (r.syncing.length > 0 ? n + r.to - r.from + 1 : n), 0) : 0;
+    const mb = ((await copiedBytes(etcd, keys)) - copiedAtStart) / 1e6;
+    const line = `rebalance: ${left} of ${first} hash slots still to move, ${syncing} syncing, ${mb.toFixed(1)} MB copied${quiescing.length ? `, quiescing ${quiescing.join(', ')}` : ''} (config epoch ${config?.epoch ?? '-'})`;
+    if (line !== last) io.stderr(`${line}, ${seconds} s\n`);
+    last = line;
+    await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+  }
+}
+
+/** Bytes the copiers say they copied, over every repair record. */
+async function copiedBytes(etcd: Etcd3, keys: Keys): Promise<number> {
+  let bytes = 0;
+  for (const text of Object.values(await etcd.getAll().prefix(keys.repair).strings())) {
+    try {
+      const n = (JSON.parse(text) as Partial<RepairRecord>).bytes;
+      if (typeof n === 'number' && Number.isFinite(n)) bytes += n;
+    } catch {
+      // unreadable: not counted
+    }
+  }
+  return bytes;
+}
