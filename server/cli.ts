@@ -229,7 +229,7 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
         });
         drain = await Quiesce.start(registration.client, etcd.prefix, etcd.name, () => follower?.appliedEpoch ?? 0, logger);
         const copies = copier;
-        follower = await EpochFollower.start({ client: registration.client, prefix: etcd.prefix, name: etcd.name, server, logger, selfFenced: () => selfFence?.fenced === true, onApplied: (applied) => copies.configApplied(applied) });
+        follower = await EpochFollower.start({ client: registration.client, prefix: etcd.prefix, name: etcd.name, server, logger, selfFenced: () => selfFence?.fenced === true, onApplied: (applied) => copies.configApplied(applied), applyDelayMs: Number(process.env.RKV_TEST_APPLY_DELAY_MS) || 0 });
         const [following, controlling] = [follower, controller];
         server.watchReplication(() => ({ shortHashSlots: following.shortHashSlots, syncingHashSlots: following.syncingHashSlots, failovers: controlling.failovers }));
       }

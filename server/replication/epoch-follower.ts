@@ -45,6 +45,8 @@ export interface EpochFollowerOptions {
   selfFenced?: () => boolean;
   /** After each config is applied, its barriers passed (copier.ts starts its copies from here). */
   onApplied?: (config: ClusterConfig) => void;
+  /** Tests only (RKV_TEST_APPLY_DELAY_MS): each config is read and applied this much later, as by a member whose watch lags. */
+  applyDelayMs?: number;
 }
 
 /** After a failed read of config (etcd unreachable), the next one is tried this much later. */
@@ -91,6 +93,7 @@ export class EpochFollower {
   /** One round: read config and apply it. */
   private async follow(): Promise<void> {
     const generation = this.generation;
+    if (this.options.applyDelayMs) await new Promise((resolve) => setTimeout(resolve, this.options.applyDelayMs));
     const stored = await readStoredConfig(this.options.client, this.keys);
     const named = stored?.config ? await this.apply(stored.config) : false;
     if (named !== undefined && generation === this.generation) {

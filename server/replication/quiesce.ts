@@ -15,6 +15,9 @@
 // moved the hash slots, and this member grants leases again once it has
 // applied that config (leases carry the epoch applied, so a client still
 // routing by an older config counts none), then removes the record.
+// While a rebalance is pending (<prefix>/target) or this member's drain copies,
+// its leases are short (SHORT_LEASE_MS): when the quiesce comes, reads stall
+// only until those end, not for a whole lease (up to half of --etcd-ttl).
 import type { Etcd3, IKeyValue, Watcher } from 'etcd3';
 import type { Logger } from 'pino';
 
@@ -22,6 +25,8 @@ import { etcdKeys, parseDrainRecord, parseHandoffRecord } from '../../protocol/r
 
 /** Added to the last lease's end: timer lateness is on the safe side, this covers rounding. */
 const MARGIN_MS = 20;
+/** The longest read lease granted while a quiesce may come (clients renew at half of it). */
+export const SHORT_LEASE_MS = 500;
 /** How often a member whose hash slots moved looks whether it has applied that config yet. */
 const APPLIED_POLL_MS = 100;
 
@@ -43,7 +48,10 @@ export class Quiesce {
   private readonly timers = new Map<Kind, NodeJS.Timeout>();
   private readonly watchers: Watcher[] = [];
   private closed = false;
+  /** Whether <prefix>/target exists: a rebalance may ask this member to quiesce. */
+  private rebalancing = false;
   private readonly keys: Record<Kind, string>;
+  private readonly targetKey: string;
 
   private constructor(
     private readonly client: Etcd3,
@@ -55,6 +63,7 @@ export class Quiesce {
   ) {
     const keys = etcdKeys(prefix);
     this.keys = { drain: keys.drainKey(name), handoff: keys.handoffKey(name) };
+    this.targetKey = keys.target;
   }
 
   /** Watches this member's drain and handoff records (and reads them once: a member restarted while quiescing goes on). */
@@ -69,12 +78,21 @@ export class Quiesce {
       watcher.on('error', (error) => logger.warn({ err: error }, `${kind}: etcd watch failed; it retries`));
       await quiesce.reread(kind);
     }
+    const target = await client.watch().key(quiesce.targetKey).create();
+    quiesce.watchers.push(target);
+    target.on('put', () => void (quiesce.rebalancing = true));
+    target.on('delete', () => void (quiesce.rebalancing = false));
+    target.on('connected', () => void quiesce.rereadTarget());
+    target.on('error', (error) => logger.warn({ err: error }, 'rebalance: etcd watch failed; it retries'));
+    await quiesce.rereadTarget();
     return quiesce;
   }
 
   /** The read lease to grant now: none while quiescing; else `leaseMs`, whose end is remembered. */
   lease(leaseMs: number | undefined): number | undefined {
     if (this.quiescing()) return undefined;
+    const drain = this.states.get('drain')!;
+    if (leaseMs !== undefined && (this.rebalancing || drain.kv !== undefined)) leaseMs = Math.min(leaseMs, SHORT_LEASE_MS);
     if (leaseMs !== undefined && leaseMs > 0) this.grantedUntil = Math.max(this.grantedUntil, performance.now() + leaseMs);
     return leaseMs;
   }
@@ -91,6 +109,14 @@ export class Quiesce {
       if (state.untilEpoch === undefined || this.appliedEpoch() < state.untilEpoch) return true;
     }
     return false;
+  }
+
+  private async rereadTarget(): Promise<void> {
+    try {
+      this.rebalancing = (await this.client.get(this.targetKey).exec()).kvs.length > 0;
+    } catch (error) {
+      this.logger.warn({ err: error }, 'rebalance: cannot read the target; the watch tells');
+    }
   }
 
   private async reread(kind: Kind): Promise<void> {

@@ -37,7 +37,7 @@ export function leaseSeconds(): number {
   return Math.round(slow(2000) / 1000);
 }
 
-/** `count` kv-server processes on `scheme` with `--replicas replicas`, a 2 s lease (leaseSeconds) and `extra`, registered under `prefix`, once the controller placed them all. */
+/** `count` kv-server processes on `scheme` with `--replicas replicas`, a 2 s lease (leaseSeconds, or `ttlSeconds`) and `extra`, registered under `prefix`, once the controller placed them all. */
 export async function replicatedMembers(
   t: ExecutionContext,
   etcd: EtcdProcess,
@@ -46,12 +46,13 @@ export async function replicatedMembers(
   count: number,
   scheme: Scheme = 'shm',
   extra: readonly string[] = [],
+  ttlSeconds = leaseSeconds(),
 ): Promise<{ members: Member[]; placed: ClusterConfig; replicasOf: (key: string) => string[]; dir: string }> {
   const dir = clusterDir(t);
   const members: Member[] = [];
   t.teardown(() => stopAll(members));
   for (let i = 0; i < count; i++) {
-    const args = ['--etcd', etcd.url, '--etcd-prefix', prefix, '--etcd-ttl', `${leaseSeconds()}s`, '--name', `m${i}`, '--replicas', String(replicas), ...extra];
+    const args = ['--etcd', etcd.url, '--etcd-prefix', prefix, '--etcd-ttl', `${ttlSeconds}s`, '--name', `m${i}`, '--replicas', String(replicas), ...extra];
     members.push(await startMember(dir, i, args, await memberUrl(scheme, dir, i), REPLICAS_ON));
   }
   await eventually(() => placedAll(etcd.client, prefix, count), `the controller placed all ${count} members`, slow(30_000));

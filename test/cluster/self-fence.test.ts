@@ -27,7 +27,6 @@
 // The self-fence's own clock (fenced at the deadline, lifted by a keepalive
 // that comes back in time) is tested alone in test/server/self-fence.test.ts.
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { type Server, type Socket, createServer, connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -39,6 +38,7 @@ import { type ClusterConfig, etcdKeys } from '../../protocol/registry.js';
 import { readConfig } from '../../server/replication/config-store.js';
 import { slotReplicaNames } from '../../server/replication/placement.js';
 import { etcdForFile } from '../helpers/etcd.js';
+import { EtcdProxy } from '../helpers/etcd-proxy.js';
 import { MAY_HAVE_TAKEN_EFFECT, registerHistories } from '../helpers/history-operations.js';
 import { forkKvChild } from '../helpers/kv.js';
 import { isLinearizable } from '../helpers/linearizability.js';
@@ -51,50 +51,6 @@ import { REPLICAS_ON, leaseSeconds, placedAll } from './replicated-helpers.js';
 const test = needing(ava, 'etcd');
 
 const etcd = etcdForFile(test);
-
-/** A TCP proxy to etcd that the test can cut: every connection through it is dropped, and new ones too. */
-class EtcdProxy {
-  private readonly sockets = new Set<Socket>();
-  private cutOff = false;
-
-  private constructor(private readonly server: Server, readonly url: string) {}
-
-  static async start(target: string): Promise<EtcdProxy> {
-    const { hostname, port } = new URL(target);
-    const server = createServer();
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    const proxy = new EtcdProxy(server, `http://127.0.0.1:${(server.address() as { port: number }).port}`);
-    server.on('connection', (inbound) => {
-      if (proxy.cutOff) return void inbound.destroy();
-      const outbound = connect(Number(port), hostname);
-      for (const socket of [inbound, outbound]) {
-        proxy.sockets.add(socket);
-        socket.on('error', () => undefined);
-        socket.on('close', () => {
-          proxy.sockets.delete(socket);
-          inbound.destroy();
-          outbound.destroy();
-        });
-      }
-      inbound.pipe(outbound).pipe(inbound);
-    });
-    return proxy;
-  }
-
-  cut(): void {
-    this.cutOff = true;
-    for (const socket of this.sockets) socket.destroy();
-  }
-
-  heal(): void {
-    this.cutOff = false;
-  }
-
-  async close(): Promise<void> {
-    this.cut();
-    await new Promise((resolve) => this.server.close(resolve));
-  }
-}
 
 /**
  * Three members with --replicas 2 under `prefix`, m0 reaching etcd only through `memberProxy`; a

@@ -54,7 +54,12 @@ export async function rebalance(args: CtlArgs, io: Io): Promise<void> {
       return;
     }
     const put = await etcd.if(keys.target, 'Create', '==', 0).and(keys.config, 'Mod', '==', await configRevision(etcd, keys)).then(etcd.put(keys.target).value(encodeClusterConfig(next))).commit();
-    if (!put.succeeded) throw new Error('the cluster changed while the rebalance was being written: run it again');
+    if (!put.succeeded) {
+      // The controller may have started the same rebalance itself (a member joined): follow that one.
+      const started = await etcd.get(keys.target).string();
+      if (started !== null && args.wait) return await follow(args, io, etcd, keys, parseClusterConfig(started));
+      throw new Error(started !== null ? 'a rebalance started meanwhile (a member joined): kvctl rebalance --wait follows it' : 'the cluster changed while the rebalance was being written: run it again');
+    }
     if (!args.wait) {
       io.stdout(args.json ? JSON.stringify(plan) + '\n' : `${plan.text}rebalancing; kvctl rebalance --wait follows it, kvctl layout shows it\n`);
       return;

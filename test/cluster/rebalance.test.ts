@@ -1,0 +1,270 @@
+// Rebalancing a replicated cluster (issue 18; docs/cluster.md "Rebalancing"):
+//  - per provider: a member joins a loaded cluster of two (--replicas 2)
+//    under 4 writer and 2 reader processes recording histories; its share of
+//    hash slots moves to it with their keys (copied first): every key reads
+//    back through the new map, the new member holds its hash slots' keys, the
+//    placement is the one a fresh cluster of three would get, histories
+//    linearizable;
+//  - on the host: a client whose config is stale (its etcd cut) never reads
+//    the primary that gave a hash slot away once the new primary took a write
+//    (that member quiesced its read leases; it applies configs late here, so
+//    only the quiesce protects the read: the test fails without it);
+//  - kvctl rebalance on a frozen cluster: --dry-run writes nothing, --cancel,
+//    --wait; its refusals;
+//  - the pure functions (rebalance.ts).
+import ava from 'ava';
+
+import { KvClient } from '../../client/index.js';
+import { SLOT_COUNT, keySlot } from '../../protocol/hash-slots.js';
+import { type ClusterConfig, type SlotRange, etcdKeys, parseHandoffRecord } from '../../protocol/registry.js';
+import { encodeClusterConfig } from '../../protocol/config-codec.js';
+import { readConfig } from '../../server/replication/config-store.js';
+import { nextConfig, slotReplicaNames } from '../../server/replication/placement.js';
+import { handoffsDue, rebalanceTarget, slotsToMove, withMoveSyncing, withMoved } from '../../server/replication/rebalance.js';
+import { etcdForFile } from '../helpers/etcd.js';
+import { EtcdProxy } from '../helpers/etcd-proxy.js';
+import { loadPollMode, providersUnderTest, slow, testScale, testTimeoutMs } from '../helpers/providers.js';
+import { needing } from '../helpers/tools.js';
+import { kvctl } from '../server/helpers.js';
+import { type Member, clusterDir, eventually, memberUrl, nextStatus, startMember, stopAll } from './helpers.js';
+import { Load, REPLICAS_ON, incrAlone, leaseSeconds, placedAll, readAlone, replicatedMembers } from './replicated-helpers.js';
+
+const etcdTest = needing(ava, 'etcd');
+const etcd = etcdForFile(etcdTest);
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const memberArgs = (prefix: string, name: string, ttlSeconds = leaseSeconds()) => ['--etcd', etcd.url, '--etcd-prefix', prefix, '--etcd-ttl', `${ttlSeconds}s`, '--name', name, '--replicas', '2'];
+/**
+ * A longer etcd lease for the cases that time no failover: loading 200k keys (the servers take
+ * each PUT's notice) and copying them keeps a 2-core host busy enough that 2 s leases lapsed, which
+ * fails the member over and gives the rebalance up (as it should).
+ */
+const CALM_TTL = Math.round(slow(6000) / 1000);
+/** The placement a fresh cluster of `names` gets (per hash slot, replicas by name). */
+const fresh = (names: string[]) => slotReplicaNames(nextConfig(undefined, names.map((name) => ({ name })), 2)!).names;
+
+for (const scheme of providersUnderTest()) {
+  etcdTest.serial(`${scheme}: a member joins a loaded cluster (--replicas 2) under load: its share of hash slots moves to it with their keys; every key reads back, histories linearizable`, async (t) => {
+    const prefix = `/test-rebalance-join-${scheme}`;
+    const { members, dir } = await replicatedMembers(t, etcd, prefix, 2, 2, scheme, [], CALM_TTL);
+    const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs(), pollMode: loadPollMode() });
+    t.teardown(() => kv.close());
+    await nextStatus(kv, 'ready');
+    const count = Math.max(2000, Math.round(200_000 * testScale()));
+    const keys = Array.from({ length: count }, (_, i) => `j:${i}`);
+    for (let i = 0; i < count; i += 2000) await kv.putMany(keys.slice(i, i + 2000).map((key) => [key, `v:${key}`]));
+    await incrAlone(kv, 'j:counter', 7n);
+    t.log(`${count} keys loaded`);
+
+    const load = new Load(t, etcd, `etcd+${etcd.url}${prefix}`, slow(8000));
+    await sleep(slow(1000));
+    members.push(await startMember(dir, 2, memberArgs(prefix, 'm2', CALM_TTL), await memberUrl(scheme, dir, 2), REPLICAS_ON));
+    // The controller starts the rebalance itself; kvctl follows it.
+    await eventually(async () => (await etcd.client.get(etcdKeys(prefix).target).string()) !== null || (await readConfig(etcd.client, prefix))!.members.includes('m2'), 'the controller started a rebalance', slow(30_000));
+    const followed = await kvctl(['--etcd', etcd.url, '--etcd-prefix', prefix, '--json', 'rebalance', '--wait']);
+    t.is(followed.code, 0, followed.stderr);
+    const end = JSON.parse(followed.stdout.trim().split('\n').pop()!) as { done: boolean; moved: number; left: number };
+    t.like(end, { done: true, left: 0 });
+    t.log(`kvctl: ${followed.stderr.trim().split('\n').slice(-2).join(' | ')}`);
+    await load.check(t, prefix);
+
+    const after = (await readConfig(etcd.client, prefix))!;
+    const { names } = slotReplicaNames(after);
+    const wanted = fresh(['m0', 'm1', 'm2']);
+    t.true(names.every((list, slot) => list.join() === wanted[slot]!.join()), 'the placement a fresh cluster of three gets');
+    t.true(after.slots.every((range) => range.syncing.length === 0));
+    const primaries = names.filter((list) => list[0] === 'm2').length;
+    t.true(Math.abs(primaries - SLOT_COUNT / 3) < SLOT_COUNT * 0.03, `m2 is the primary of ${primaries} hash slots`);
+
+    const reader = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs() });
+    t.teardown(() => reader.close());
+    let lost = 0;
+    for (let i = 0; i < count; i += 2000) {
+      const chunk = keys.slice(i, i + 2000);
+      const values = await reader.getMany(chunk);
+      lost += values.filter((value, k) => String(value) !== `v:${chunk[k]}`).length;
+    }
+    t.is(lost, 0, 'every key loaded before the join reads back with its value');
+    t.is(await readAlone(() => reader.incr('j:counter', 0n)), 7n, 'a counter moved with its value');
+    // m2's own region holds the keys of the hash slots it replicates.
+    const direct = await KvClient.connect({ servers: [members[2]!.url], timeoutMs: testTimeoutMs() });
+    t.teardown(() => direct.close());
+    const sample = keys.filter((key) => names[keySlot(Buffer.from(key))]!.includes('m2')).slice(0, 300);
+    let held = 0;
+    for (const key of sample) if (String(await readAlone(() => direct.get(key))) === `v:${key}`) held++;
+    t.is(held, sample.length, 'm2 holds the keys of its hash slots');
+  });
+}
+
+// The rest is the same on any provider: on the host only.
+const onHost = providersUnderTest().includes('shm');
+
+if (onHost) etcdTest.serial('a client whose config is stale never reads the primary that gave a hash slot away, once the new primary took a write (the old primary quiesced its read leases)', async (t) => {
+  const prefix = '/test-rebalance-stale';
+  const dir = clusterDir(t);
+  const members: Member[] = [];
+  t.teardown(() => stopAll(members));
+  // m0 applies every config 3 s late: after the hand-over only its quiesce keeps a stale client from reading it.
+  members.push(await startMember(dir, 0, memberArgs(prefix, 'm0'), undefined, { ...REPLICAS_ON, RKV_TEST_APPLY_DELAY_MS: String(slow(3000)) }));
+  for (const i of [1, 2]) members.push(await startMember(dir, i, memberArgs(prefix, `m${i}`), undefined, REPLICAS_ON));
+  await eventually(() => placedAll(etcd.client, prefix, 3), 'three members placed', slow(60_000));
+  const { names } = slotReplicaNames((await readConfig(etcd.client, prefix))!);
+  let key = 'stale:0';
+  for (let i = 0; names[keySlot(Buffer.from(key))]![0] !== 'm0'; i++) key = `stale:${i}`;
+  const slot = keySlot(Buffer.from(key));
+
+  const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs() });
+  t.teardown(() => kv.close());
+  const proxy = await EtcdProxy.start(etcd.url);
+  t.teardown(() => proxy.close());
+  const stale = await KvClient.connect({ etcd: { hosts: proxy.url, prefix }, timeoutMs: slow(1500) });
+  t.teardown(() => stale.close());
+  stale.on('error', () => undefined); // its etcd watch fails once cut: it keeps the config it has
+  await eventually(async () => kv.status === 'ready' && stale.status === 'ready', 'both clients reach every member');
+  await kv.put(key, 'before');
+  t.is(String(await stale.get(key)), 'before', 'through m0, its primary');
+
+  // A target without m0 (what kvctl rebalance writes, for another member set): m0 gives every hash slot away.
+  const keys = etcdKeys(prefix);
+  await etcd.client.put(keys.target).value(encodeClusterConfig(nextConfig(undefined, [{ name: 'm1' }, { name: 'm2' }], 2)!));
+  // Cut the stale client off etcd while m0 quiesces, with the latest config (m0 still the key's primary).
+  const staleConfig = () => (stale as unknown as { source: { config?: ClusterConfig } }).source.config;
+  await eventually(async () => {
+    const text = await etcd.client.get(keys.handoffKey('m0')).string();
+    return text !== null && parseHandoffRecord(text)?.phase === 'quiesce' && staleConfig()?.epoch === (await readConfig(etcd.client, prefix))!.epoch;
+  }, 'm0 quiesces, the stale client has the latest config', slow(60_000));
+  proxy.cut();
+  t.is(slotReplicaNames(staleConfig()!).names[slot]![0], 'm0', 'the stale client routes the key to m0');
+  await eventually(async () => !slotReplicaNames((await readConfig(etcd.client, prefix))!).names[slot]!.includes('m0'), 'the key\'s hash slot left m0', slow(30_000));
+  await kv.put(key, 'after');
+  const read = await stale.get(key).then(
+    (value) => ({ value: String(value) }),
+    (error: { code?: string }) => ({ error: error.code }),
+  );
+  t.deepEqual(read, { error: 'KV_READ_LEASE_LAPSED' }, 'the stale client does not read "before" from m0 after "after" was acknowledged');
+  t.is(String(await kv.get(key)), 'after');
+  await eventually(async () => (await etcd.client.get(keys.target).string()) === null, 'the rebalance ends', slow(30_000));
+});
+
+if (onHost) etcdTest.serial('kvctl rebalance on a frozen cluster: a joined member waits; --dry-run writes nothing, --cancel takes it back, --wait moves it in; refusals', async (t) => {
+  const prefix = '/test-rebalance-kvctl';
+  const { members, dir } = await replicatedMembers(t, etcd, prefix, 2, 2, 'shm', [], CALM_TTL);
+  const target = ['--etcd', etcd.url, '--etcd-prefix', prefix];
+  const balanced = await kvctl([...target, 'rebalance']);
+  t.is(balanced.code, 0, balanced.stderr);
+  t.regex(balanced.stdout, /^balanced: every hash slot already has the replicas its live members would be given/);
+  // Frozen, as a failover or a drain leaves it: a member that joins gets no hash slot by itself.
+  const keys = etcdKeys(prefix);
+  await etcd.client.put(keys.frozen).value(JSON.stringify({ since: new Date().toISOString(), epoch: 0 }));
+  const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs() });
+  t.teardown(() => kv.close());
+  await kv.putMany(Array.from({ length: 500 }, (_, i) => [`k:${i}`, `v:${i}`]));
+  members.push(await startMember(dir, 2, memberArgs(prefix, 'm2', CALM_TTL), undefined, REPLICAS_ON));
+  await sleep(slow(1500));
+  t.false((await readConfig(etcd.client, prefix))!.members.includes('m2'), 'frozen: m2 is not placed by itself');
+
+  const dry = await kvctl([...target, 'rebalance', '--dry-run']);
+  t.is(dry.code, 0, dry.stderr);
+  t.regex(dry.stdout, /^\d+ of 16384 hash slots change replicas:\n/);
+  t.regex(dry.stdout, /m2 +holds +0 -> +\d+ +primary of +0 -> +\d+/);
+  t.regex(dry.stdout, /\(dry run: nothing written\)/);
+  t.is(await etcd.client.get(keys.target).string(), null, 'nothing written');
+
+  // The controller stopped (well within its lease) while kvctl starts a rebalance and cancels it: nothing moves meanwhile.
+  const controller = (JSON.parse((await etcd.client.get(keys.controller).string())!) as { name: string }).name;
+  const stopped = members[Number(controller.slice(1))]!.process.child;
+  stopped.kill('SIGSTOP');
+  let resumed = false;
+  const resume = () => void (resumed || (stopped.kill('SIGCONT'), (resumed = true)));
+  t.teardown(resume);
+  const started = await kvctl([...target, '--json', 'rebalance']);
+  t.is(started.code, 0, started.stderr);
+  const plan = JSON.parse(started.stdout) as { moves: number; members: Record<string, { held: number[] }> };
+  t.true(plan.moves > 0);
+  t.is(plan.members.m2!.held[0], 0);
+  const again = await kvctl([...target, 'rebalance']);
+  t.is(again.code, 1);
+  t.regex(again.stderr, /a rebalance is in progress already/);
+  const cancelled = await kvctl([...target, 'rebalance', '--cancel']);
+  t.is(cancelled.code, 0, cancelled.stderr);
+  t.regex(cancelled.stdout, /rebalance cancelled; \d+ hash slots had not moved/);
+  t.is(await etcd.client.get(keys.target).string(), null);
+  resume();
+  t.deepEqual(Object.values(await etcd.client.getAll().prefix(keys.handoff).strings()).filter((v) => parseHandoffRecord(v)?.phase !== 'moved'), [], 'no member is left quiesced');
+
+  // Once the cancelled copies are dropped (repair's rule), a new rebalance goes to the end.
+  await eventually(async () => (await readConfig(etcd.client, prefix))!.slots.every((r) => r.syncing.length === 0), 'the cancelled copies stop', slow(30_000));
+  const done = await kvctl([...target, 'rebalance', '--wait']);
+  t.is(done.code, 0, done.stderr);
+  t.regex(done.stdout, /^rebalanced: \d+ hash slots moved in [\d.]+ s/);
+  t.regex(done.stderr, /rebalance: \d+ of \d+ hash slots still to move/);
+  const { names } = slotReplicaNames((await readConfig(etcd.client, prefix))!);
+  const wanted = fresh(['m0', 'm1', 'm2']);
+  t.true(names.every((list, slot) => list.join() === wanted[slot]!.join()));
+  const values = await kv.getMany(Array.from({ length: 500 }, (_, i) => `k:${i}`));
+  t.deepEqual(values.map(String), Array.from({ length: 500 }, (_, i) => `v:${i}`));
+
+  const usage = await kvctl(['rebalance']);
+  t.is(usage.code, 2);
+  t.regex(usage.stderr, /rebalance works on an etcd cluster/);
+  const single = '/test-rebalance-single';
+  const one = await startMember(clusterDir(t), 0, ['--etcd', etcd.url, '--etcd-prefix', single, '--etcd-ttl', '2s', '--name', 's0'], undefined, REPLICAS_ON);
+  t.teardown(() => one.process.stop('SIGTERM'));
+  await eventually(async () => (await readConfig(etcd.client, single)) !== undefined, 'the config is written', slow(10_000));
+  const n1 = await kvctl(['--etcd', etcd.url, '--etcd-prefix', single, 'rebalance']);
+  t.is(n1.code, 1);
+  t.regex(n1.stderr, /needs a replicated cluster \(kv-server --replicas 2 or 3\); this cluster has --replicas 1/);
+});
+
+/** A config of two members (a, b) with --replicas 2 over all hash slots: a primary of 0..8191, b of the rest. */
+function twoMembers(): ClusterConfig {
+  const slots: SlotRange[] = [
+    { from: 0, to: 8191, replicas: [0, 1], syncing: [], epoch: 3 },
+    { from: 8192, to: SLOT_COUNT - 1, replicas: [1, 0], syncing: [], epoch: 3 },
+  ];
+  return { epoch: 3, replicas: 2, members: ['a', 'b'], slots };
+}
+
+ava('rebalance steps: the target\'s new members sync in; a hash slot moves once copied, one whose primary changes only with that primary quiet, all of its such hash slots at once', (t) => {
+  const config = twoMembers();
+  const goal = rebalanceTarget(config, [{ name: 'a' }, { name: 'b' }, { name: 'c' }])!;
+  t.truthy(goal);
+  const moving = slotsToMove(config, goal);
+  t.true(moving > SLOT_COUNT / 2 && moving < SLOT_COUNT, `${moving} hash slots move`);
+  t.is(rebalanceTarget(goal, [{ name: 'a' }, { name: 'b' }, { name: 'c' }]), undefined, 'a placed cluster has nothing to move');
+
+  const syncing = withMoveSyncing(config, goal)!;
+  t.is(syncing.epoch, 4);
+  const s = slotReplicaNames(syncing);
+  const want = slotReplicaNames(goal).names;
+  for (let slot = 0; slot < SLOT_COUNT; slot++) {
+    const needs = want[slot]!.includes('c');
+    if (s.syncing[slot]!.join() !== (needs ? 'c' : '') || s.epochs[slot] !== (needs ? 4 : 3)) t.fail(`hash slot ${slot}: syncing ${s.syncing[slot]} at ${s.epochs[slot]}`);
+  }
+  t.is(withMoveSyncing(syncing, goal), undefined, 'nothing more to add');
+  t.is(withMoved(syncing, goal, new Map(), new Set()), undefined, 'nothing copied: nothing moves');
+  t.deepEqual(handoffsDue(syncing, goal, new Map()), []);
+
+  // Copies of c done at epoch 4 everywhere: hash slots keeping their primary move at once; a and b must quiesce for the rest.
+  const copied = new Map([['c', [{ from: 0, to: SLOT_COUNT - 1, epoch: 4 }]]]);
+  t.deepEqual(handoffsDue(syncing, goal, copied).sort(), ['a', 'b']);
+  const backups = withMoved(syncing, goal, copied, new Set())!;
+  t.deepEqual(backups.handedOver, []);
+  const b = slotReplicaNames(backups.config);
+  for (let slot = 0; slot < SLOT_COUNT; slot++) {
+    const samePrimary = s.names[slot]![0] === want[slot]![0];
+    const expected = samePrimary ? want[slot]! : s.names[slot]!;
+    if (b.names[slot]!.join() !== expected.join()) t.fail(`hash slot ${slot}: ${b.names[slot]} (want ${expected})`);
+  }
+  // a quiet: every hash slot a gives away as primary moves, at one epoch; b's wait.
+  const movedA = withMoved(backups.config, goal, copied, new Set(['a']))!;
+  t.deepEqual(movedA.handedOver, ['a']);
+  const m = slotReplicaNames(movedA.config);
+  for (let slot = 0; slot < SLOT_COUNT; slot++) {
+    if (s.names[slot]![0] === 'a' && m.names[slot]!.join() !== want[slot]!.join()) t.fail(`hash slot ${slot} of a did not move`);
+    if (s.names[slot]![0] === 'b' && want[slot]![0] !== 'b' && m.names[slot]![0] !== 'b') t.fail(`hash slot ${slot} of b moved without b quiet`);
+  }
+  const last = withMoved(movedA.config, goal, copied, new Set(['b']))!;
+  t.deepEqual(last.handedOver, ['b']);
+  t.is(slotsToMove(last.config, goal), 0, 'the target is reached');
+  t.true(last.config.slots.every((r) => r.syncing.length === 0));
+});
