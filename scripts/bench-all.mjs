@@ -18,6 +18,7 @@ const benchmarks = [
   ['replication: put and get at --replicas 1 and 2 on three kv-servers (etcd), interleaved', 'dist/bench/kv/replication.js', []],
   ['failover: kill a primary at --replicas 2, time to the first successful write of its key (10 kills)', 'dist/bench/kv/failover.js', []],
   ['repair: a member restarted empty after its failover, copied back by its partners (MB/s)', 'dist/bench/kv/repair.js', []],
+  ['migration: a third member joins two holding 100k keys, rebalanced by copying, foreground GET/PUT latency before, during and after', 'dist/bench/kv/migration.js', []],
   ['a cache under eviction: read-through over zipfian keys, rdma-kv --eviction vs redis allkeys-* (npm run bench:cache)', 'bin/kv-bench.js', ['cache', '--db', 'rdma-kv,redis', '--eviction', 'none,lru,lfu']],
 ];
 

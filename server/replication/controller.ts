@@ -39,7 +39,7 @@ import type { Logger } from 'pino';
 import type { PlacedMember } from '../../protocol/hash-slots.js';
 import { type ClusterConfig, type ControllerRecord, type DrainRecord, type MemberRecord, type RepairRecord, etcdKeys, parseDrainRecord, slotsHeld } from '../../protocol/registry.js';
 import { readStoredConfig, writeConfig } from './config-store.js';
-import { rebalanceRound } from './rebalance-round.js';
+import { clearHandoffs, rebalanceRound } from './rebalance-round.js';
 import { rebalanceTarget, slotsToMove } from '../../protocol/slot-table.js';
 import { encodeClusterConfig } from '../../protocol/config-codec.js';
 import { SerialRounds } from './rounds.js';
@@ -162,6 +162,7 @@ export class ReplicationController {
           if (await rebalanceRound({ client, keys, logger, leaseId }, view)) this.rounds.runAgain();
           return;
         }
+        await clearHandoffs({ client, keys, logger, leaseId });
         const live = placed.filter((member) => alive.has(member.name));
         if (drains.size > 0 || (await this.frozen(stored.config))) {
           await this.repair(stored.config, stored.modRevision, live, leaseId, drains);
@@ -169,7 +170,7 @@ export class ReplicationController {
         }
         // A member joined (or changed zone): the hash slots it takes move with their keys, by copying.
         const goal = rebalanceTarget(stored.config, live);
-        if (goal !== undefined) {
+        if (goal !== undefined && stored.config.slots.every((range) => range.syncing.length === 0)) {
           const wrote = await client.if(keys.target, 'Create', '==', 0).and(keys.config, 'Mod', '==', stored.modRevision).and(keys.controller, 'Lease', '==', leaseId)
             .then(client.put(keys.target).value(encodeClusterConfig(goal))).commit();
           if (wrote.succeeded) logger.warn({ members: goal.members, toMove: slotsToMove(stored.config, goal) }, 'controller: the members changed: rebalancing, the hash slots that move copied first');

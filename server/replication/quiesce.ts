@@ -134,12 +134,16 @@ export class Quiesce {
     const text = kv?.value.toString();
     let phase: string | undefined;
     let untilEpoch: number | undefined;
+    let since: string | undefined;
     if (kv !== undefined && kind === 'drain') {
-      phase = parseDrainRecord(text!)?.phase ?? 'copying';
+      const record = parseDrainRecord(text!);
+      phase = record?.phase ?? 'copying';
+      since = record?.since;
     } else if (kv !== undefined) {
       const record = parseHandoffRecord(text!);
       phase = record?.phase ?? 'quiesce';
       untilEpoch = record?.epoch;
+      since = record?.since;
     }
     this.states.set(kind, { quiescing: phase !== undefined && phase !== 'copying', untilEpoch, kv });
     const after = this.quiescing();
@@ -147,7 +151,8 @@ export class Quiesce {
     if (!after && before) this.logger.warn({ member: this.name, record: kind }, `${kind}: granting read leases again`);
     clearTimeout(this.timers.get(kind));
     if (kv && phase === 'quiesce') {
-      const quiet = JSON.stringify({ ...(JSON.parse(text!) as object), phase: 'quiet' });
+      // A record as the formats say, whatever was there (an unreadable one counts as `quiesce`).
+      const quiet = JSON.stringify({ since: since ?? new Date().toISOString(), phase: 'quiet' });
       this.later(kind, () => void this.sayQuiet(kind, kv.mod_revision, quiet), Math.max(0, this.grantedUntil - performance.now()) + MARGIN_MS);
     }
     if (kv && phase === 'moved') this.later(kind, () => void this.removeMoved(kind, kv.mod_revision), 0);

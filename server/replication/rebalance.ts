@@ -23,7 +23,10 @@ export { rebalanceTarget, slotsToMove };
 type Copied = ReadonlyMap<string, readonly CopiedRange[]>;
 type Slots = ReturnType<typeof slotReplicaNames>;
 
-/** Step 1: every target member that neither replicates nor syncs into a hash slot syncs into it, at a new epoch. undefined: none missing. */
+/**
+ * Step 1: every target member that neither replicates nor syncs into a hash slot syncs into it,
+ * and members syncing that the target does not name stop, at a new epoch. undefined: none missing.
+ */
 export function withMoveSyncing(config: ClusterConfig, target: ClusterConfig): ClusterConfig | undefined {
   const now = slotReplicaNames(config);
   const wanted = slotReplicaNames(target).names;
@@ -39,14 +42,17 @@ export function withMoveSyncing(config: ClusterConfig, target: ClusterConfig): C
   const syncing: number[][] = [];
   const epochs = new Uint32Array(SLOT_COUNT);
   for (let slot = 0; slot < SLOT_COUNT; slot++) {
-    const holding = [...now.names[slot]!, ...now.syncing[slot]!];
+    // Members syncing that the target does not name (a cancelled move's) stop taking writes: they would fill the room.
+    const kept = now.syncing[slot]!.filter((name) => wanted[slot]!.includes(name));
+    const holding = [...now.names[slot]!, ...kept];
     // The config's table has room for --replicas syncing members; a hash slot without a live replica has no one to copy from.
-    const room = now.names[slot]!.length > 0 ? config.replicas - now.syncing[slot]!.length : 0;
+    const room = now.names[slot]!.length > 0 ? config.replicas - kept.length : 0;
     const adds = wanted[slot]!.filter((name) => !holding.includes(name)).slice(0, Math.max(0, room));
+    const moves = adds.length > 0 || kept.length < now.syncing[slot]!.length;
     replicas[slot] = now.names[slot]!.map(indexOf);
-    syncing[slot] = [...now.syncing[slot]!, ...adds].map(indexOf);
-    epochs[slot] = adds.length > 0 ? epoch : now.epochs[slot]!;
-    changed ||= adds.length > 0;
+    syncing[slot] = (moves ? [...kept, ...adds] : now.syncing[slot]!).map(indexOf);
+    epochs[slot] = moves ? epoch : now.epochs[slot]!;
+    changed ||= moves;
   }
   if (!changed) return undefined;
   return { epoch, replicas: config.replicas, members, slots: toRanges(replicas, epochs, syncing) };
@@ -57,6 +63,15 @@ function slotReady(now: Slots, wanted: string[][], copied: Copied, slot: number)
   if (now.names[slot]!.length === 0) return false; // no live replica to hand over from
   const epoch = now.epochs[slot]!;
   return wanted[slot]!.every((name) => now.names[slot]!.includes(name) || (now.syncing[slot]!.includes(name) && (copied.get(name)?.some((c) => c.epoch === epoch && c.from <= slot && slot <= c.to) ?? false)));
+}
+
+/** The members that are the primary of some hash slot whose target primary is another: those a rebalance has yet to hand over. */
+export function primariesLeaving(config: ClusterConfig, target: ClusterConfig): Set<string> {
+  const now = slotReplicaNames(config).names;
+  const wanted = slotReplicaNames(target).names;
+  const names = new Set<string>();
+  for (let slot = 0; slot < SLOT_COUNT; slot++) if (now[slot]!.length > 0 && now[slot]![0] !== wanted[slot]![0]) names.add(now[slot]![0]!);
+  return names;
 }
 
 /** The hash slots whose primary is `name` and whose target primary is another member. */
@@ -106,7 +121,8 @@ export function withMoved(config: ClusterConfig, target: ClusterConfig, copied: 
     const want = wanted[slot]!;
     const moves = !sameList(names, want) && slotReady(now, wanted, copied, slot) && (names[0] === want[0] || handedOver.has(names[0]!));
     replicas[slot] = (moves ? want : names).map(indexOf);
-    syncing[slot] = (moves ? now.syncing[slot]!.filter((name) => !want.includes(name)) : now.syncing[slot]!).map(indexOf);
+    // Every member the target names is a replica now; any other syncing one stops taking writes.
+    syncing[slot] = (moves ? [] : now.syncing[slot]!).map(indexOf);
     epochs[slot] = moves ? epoch : now.epochs[slot]!;
     changed ||= moves;
   }

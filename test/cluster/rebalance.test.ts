@@ -26,7 +26,7 @@ import { EtcdProxy } from '../helpers/etcd-proxy.js';
 import { loadPollMode, providersUnderTest, slow, testScale, testTimeoutMs } from '../helpers/providers.js';
 import { needing } from '../helpers/tools.js';
 import { kvctl } from '../server/helpers.js';
-import { type Member, clusterDir, eventually, memberUrl, nextStatus, startMember, stopAll } from './helpers.js';
+import { type Member, clusterDir, eventually, memberUrl, nextStatus, restartMember, startMember, stopAll } from './helpers.js';
 import { Load, REPLICAS_ON, incrAlone, leaseSeconds, placedAll, readAlone, replicatedMembers } from './replicated-helpers.js';
 
 const etcdTest = needing(ava, 'etcd');
@@ -41,6 +41,22 @@ const memberArgs = (prefix: string, name: string, ttlSeconds = leaseSeconds()) =
 const CALM_TTL = Math.round(slow(6000) / 1000);
 /** The placement a fresh cluster of `names` gets (per hash slot, replicas by name). */
 const fresh = (names: string[]) => slotReplicaNames(nextConfig(undefined, names.map((name) => ({ name })), 2)!).names;
+
+/** `run`, or a failure naming what did not end, with the members' last warnings (their logs are otherwise not shown). */
+async function within<T>(run: Promise<T>, ms: number, what: string, members: readonly Member[]): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      const logs = members.map((m, i) => `m${i}:\n${m.process.stderr().split('\n').filter((line) => /"level":(40|50)/.test(line)).slice(-12).join('\n')}`);
+      reject(new Error(`${what}: not done within ${ms} ms\n${logs.join('\n')}`));
+    }, ms);
+  });
+  try {
+    return await Promise.race([run, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
 
 for (const scheme of providersUnderTest()) {
   etcdTest.serial(`${scheme}: a member joins a loaded cluster (--replicas 2) under load: its share of hash slots moves to it with their keys; every key reads back, histories linearizable`, async (t) => {
@@ -60,11 +76,11 @@ for (const scheme of providersUnderTest()) {
     members.push(await startMember(dir, 2, memberArgs(prefix, 'm2', CALM_TTL), await memberUrl(scheme, dir, 2), REPLICAS_ON));
     // The controller starts the rebalance itself; kvctl follows it.
     await eventually(async () => (await etcd.client.get(etcdKeys(prefix).target).string()) !== null || (await readConfig(etcd.client, prefix))!.members.includes('m2'), 'the controller started a rebalance', slow(30_000));
-    const followed = await kvctl(['--etcd', etcd.url, '--etcd-prefix', prefix, '--json', 'rebalance', '--wait']);
+    const followed = await within(kvctl(['--etcd', etcd.url, '--etcd-prefix', prefix, '--json', 'rebalance', '--wait']), slow(150_000), 'the rebalance', members);
     t.is(followed.code, 0, followed.stderr);
     const end = JSON.parse(followed.stdout.trim().split('\n').pop()!) as { done: boolean; moved: number; left: number };
     t.like(end, { done: true, left: 0 });
-    t.log(`kvctl: ${followed.stderr.trim().split('\n').slice(-2).join(' | ')}`);
+    t.log(`kvctl: ${followed.stderr.trim().split('\n').slice(-2).join(' | ')} | ${JSON.stringify(end)}`);
     await load.check(t, prefix);
 
     const after = (await readConfig(etcd.client, prefix))!;
@@ -214,6 +230,43 @@ if (onHost) etcdTest.serial('kvctl rebalance on a frozen cluster: a joined membe
   t.is(n1.code, 1);
   t.regex(n1.stderr, /needs a replicated cluster \(kv-server --replicas 2 or 3\); this cluster has --replicas 1/);
 });
+
+for (const victim of ['m2', 'm0'] as const) {
+  if (onHost) etcdTest.serial(`${victim === 'm2' ? 'the joining member' : 'a source primary'} SIGKILLed mid-copy: the rebalance is given up, the config ends consistent (every hash slot 2 replicas, none syncing) and nothing acknowledged is lost; ${victim === 'm2' ? 'restarted, kvctl rebalance completes' : 'repair fills in'}`, async (t) => {
+    const prefix = `/test-rebalance-kill-${victim}`;
+    // Copies at 1 MB/s per primary: 4,000 keys of 1 KiB take seconds, so the kill lands mid-copy.
+    const slowCopy = ['--repair-rate', '1', '--replace-after', '1s'];
+    const { members, dir } = await replicatedMembers(t, etcd, prefix, 2, 2, 'shm', slowCopy, CALM_TTL);
+    const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs() });
+    t.teardown(() => kv.close());
+    const value = Buffer.alloc(1024, 'k');
+    const keys = Array.from({ length: 4000 }, (_, i) => `kill:${i}`);
+    for (let i = 0; i < keys.length; i += 500) await kv.putMany(keys.slice(i, i + 500).map((key) => [key, value]));
+    members.push(await startMember(dir, 2, [...memberArgs(prefix, 'm2', CALM_TTL), ...slowCopy], undefined, REPLICAS_ON));
+    const keysOf = etcdKeys(prefix);
+    await eventually(async () => (await etcd.client.get(keysOf.target).string()) !== null && (await readConfig(etcd.client, prefix))!.slots.some((r) => r.syncing.length > 0), 'the rebalance copies', slow(30_000));
+    await members[Number(victim.slice(1))]!.process.stop('SIGKILL');
+    await eventually(async () => {
+      const config = (await readConfig(etcd.client, prefix))!;
+      return (await etcd.client.get(keysOf.target).string()) === null && config.slots.every((r) => r.replicas.length === 2 && r.syncing.length === 0 && !r.replicas.includes(config.members.indexOf(victim)));
+    }, 'the rebalance is given up and every hash slot has two live replicas', slow(60_000));
+    t.deepEqual(Object.values(await etcd.client.getAll().prefix(keysOf.handoff).strings()).filter((v) => parseHandoffRecord(v)?.phase !== 'moved'), [], 'no member is left quiesced');
+    await kv.put('kill:after', 'x');
+    const values = await kv.getMany(keys);
+    t.is(values.filter((v) => v === undefined || !Buffer.from(v).equals(value)).length, 0, 'every key loaded before reads back');
+    t.is(String(await kv.get('kill:after')), 'x');
+    if (victim === 'm2') {
+      await restartMember(members[2]!, REPLICAS_ON);
+      const done = await kvctl(['--etcd', etcd.url, '--etcd-prefix', prefix, 'rebalance', '--wait']);
+      t.is(done.code, 0, done.stderr);
+      const { names } = slotReplicaNames((await readConfig(etcd.client, prefix))!);
+      const wanted = fresh(['m0', 'm1', 'm2']);
+      t.true(names.every((list, slot) => list.join() === wanted[slot]!.join()), 'the placement of three');
+      const again = await kv.getMany(keys);
+      t.is(again.filter((v) => v === undefined || !Buffer.from(v).equals(value)).length, 0, 'every key reads back after the rebalance');
+    }
+  });
+}
 
 /** A config of two members (a, b) with --replicas 2 over all hash slots: a primary of 0..8191, b of the rest. */
 function twoMembers(): ClusterConfig {

@@ -35,8 +35,13 @@ export async function rebalance(args: CtlArgs, io: Io): Promise<void> {
     }
     const pending = await etcd.get(keys.target).string();
     if (pending !== null) {
+      if (args.dryRun) {
+        const plan = describe(config, parseClusterConfig(pending));
+        io.stdout(args.json ? JSON.stringify({ dryRun: true, inProgress: true, ...(plan ?? { moves: 0, members: {} }) }) + '\n' : `${plan?.text ?? 'every hash slot has moved; '}(a rebalance is in progress: nothing written)\n`);
+        return;
+      }
       if (!args.wait) throw new Error('a rebalance is in progress already: kvctl rebalance --wait follows it, --cancel takes it back');
-      return await follow(args, io, etcd, keys, parseClusterConfig(pending));
+      return await follow(args, io, etcd, keys, pending);
     }
     const draining = (await etcd.getAll().prefix(keys.drain).keys()).map((key) => key.slice(keys.drain.length));
     if (draining.length > 0) throw new Error(`${draining.join(', ')} ${draining.length === 1 ? 'is' : 'are'} being drained: rebalance once the drain is done (or cancelled)`);
@@ -57,7 +62,7 @@ export async function rebalance(args: CtlArgs, io: Io): Promise<void> {
     if (!put.succeeded) {
       // The controller may have started the same rebalance itself (a member joined): follow that one.
       const started = await etcd.get(keys.target).string();
-      if (started !== null && args.wait) return await follow(args, io, etcd, keys, parseClusterConfig(started));
+      if (started !== null && args.wait) return await follow(args, io, etcd, keys, started);
       throw new Error(started !== null ? 'a rebalance started meanwhile (a member joined): kvctl rebalance --wait follows it' : 'the cluster changed while the rebalance was being written: run it again');
     }
     if (!args.wait) {
@@ -65,7 +70,7 @@ export async function rebalance(args: CtlArgs, io: Io): Promise<void> {
       return;
     }
     io.stderr(plan.text);
-    await follow(args, io, etcd, keys, next);
+    await follow(args, io, etcd, keys, encodeClusterConfig(next));
   } finally {
     etcd.close();
   }
@@ -118,8 +123,10 @@ async function configRevision(etcd: Etcd3, keys: Keys): Promise<string> {
 
 /**
  * --cancel: deletes the target and the handoff records not yet `moved` (their members grant read
- * leases again: nothing moved away from them), in one transaction on them as read: a controller
- * that moved hash slots meanwhile wins, and kvctl says to look again.
+ * leases again: nothing moved away from them), and freezes placement (else the controller would
+ * start the same rebalance again; repair then drops the copies not finished), in one transaction
+ * on them as read: a controller that moved hash slots or asked for a quiesce meanwhile wins, and
+ * kvctl says to cancel again.
  */
 async function cancel(etcd: Etcd3, keys: Keys, args: CtlArgs, io: Io): Promise<void> {
   const stored = (await etcd.get(keys.target).exec()).kvs[0];
@@ -130,15 +137,20 @@ async function cancel(etcd: Etcd3, keys: Keys, args: CtlArgs, io: Io): Promise<v
   const handoffs = (await etcd.getAll().prefix(keys.handoff).exec()).kvs.filter((kv) => parseHandoffRecord(kv.value.toString())?.phase !== 'moved');
   let txn = etcd.if(keys.target, 'Mod', '==', stored.mod_revision);
   for (const kv of handoffs) txn = txn.and(kv.key.toString(), 'Mod', '==', kv.mod_revision);
-  const done = await txn.then(etcd.delete().key(keys.target), ...handoffs.map((kv) => etcd.delete().key(kv.key.toString()))).commit();
+  const frozen = etcd.put(keys.frozen).value(JSON.stringify({ since: new Date().toISOString(), rebalanceCancelled: true }));
+  const done = await txn.then(etcd.delete().key(keys.target), ...handoffs.map((kv) => etcd.delete().key(kv.key.toString())), frozen).commit();
   if (!done.succeeded) throw new Error('the rebalance moved on while being cancelled: cancel again');
   const config = await readClusterConfig(etcd, args.target as EtcdTarget);
   const left = config ? slotsToMove(config, parseClusterConfig(stored.value.toString())) : 0;
   io.stdout(args.json ? JSON.stringify({ cancelled: true, notMoved: left }) + '\n' : `rebalance cancelled; ${left} hash slots had not moved (those that had stay moved)\n`);
 }
 
-/** --wait: a progress line per change on stderr, until the target is reached (or given up: exit 1). */
-async function follow(args: CtlArgs, io: Io, etcd: Etcd3, keys: Keys, goal: ClusterConfig): Promise<void> {
+/**
+ * --wait: a progress line per change on stderr, until config has the target's replicas everywhere
+ * (done), or the target goes or changes first (given up, cancelled, or replaced by another: exit 1).
+ */
+async function follow(args: CtlArgs, io: Io, etcd: Etcd3, keys: Keys, goalText: string): Promise<void> {
+  const goal = parseClusterConfig(goalText);
   const started = performance.now();
   const copiedAtStart = await copiedBytes(etcd, keys);
   let first: number | undefined;
@@ -147,16 +159,16 @@ async function follow(args: CtlArgs, io: Io, etcd: Etcd3, keys: Keys, goal: Clus
     const config = await readClusterConfig(etcd, args.target as EtcdTarget);
     const left = config ? slotsToMove(config, goal) : SLOT_COUNT;
     first ??= left;
-    const pending = (await etcd.get(keys.target).string()) !== null;
+    const same = (await etcd.get(keys.target).string()) === goalText;
     const seconds = ((performance.now() - started) / 1000).toFixed(1);
-    if (!pending) {
+    if (left === 0 || !same) {
       const copied = (await copiedBytes(etcd, keys)) - copiedAtStart;
       if (args.json) io.stdout(JSON.stringify({ done: left === 0, moved: first - left, left, copiedBytes: copied, seconds: Number(seconds) }) + '\n');
-      else io.stdout(left === 0 ? `rebalanced: ${first} hash slots moved in ${seconds} s (${(copied / 1e6).toFixed(1)} MB copied)\n` : `rebalance given up or cancelled with ${left} hash slots not moved (the controller's log says why)\n`);
+      else io.stdout(left === 0 ? `rebalanced: ${first} hash slots moved in ${seconds} s (${(copied / 1e6).toFixed(1)} MB copied)\n` : `rebalance given up, cancelled or replaced with ${left} hash slots not moved (the controller's log says why)\n`);
       if (left !== 0) throw new Error('rebalance not finished');
       return;
     }
-    const handoffs = (await etcd.getAll().prefix(keys.handoff).strings());
+    const handoffs = await etcd.getAll().prefix(keys.handoff).strings();
     const quiescing = Object.entries(handoffs).filter(([, v]) => parseHandoffRecord(v)?.phase !== 'moved').map(([k]) => k.slice(keys.handoff.length));
     const syncing = config ? config.slots.reduce((n, r) => (r.syncing.length > 0 ? n + r.to - r.from + 1 : n), 0) : 0;
     const mb = ((await copiedBytes(etcd, keys)) - copiedAtStart) / 1e6;
