@@ -1,7 +1,7 @@
 // Migration while serving (issue 18; docs/cluster.md, "Rebalancing"): two
 // kv-server processes on shm with --replicas 2, loaded with --keys values of
-// --value bytes; a third joins and the controller rebalances, copying its
-// share to it. One client runs a closed loop of GETs and PUTs (--put-percent)
+// --value bytes; placement frozen, a third joins and is rebalanced in (as
+// kvctl rebalance does), copied its share. One client runs a closed loop of GETs and PUTs (--put-percent)
 // on the loaded keys throughout: --steady seconds before the join, during the
 // rebalance, --steady seconds after. Reported: the rebalance's time (the
 // target's write to its removal), what the copiers copied (MB, keys, per
@@ -13,7 +13,9 @@ import { parseArgs } from 'node:util';
 import * as hdr from 'hdr-histogram-js';
 
 import type { KvClient } from '../../client/index.js';
+import { encodeClusterConfig } from '../../protocol/config-codec.js';
 import { type RepairRecord, etcdKeys, parseClusterConfig } from '../../protocol/registry.js';
+import { rebalanceTarget } from '../../protocol/slot-table.js';
 import { startKvServer } from '../ycsb/compare/servers.js';
 import { Properties } from '../ycsb/properties.js';
 import { writeFileEnsuringDir } from '../ycsb/report/results.js';
@@ -110,8 +112,13 @@ try {
   };
   await timed(phase('before'), () => new Promise((resolve) => setTimeout(resolve, steadyMs)));
   let ms = 0;
+  // As kvctl rebalance does: placement frozen (the joining member gets nothing by itself), then the target.
+  await etcd.client.put(keys$.frozen).value(JSON.stringify({ since: new Date().toISOString(), by: 'bench' }));
   await timed(phase('during'), async () => {
     joined = await startKvServer(new Properties([['rdmakv.memory', `${memory}M`]]), ['--etcd', etcd.url, '--etcd-prefix', prefix, '--name', 'm2', '--replicas', '2', ...extra]);
+    while ((await etcd.client.get(keys$.aliveKey('m2')).string()) === null) await new Promise((resolve) => setTimeout(resolve, 5));
+    const goal = rebalanceTarget(parseClusterConfig((await etcd.client.get(keys$.config).string())!), [{ name: 'm0' }, { name: 'm1' }, { name: 'm2' }])!;
+    await etcd.client.put(keys$.target).value(encodeClusterConfig(goal));
     const deadline = performance.now() + 600_000;
     let since: number | undefined;
     for (;;) {

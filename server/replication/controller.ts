@@ -6,9 +6,8 @@
 //     changes: a member registered, changed its zone, or was forgotten (kvctl
 //     forget). A dead member (alive key gone) keeps its hash slots.
 //   - with --replicas > 1, it places the members that are registered and alive
-//     in the first config; after that a member that joins (or changes zone)
-//     gets hash slots only with their keys: the controller writes a rebalance
-//     target (<prefix>/target, below). When a replica's alive key goes (its lease lapsed: it died, or lost
+//     (until placement is frozen: kvctl rebalance freezes it, and moves hash
+//     slots with their keys, below), and when a replica's alive key goes (its lease lapsed: it died, or lost
 //     etcd), it fails it over: the member leaves every hash slot's replicas, each
 //     such hash slot moving to a new epoch with its next replica as primary
 //     (withoutReplicas; docs/replication-design.md §4.5). From then on placement
@@ -40,8 +39,6 @@ import type { PlacedMember } from '../../protocol/hash-slots.js';
 import { type ClusterConfig, type ControllerRecord, type DrainRecord, type MemberRecord, type RepairRecord, etcdKeys, parseDrainRecord, slotsHeld } from '../../protocol/registry.js';
 import { readStoredConfig, writeConfig } from './config-store.js';
 import { clearHandoffs, rebalanceRound } from './rebalance-round.js';
-import { rebalanceTarget, slotsToMove } from '../../protocol/slot-table.js';
-import { encodeClusterConfig } from '../../protocol/config-codec.js';
 import { SerialRounds } from './rounds.js';
 import { type CopiedRange, drainReady, nextConfig, removedMembers, withDrained, withSynced, withSyncing, withoutReplicas } from './placement.js';
 
@@ -166,15 +163,6 @@ export class ReplicationController {
         const live = placed.filter((member) => alive.has(member.name));
         if (drains.size > 0 || (await this.frozen(stored.config))) {
           await this.repair(stored.config, stored.modRevision, live, leaseId, drains);
-          return;
-        }
-        // A member joined (or changed zone): the hash slots it takes move with their keys, by copying.
-        const goal = rebalanceTarget(stored.config, live);
-        if (goal !== undefined && stored.config.slots.every((range) => range.syncing.length === 0)) {
-          const wrote = await client.if(keys.target, 'Create', '==', 0).and(keys.config, 'Mod', '==', stored.modRevision).and(keys.controller, 'Lease', '==', leaseId)
-            .then(client.put(keys.target).value(encodeClusterConfig(goal))).commit();
-          if (wrote.succeeded) logger.warn({ members: goal.members, toMove: slotsToMove(stored.config, goal) }, 'controller: the members changed: rebalancing, the hash slots that move copied first');
-          this.rounds.runAgain();
           return;
         }
       }

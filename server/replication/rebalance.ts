@@ -30,32 +30,16 @@ type Slots = ReturnType<typeof slotReplicaNames>;
 export function withMoveSyncing(config: ClusterConfig, target: ClusterConfig): ClusterConfig | undefined {
   const now = slotReplicaNames(config);
   const wanted = slotReplicaNames(target).names;
-  const members = [...config.members];
-  const indexOf = (name: string): number => {
-    let i = members.indexOf(name);
-    if (i < 0) i = members.push(name) - 1;
-    return i;
-  };
-  const epoch = nextEpoch(config);
-  let changed = false;
-  const replicas: number[][] = [];
-  const syncing: number[][] = [];
-  const epochs = new Uint32Array(SLOT_COUNT);
-  for (let slot = 0; slot < SLOT_COUNT; slot++) {
+  return changedSlots(config, (slot) => {
     // Members syncing that the target does not name (a cancelled move's) stop taking writes: they would fill the room.
     const kept = now.syncing[slot]!.filter((name) => wanted[slot]!.includes(name));
     const holding = [...now.names[slot]!, ...kept];
     // The config's table has room for --replicas syncing members; a hash slot without a live replica has no one to copy from.
     const room = now.names[slot]!.length > 0 ? config.replicas - kept.length : 0;
     const adds = wanted[slot]!.filter((name) => !holding.includes(name)).slice(0, Math.max(0, room));
-    const moves = adds.length > 0 || kept.length < now.syncing[slot]!.length;
-    replicas[slot] = now.names[slot]!.map(indexOf);
-    syncing[slot] = (moves ? [...kept, ...adds] : now.syncing[slot]!).map(indexOf);
-    epochs[slot] = moves ? epoch : now.epochs[slot]!;
-    changed ||= moves;
-  }
-  if (!changed) return undefined;
-  return { epoch, replicas: config.replicas, members, slots: toRanges(replicas, epochs, syncing) };
+    if (adds.length === 0 && kept.length === now.syncing[slot]!.length) return undefined;
+    return { replicas: now.names[slot]!, syncing: [...kept, ...adds] };
+  });
 }
 
 /** Whether hash slot `slot` can take the target's replicas: each one that is not a replica yet reports its copy done at the hash slot's epoch. */
@@ -104,30 +88,46 @@ export function handoffsDue(config: ClusterConfig, target: ClusterConfig, copied
 export function withMoved(config: ClusterConfig, target: ClusterConfig, copied: Copied, quiet: ReadonlySet<string>): { config: ClusterConfig; handedOver: string[] } | undefined {
   const now = slotReplicaNames(config);
   const wanted = slotReplicaNames(target).names;
-  const members = [...config.members];
-  const indexOf = (name: string): number => members.indexOf(name);
   const handedOver = new Set<string>();
   for (const name of quiet) {
     const slots = primaryLeaving(now, wanted, name);
     if (slots.length > 0 && slots.every((slot) => slotReady(now, wanted, copied, slot))) handedOver.add(name);
   }
+  const moved = changedSlots(config, (slot) => {
+    const names = now.names[slot]!;
+    const want = wanted[slot]!;
+    const moves = !sameList(names, want) && slotReady(now, wanted, copied, slot) && (names[0] === want[0] || handedOver.has(names[0]!));
+    // Every member the target names is a replica now; any other syncing one stops taking writes.
+    return moves ? { replicas: want, syncing: [] } : undefined;
+  });
+  return moved && { config: moved, handedOver: [...handedOver] };
+}
+
+/**
+ * `config` with new replicas and syncing members (by name) for the hash slots `change` gives them
+ * for, those at a new epoch (names not in `members` yet are added); undefined when it gives none.
+ */
+function changedSlots(config: ClusterConfig, change: (slot: number) => { replicas: readonly string[]; syncing: readonly string[] } | undefined): ClusterConfig | undefined {
+  const now = slotReplicaNames(config);
+  const members = [...config.members];
+  const indexOf = (name: string): number => {
+    let i = members.indexOf(name);
+    if (i < 0) i = members.push(name) - 1;
+    return i;
+  };
   const epoch = nextEpoch(config);
   let changed = false;
   const replicas: number[][] = [];
   const syncing: number[][] = [];
   const epochs = new Uint32Array(SLOT_COUNT);
   for (let slot = 0; slot < SLOT_COUNT; slot++) {
-    const names = now.names[slot]!;
-    const want = wanted[slot]!;
-    const moves = !sameList(names, want) && slotReady(now, wanted, copied, slot) && (names[0] === want[0] || handedOver.has(names[0]!));
-    replicas[slot] = (moves ? want : names).map(indexOf);
-    // Every member the target names is a replica now; any other syncing one stops taking writes.
-    syncing[slot] = (moves ? [] : now.syncing[slot]!).map(indexOf);
-    epochs[slot] = moves ? epoch : now.epochs[slot]!;
-    changed ||= moves;
+    const next = change(slot);
+    replicas[slot] = (next?.replicas ?? now.names[slot]!).map(indexOf);
+    syncing[slot] = (next?.syncing ?? now.syncing[slot]!).map(indexOf);
+    epochs[slot] = next ? epoch : now.epochs[slot]!;
+    changed ||= next !== undefined;
   }
-  if (!changed) return undefined;
-  return { config: { epoch, replicas: config.replicas, members, slots: toRanges(replicas, epochs, syncing) }, handedOver: [...handedOver] };
+  return changed ? { epoch, replicas: config.replicas, members, slots: toRanges(replicas, epochs, syncing) } : undefined;
 }
 
 function nextEpoch(config: ClusterConfig): number {

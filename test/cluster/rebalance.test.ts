@@ -39,6 +39,7 @@ const memberArgs = (prefix: string, name: string, ttlSeconds = leaseSeconds()) =
  * fails the member over and gives the rebalance up (as it should).
  */
 const CALM_TTL = Math.round(slow(6000) / 1000);
+const isAlive = async (prefix: string, name: string) => (await etcd.client.get(etcdKeys(prefix).aliveKey(name)).string()) !== null;
 /** The placement a fresh cluster of `names` gets (per hash slot, replicas by name). */
 const fresh = (names: string[]) => slotReplicaNames(nextConfig(undefined, names.map((name) => ({ name })), 2)!).names;
 
@@ -71,11 +72,13 @@ for (const scheme of providersUnderTest()) {
     await incrAlone(kv, 'j:counter', 7n);
     t.log(`${count} keys loaded`);
 
+    // Loaded: kvctl rebalance on the balanced cluster freezes placement, so a member that joins gets nothing by itself.
+    const freeze = await kvctl(['--etcd', etcd.url, '--etcd-prefix', prefix, 'rebalance']);
+    t.regex(freeze.stdout, /^balanced: .*; placement is frozen/);
     const load = new Load(t, etcd, `etcd+${etcd.url}${prefix}`, slow(8000));
     await sleep(slow(1000));
     members.push(await startMember(dir, 2, memberArgs(prefix, 'm2', CALM_TTL), await memberUrl(scheme, dir, 2), REPLICAS_ON));
-    // The controller starts the rebalance itself; kvctl follows it.
-    await eventually(async () => (await etcd.client.get(etcdKeys(prefix).target).string()) !== null || (await readConfig(etcd.client, prefix))!.members.includes('m2'), 'the controller started a rebalance', slow(30_000));
+    await eventually(() => isAlive(prefix, 'm2'), 'm2 registered', slow(30_000));
     const followed = await within(kvctl(['--etcd', etcd.url, '--etcd-prefix', prefix, '--json', 'rebalance', '--wait']), slow(150_000), 'the rebalance', members);
     t.is(followed.code, 0, followed.stderr);
     const end = JSON.parse(followed.stdout.trim().split('\n').pop()!) as { done: boolean; moved: number; left: number };
@@ -141,6 +144,7 @@ if (onHost) etcdTest.serial('a client whose config is stale never reads the prim
 
   // A target without m0 (what kvctl rebalance writes, for another member set): m0 gives every hash slot away.
   const keys = etcdKeys(prefix);
+  await etcd.client.put(keys.frozen).value(JSON.stringify({ since: new Date().toISOString(), epoch: 0 }));
   await etcd.client.put(keys.target).value(encodeClusterConfig(nextConfig(undefined, [{ name: 'm1' }, { name: 'm2' }], 2)!));
   // Cut the stale client off etcd while m0 quiesces, with the latest config (m0 still the key's primary).
   const staleConfig = () => (stale as unknown as { source: { config?: ClusterConfig } }).source.config;
@@ -175,6 +179,7 @@ if (onHost) etcdTest.serial('kvctl rebalance on a frozen cluster: a joined membe
   t.teardown(() => kv.close());
   await kv.putMany(Array.from({ length: 500 }, (_, i) => [`k:${i}`, `v:${i}`]));
   members.push(await startMember(dir, 2, memberArgs(prefix, 'm2', CALM_TTL), undefined, REPLICAS_ON));
+  await eventually(() => isAlive(prefix, 'm2'), 'm2 registered', slow(30_000));
   await sleep(slow(1500));
   t.false((await readConfig(etcd.client, prefix))!.members.includes('m2'), 'frozen: m2 is not placed by itself');
 
@@ -242,8 +247,12 @@ for (const victim of ['m2', 'm0'] as const) {
     const value = Buffer.alloc(1024, 'k');
     const keys = Array.from({ length: 4000 }, (_, i) => `kill:${i}`);
     for (let i = 0; i < keys.length; i += 500) await kv.putMany(keys.slice(i, i + 500).map((key) => [key, value]));
-    members.push(await startMember(dir, 2, [...memberArgs(prefix, 'm2', CALM_TTL), ...slowCopy], undefined, REPLICAS_ON));
     const keysOf = etcdKeys(prefix);
+    await etcd.client.put(keysOf.frozen).value(JSON.stringify({ since: new Date().toISOString(), epoch: 0 }));
+    members.push(await startMember(dir, 2, [...memberArgs(prefix, 'm2', CALM_TTL), ...slowCopy], undefined, REPLICAS_ON));
+    await eventually(() => isAlive(prefix, 'm2'), 'm2 registered', slow(30_000));
+    const start = await kvctl(['--etcd', etcd.url, '--etcd-prefix', prefix, 'rebalance']);
+    t.is(start.code, 0, start.stderr);
     await eventually(async () => (await etcd.client.get(keysOf.target).string()) !== null && (await readConfig(etcd.client, prefix))!.slots.some((r) => r.syncing.length > 0), 'the rebalance copies', slow(30_000));
     await members[Number(victim.slice(1))]!.process.stop('SIGKILL');
     await eventually(async () => {

@@ -1,6 +1,7 @@
 // rebalance: moves a replicated cluster to the placement its live members would
 // have if placed afresh (docs/cluster.md, "Rebalancing"): after a member joined,
-// it takes its share. It writes <prefix>/target, and the controller has the
+// it takes its share. It freezes placement (from then on members that join get
+// hash slots only this way) and writes <prefix>/target, and the controller has the
 // hash slots copied (repair's copier), the primaries that give some away
 // quiesced, and the copies made replicas (server/replication/rebalance*.ts).
 // --dry-run prints the moves and writes nothing; --wait prints progress until
@@ -51,14 +52,16 @@ export async function rebalance(args: CtlArgs, io: Io): Promise<void> {
     const next = rebalanceTarget(config, await liveMembers(etcd, args.target as EtcdTarget, config.replicas));
     const plan = next && describe(config, next);
     if (next === undefined || plan === undefined) {
-      io.stdout(args.json ? JSON.stringify({ moves: 0, members: {} }) + '\n' : 'balanced: every hash slot already has the replicas its live members would be given\n');
+      if (!args.dryRun) await freeze(etcd, keys);
+      io.stdout(args.json ? JSON.stringify({ moves: 0, members: {} }) + '\n' : `balanced: every hash slot already has the replicas its live members would be given${args.dryRun ? '' : '; placement is frozen: a member that joins gets hash slots by kvctl rebalance'}\n`);
       return;
     }
     if (args.dryRun) {
       io.stdout(args.json ? JSON.stringify({ dryRun: true, ...plan }) + '\n' : `${plan.text}(dry run: nothing written)\n`);
       return;
     }
-    const put = await etcd.if(keys.target, 'Create', '==', 0).and(keys.config, 'Mod', '==', await configRevision(etcd, keys)).then(etcd.put(keys.target).value(encodeClusterConfig(next))).commit();
+    // Placement freezes with it: the controller must not place members directly from then on (without their keys).
+    const put = await etcd.if(keys.target, 'Create', '==', 0).and(keys.config, 'Mod', '==', await configRevision(etcd, keys)).then(etcd.put(keys.target).value(encodeClusterConfig(next)), frozenRecord(etcd, keys)).commit();
     if (!put.succeeded) {
       // The controller may have started the same rebalance itself (a member joined): follow that one.
       const started = await etcd.get(keys.target).string();
@@ -117,6 +120,16 @@ function describe(config: ClusterConfig, next: ClusterConfig): { moves: number; 
   return { moves, members, text: `${moves} of ${SLOT_COUNT} hash slots change replicas:\n${lines.join('')}` };
 }
 
+/** What <prefix>/frozen says when kvctl rebalance froze placement. */
+function frozenRecord(etcd: Etcd3, keys: Keys) {
+  return etcd.put(keys.frozen).value(JSON.stringify({ since: new Date().toISOString(), by: 'kvctl rebalance' }));
+}
+
+/** Freezes placement, if it is not frozen yet. */
+async function freeze(etcd: Etcd3, keys: Keys): Promise<void> {
+  await etcd.if(keys.frozen, 'Create', '==', 0).then(frozenRecord(etcd, keys)).commit();
+}
+
 async function configRevision(etcd: Etcd3, keys: Keys): Promise<string> {
   return (await etcd.get(keys.config).exec()).kvs[0]?.mod_revision ?? '0';
 }
@@ -137,8 +150,7 @@ async function cancel(etcd: Etcd3, keys: Keys, args: CtlArgs, io: Io): Promise<v
   const handoffs = (await etcd.getAll().prefix(keys.handoff).exec()).kvs.filter((kv) => parseHandoffRecord(kv.value.toString())?.phase !== 'moved');
   let txn = etcd.if(keys.target, 'Mod', '==', stored.mod_revision);
   for (const kv of handoffs) txn = txn.and(kv.key.toString(), 'Mod', '==', kv.mod_revision);
-  const frozen = etcd.put(keys.frozen).value(JSON.stringify({ since: new Date().toISOString(), rebalanceCancelled: true }));
-  const done = await txn.then(etcd.delete().key(keys.target), ...handoffs.map((kv) => etcd.delete().key(kv.key.toString())), frozen).commit();
+  const done = await txn.then(etcd.delete().key(keys.target), ...handoffs.map((kv) => etcd.delete().key(kv.key.toString())), frozenRecord(etcd, keys)).commit();
   if (!done.succeeded) throw new Error('the rebalance moved on while being cancelled: cancel again');
   const config = await readClusterConfig(etcd, args.target as EtcdTarget);
   const left = config ? slotsToMove(config, parseClusterConfig(stored.value.toString())) : 0;
