@@ -106,22 +106,10 @@ export class Copier {
     return this.closed || this.latestWork !== work;
   }
 
-  /**
-   * One round: copy for the latest config, with a KvClient of its own that goes at the end. A
-   * client kept from one copy to the next (across a member's death and return, or a member
-   * joining) left copies stalled on rdma in the Soft-RoCE guest (seen in replicated-kill and the
-   * rebalance join there; the cause is not found): each run connects afresh, as the first did.
-   */
+  /** One round: copy for the latest config. */
   private async copyLatest(): Promise<void> {
     const config = this.latest;
-    if (!config) return;
-    try {
-      await this.copyFor(config, this.latestWork);
-    } finally {
-      const clients = [...this.clients.values()];
-      this.clients.clear();
-      for (const pending of clients) await pending.then((c) => c.close()).catch(() => undefined);
-    }
+    if (config) await this.copyFor(config, this.latestWork);
   }
 
   /** Copies every range this member is primary of and others sync into, at `config`'s epochs; then reports them done. */
