@@ -170,7 +170,10 @@ if (onHost) etcdTest.serial('a client whose config is stale never reads the prim
 
 if (onHost) etcdTest.serial('kvctl rebalance on a frozen cluster: a joined member waits; --dry-run writes nothing, --cancel takes it back, --wait moves it in; refusals', async (t) => {
   const prefix = '/test-rebalance-kvctl';
-  const { members, dir } = await replicatedMembers(t, etcd, prefix, 2, 2, 'shm', [], CALM_TTL);
+  // A 20 s lease: the controller is SIGSTOPped across three kvctl runs below (each a node start: seconds under CI's
+  // load), and a lapsed lease would fail it over and give the rebalance up before --cancel (CI at 9626125).
+  const pausedTtl = Math.round(slow(20_000) / 1000);
+  const { members, dir } = await replicatedMembers(t, etcd, prefix, 2, 2, 'shm', [], pausedTtl);
   const target = ['--etcd', etcd.url, '--etcd-prefix', prefix];
   const balanced = await kvctl([...target, 'rebalance']);
   t.is(balanced.code, 0, balanced.stderr);
@@ -181,7 +184,7 @@ if (onHost) etcdTest.serial('kvctl rebalance on a frozen cluster: a joined membe
   const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs() });
   t.teardown(() => kv.close());
   await kv.putMany(Array.from({ length: 500 }, (_, i) => [`k:${i}`, `v:${i}`]));
-  members.push(await startMember(dir, 2, memberArgs(prefix, 'm2', CALM_TTL), undefined, REPLICAS_ON));
+  members.push(await startMember(dir, 2, memberArgs(prefix, 'm2', pausedTtl), undefined, REPLICAS_ON));
   await eventually(() => isAlive(prefix, 'm2'), 'm2 registered', slow(30_000));
   await sleep(slow(1500));
   t.false((await readConfig(etcd.client, prefix))!.members.includes('m2'), 'frozen: m2 is not placed by itself');
