@@ -51,7 +51,9 @@ for (const scheme of providersUnderTest()) {
   });
 
   test(`${scheme}: a lock holder killed with SIGKILL blocks the others only until the keepalive bound`, async (t) => {
-    const keepaliveMs = slow(200);
+    // 500 ms, not 200: under CI's load a live holder's pings came more than three intervals apart, it was taken for
+    // dead and its lock given away before the contended LOCK below (CI at 9626125).
+    const keepaliveMs = slow(500);
     const server = await startServer(scheme, { keepaliveMs });
     t.teardown(() => server.close());
     const url = server.urls[0]!;
