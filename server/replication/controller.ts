@@ -23,7 +23,7 @@
 //   - drain (kvctl drain, <prefix>/drain/<name>): the member counts as holding
 //     nothing, so repair gives its hash slots other members to sync into at
 //     once; when every copy is done it is asked to quiesce (grant no more read
-//     leases, drain.ts), and once it says its leases have ended (`quiet`) its
+//     leases, quiesce.ts), and once it says its leases have ended (`quiet`) its
 //     hash slots go to their copies at a new epoch (withDrained).
 //   - rebalance (kvctl rebalance, <prefix>/target): the cluster moves to the
 //     target placement by the same copies, the primaries that give hash slots
@@ -313,7 +313,7 @@ export class ReplicationController {
 
   /**
    * A drained member (`copying`) all of whose hash slots have copies done is asked to quiesce: it
-   * grants no more read leases, and says `quiet` once those it granted have ended (drain.ts). A
+   * grants no more read leases, and says `quiet` once those it granted have ended (quiesce.ts). A
    * transaction on the record's revision: a drain cancelled meanwhile is not brought back.
    */
   private async quiesceDrained(config: ClusterConfig, copied: ReadonlyMap<string, CopiedRange[]>, drains: ReadonlyMap<string, Drain>, alive: ReadonlySet<string>): Promise<void> {
