@@ -10,7 +10,10 @@
 //                holds of it (stale since it left), while its word is fenced;
 //   (E, FENCED)  when it is not: a writer with an older config reads another
 //                epoch (KV_EPOCH_MOVED, it refreshes), one with this config
-//                waits (this member serves no write of the hash slot).
+//                waits (this member serves no write of the hash slot). What
+//                it held of a hash slot it stops serving (a rebalance or a
+//                drain moved it away, with its keys) is dropped once the config
+//                is applied: it is never read again, and its memory is freed.
 // kv-server fences every word before it registers (EpochTable.fenceAll), so a
 // member serves writes only for what the config in etcd gives it. Configs are
 // applied one at a time, the latest after the one running. A member that is
@@ -61,6 +64,10 @@ export class EpochFollower {
   private generation = 0;
   private named = false;
   private applied = 0;
+  /** Per hash slot, 1 if the last config applied named this member a replica or syncing: what it stops serving is dropped. */
+  private served = new Uint8Array(SLOT_COUNT);
+  /** Hash slots left by the config just applied, per namespace: dropped after it (follow()). */
+  private left = new Map<string, number[]>();
   private short = 0;
   private syncingSlots = 0;
 
@@ -107,6 +114,30 @@ export class EpochFollower {
       this.syncingSlots = count(config.slots.filter((r) => r.syncing.length > 0));
       this.options.onApplied?.(config);
     }
+    await this.dropLeft();
+  }
+
+  /**
+   * Frees what this member held of the hash slots the config just applied moved away from it: their
+   * words are fenced (no client writes them, none reads them: its read leases go only to clients whose
+   * config is as new, which route elsewhere). After the config is applied, so a handed-over primary's
+   * reads resume without waiting for it; before the next one (rounds are serial), so a later config that
+   * has it sync into them again drops them itself. A failure leaves the items (fenced, never read) and
+   * is logged: the next syncing into those hash slots drops them.
+   */
+  private async dropLeft(): Promise<void> {
+    const { server, logger } = this.options;
+    const left = this.left;
+    this.left = new Map();
+    for (const [namespace, slots] of left) {
+      if (this.closed) return;
+      try {
+        const dropped = await server.dropHashSlots(slots, namespace);
+        if (dropped > 0) logger.info({ namespace, hashSlots: slots.length, dropped }, 'epoch follower: freed what this member held of the hash slots it no longer serves');
+      } catch (error) {
+        logger.warn({ err: error, namespace, hashSlots: slots.length }, 'epoch follower: could not free what this member held of hash slots it no longer serves (they stay fenced, never read)');
+      }
+    }
   }
 
   /**
@@ -149,11 +180,13 @@ export class EpochFollower {
       const opening = new Map<number, number[]>();
       const fencing = new Map<number, number[]>();
       const entering: number[] = []; // syncing into, from not serving: dropped before they open
+      const leaving: number[] = []; // served until now (open, or named in the config applied before): dropped after
       for (let slot = 0; slot < SLOT_COUNT; slot++) {
         const epoch = epochs[slot]!;
         const entersSync = syncing[slot]!.includes(name);
         const mine = entersSync || names[slot]!.includes(name);
         const now = table.read(slot);
+        if (!mine && (now.state === 'open' || this.served[slot] === 1)) leaving.push(slot);
         if (now.epoch === epoch && now.state === (mine ? 'open' : 'fenced')) continue;
         // Not open, at another epoch: it did not take this hash slot's writes (it returned, or was fenced since an
         // older epoch). Fenced at this very epoch (self-fenced meanwhile), it missed none: writes wait for its word.
@@ -178,7 +211,9 @@ export class EpochFollower {
       }
       const fenced = [...fencing.values()].reduce((n, s) => n + s.length, 0);
       if (fenced > 0) logger.info({ namespace, epoch: config.epoch, hashSlots: fenced }, 'epoch follower: hash slots fenced (not a replica of them)');
+      if (leaving.length > 0) this.left.set(namespace, leaving);
     }
+    for (let slot = 0; slot < SLOT_COUNT; slot++) this.served[slot] = names[slot]!.includes(name) || syncing[slot]!.includes(name) ? 1 : 0;
     // Syncing counts: a client reads only primaries, and one whose config is older than ours gets no lease (read-leases.ts).
     return names.some((replicas, slot) => replicas.includes(name) || syncing[slot]!.includes(name));
   }

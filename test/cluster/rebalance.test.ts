@@ -114,6 +114,18 @@ for (const scheme of providersUnderTest()) {
     let held = 0;
     for (const key of sample) if (String(await readAlone(() => direct.get(key))) === `v:${key}`) held++;
     t.is(held, sample.length, 'm2 holds the keys of its hash slots');
+    // The old owners freed what moved away from them: their own regions no longer hold those keys.
+    const before = fresh(['m0', 'm1']);
+    for (const old of [0, 1]) {
+      const own = await KvClient.connect({ servers: [members[old]!.url], timeoutMs: testTimeoutMs() });
+      t.teardown(() => own.close());
+      const gone = keys.filter((key) => before[keySlot(Buffer.from(key))]!.includes(`m${old}`) && !names[keySlot(Buffer.from(key))]!.includes(`m${old}`)).slice(0, 300);
+      t.true(gone.length > 0);
+      await eventually(async () => {
+        for (const key of gone) if ((await readAlone(() => own.get(key))) !== undefined) return false;
+        return true;
+      }, `m${old} freed the keys of the hash slots it gave away`, slow(30_000));
+    }
   });
 }
 
