@@ -145,6 +145,11 @@ export const etcdKeys = (prefix: string) => {
     /** handoff/<name>: a rebalance moves hash slots' primary away from that member (HandoffRecord). */
     handoff: `${root}/handoff/`,
     handoffKey: (name: string) => `${root}/handoff/${name}`,
+    /** progress/<name>: the copy that member's copier is making, under its lease (CopyProgress; kvctl rebalance --wait reads it). */
+    progress: `${root}/progress/`,
+    progressKey: (name: string) => `${root}/progress/${name}`,
+    /** A cap on each copier's rate while a rebalance runs (CopyRateRecord; kvctl rebalance --max-mbps; gone with the target). */
+    copyRate: `${root}/copy-rate`,
     member: (name: string) => `${root}/members/${name}`,
     aliveKey: (name: string) => `${root}/alive/${name}`,
   };
@@ -215,4 +220,48 @@ export function openEtcd(hosts: string[], timeoutMs: number): Etcd3 {
     dialTimeout: timeoutMs,
     defaultCallOptions: (context) => (context.isStream ? {} : { deadline: Date.now() + timeoutMs }),
   });
+}
+
+/** progress/<name>: a copier's copy under way (copier.ts), put about once a second. */
+export interface CopyProgress {
+  /** The config epoch it copies for. */
+  epoch: number;
+  /** Keys found to copy so far (the walk of each namespace adds its own), and of them copied or passed over. */
+  keys: number;
+  done: number;
+  /** Bytes (item headers, keys and values) written onto the targets. */
+  bytes: number;
+  since: string;
+}
+
+/** A progress record read from etcd, or undefined when it is not one. */
+export function parseCopyProgress(text: string): CopyProgress | undefined {
+  try {
+    const r = JSON.parse(text) as Partial<CopyProgress> | null;
+    const count = (v: unknown) => typeof v === 'number' && Number.isFinite(v) && v >= 0;
+    if (r && typeof r === 'object' && count(r.epoch) && count(r.keys) && count(r.done) && count(r.bytes) && typeof r.since === 'string') {
+      return { epoch: r.epoch!, keys: r.keys!, done: r.done!, bytes: r.bytes!, since: r.since };
+    }
+  } catch {
+    // not JSON
+  }
+  return undefined;
+}
+
+/** <prefix>/copy-rate: each copier copies at most this many bytes a second (and at most its own --repair-rate). */
+export interface CopyRateRecord {
+  bytesPerSecond: number;
+  since: string;
+}
+
+/** The cap a copy-rate record sets (0: none), or undefined when it is not one (then no cap is taken from it). */
+export function parseCopyRate(text: string | null): number | undefined {
+  if (text === null) return 0;
+  try {
+    const r = JSON.parse(text) as Partial<CopyRateRecord> | null;
+    if (r && typeof r === 'object' && typeof r.bytesPerSecond === 'number' && Number.isFinite(r.bytesPerSecond) && r.bytesPerSecond >= 0) return r.bytesPerSecond;
+  } catch {
+    // not JSON
+  }
+  return undefined;
 }

@@ -225,13 +225,14 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
         // Repair: what this member is primary of, it copies to the members syncing into it.
         copier = new Copier({
           name: etcd.name, prefix: etcd.prefix, client: registration.client, etcdHosts: etcd.hosts, namespaces: () => server!.regionStores(), logger, rateBytesPerSecond: etcd.repairRateBytes,
+          leaseId: () => registration!.leaseId,
           tokenFor: (namespace) => (tokenFile ? tokenFile.entries.find((e) => e.role === 'write' && (e.namespace ?? DEFAULT_NAMESPACE) === namespace)?.token : token),
         });
         drain = await Quiesce.start(registration.client, etcd.prefix, etcd.name, () => follower?.appliedEpoch ?? 0, logger);
         const copies = copier;
         follower = await EpochFollower.start({ client: registration.client, prefix: etcd.prefix, name: etcd.name, server, logger, selfFenced: () => selfFence?.fenced === true, onApplied: (applied) => copies.configApplied(applied), applyDelayMs: Number(process.env.RKV_TEST_APPLY_DELAY_MS) || 0 });
         const [following, controlling] = [follower, controller];
-        server.watchReplication(() => ({ shortHashSlots: following.shortHashSlots, syncingHashSlots: following.syncingHashSlots, failovers: controlling.failovers }));
+        server.watchReplication(() => ({ shortHashSlots: following.shortHashSlots, syncingHashSlots: following.syncingHashSlots, failovers: controlling.failovers, copyKeysLeft: copies.keysLeft, rebalanceHashSlotsLeft: controlling.rebalanceLeft }));
       }
     }
     return { server, metrics, registration, controller, follower, selfFence, copier, drain };

@@ -53,12 +53,13 @@ export interface KvServerStats {
    * with fewer replicas than --replicas, those with members syncing into them, and the failovers
    * this member performed as the controller
    */
-  replication: { shortHashSlots: number; syncingHashSlots: number; failovers: number };
+  /** copyKeysLeft: keys the copy under way on this member has still to copy; rebalanceHashSlotsLeft: on the controller, hash slots a rebalance has still to move */
+  replication: { shortHashSlots: number; syncingHashSlots: number; failovers: number; copyKeysLeft: number; rebalanceHashSlotsLeft: number };
 }
 
 /** A replicated member's view of its cluster (KvServer.watchReplication); zeros elsewhere. */
 export type ReplicationView = KvServerStats['replication'];
-export const NO_REPLICATION: ReplicationView = { shortHashSlots: 0, syncingHashSlots: 0, failovers: 0 };
+export const NO_REPLICATION: ReplicationView = { shortHashSlots: 0, syncingHashSlots: 0, failovers: 0, copyKeysLeft: 0, rebalanceHashSlotsLeft: 0 };
 
 /** The counters, each counted by the part of the server named beside it. */
 type Counters = Omit<KvServerStats, 'regionBytes' | 'indexBytes' | 'heapBytes' | 'heapUsedBytes' | 'heapUsedBytesByClass' | 'slots' | 'clients' | 'rdmaErrors' | 'memoryWindows' | 'heapHighWatermarkBytes' | 'heapLowWatermarkBytes' | 'hashSlots' | 'replication'>;

@@ -36,7 +36,8 @@ import type { Etcd3, IKeyValue, Watcher } from 'etcd3';
 import type { Logger } from 'pino';
 
 import type { PlacedMember } from '../../protocol/hash-slots.js';
-import { type ClusterConfig, type ControllerRecord, type DrainRecord, type MemberRecord, type RepairRecord, etcdKeys, parseDrainRecord, slotsHeld } from '../../protocol/registry.js';
+import { type ClusterConfig, type ControllerRecord, type DrainRecord, type MemberRecord, type RepairRecord, etcdKeys, parseClusterConfig, parseDrainRecord, slotsHeld } from '../../protocol/registry.js';
+import { slotsToMove } from '../../protocol/slot-table.js';
 import { readStoredConfig, writeConfig } from './config-store.js';
 import { clearHandoffs, rebalanceRound } from './rebalance-round.js';
 import { SerialRounds } from './rounds.js';
@@ -69,6 +70,8 @@ export class ReplicationController {
   leading = false;
   /** Failovers this member wrote as the controller (metrics). */
   failovers = 0;
+  /** Hash slots the rebalance under way has still to move, as this member last saw it as the controller (metrics). */
+  rebalanceLeft = 0;
   /** The config epoch whose frozen placement was last reported. */
   private frozenAt = -1;
   /** Members whose alive key this process saw deleted (their lease lapsed, or they stopped), and when. */
@@ -138,6 +141,7 @@ export class ReplicationController {
       return;
     }
     this.leading = holder.lease === leaseId;
+    if (!this.leading) this.rebalanceLeft = 0;
     if (!this.leading) return;
     const stored = await readStoredConfig(client, keys, (error) => logger.error({ err: error }, 'controller: the config in etcd is unreadable; replacing it'));
     const replicas = stored?.config?.replicas ?? this.options.replicas;
@@ -154,6 +158,7 @@ export class ReplicationController {
         }
         const drains = await this.drains();
         const target = (await client.get(keys.target).exec()).kvs[0];
+        this.rebalanceLeft = target === undefined ? 0 : slotsLeft(stored.config, target.value.toString());
         if (target !== undefined) {
           const view = { config: stored.config, modRevision: stored.modRevision, target, alive, draining: drains.size > 0, copied: await this.copied() };
           if (await rebalanceRound({ client, keys, logger, leaseId }, view)) this.rounds.runAgain();
@@ -387,4 +392,13 @@ function placedMembers(kvs: IKeyValue[], replicas: number, logger: Logger): Plac
     placed.push({ name, zone: typeof record.zone === 'string' ? record.zone : undefined });
   }
   return placed;
+}
+
+/** Hash slots that do not have `targetText`'s replicas in `config` yet (metrics); 0 for an unreadable target (the round gives it up). */
+function slotsLeft(config: ClusterConfig, targetText: string): number {
+  try {
+    return slotsToMove(config, parseClusterConfig(targetText));
+  } catch {
+    return 0;
+  }
 }

@@ -18,7 +18,10 @@
 // replica at a new epoch (controller.ts). A newer config during
 // a copy abandons it and starts over from the new one (a range whose epoch
 // moved needs a copy at its new epoch). It copies at most --repair-rate bytes a
-// second (pacer.ts), 64 keys in flight.
+// second (pacer.ts), and at most <prefix>/copy-rate's while one is set (kvctl
+// rebalance --max-mbps), 64 keys in flight. About once a second it puts its
+// progress at progress/<name>, under this member's lease (kvctl rebalance
+// --wait reads it), and every ten seconds it logs it.
 import type { Etcd3 } from 'etcd3';
 import type { Logger } from 'pino';
 
@@ -27,7 +30,7 @@ import { type RepairAccess, copyCounter, copyLock, rewriteOnto } from '../../cli
 import { KvError } from '../../protocol/errors.js';
 import { ItemType, KvLayout } from '../../protocol/constants.js';
 import { counterSealed, counterValue, itemAtomicWord, lockSealed, lockVersion, slotBlock } from '../../protocol/index-format.js';
-import { type ClusterConfig, type RepairRecord, etcdKeys } from '../../protocol/registry.js';
+import { type ClusterConfig, type CopyProgress, type RepairRecord, etcdKeys, parseCopyRate } from '../../protocol/registry.js';
 import type { RegionStore } from '../store/region.js';
 import { Pacer } from './pacer.js';
 import { SerialRounds } from './rounds.js';
@@ -47,6 +50,8 @@ export interface CopierOptions {
   tokenFor: (namespace: string) => string | undefined;
   /** --repair-rate: bytes a second (0: no limit). */
   rateBytesPerSecond: number;
+  /** This member's etcd lease (undefined while lost): its progress record lives under it. */
+  leaseId: () => string | undefined;
   logger: Logger;
 }
 
@@ -58,6 +63,8 @@ const RETRY_MS = 1000;
 const CONFIG_WAIT_MS = 10_000;
 /** How long the targets may take to apply it (a drop of what they held included). */
 const TARGET_WAIT_MS = 60_000;
+/** How often the progress record is put (and the copy-rate record read); every tenth time it is logged too. */
+const PROGRESS_MS = 1000;
 
 /** What one run copied. */
 export interface CopyReport {
@@ -73,6 +80,10 @@ export class Copier {
   private readonly rounds: SerialRounds;
   private closed = false;
   private readonly clients = new Map<string, Promise<KvClient>>();
+  /** Per hash slot, what its last finished copy was for (intoText): a run for the same copies it not again. */
+  private readonly copiedFor = new Map<number, string>();
+  /** The copy under way (metrics, the progress record). */
+  private progress: CopyProgress | undefined;
 
   constructor(private readonly options: CopierOptions) {
     this.rounds = new SerialRounds(() => this.copyLatest(), {
@@ -101,6 +112,11 @@ export class Copier {
     return config.slots.filter((r) => r.replicas[0] === me && r.syncing.length > 0).map((r) => `${r.from}-${r.to}@${r.epoch}:${r.syncing.map((i) => config.members[i]).join(',')}`).join(' ');
   }
 
+  /** Keys found and not yet copied by the copy under way (0: none): rdmakv_copy_keys_left. */
+  get keysLeft(): number {
+    return this.progress ? this.progress.keys - this.progress.done : 0;
+  }
+
   /** Whether a copy for `work` is to be abandoned: closing, or a config asks something else now. */
   private abandoned(work: string): boolean {
     return this.closed || this.latestWork !== work;
@@ -124,39 +140,29 @@ export class Copier {
       const into = { targets: r.syncing.map((i) => config.members[i]!), epoch: r.epoch };
       for (let slot = r.from; slot <= r.to; slot++) syncingOf.set(slot, into);
     }
+    // Hash slots copied already for the same epoch and targets by an earlier run are not copied again
+    // (a rebalance's config moved others meanwhile); the records name them all.
+    const toCopy = hashSlots.filter((slot) => this.copiedFor.get(slot) !== intoText(syncingOf.get(slot)!));
     const started = performance.now();
     const report: CopyReport = { items: 0, bytes: 0, ms: 0 };
     const pacer = new Pacer(this.options.rateBytesPerSecond);
     const { logger } = this.options;
-    logger.info({ epoch: config.epoch, hashSlots: hashSlots.length, targets }, 'repair: copying hash slots to the members syncing into them');
-    for (const region of this.options.namespaces()) {
-      const access = await this.accessFor(region.name, config.epoch, work);
-      await this.targetsApplied(access, targets, config.epoch, work);
-      if (this.abandoned(work)) return;
-      const keys = await keysOfHashSlots(region.store, hashSlotMask(hashSlots), () => this.abandoned(work));
-      // Counters first: a replicated INCR of one waits while a target lacks it.
-      keys.sort((x, y) => Number(x.type !== ItemType.COUNTER) - Number(y.type !== ItemType.COUNTER));
-      let next = 0;
-      let failed: { error: unknown } | undefined;
-      const worker = async (): Promise<void> => {
-        while (next < keys.length && failed === undefined && !this.abandoned(work)) {
-          const key = keys[next++]!;
-          try {
-            const bytes = await this.copyKey(access, region, key, syncingOf.get(key.hashSlot)!);
-            report.items += bytes > 0 ? 1 : 0;
-            report.bytes += bytes;
-            region.copied(bytes > 0 ? 1 : 0, bytes);
-            const wait = pacer.spent(bytes);
-            if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
-          } catch (error) {
-            failed ??= { error }; // the other workers stop at their next key
-          }
-        }
-      };
-      await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
-      if (failed) throw failed.error;
-      if (this.abandoned(work)) return; // a newer config: the next run copies for it
+    logger.info({ epoch: config.epoch, hashSlots: toCopy.length, copiedBefore: hashSlots.length - toCopy.length, targets }, 'repair: copying hash slots to the members syncing into them');
+    const progress: CopyProgress = (this.progress = { epoch: config.epoch, keys: 0, done: 0, bytes: 0, since: new Date().toISOString() });
+    const ticker = this.tick(progress, pacer, toCopy.length, targets);
+    await ticker.last(); // before the first key: a cap set with the rebalance holds from the start
+    let finished = false;
+    try {
+      if (toCopy.length > 0) await this.copyRanges(config, work, { hashSlots: toCopy, syncingOf, report, pacer, progress });
+      finished = !this.abandoned(work);
+    } finally {
+      clearInterval(ticker.timer);
+      await ticker.last(); // its put must not land after the record's removal
+      this.progress = undefined;
+      if (!finished) await this.options.client.delete().key(etcdKeys(this.options.prefix).progressKey(this.options.name)).catch(() => undefined);
     }
+    if (!finished) return;
+    for (const slot of toCopy) this.copiedFor.set(slot, intoText(syncingOf.get(slot)!));
     report.ms = performance.now() - started;
     // One transaction: the controller promotes every target of a range at once (a promotion moves the range's epoch).
     const { client } = this.options;
@@ -171,9 +177,81 @@ export class Copier {
       };
       return client.put(keys.repairKey(target, this.options.name)).value(JSON.stringify(record));
     });
-    await client.if(keys.config, 'Create', '>', 0).then(...puts).commit();
+    await client.if(keys.config, 'Create', '>', 0).then(...puts, client.delete().key(keys.progressKey(this.options.name))).commit();
     const mbps = report.bytes / 1e6 / Math.max(report.ms / 1000, 1e-3);
     logger.warn({ epoch: config.epoch, hashSlots: hashSlots.length, targets, items: report.items, bytes: report.bytes, ms: Math.round(report.ms), mbps: Number(mbps.toFixed(1)) }, 'repair: copy done');
+  }
+
+  /**
+   * At once and every PROGRESS_MS while a copy runs: the copy-rate cap is read and applied, the progress record
+   * put under this member's lease (it goes with the member), and every tenth time logged. Failures
+   * are let be: the next tick tries again.
+   */
+  private tick(progress: CopyProgress, pacer: Pacer, hashSlots: number, targets: string[]): { timer: NodeJS.Timeout; last: () => Promise<void> } {
+    const { client, prefix, name, logger } = this.options;
+    const keys = etcdKeys(prefix);
+    let ticks = 0;
+    let last = { at: performance.now(), bytes: 0 };
+    let running: Promise<void> = Promise.resolve();
+    const once = () => {
+      running = running.then(async () => {
+        await this.capRate(pacer);
+        const leaseId = this.options.leaseId();
+        if (leaseId !== undefined && this.progress === progress) await client.put(keys.progressKey(name)).value(JSON.stringify(progress)).lease(leaseId);
+        if (++ticks % 10 === 0) {
+          const now = performance.now();
+          const mbps = (progress.bytes - last.bytes) / 1e3 / Math.max(now - last.at, 1);
+          last = { at: now, bytes: progress.bytes };
+          logger.info({ epoch: progress.epoch, hashSlots, targets, keys: progress.keys, done: progress.done, bytes: progress.bytes, mbps: Number(mbps.toFixed(1)) }, 'repair: copying');
+        }
+      }).catch(() => undefined);
+    };
+    once();
+    return { timer: setInterval(once, PROGRESS_MS), last: () => running };
+  }
+
+  /** Paces at <prefix>/copy-rate's cap, or --repair-rate's when lower (or when there is none). */
+  private async capRate(pacer: Pacer): Promise<void> {
+    const own = this.options.rateBytesPerSecond;
+    const cap = parseCopyRate(await this.options.client.get(etcdKeys(this.options.prefix).copyRate).string());
+    if (cap !== undefined) pacer.setRate(cap > 0 && own > 0 ? Math.min(cap, own) : cap || own);
+  }
+
+  /** The copy itself: each namespace's keys of the hash slots, onto their targets. Throws on a failed key; returns early once abandoned. */
+  private async copyRanges(config: ClusterConfig, work: string, run: { hashSlots: number[]; syncingOf: Map<number, Into>; report: CopyReport; pacer: Pacer; progress: CopyProgress }): Promise<void> {
+    const { hashSlots, syncingOf, report, pacer, progress } = run;
+    const targets = [...new Set([...syncingOf.values()].flatMap((into) => into.targets))];
+    for (const region of this.options.namespaces()) {
+      const access = await this.accessFor(region.name, config.epoch, work);
+      await this.targetsApplied(access, targets, config.epoch, work);
+      if (this.abandoned(work)) return;
+      const keys = await keysOfHashSlots(region.store, hashSlotMask(hashSlots), () => this.abandoned(work));
+      progress.keys += keys.length;
+      // Counters first: a replicated INCR of one waits while a target lacks it.
+      keys.sort((x, y) => Number(x.type !== ItemType.COUNTER) - Number(y.type !== ItemType.COUNTER));
+      let next = 0;
+      let failed: { error: unknown } | undefined;
+      const worker = async (): Promise<void> => {
+        while (next < keys.length && failed === undefined && !this.abandoned(work)) {
+          const key = keys[next++]!;
+          try {
+            const bytes = await this.copyKey(access, region, key, syncingOf.get(key.hashSlot)!);
+            report.items += bytes > 0 ? 1 : 0;
+            report.bytes += bytes;
+            progress.done++;
+            progress.bytes += bytes;
+            region.copied(bytes > 0 ? 1 : 0, bytes);
+            const wait = pacer.spent(bytes);
+            if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+          } catch (error) {
+            failed ??= { error }; // the other workers stop at their next key
+          }
+        }
+      };
+      await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
+      if (failed) throw failed.error;
+      if (this.abandoned(work)) return; // a newer config: the next run copies for it
+    }
   }
 
   /** Copies one key; resolves the bytes it copied (0: gone since the walk, a lock, or already on the targets). */
@@ -256,6 +334,11 @@ export class Copier {
 interface Into {
   targets: string[];
   epoch: number;
+}
+
+/** A copy's signature: the same epoch and targets ask for the same copy (every write since went to those targets too). */
+function intoText({ targets, epoch }: Into): string {
+  return `${epoch}:${targets.join(',')}`;
 }
 
 /** What the copier uses of one namespace (KvServer.regionStores). */

@@ -8,11 +8,22 @@ export class Pacer {
 
   /** `bytesPerSecond` 0: no limit. `now()`: ms (performance.now by default; tests give their own clock). */
   constructor(
-    private readonly bytesPerSecond: number,
+    private bytesPerSecond: number,
     private readonly now: () => number = () => performance.now(),
   ) {
     this.allowance = bytesPerSecond;
     this.last = now();
+  }
+
+  /**
+   * From now on at most `bytesPerSecond` (0: no limit): an allowance above one second of it is taken
+   * back; a debt is dropped (the wait it caused was already asked for, at the old rate).
+   */
+  setRate(bytesPerSecond: number): void {
+    if (bytesPerSecond === this.bytesPerSecond) return;
+    this.bytesPerSecond = bytesPerSecond;
+    this.allowance = Math.min(Math.max(this.allowance, 0), bytesPerSecond);
+    this.last = this.now();
   }
 
   /** `bytes` were just written: the ms to wait before the next write (0: none). */

@@ -120,7 +120,7 @@ async function removeTarget(ctx: RebalanceContext, view: RebalanceView, open: IK
   let txn = client.if(keys.target, 'Mod', '==', view.target.mod_revision).and(keys.controller, 'Lease', '==', ctx.leaseId);
   for (const kv of open) txn = txn.and(kv.key.toString(), 'Mod', '==', kv.mod_revision);
   const frozen = freeze ? [client.put(keys.frozen).value(JSON.stringify({ since: new Date().toISOString(), epoch: view.config.epoch, rebalanceGivenUp: true }))] : [];
-  return (await txn.then(client.delete().key(keys.target), ...open.map((kv) => client.delete().key(kv.key.toString())), ...frozen).commit()).succeeded;
+  return (await txn.then(client.delete().key(keys.target), client.delete().key(keys.copyRate), ...open.map((kv) => client.delete().key(kv.key.toString())), ...frozen).commit()).succeeded;
 }
 
 /**

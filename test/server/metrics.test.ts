@@ -44,7 +44,7 @@ function fakeStats(overrides: Partial<KvServerStats> = {}): KvServerStats {
     hashSlots: { open: 16000, closed: 0, fenced: 384, damaged: 0 },
     repairCopiedItems: 12,
     repairCopiedBytes: 6400,
-    replication: { shortHashSlots: 300, syncingHashSlots: 120, failovers: 2 },
+    replication: { shortHashSlots: 300, syncingHashSlots: 120, failovers: 2, copyKeysLeft: 4500, rebalanceHashSlotsLeft: 640 },
     ...overrides,
   } as KvServerStats;
 }
@@ -64,6 +64,8 @@ test('gauges and counters read the stats; counters are set, not summed, across s
   t.is(sample(first, 'rdmakv_evicted_items_total', 'reason="watermark"'), 6);
   t.is(sample(first, 'rdmakv_hash_slots', 'state="fenced"'), 384);
   t.is(sample(first, 'rdmakv_removed_bytes_total', 'reason="expired"'), 4096);
+  t.is(sample(first, 'rdmakv_copy_keys_left'), 4500);
+  t.is(sample(first, 'rdmakv_rebalance_hash_slots_left'), 640);
   await new Promise((resolve) => setImmediate(resolve));
   const second = await registry.metrics();
   t.is(sample(second, 'rdmakv_notifications_total'), 90, 'a counter must not add the total twice');

@@ -20,3 +20,15 @@ test('rate 0: no limit', (t) => {
   const pacer = new Pacer(0, () => 0);
   t.is(pacer.spent(1e12), 0);
 });
+
+test('a new rate holds from its setting: an allowance above it is taken back, 0 lifts the limit, a limit set after none starts with nothing saved', (t) => {
+  let now = 0;
+  const pacer = new Pacer(10_000, () => now);
+  pacer.setRate(1000);
+  t.is(pacer.spent(1000), 0, 'one second at the new rate');
+  t.is(pacer.spent(1000), 1000);
+  pacer.setRate(0);
+  t.is(pacer.spent(1e9), 0);
+  pacer.setRate(500);
+  t.is(pacer.spent(250), 500, 'nothing saved while unlimited: 250 bytes at 500 a second');
+});

@@ -41,6 +41,8 @@ export interface CtlArgs {
   cancel: boolean;
   wait: boolean;
   dryRun: boolean;
+  /** rebalance --max-mbps, in bytes a second (0: no cap); undefined when not given. */
+  maxBytesPerSecond?: number;
 }
 
 /** --namespace, a valid name. */
@@ -128,7 +130,7 @@ export async function parseArgs(argv: string[], io: Io): Promise<CtlArgs | numbe
   }
   if (args.help === true || args.version === true) return 0;
   // --servers, --etcd and --metrics are lists: repeating them adds to the list.
-  for (const name of ['token', 'token-file', 'namespace', 'timeout-ms', 'json', 'etcd-prefix', 'interval', 'count', 'force', 'cancel', 'wait', 'dry-run', 'key', 'value', 'delta', 'ttl', 'name']) {
+  for (const name of ['token', 'token-file', 'namespace', 'timeout-ms', 'json', 'etcd-prefix', 'interval', 'count', 'force', 'cancel', 'wait', 'dry-run', 'max-mbps', 'key', 'value', 'delta', 'ttl', 'name']) {
     if (Array.isArray(args[name])) {
       io.stderr(`kvctl: --${name} is given more than once (see kvctl --help)\n`);
       return 2;
@@ -160,9 +162,17 @@ export async function parseArgs(argv: string[], io: Io): Promise<CtlArgs | numbe
       cancel: args.cancel === true,
       wait: args.wait === true,
       dryRun: args['dry-run'] === true,
+      maxBytesPerSecond: args['max-mbps'] === undefined ? undefined : parseMbps(String(args['max-mbps'])),
     };
   } catch (error) {
     io.stderr(`kvctl: ${(error as Error).message}\n`);
     return 2;
   }
+}
+
+/** --max-mbps: a number of MB (10^6 bytes) a second, 0 for no cap; in bytes a second. */
+function parseMbps(text: string): number {
+  const mbps = Number(text);
+  if (text.trim() === '' || !Number.isFinite(mbps) || mbps < 0 || mbps > 1e6) throw new UsageError(`--max-mbps ${text}: expected a number of MB a second from 0 (no cap) to 1000000`);
+  return Math.round(mbps * 1e6);
 }

@@ -70,7 +70,8 @@ export function parser(argv: string[]) {
       y
         .option('wait', { type: 'boolean', default: false, describe: 'print progress until every hash slot has moved' })
         .option('dry-run', { type: 'boolean', default: false, describe: 'print what would move, write nothing' })
-        .option('cancel', { type: 'boolean', default: false, describe: 'stop the rebalance in progress (hash slots already moved stay moved)' }),
+        .option('cancel', { type: 'boolean', default: false, describe: 'stop the rebalance in progress (hash slots already moved stay moved)' })
+        .option('max-mbps', { type: 'string', describe: 'each copying member copies at most this many MB a second (also changes the rate of one in progress; 0: no cap)' }),
     )
     .demandCommand(1, 'name a command: get, put, del, incr, expire, persist, ttl, stats, layout, watch, forget, drain or rebalance')
     .middleware(rejectMisspelledOptions(argv), true) // before .strict() says only "Unknown argument"
@@ -94,6 +95,7 @@ export function parser(argv: string[]) {
         '  kvctl --etcd http://10.0.0.9:2379 forget kv-3',
         '  kvctl --etcd http://10.0.0.9:2379 drain kv-3 --wait',
         '  kvctl --etcd http://10.0.0.9:2379 rebalance --dry-run',
+        '  kvctl --etcd http://10.0.0.9:2379 rebalance --max-mbps 200 --wait',
       ].join('\n'),
     )
     .wrap(Math.max(100, Math.min(120, process.stdout.columns ?? 120)))

@@ -5,14 +5,17 @@
 // hash slots copied (repair's copier), the primaries that give some away
 // quiesced, and the copies made replicas (server/replication/rebalance*.ts).
 // --dry-run prints the moves and writes nothing; --wait prints progress until
-// the target is reached; --cancel takes the target back (what moved stays moved).
+// the target is reached, with the copiers' live progress and an ETA; --cancel
+// takes the target back (what moved stays moved). --max-mbps caps each
+// copying member's rate (<prefix>/copy-rate, gone with the target), for a new
+// rebalance or the one in progress.
 import type { Etcd3 } from 'etcd3';
 
 import { SLOT_COUNT } from '../../../client/index.js';
 import type { PlacedMember } from '../../../protocol/hash-slots.js';
 import { UsageError } from '../../../protocol/operator-input.js';
 import { encodeClusterConfig } from '../../../protocol/config-codec.js';
-import { type ClusterConfig, type MemberRecord, type RepairRecord, etcdKeys, openEtcd, parseClusterConfig, parseHandoffRecord, underReplicatedSlots } from '../../../protocol/registry.js';
+import { type ClusterConfig, type CopyRateRecord, type MemberRecord, type RepairRecord, etcdKeys, openEtcd, parseClusterConfig, parseCopyProgress, parseHandoffRecord, underReplicatedSlots } from '../../../protocol/registry.js';
 import { rebalanceTarget, slotReplicaNames, slotsToMove } from '../../../protocol/slot-table.js';
 import type { CtlArgs, EtcdTarget } from '../args.js';
 import { readCluster, readClusterConfig } from '../etcd.js';
@@ -20,6 +23,10 @@ import type { Io } from '../io.js';
 
 /** How often --wait looks at the config. */
 const POLL_MS = 500;
+/** --wait prints a line per change, and at least this often while a copy runs. */
+const PROGRESS_EVERY_MS = 5000;
+/** The copy rate --wait shows is measured over about this long. */
+const RATE_WINDOW_MS = 10_000;
 
 type Keys = ReturnType<typeof etcdKeys>;
 
@@ -31,6 +38,7 @@ export async function rebalance(args: CtlArgs, io: Io): Promise<void> {
     const keys = etcdKeys(target.prefix);
     const config = await readClusterConfig(etcd, target);
     if (args.cancel) return await cancel(etcd, keys, args, io);
+    if (args.maxBytesPerSecond !== undefined && args.dryRun) throw new UsageError('--max-mbps and --dry-run exclude each other: a dry run writes nothing');
     if (config === undefined || config.replicas < 2) {
       throw new Error(`rebalance moves hash slots by copying them, which needs a replicated cluster (kv-server --replicas 2 or 3); this cluster has ${config ? `--replicas ${config.replicas}` : 'no config yet'} (docs/cluster.md)`);
     }
@@ -41,7 +49,16 @@ export async function rebalance(args: CtlArgs, io: Io): Promise<void> {
         io.stdout(args.json ? JSON.stringify({ dryRun: true, inProgress: true, ...(plan ?? { moves: 0, members: {} }) }) + '\n' : `${plan?.text ?? 'every hash slot has moved; '}(a rebalance is in progress: nothing written)\n`);
         return;
       }
-      if (!args.wait) throw new Error('a rebalance is in progress already: kvctl rebalance --wait follows it, --cancel takes it back');
+      if (args.maxBytesPerSecond !== undefined) {
+        // The rate of the rebalance in progress, as long as it is the one read.
+        const set = await etcd.if(keys.target, 'Value', '==', pending).then(rateRecord(etcd, keys, args.maxBytesPerSecond)).commit();
+        if (!set.succeeded) throw new Error('the rebalance ended or changed meanwhile: run it again');
+        if (!args.wait) {
+          io.stdout(args.json ? JSON.stringify({ maxBytesPerSecond: args.maxBytesPerSecond }) + '\n' : `the rebalance in progress copies at ${rateText(args.maxBytesPerSecond)} per copying member\n`);
+          return;
+        }
+      }
+      if (!args.wait) throw new Error('a rebalance is in progress already: kvctl rebalance --wait follows it, --max-mbps changes its rate, --cancel takes it back');
       return await follow(args, io, etcd, keys, pending);
     }
     const draining = (await etcd.getAll().prefix(keys.drain).keys()).map((key) => key.slice(keys.drain.length));
@@ -61,7 +78,8 @@ export async function rebalance(args: CtlArgs, io: Io): Promise<void> {
       return;
     }
     // Placement freezes with it: the controller must not place members directly from then on (without their keys).
-    const put = await etcd.if(keys.target, 'Create', '==', 0).and(keys.config, 'Mod', '==', await configRevision(etcd, keys)).then(etcd.put(keys.target).value(encodeClusterConfig(next)), frozenRecord(etcd, keys)).commit();
+    const rate = args.maxBytesPerSecond ? [rateRecord(etcd, keys, args.maxBytesPerSecond)] : [etcd.delete().key(keys.copyRate)];
+    const put = await etcd.if(keys.target, 'Create', '==', 0).and(keys.config, 'Mod', '==', await configRevision(etcd, keys)).then(etcd.put(keys.target).value(encodeClusterConfig(next)), frozenRecord(etcd, keys), ...rate).commit();
     if (!put.succeeded) {
       // The controller may have started the same rebalance itself (a member joined): follow that one.
       const started = await etcd.get(keys.target).string();
@@ -125,6 +143,15 @@ function frozenRecord(etcd: Etcd3, keys: Keys) {
   return etcd.put(keys.frozen).value(JSON.stringify({ since: new Date().toISOString(), by: 'kvctl rebalance' }));
 }
 
+/** What <prefix>/copy-rate says for --max-mbps (0: no cap). */
+function rateRecord(etcd: Etcd3, keys: Keys, bytesPerSecond: number) {
+  return etcd.put(keys.copyRate).value(JSON.stringify({ bytesPerSecond, since: new Date().toISOString() } satisfies CopyRateRecord));
+}
+
+function rateText(bytesPerSecond: number): string {
+  return bytesPerSecond === 0 ? 'no cap (each member\'s --repair-rate)' : `at most ${(bytesPerSecond / 1e6).toFixed(1)} MB/s`;
+}
+
 /** Freezes placement, if it is not frozen yet. */
 async function freeze(etcd: Etcd3, keys: Keys): Promise<void> {
   await etcd.if(keys.frozen, 'Create', '==', 0).then(frozenRecord(etcd, keys)).commit();
@@ -150,7 +177,7 @@ async function cancel(etcd: Etcd3, keys: Keys, args: CtlArgs, io: Io): Promise<v
   const handoffs = (await etcd.getAll().prefix(keys.handoff).exec()).kvs.filter((kv) => parseHandoffRecord(kv.value.toString())?.phase !== 'moved');
   let txn = etcd.if(keys.target, 'Mod', '==', stored.mod_revision);
   for (const kv of handoffs) txn = txn.and(kv.key.toString(), 'Mod', '==', kv.mod_revision);
-  const done = await txn.then(etcd.delete().key(keys.target), ...handoffs.map((kv) => etcd.delete().key(kv.key.toString())), frozenRecord(etcd, keys)).commit();
+  const done = await txn.then(etcd.delete().key(keys.target), etcd.delete().key(keys.copyRate), ...handoffs.map((kv) => etcd.delete().key(kv.key.toString())), frozenRecord(etcd, keys)).commit();
   if (!done.succeeded) throw new Error('the rebalance moved on while being cancelled: cancel again');
   const config = await readClusterConfig(etcd, args.target as EtcdTarget);
   const left = config ? slotsToMove(config, parseClusterConfig(stored.value.toString())) : 0;
@@ -164,9 +191,12 @@ async function cancel(etcd: Etcd3, keys: Keys, args: CtlArgs, io: Io): Promise<v
 async function follow(args: CtlArgs, io: Io, etcd: Etcd3, keys: Keys, goalText: string): Promise<void> {
   const goal = parseClusterConfig(goalText);
   const started = performance.now();
-  const copiedAtStart = await copiedBytes(etcd, keys);
+  const since = await revisionNow(etcd, keys);
+  const seen = new Map<string, number>();
   let first: number | undefined;
   let last = '';
+  let lastAt = 0;
+  const rate = new CopyRate();
   for (;;) {
     const config = await readClusterConfig(etcd, args.target as EtcdTarget);
     const left = config ? slotsToMove(config, goal) : SLOT_COUNT;
@@ -174,7 +204,7 @@ async function follow(args: CtlArgs, io: Io, etcd: Etcd3, keys: Keys, goalText: 
     const same = (await etcd.get(keys.target).string()) === goalText;
     const seconds = ((performance.now() - started) / 1000).toFixed(1);
     if (left === 0 || !same) {
-      const copied = (await copiedBytes(etcd, keys)) - copiedAtStart;
+      const copied = await copiedBytes(etcd, keys, since, seen);
       if (args.json) io.stdout(JSON.stringify({ done: left === 0, moved: first - left, left, copiedBytes: copied, seconds: Number(seconds) }) + '\n');
       else io.stdout(left === 0 ? `rebalanced: ${first} hash slots moved in ${seconds} s (${(copied / 1e6).toFixed(1)} MB copied)\n` : `rebalance given up, cancelled or replaced with ${left} hash slots not moved (the controller's log says why)\n`);
       if (left !== 0) throw new Error('rebalance not finished');
@@ -183,24 +213,72 @@ async function follow(args: CtlArgs, io: Io, etcd: Etcd3, keys: Keys, goalText: 
     const handoffs = await etcd.getAll().prefix(keys.handoff).strings();
     const quiescing = Object.entries(handoffs).filter(([, v]) => parseHandoffRecord(v)?.phase !== 'moved').map(([k]) => k.slice(keys.handoff.length));
     const syncing = config ? config.slots.reduce((n, r) => (r.syncing.length > 0 ? n + r.to - r.from + 1 : n), 0) : 0;
-    const mb = ((await copiedBytes(etcd, keys)) - copiedAtStart) / 1e6;
-    const line = `rebalance: ${left} of ${first} hash slots still to move, ${syncing} syncing, ${mb.toFixed(1)} MB copied${quiescing.length ? `, quiescing ${quiescing.join(', ')}` : ''} (config epoch ${config?.epoch ?? '-'})`;
-    if (line !== last) io.stderr(`${line}, ${seconds} s\n`);
-    last = line;
+    const live = await copying(etcd, keys);
+    const copied = (await copiedBytes(etcd, keys, since, seen)) + live.bytes;
+    const eta = rate.sample(live.done, copied, live.keys - live.done);
+    const line = `rebalance: ${left} of ${first} hash slots still to move, ${syncing} syncing, ${(copied / 1e6).toFixed(1)} MB copied${live.keys > live.done ? `, ${live.keys - live.done} keys left to copy${eta}` : ''}${quiescing.length ? `, quiescing ${quiescing.join(', ')}` : ''} (config epoch ${config?.epoch ?? '-'})`;
+    // A line per change of step, and one every few seconds while only the copy moves on.
+    const step = `${left} ${syncing} ${quiescing.join()} ${config?.epoch}`;
+    const now = performance.now();
+    if (step !== last || (live.keys > live.done && now - lastAt > PROGRESS_EVERY_MS)) {
+      io.stderr(`${line}, ${seconds} s\n`);
+      last = step;
+      lastAt = now;
+    }
     await new Promise((resolve) => setTimeout(resolve, POLL_MS));
   }
 }
 
-/** Bytes the copiers say they copied, over every repair record. */
-async function copiedBytes(etcd: Etcd3, keys: Keys): Promise<number> {
-  let bytes = 0;
-  for (const text of Object.values(await etcd.getAll().prefix(keys.repair).strings())) {
+/** The etcd revision now: records written after it are this rebalance's. */
+async function revisionNow(etcd: Etcd3, keys: Keys): Promise<bigint> {
+  return BigInt((await etcd.get(keys.config).exec()).header.revision);
+}
+
+/**
+ * Bytes the copiers say they copied, from the repair records written after `since`. A pair's record
+ * is replaced by its next copy's (a rebalance's later run copies only what the earlier did not): each
+ * version seen is counted once, so `seen` is kept across calls.
+ */
+async function copiedBytes(etcd: Etcd3, keys: Keys, since: bigint, seen: Map<string, number>): Promise<number> {
+  for (const kv of (await etcd.getAll().prefix(keys.repair).exec()).kvs) {
+    if (BigInt(kv.mod_revision) <= since) continue;
     try {
-      const n = (JSON.parse(text) as Partial<RepairRecord>).bytes;
-      if (typeof n === 'number' && Number.isFinite(n)) bytes += n;
+      const n = (JSON.parse(kv.value.toString()) as Partial<RepairRecord>).bytes;
+      if (typeof n === 'number' && Number.isFinite(n)) seen.set(`${kv.key.toString()}@${kv.mod_revision}`, n);
     } catch {
       // unreadable: not counted
     }
   }
-  return bytes;
+  return [...seen.values()].reduce((sum, n) => sum + n, 0);
+}
+
+/** What the copiers' progress records say of the copies under way: keys found, keys done, bytes written. */
+async function copying(etcd: Etcd3, keys: Keys): Promise<{ keys: number; done: number; bytes: number }> {
+  const sum = { keys: 0, done: 0, bytes: 0 };
+  for (const text of Object.values(await etcd.getAll().prefix(keys.progress).strings())) {
+    const progress = parseCopyProgress(text);
+    if (progress === undefined) continue;
+    sum.keys += progress.keys;
+    sum.done += progress.done;
+    sum.bytes += progress.bytes;
+  }
+  return sum;
+}
+
+/** The copy's rate over the last ten seconds or so, and the time left at it, as text (', 4.1 MB/s, ETA 12 s'). */
+class CopyRate {
+  private readonly samples: Array<{ at: number; done: number; bytes: number }> = [];
+
+  sample(done: number, bytes: number, keysLeft: number): string {
+    const at = performance.now();
+    this.samples.push({ at, done, bytes });
+    while (this.samples.length > 2 && at - this.samples[0]!.at > RATE_WINDOW_MS) this.samples.shift();
+    const first = this.samples[0]!;
+    const seconds = (at - first.at) / 1000;
+    // The keys done go down when a copy starts over (a newer config): no rate until they grow again.
+    if (seconds < 1 || done <= first.done) return '';
+    const keysPerSecond = (done - first.done) / seconds;
+    const mbps = Math.max(0, bytes - first.bytes) / 1e6 / seconds;
+    return `, ${mbps.toFixed(1)} MB/s, ETA ${Math.ceil(keysLeft / keysPerSecond)} s`;
+  }
 }
