@@ -265,3 +265,29 @@ export function parseCopyRate(text: string | null): number | undefined {
   }
   return undefined;
 }
+
+/**
+ * Items and bytes the copiers reported copied in the repair records (repair/<target>/<primary>)
+ * written after etcd revision `since`. A pair's record is replaced by its next copy's (a rebalance's
+ * later runs copy only what the earlier did not), so each version read is counted once: `seen` keeps
+ * them across calls, and a caller that polls more often than copies end counts them all (kvctl
+ * rebalance --wait, bench/kv/migration.ts).
+ */
+export async function repairCopiesSince(etcd: Etcd3, prefix: string, since: bigint, seen: Map<string, { items: number; bytes: number }>): Promise<{ items: number; bytes: number }> {
+  const count = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : 0);
+  for (const kv of (await etcd.getAll().prefix(etcdKeys(prefix).repair).exec()).kvs) {
+    if (BigInt(kv.mod_revision) <= since) continue;
+    try {
+      const record = JSON.parse(kv.value.toString()) as Partial<RepairRecord>;
+      seen.set(`${kv.key.toString()}@${kv.mod_revision}`, { items: count(record.items), bytes: count(record.bytes) });
+    } catch {
+      // unreadable: not counted
+    }
+  }
+  const sum = { items: 0, bytes: 0 };
+  for (const { items, bytes } of seen.values()) {
+    sum.items += items;
+    sum.bytes += bytes;
+  }
+  return sum;
+}

@@ -14,7 +14,7 @@ import * as hdr from 'hdr-histogram-js';
 
 import type { KvClient } from '../../client/index.js';
 import { encodeClusterConfig } from '../../protocol/config-codec.js';
-import { type RepairRecord, etcdKeys, parseClusterConfig } from '../../protocol/registry.js';
+import { etcdKeys, parseClusterConfig, repairCopiesSince } from '../../protocol/registry.js';
 import { rebalanceTarget } from '../../protocol/slot-table.js';
 import { startKvServer } from '../ycsb/compare/servers.js';
 import { Properties } from '../ycsb/properties.js';
@@ -93,6 +93,7 @@ const { kv, servers } = await startCluster(etcd, prefix, 2, 2, extra, `${memory}
 let joined: Awaited<ReturnType<typeof startKvServer>> | undefined;
 const phases: Phase[] = [];
 let migration: { ms: number; bytes: number; items: number };
+let copied = { items: 0, bytes: 0 };
 try {
   const value = Buffer.alloc(valueBytes, 'm');
   const loadStart = performance.now();
@@ -118,7 +119,10 @@ try {
     joined = await startKvServer(new Properties([['rdmakv.memory', `${memory}M`]]), ['--etcd', etcd.url, '--etcd-prefix', prefix, '--name', 'm2', '--replicas', '2', ...extra]);
     while ((await etcd.client.get(keys$.aliveKey('m2')).string()) === null) await new Promise((resolve) => setTimeout(resolve, 5));
     const goal = rebalanceTarget(parseClusterConfig((await etcd.client.get(keys$.config).string())!), [{ name: 'm0' }, { name: 'm1' }, { name: 'm2' }])!;
-    await etcd.client.put(keys$.target).value(encodeClusterConfig(goal));
+    const revision = BigInt((await etcd.client.put(keys$.target).value(encodeClusterConfig(goal)).exec()).header.revision);
+    // What the copiers copy, each version of each repair record counted once (a later run's replaces it).
+    const seen = new Map<string, { items: number; bytes: number }>();
+    const reading = setInterval(() => void repairCopiesSince(etcd.client, prefix, revision, seen).catch(() => undefined), 200);
     const deadline = performance.now() + 600_000;
     let since: number | undefined;
     for (;;) {
@@ -129,6 +133,8 @@ try {
       await new Promise((resolve) => setTimeout(resolve, 5));
     }
     ms = performance.now() - since!;
+    clearInterval(reading);
+    copied = await repairCopiesSince(etcd.client, prefix, revision, seen);
     // Gone is not done: a rebalance given up (a member's lease lapsed) removes the target too.
     const config = parseClusterConfig((await etcd.client.get(keys$.config).string())!);
     const held = config.slots.reduce((n, r) => (r.replicas.includes(config.members.indexOf('m2')) ? n + r.to - r.from + 1 : n), 0);
@@ -137,8 +143,7 @@ try {
   });
   await timed(phase('after'), () => new Promise((resolve) => setTimeout(resolve, steadyMs)));
   await loop.stop();
-  const records = Object.values(await etcd.client.getAll().prefix(`${keys$.repair}m2/`).strings()).map((text) => JSON.parse(text) as RepairRecord);
-  migration = { ms, bytes: records.reduce((n, r) => n + r.bytes, 0), items: records.reduce((n, r) => n + r.items, 0) };
+  migration = { ms, ...copied };
 } finally {
   await kv.close();
   await Promise.all([...servers, ...(joined ? [joined] : [])].map((s) => s.stop().catch(() => undefined)));

@@ -51,7 +51,7 @@ for (const scheme of providersUnderTest()) {
     t.is(drained.code, 0, drained.stderr);
     const result = JSON.parse(drained.stdout) as { member: string; phase: string; slotsHeld: number; moved: number };
     t.like(result, { member: 'm0', phase: 'drained', slotsHeld: 0, moved: held });
-    t.regex(drained.stderr, /drain m0: copying, \d+ of \d+ hash slots still held/, 'progress lines');
+    t.regex(drained.stderr, /drain m0: copying, \d+ of \d+ hash slots still held, [\d.]+ MB copied/, 'progress lines');
     await load.check(t, prefix);
 
     const after = (await readConfig(etcd.client, prefix))!;

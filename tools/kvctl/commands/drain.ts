@@ -8,11 +8,14 @@ import { SLOT_COUNT } from '../../../client/index.js';
 import { UsageError } from '../../../protocol/operator-input.js';
 import { type DrainRecord, checkMemberName, etcdKeys, openEtcd, parseDrainRecord, slotsHeld } from '../../../protocol/registry.js';
 import type { CtlArgs } from '../args.js';
+import { CopyWatch } from '../copy-progress.js';
 import { readCluster, readClusterConfig } from '../etcd.js';
 import { type Io, NotFound } from '../io.js';
 
 /** How often --wait looks at the config. */
 const POLL_MS = 500;
+/** --wait prints a line per change, and at least this often while a copy runs. */
+const PROGRESS_EVERY_MS = 5000;
 
 export async function drain(args: CtlArgs, io: Io): Promise<void> {
   const { target } = args;
@@ -93,7 +96,9 @@ async function follow(args: CtlArgs, io: Io, etcd: ReturnType<typeof openEtcd>, 
   if (target.kind !== 'etcd') return;
   const key = etcdKeys(target.prefix).drainKey(name);
   const started = performance.now();
+  const copies = await CopyWatch.start(etcd, target.prefix);
   let last = '';
+  let lastAt = 0;
   for (;;) {
     const config = await readClusterConfig(etcd, target);
     const held = slotsHeld(config, name);
@@ -106,9 +111,15 @@ async function follow(args: CtlArgs, io: Io, etcd: ReturnType<typeof openEtcd>, 
       if (held !== 0) throw new Error(`drain of ${name} cancelled`);
       return;
     }
-    const line = `drain ${name}: ${phase}, ${held} of ${first} hash slots still held (config epoch ${config?.epoch ?? '-'})`;
-    if (line !== last) io.stderr(`${line}, ${seconds} s\n`);
-    last = line;
+    const copy = await copies.read();
+    // A line per change of phase or of hash slots held, and one every few seconds while only the copy moves on.
+    const step = `${phase}, ${held} of ${first} hash slots still held`;
+    const now = performance.now();
+    if (step !== last || (copy.keysLeft > 0 && now - lastAt > PROGRESS_EVERY_MS)) {
+      io.stderr(`drain ${name}: ${step}, ${copy.text} (config epoch ${config?.epoch ?? '-'}), ${seconds} s\n`);
+      last = step;
+      lastAt = now;
+    }
     await new Promise((resolve) => setTimeout(resolve, POLL_MS));
   }
 }

@@ -1,13 +1,16 @@
 // forget: removes <prefix>/members/<name> from etcd, so from then on clients
 // map its hash slots to the other members. Refused while its alive key exists
 // (unless --force); the delete is conditional on that in one transaction, so
-// a member that comes back in between is not forgotten.
+// a member that comes back in between is not forgotten. What it prints says
+// what became of the member's keys: with --replicas 1 they are lost to the
+// cluster (they were in its region file only); with more, its hash slots'
+// other replicas hold them, and repair restores the count.
 import { SLOT_COUNT } from '../../../client/index.js';
 import { assignSlots } from '../../../protocol/hash-slots.js';
 import { UsageError } from '../../../protocol/operator-input.js';
-import { checkMemberName, etcdKeys, openEtcd } from '../../../protocol/registry.js';
-import type { CtlArgs } from '../args.js';
-import { readCluster } from '../etcd.js';
+import { type ClusterConfig, checkMemberName, etcdKeys, openEtcd, slotsHeld, underReplicatedSlots } from '../../../protocol/registry.js';
+import type { CtlArgs, EtcdTarget } from '../args.js';
+import { readCluster, readClusterConfig } from '../etcd.js';
 import { percent } from '../format.js';
 import { type Io, NotFound } from '../io.js';
 
@@ -54,18 +57,42 @@ export async function forget(args: CtlArgs, io: Io): Promise<void> {
     const result = await txn.then(etcd.delete().key(keys.member(name))).commit();
     if (!result.succeeded) throw new Error(`'${name}' changed while being forgotten (it came alive, or someone else forgot it): look again with kvctl layout`);
 
+    const config = await readClusterConfig(etcd, target as EtcdTarget);
+    if (config !== undefined && config.replicas > 1) return replicated(args, io, config, name, alive ? where : undefined);
     const { slots, remaining, movedTo } = slotsMoved(cluster.members, name);
     if (args.json) {
-      io.stdout(JSON.stringify({ forgotten: name, slots, movedTo: Object.fromEntries(movedTo), alive: alive !== undefined, members: remaining }) + '\n');
+      io.stdout(JSON.stringify({ forgotten: name, slots, movedTo: Object.fromEntries(movedTo), alive: alive !== undefined, members: remaining, replicas: 1, keysLost: true }) + '\n');
       return;
     }
     const to = remaining.length > 0 ? `now belong to ${[...movedTo].map(([m, n]) => `${m} (${n})`).join(', ')}` : 'belong to nobody: the cluster has no members left';
     io.stdout(
       `forgot member ${name}: its ${slots} slots (${percent(slots).toFixed(1)}%) ${to}.\n` +
-        `The keys it held are no longer reachable through the cluster; a server that registers as '${name}' again rejoins with its region file.\n` +
+        `Its keys are lost to the cluster: with --replicas 1 they had no other copy. Its region file still holds them: a server that registers as '${name}' again with that file rejoins with them.\n` +
         (alive ? `It is still running (${where}): stop it.\n` : ''),
     );
   } finally {
     etcd.close();
   }
+}
+
+/**
+ * forget on a replicated cluster: nothing is lost (its hash slots' other replicas hold their keys);
+ * what it still holds in config is failed over once its lease lapses, and repair restores the count.
+ */
+function replicated(args: CtlArgs, io: Io, config: ClusterConfig, name: string, runningAt: string | undefined): void {
+  const held = slotsHeld(config, name);
+  const short = underReplicatedSlots(config);
+  if (args.json) {
+    io.stdout(JSON.stringify({ forgotten: name, replicas: config.replicas, keysLost: false, hashSlotsHeld: held, underReplicated: short, alive: runningAt !== undefined }) + '\n');
+    return;
+  }
+  const holds = held > 0
+    ? `It still holds ${held} hash slots in config: once it is failed over (its lease lapses) their other replicas serve them, and repair copies them to another member.\n`
+    : short > 0
+      ? `${short} hash slots are short of a replica: repair copies them to a member that holds none at once, or to the others after --replace-after (kvctl layout shows it).\n`
+      : '';
+  io.stdout(
+    `forgot member ${name}: with --replicas ${config.replicas} its keys are on the other replicas of its hash slots: nothing is lost.\n` + holds +
+      (runningAt ? `It is still running (${runningAt}): stop it.\n` : ''),
+  );
 }

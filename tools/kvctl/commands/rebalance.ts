@@ -15,9 +15,10 @@ import { SLOT_COUNT } from '../../../client/index.js';
 import type { PlacedMember } from '../../../protocol/hash-slots.js';
 import { UsageError } from '../../../protocol/operator-input.js';
 import { encodeClusterConfig } from '../../../protocol/config-codec.js';
-import { type ClusterConfig, type CopyRateRecord, type MemberRecord, type RepairRecord, etcdKeys, openEtcd, parseClusterConfig, parseCopyProgress, parseHandoffRecord, underReplicatedSlots } from '../../../protocol/registry.js';
+import { type ClusterConfig, type CopyRateRecord, type MemberRecord, etcdKeys, openEtcd, parseClusterConfig, parseHandoffRecord, underReplicatedSlots } from '../../../protocol/registry.js';
 import { rebalanceTarget, slotReplicaNames, slotsToMove } from '../../../protocol/slot-table.js';
 import type { CtlArgs, EtcdTarget } from '../args.js';
+import { CopyWatch } from '../copy-progress.js';
 import { readCluster, readClusterConfig } from '../etcd.js';
 import type { Io } from '../io.js';
 
@@ -25,8 +26,6 @@ import type { Io } from '../io.js';
 const POLL_MS = 500;
 /** --wait prints a line per change, and at least this often while a copy runs. */
 const PROGRESS_EVERY_MS = 5000;
-/** The copy rate --wait shows is measured over about this long. */
-const RATE_WINDOW_MS = 10_000;
 
 type Keys = ReturnType<typeof etcdKeys>;
 
@@ -191,20 +190,19 @@ async function cancel(etcd: Etcd3, keys: Keys, args: CtlArgs, io: Io): Promise<v
 async function follow(args: CtlArgs, io: Io, etcd: Etcd3, keys: Keys, goalText: string): Promise<void> {
   const goal = parseClusterConfig(goalText);
   const started = performance.now();
-  const since = await revisionNow(etcd, keys);
-  const seen = new Map<string, number>();
+  const copies = await CopyWatch.start(etcd, (args.target as EtcdTarget).prefix);
   let first: number | undefined;
   let last = '';
   let lastAt = 0;
-  const rate = new CopyRate();
   for (;;) {
     const config = await readClusterConfig(etcd, args.target as EtcdTarget);
     const left = config ? slotsToMove(config, goal) : SLOT_COUNT;
     first ??= left;
     const same = (await etcd.get(keys.target).string()) === goalText;
     const seconds = ((performance.now() - started) / 1000).toFixed(1);
+    const copy = await copies.read();
     if (left === 0 || !same) {
-      const copied = await copiedBytes(etcd, keys, since, seen);
+      const copied = copy.copiedBytes;
       if (args.json) io.stdout(JSON.stringify({ done: left === 0, moved: first - left, left, copiedBytes: copied, seconds: Number(seconds) }) + '\n');
       else io.stdout(left === 0 ? `rebalanced: ${first} hash slots moved in ${seconds} s (${(copied / 1e6).toFixed(1)} MB copied)\n` : `rebalance given up, cancelled or replaced with ${left} hash slots not moved (the controller's log says why)\n`);
       if (left !== 0) throw new Error('rebalance not finished');
@@ -213,72 +211,15 @@ async function follow(args: CtlArgs, io: Io, etcd: Etcd3, keys: Keys, goalText: 
     const handoffs = await etcd.getAll().prefix(keys.handoff).strings();
     const quiescing = Object.entries(handoffs).filter(([, v]) => parseHandoffRecord(v)?.phase !== 'moved').map(([k]) => k.slice(keys.handoff.length));
     const syncing = config ? config.slots.reduce((n, r) => (r.syncing.length > 0 ? n + r.to - r.from + 1 : n), 0) : 0;
-    const live = await copying(etcd, keys);
-    const copied = (await copiedBytes(etcd, keys, since, seen)) + live.bytes;
-    const eta = rate.sample(live.done, copied, live.keys - live.done);
-    const line = `rebalance: ${left} of ${first} hash slots still to move, ${syncing} syncing, ${(copied / 1e6).toFixed(1)} MB copied${live.keys > live.done ? `, ${live.keys - live.done} keys left to copy${eta}` : ''}${quiescing.length ? `, quiescing ${quiescing.join(', ')}` : ''} (config epoch ${config?.epoch ?? '-'})`;
+    const line = `rebalance: ${left} of ${first} hash slots still to move, ${syncing} syncing, ${copy.text}${quiescing.length ? `, quiescing ${quiescing.join(', ')}` : ''} (config epoch ${config?.epoch ?? '-'})`;
     // A line per change of step, and one every few seconds while only the copy moves on.
     const step = `${left} ${syncing} ${quiescing.join()} ${config?.epoch}`;
     const now = performance.now();
-    if (step !== last || (live.keys > live.done && now - lastAt > PROGRESS_EVERY_MS)) {
+    if (step !== last || (copy.keysLeft > 0 && now - lastAt > PROGRESS_EVERY_MS)) {
       io.stderr(`${line}, ${seconds} s\n`);
       last = step;
       lastAt = now;
     }
     await new Promise((resolve) => setTimeout(resolve, POLL_MS));
-  }
-}
-
-/** The etcd revision now: records written after it are this rebalance's. */
-async function revisionNow(etcd: Etcd3, keys: Keys): Promise<bigint> {
-  return BigInt((await etcd.get(keys.config).exec()).header.revision);
-}
-
-/**
- * Bytes the copiers say they copied, from the repair records written after `since`. A pair's record
- * is replaced by its next copy's (a rebalance's later run copies only what the earlier did not): each
- * version seen is counted once, so `seen` is kept across calls.
- */
-async function copiedBytes(etcd: Etcd3, keys: Keys, since: bigint, seen: Map<string, number>): Promise<number> {
-  for (const kv of (await etcd.getAll().prefix(keys.repair).exec()).kvs) {
-    if (BigInt(kv.mod_revision) <= since) continue;
-    try {
-      const n = (JSON.parse(kv.value.toString()) as Partial<RepairRecord>).bytes;
-      if (typeof n === 'number' && Number.isFinite(n)) seen.set(`${kv.key.toString()}@${kv.mod_revision}`, n);
-    } catch {
-      // unreadable: not counted
-    }
-  }
-  return [...seen.values()].reduce((sum, n) => sum + n, 0);
-}
-
-/** What the copiers' progress records say of the copies under way: keys found, keys done, bytes written. */
-async function copying(etcd: Etcd3, keys: Keys): Promise<{ keys: number; done: number; bytes: number }> {
-  const sum = { keys: 0, done: 0, bytes: 0 };
-  for (const text of Object.values(await etcd.getAll().prefix(keys.progress).strings())) {
-    const progress = parseCopyProgress(text);
-    if (progress === undefined) continue;
-    sum.keys += progress.keys;
-    sum.done += progress.done;
-    sum.bytes += progress.bytes;
-  }
-  return sum;
-}
-
-/** The copy's rate over the last ten seconds or so, and the time left at it, as text (', 4.1 MB/s, ETA 12 s'). */
-class CopyRate {
-  private readonly samples: Array<{ at: number; done: number; bytes: number }> = [];
-
-  sample(done: number, bytes: number, keysLeft: number): string {
-    const at = performance.now();
-    this.samples.push({ at, done, bytes });
-    while (this.samples.length > 2 && at - this.samples[0]!.at > RATE_WINDOW_MS) this.samples.shift();
-    const first = this.samples[0]!;
-    const seconds = (at - first.at) / 1000;
-    // The keys done go down when a copy starts over (a newer config): no rate until they grow again.
-    if (seconds < 1 || done <= first.done) return '';
-    const keysPerSecond = (done - first.done) / seconds;
-    const mbps = Math.max(0, bytes - first.bytes) / 1e6 / seconds;
-    return `, ${mbps.toFixed(1)} MB/s, ETA ${Math.ceil(keysLeft / keysPerSecond)} s`;
   }
 }
