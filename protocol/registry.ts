@@ -222,16 +222,24 @@ export function openEtcd(hosts: string[], timeoutMs: number): Etcd3 {
   });
 }
 
-/** progress/<name>: a copier's copy under way (copier.ts), put about once a second. */
+/**
+ * progress/<name>: that member's copier (copier.ts): its last copy, put at its start, about once a
+ * second while it runs and at its end, and what it copied since the member started.
+ */
 export interface CopyProgress {
   /** The config epoch it copies for. */
   epoch: number;
+  /** Whether that copy is still under way. */
+  running: boolean;
   /** Keys found to copy so far (the walk of each namespace adds its own), and of them copied or passed over. */
   keys: number;
   done: number;
-  /** Bytes (item headers, keys and values) written onto the targets. */
+  /** Bytes (item headers, keys and values) it wrote onto the targets. */
   bytes: number;
   since: string;
+  /** Items and bytes every copy of this member wrote since it started (each run's once: kvctl counts from these). */
+  totalItems: number;
+  totalBytes: number;
 }
 
 /** A progress record read from etcd, or undefined when it is not one. */
@@ -239,8 +247,8 @@ export function parseCopyProgress(text: string): CopyProgress | undefined {
   try {
     const r = JSON.parse(text) as Partial<CopyProgress> | null;
     const count = (v: unknown) => typeof v === 'number' && Number.isFinite(v) && v >= 0;
-    if (r && typeof r === 'object' && count(r.epoch) && count(r.keys) && count(r.done) && count(r.bytes) && typeof r.since === 'string') {
-      return { epoch: r.epoch!, keys: r.keys!, done: r.done!, bytes: r.bytes!, since: r.since };
+    if (r && typeof r === 'object' && count(r.epoch) && typeof r.running === 'boolean' && count(r.keys) && count(r.done) && count(r.bytes) && typeof r.since === 'string' && count(r.totalItems) && count(r.totalBytes)) {
+      return { epoch: r.epoch!, running: r.running, keys: r.keys!, done: r.done!, bytes: r.bytes!, since: r.since, totalItems: r.totalItems!, totalBytes: r.totalBytes! };
     }
   } catch {
     // not JSON
@@ -266,28 +274,13 @@ export function parseCopyRate(text: string | null): number | undefined {
   return undefined;
 }
 
-/**
- * Items and bytes the copiers reported copied in the repair records (repair/<target>/<primary>)
- * written after etcd revision `since`. A pair's record is replaced by its next copy's (a rebalance's
- * later runs copy only what the earlier did not), so each version read is counted once: `seen` keeps
- * them across calls, and a caller that polls more often than copies end counts them all (kvctl
- * rebalance --wait, bench/kv/migration.ts).
- */
-export async function repairCopiesSince(etcd: Etcd3, prefix: string, since: bigint, seen: Map<string, { items: number; bytes: number }>): Promise<{ items: number; bytes: number }> {
-  const count = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : 0);
-  for (const kv of (await etcd.getAll().prefix(etcdKeys(prefix).repair).exec()).kvs) {
-    if (BigInt(kv.mod_revision) <= since) continue;
-    try {
-      const record = JSON.parse(kv.value.toString()) as Partial<RepairRecord>;
-      seen.set(`${kv.key.toString()}@${kv.mod_revision}`, { items: count(record.items), bytes: count(record.bytes) });
-    } catch {
-      // unreadable: not counted
-    }
+/** Every member's progress record (progress/<name>), by name; unreadable ones left out. */
+export async function readCopyProgress(etcd: Etcd3, prefix: string): Promise<Map<string, CopyProgress>> {
+  const keys = etcdKeys(prefix);
+  const found = new Map<string, CopyProgress>();
+  for (const [key, text] of Object.entries(await etcd.getAll().prefix(keys.progress).strings())) {
+    const progress = parseCopyProgress(text);
+    if (progress !== undefined) found.set(key.slice(keys.progress.length), progress);
   }
-  const sum = { items: 0, bytes: 0 };
-  for (const { items, bytes } of seen.values()) {
-    sum.items += items;
-    sum.bytes += bytes;
-  }
-  return sum;
+  return found;
 }

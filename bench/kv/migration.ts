@@ -14,7 +14,7 @@ import * as hdr from 'hdr-histogram-js';
 
 import type { KvClient } from '../../client/index.js';
 import { encodeClusterConfig } from '../../protocol/config-codec.js';
-import { etcdKeys, parseClusterConfig, repairCopiesSince } from '../../protocol/registry.js';
+import { etcdKeys, parseClusterConfig, readCopyProgress } from '../../protocol/registry.js';
 import { rebalanceTarget } from '../../protocol/slot-table.js';
 import { startKvServer } from '../ycsb/compare/servers.js';
 import { Properties } from '../ycsb/properties.js';
@@ -119,10 +119,7 @@ try {
     joined = await startKvServer(new Properties([['rdmakv.memory', `${memory}M`]]), ['--etcd', etcd.url, '--etcd-prefix', prefix, '--name', 'm2', '--replicas', '2', ...extra]);
     while ((await etcd.client.get(keys$.aliveKey('m2')).string()) === null) await new Promise((resolve) => setTimeout(resolve, 5));
     const goal = rebalanceTarget(parseClusterConfig((await etcd.client.get(keys$.config).string())!), [{ name: 'm0' }, { name: 'm1' }, { name: 'm2' }])!;
-    const revision = BigInt((await etcd.client.put(keys$.target).value(encodeClusterConfig(goal)).exec()).header.revision);
-    // What the copiers copy, each version of each repair record counted once (a later run's replaces it).
-    const seen = new Map<string, { items: number; bytes: number }>();
-    const reading = setInterval(() => void repairCopiesSince(etcd.client, prefix, revision, seen).catch(() => undefined), 200);
+    await etcd.client.put(keys$.target).value(encodeClusterConfig(goal));
     const deadline = performance.now() + 600_000;
     let since: number | undefined;
     for (;;) {
@@ -133,8 +130,11 @@ try {
       await new Promise((resolve) => setTimeout(resolve, 5));
     }
     ms = performance.now() - since!;
-    clearInterval(reading);
-    copied = await repairCopiesSince(etcd.client, prefix, revision, seen);
+    // Every copy of this cluster's life is the rebalance's (m0 and m1 were placed directly): the copiers' totals.
+    for (const progress of (await readCopyProgress(etcd.client, prefix)).values()) {
+      copied.items += progress.totalItems;
+      copied.bytes += progress.totalBytes;
+    }
     // Gone is not done: a rebalance given up (a member's lease lapsed) removes the target too.
     const config = parseClusterConfig((await etcd.client.get(keys$.config).string())!);
     const held = config.slots.reduce((n, r) => (r.replicas.includes(config.members.indexOf('m2')) ? n + r.to - r.from + 1 : n), 0);

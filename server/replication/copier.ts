@@ -19,9 +19,10 @@
 // a copy abandons it and starts over from the new one (a range whose epoch
 // moved needs a copy at its new epoch). It copies at most --repair-rate bytes a
 // second (pacer.ts), and at most <prefix>/copy-rate's while one is set (kvctl
-// rebalance --max-mbps), 64 keys in flight. About once a second it puts its
-// progress at progress/<name>, under this member's lease (kvctl rebalance
-// --wait reads it), and every ten seconds it logs it.
+// rebalance --max-mbps), 64 keys in flight. At a copy's start, about once a
+// second during it and at its end it puts its progress at progress/<name>,
+// under this member's lease, with what it copied since it started (kvctl
+// rebalance --wait and drain --wait read them), and every ten seconds it logs it.
 import type { Etcd3 } from 'etcd3';
 import type { Logger } from 'pino';
 
@@ -80,10 +81,12 @@ export class Copier {
   private readonly rounds: SerialRounds;
   private closed = false;
   private readonly clients = new Map<string, Promise<KvClient>>();
-  /** Per hash slot, what its last finished copy was for (intoText): a run for the same copies it not again. */
+  /** Per hash slot, what its last complete copy was for (intoText): a run for the same copies it not again. */
   private readonly copiedFor = new Map<number, string>();
   /** The copy under way (metrics, the progress record). */
-  private progress: CopyProgress | undefined;
+  private progress: Progress | undefined;
+  /** Items and bytes copied since this member started (the progress record). */
+  private readonly totals = { items: 0, bytes: 0 };
 
   constructor(private readonly options: CopierOptions) {
     this.rounds = new SerialRounds(() => this.copyLatest(), {
@@ -148,7 +151,7 @@ export class Copier {
     const pacer = new Pacer(this.options.rateBytesPerSecond);
     const { logger } = this.options;
     logger.info({ epoch: config.epoch, hashSlots: toCopy.length, copiedBefore: hashSlots.length - toCopy.length, targets }, 'repair: copying hash slots to the members syncing into them');
-    const progress: CopyProgress = (this.progress = { epoch: config.epoch, keys: 0, done: 0, bytes: 0, since: new Date().toISOString() });
+    const progress = (this.progress = { epoch: config.epoch, keys: 0, done: 0, bytes: 0, since: new Date().toISOString() });
     const ticker = this.tick(progress, pacer, toCopy.length, targets);
     await ticker.last(); // before the first key: a cap set with the rebalance holds from the start
     let finished = false;
@@ -157,12 +160,11 @@ export class Copier {
       finished = !this.abandoned(work);
     } finally {
       clearInterval(ticker.timer);
-      await ticker.last(); // its put must not land after the record's removal
+      await ticker.last(); // its put must not land after the last one
       this.progress = undefined;
-      if (!finished) await this.options.client.delete().key(etcdKeys(this.options.prefix).progressKey(this.options.name)).catch(() => undefined);
+      await this.putProgress(progress, false).catch(() => undefined);
     }
     if (!finished) return;
-    for (const slot of toCopy) this.copiedFor.set(slot, intoText(syncingOf.get(slot)!));
     report.ms = performance.now() - started;
     // One transaction: the controller promotes every target of a range at once (a promotion moves the range's epoch).
     const { client } = this.options;
@@ -177,7 +179,7 @@ export class Copier {
       };
       return client.put(keys.repairKey(target, this.options.name)).value(JSON.stringify(record));
     });
-    await client.if(keys.config, 'Create', '>', 0).then(...puts, client.delete().key(keys.progressKey(this.options.name))).commit();
+    await client.if(keys.config, 'Create', '>', 0).then(...puts).commit();
     const mbps = report.bytes / 1e6 / Math.max(report.ms / 1000, 1e-3);
     logger.warn({ epoch: config.epoch, hashSlots: hashSlots.length, targets, items: report.items, bytes: report.bytes, ms: Math.round(report.ms), mbps: Number(mbps.toFixed(1)) }, 'repair: copy done');
   }
@@ -187,17 +189,15 @@ export class Copier {
    * put under this member's lease (it goes with the member), and every tenth time logged. Failures
    * are let be: the next tick tries again.
    */
-  private tick(progress: CopyProgress, pacer: Pacer, hashSlots: number, targets: string[]): { timer: NodeJS.Timeout; last: () => Promise<void> } {
-    const { client, prefix, name, logger } = this.options;
-    const keys = etcdKeys(prefix);
+  private tick(progress: Progress, pacer: Pacer, hashSlots: number, targets: string[]): { timer: NodeJS.Timeout; last: () => Promise<void> } {
+    const { logger } = this.options;
     let ticks = 0;
     let last = { at: performance.now(), bytes: 0 };
     let running: Promise<void> = Promise.resolve();
     const once = () => {
       running = running.then(async () => {
         await this.capRate(pacer);
-        const leaseId = this.options.leaseId();
-        if (leaseId !== undefined && this.progress === progress) await client.put(keys.progressKey(name)).value(JSON.stringify(progress)).lease(leaseId);
+        if (this.progress === progress) await this.putProgress(progress, true);
         if (++ticks % 10 === 0) {
           const now = performance.now();
           const mbps = (progress.bytes - last.bytes) / 1e3 / Math.max(now - last.at, 1);
@@ -210,6 +210,14 @@ export class Copier {
     return { timer: setInterval(once, PROGRESS_MS), last: () => running };
   }
 
+  /** Puts progress/<name>: the copy `progress` (running or ended), and what was copied since this member started. */
+  private async putProgress(progress: Progress, running: boolean): Promise<void> {
+    const leaseId = this.options.leaseId();
+    if (leaseId === undefined) return;
+    const record: CopyProgress = { ...progress, running, totalItems: this.totals.items, totalBytes: this.totals.bytes };
+    await this.options.client.put(etcdKeys(this.options.prefix).progressKey(this.options.name)).value(JSON.stringify(record)).lease(leaseId);
+  }
+
   /** Paces at <prefix>/copy-rate's cap, or --repair-rate's when lower (or when there is none). */
   private async capRate(pacer: Pacer): Promise<void> {
     const own = this.options.rateBytesPerSecond;
@@ -218,17 +226,30 @@ export class Copier {
   }
 
   /** The copy itself: each namespace's keys of the hash slots, onto their targets. Throws on a failed key; returns early once abandoned. */
-  private async copyRanges(config: ClusterConfig, work: string, run: { hashSlots: number[]; syncingOf: Map<number, Into>; report: CopyReport; pacer: Pacer; progress: CopyProgress }): Promise<void> {
+  private async copyRanges(config: ClusterConfig, work: string, run: { hashSlots: number[]; syncingOf: Map<number, Into>; report: CopyReport; pacer: Pacer; progress: Progress }): Promise<void> {
     const { hashSlots, syncingOf, report, pacer, progress } = run;
     const targets = [...new Set([...syncingOf.values()].flatMap((into) => into.targets))];
-    for (const region of this.options.namespaces()) {
+    const regions = this.options.namespaces();
+    // A hash slot whose keys are copied in every namespace is done for its epoch and targets (copiedFor), even
+    // if this run is abandoned later: a run for the same need not copy it again.
+    const complete = new Map<number, number>();
+    const slotDone = (slot: number) => {
+      const namespaces = (complete.get(slot) ?? 0) + 1;
+      complete.set(slot, namespaces);
+      if (namespaces === regions.length) this.copiedFor.set(slot, intoText(syncingOf.get(slot)!));
+    };
+    for (const region of regions) {
       const access = await this.accessFor(region.name, config.epoch, work);
       await this.targetsApplied(access, targets, config.epoch, work);
       if (this.abandoned(work)) return;
       const keys = await keysOfHashSlots(region.store, hashSlotMask(hashSlots), () => this.abandoned(work));
       progress.keys += keys.length;
-      // Counters first: a replicated INCR of one waits while a target lacks it.
-      keys.sort((x, y) => Number(x.type !== ItemType.COUNTER) - Number(y.type !== ItemType.COUNTER));
+      // Counters first: a replicated INCR of one waits while a target lacks it. Then hash slot by hash slot, so
+      // that a run abandoned midway leaves whole hash slots done (slotDone) rather than parts of each.
+      keys.sort((x, y) => Number(x.type !== ItemType.COUNTER) - Number(y.type !== ItemType.COUNTER) || x.hashSlot - y.hashSlot);
+      const pending = new Map<number, number>();
+      for (const { hashSlot } of keys) pending.set(hashSlot, (pending.get(hashSlot) ?? 0) + 1);
+      for (const slot of hashSlots) if (!pending.has(slot)) slotDone(slot);
       let next = 0;
       let failed: { error: unknown } | undefined;
       const worker = async (): Promise<void> => {
@@ -240,7 +261,12 @@ export class Copier {
             report.bytes += bytes;
             progress.done++;
             progress.bytes += bytes;
+            this.totals.items += bytes > 0 ? 1 : 0;
+            this.totals.bytes += bytes;
             region.copied(bytes > 0 ? 1 : 0, bytes);
+            const left = pending.get(key.hashSlot)! - 1;
+            pending.set(key.hashSlot, left);
+            if (left === 0) slotDone(key.hashSlot);
             const wait = pacer.spent(bytes);
             if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
           } catch (error) {
@@ -335,6 +361,9 @@ interface Into {
   targets: string[];
   epoch: number;
 }
+
+/** A copy under way, as the progress record says it (without what the record adds). */
+type Progress = Omit<CopyProgress, 'running' | 'totalItems' | 'totalBytes'>;
 
 /** A copy's signature: the same epoch and targets ask for the same copy (every write since went to those targets too). */
 function intoText({ targets, epoch }: Into): string {

@@ -1,10 +1,11 @@
-// What kvctl rebalance --wait and drain --wait show of the copies a move makes:
-// the copiers' progress records (<prefix>/progress/NAME, the copies under way)
-// and the repair records written since kvctl began to follow (the copies
-// done), with the rate over the last ten seconds and an ETA at it.
+// What kvctl rebalance --wait and drain --wait show of the copies a move makes,
+// from the copiers' progress records (<prefix>/progress/NAME): bytes copied
+// since kvctl began to follow (each member's total then is the baseline; a
+// total below it means the member restarted and counts from 0), keys the
+// copies under way have left, the rate over the last ten seconds and an ETA.
 import type { Etcd3 } from 'etcd3';
 
-import { etcdKeys, parseCopyProgress, repairCopiesSince } from '../../protocol/registry.js';
+import { type CopyProgress, readCopyProgress } from '../../protocol/registry.js';
 
 /** The rate is measured over about this long. */
 const RATE_WINDOW_MS = 10_000;
@@ -19,33 +20,29 @@ export interface CopySnapshot {
 }
 
 export class CopyWatch {
-  private readonly seen = new Map<string, { items: number; bytes: number }>();
   private readonly samples: Array<{ at: number; bytes: number }> = [];
 
   private constructor(
     private readonly etcd: Etcd3,
     private readonly prefix: string,
-    private readonly since: bigint,
+    private readonly baseline: ReadonlyMap<string, CopyProgress>,
   ) {}
 
-  /** From now: repair records written before are another move's. */
   static async start(etcd: Etcd3, prefix: string): Promise<CopyWatch> {
-    const revision = BigInt((await etcd.get(etcdKeys(prefix).config).exec()).header.revision);
-    return new CopyWatch(etcd, prefix, revision);
+    return new CopyWatch(etcd, prefix, await readCopyProgress(etcd, prefix));
   }
 
   async read(): Promise<CopySnapshot> {
-    const done = await repairCopiesSince(this.etcd, this.prefix, this.since, this.seen);
+    let copiedBytes = 0;
     const live = { keys: 0, done: 0, bytes: 0 };
-    for (const text of Object.values(await this.etcd.getAll().prefix(etcdKeys(this.prefix).progress).strings())) {
-      const progress = parseCopyProgress(text);
-      if (progress === undefined) continue;
+    for (const [name, progress] of await readCopyProgress(this.etcd, this.prefix)) {
+      const before = this.baseline.get(name)?.totalBytes ?? 0;
+      copiedBytes += progress.totalBytes >= before ? progress.totalBytes - before : progress.totalBytes;
+      if (!progress.running) continue;
       live.keys += progress.keys;
       live.done += progress.done;
       live.bytes += progress.bytes;
     }
-    // A copy's progress record goes in the transaction that writes its repair record: the sum never counts one twice.
-    const copiedBytes = done.bytes + live.bytes;
     const keysLeft = live.keys - live.done;
     const at = performance.now();
     this.samples.push({ at, bytes: copiedBytes });
