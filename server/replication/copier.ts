@@ -125,10 +125,18 @@ export class Copier {
     return this.closed || this.latestWork !== work;
   }
 
-  /** One round: copy for the latest config. */
+  /**
+   * One round: copy for the latest config. A failed run forgets every hash slot it remembers as
+   * copied (copiedFor): a target may have lost what it was copied (a restart), so the retry copies all.
+   */
   private async copyLatest(): Promise<void> {
     const config = this.latest;
-    if (config) await this.copyFor(config, this.latestWork);
+    try {
+      if (config) await this.copyFor(config, this.latestWork);
+    } catch (error) {
+      this.copiedFor.clear();
+      throw error;
+    }
   }
 
   /** Copies every range this member is primary of and others sync into, at `config`'s epochs; then reports them done. */
@@ -242,7 +250,10 @@ export class Copier {
       const access = await this.accessFor(region.name, config.epoch, work);
       await this.targetsApplied(access, targets, config.epoch, work);
       if (this.abandoned(work)) return;
-      const keys = await keysOfHashSlots(region.store, hashSlotMask(hashSlots), () => this.abandoned(work));
+      // The walk returns what it found so far when it stops early: then nothing may count as done (slotDone below).
+      let stopped = false;
+      const keys = await keysOfHashSlots(region.store, hashSlotMask(hashSlots), () => (stopped ||= this.abandoned(work)));
+      if (stopped) return;
       progress.keys += keys.length;
       // Counters first: a replicated INCR of one waits while a target lacks it. Then hash slot by hash slot, so
       // that a run abandoned midway leaves whole hash slots done (slotDone) rather than parts of each.

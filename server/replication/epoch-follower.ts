@@ -122,13 +122,19 @@ export class EpochFollower {
    * words are fenced (no client writes them, none reads them: its read leases go only to clients whose
    * config is as new, which route elsewhere). After the config is applied, so a handed-over primary's
    * reads resume without waiting for it; before the next one (rounds are serial), so a later config that
-   * has it sync into them again drops them itself. A failure leaves the items (fenced, never read) and
-   * is logged: the next syncing into those hash slots drops them.
+   * has it sync into them again drops them itself. Only once placement is frozen (a failover, a drain,
+   * kvctl rebalance): from then on hash slots move only with their keys. A failure leaves the items
+   * (fenced, never read) and is logged: the next syncing into those hash slots drops them.
    */
   private async dropLeft(): Promise<void> {
-    const { server, logger } = this.options;
+    const { server, logger, client } = this.options;
     const left = this.left;
     this.left = new Map();
+    if (left.size === 0) return;
+    // Before placement freezes, configs move replicas without copying (a member that joins is placed directly): what
+    // a member gave away then is kept, fenced, as before, so a placement moved back finds it again.
+    const frozen = await client.get(this.keys.frozen).string().then((text) => text !== null, () => false); // etcd unreachable: kept
+    if (!frozen) return;
     for (const [namespace, slots] of left) {
       if (this.closed) return;
       try {
@@ -174,6 +180,9 @@ export class EpochFollower {
   private async apply(config: ClusterConfig): Promise<boolean | undefined> {
     const { name, server, logger, selfFenced = () => false } = this.options;
     if (selfFenced()) return undefined; // lifting the fence pokes us again
+    // Only what this config takes away is dropped after it: lists left by an earlier round that failed may
+    // name hash slots this config gives back.
+    this.left = new Map();
     const { names, syncing, epochs } = slotReplicaNames(config);
     for (const { name: namespace, table } of server.epochTables()) {
       if (!table) continue; // format 4: kv-server refuses it with --replicas > 1

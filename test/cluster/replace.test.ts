@@ -6,7 +6,8 @@
 // and their primaries copy them to it. kvctl forget of the old name says
 // nothing is lost; kvctl rebalance then moves the cluster to the placement of
 // its three live members. Every key reads back through each step, and the
-// new member's own region holds the keys of its hash slots.
+// new member's own region holds the keys of its hash slots. And when two of
+// three die at once, kvctl forget says which hash slots' keys are lost.
 import ava from 'ava';
 
 import { KvClient } from '../../client/index.js';
@@ -70,4 +71,23 @@ test.serial('a member gone for good is replaced by a new one: it is copied the h
   let held = 0;
   for (const key of sample) if (String(await readAlone(() => direct.get(key))) === `v:${key}`) held++;
   t.is(held, sample.length, 'm3\'s own region holds the keys of its hash slots');
+});
+
+test.serial('kvctl forget of a member that was the last live replica of some hash slots says their keys are lost (keysLost)', async (t) => {
+  const prefix = '/test-replace-lost';
+  const target = ['--etcd', etcd.url, '--etcd-prefix', prefix];
+  const { members, placed } = await replicatedMembers(t, etcd, prefix, 2, 3, 'shm', ['--replace-after', '1h']);
+  // Two of three at once: the hash slots only they held keep one or both as replicas (never given to m0).
+  await Promise.all([members[1]!.process.stop('SIGKILL'), members[2]!.process.stop('SIGKILL')]);
+  await eventually(async () => slotReplicaNames((await readConfig(etcd.client, prefix))!).names.every((list) => !list.includes('m0') || list.length === 1), 'm1 and m2 failed over where m0 holds a copy', slow(30_000));
+  await new Promise((resolve) => setTimeout(resolve, slow(1000))); // the second death's round has run
+  const after = slotReplicaNames((await readConfig(etcd.client, prefix))!).names;
+  const lostWith = (name: string) => after.filter((list) => list.includes(name) && !list.includes('m0')).length;
+  t.true(slotReplicaNames(placed).names.some((list) => !list.includes('m0')) && lostWith('m1') + lostWith('m2') > 0);
+  const forgot = await kvctl([...target, '--json', 'forget', 'm1']);
+  t.is(forgot.code, 0, forgot.stderr);
+  t.like(JSON.parse(forgot.stdout), { forgotten: 'm1', replicas: 2, keysLost: lostWith('m1') > 0, hashSlotsLost: lostWith('m1') });
+  const text = await kvctl([...target, 'forget', 'm2']);
+  t.is(text.code, 0, text.stderr);
+  t.regex(text.stdout, lostWith('m2') > 0 ? new RegExp(`^forgot member m2: ${lostWith('m2')} of its hash slots have no other live replica: their keys are lost unless one of their replicas returns with its region file`) : /nothing is lost/);
 });

@@ -9,6 +9,7 @@ import { SLOT_COUNT } from '../../../client/index.js';
 import { assignSlots } from '../../../protocol/hash-slots.js';
 import { UsageError } from '../../../protocol/operator-input.js';
 import { type ClusterConfig, checkMemberName, etcdKeys, openEtcd, slotsHeld, underReplicatedSlots } from '../../../protocol/registry.js';
+import { slotReplicaNames } from '../../../protocol/slot-table.js';
 import type { CtlArgs, EtcdTarget } from '../args.js';
 import { readCluster, readClusterConfig } from '../etcd.js';
 import { percent } from '../format.js';
@@ -58,7 +59,7 @@ export async function forget(args: CtlArgs, io: Io): Promise<void> {
     if (!result.succeeded) throw new Error(`'${name}' changed while being forgotten (it came alive, or someone else forgot it): look again with kvctl layout`);
 
     const config = await readClusterConfig(etcd, target as EtcdTarget);
-    if (config !== undefined && config.replicas > 1) return replicated(args, io, config, name, alive ? where : undefined);
+    if (config !== undefined && config.replicas > 1) return replicated(args, io, config, name, new Set(cluster.alive.keys()), alive ? where : undefined);
     const { slots, remaining, movedTo } = slotsMoved(cluster.members, name);
     if (args.json) {
       io.stdout(JSON.stringify({ forgotten: name, slots, movedTo: Object.fromEntries(movedTo), alive: alive !== undefined, members: remaining, replicas: 1, keysLost: true }) + '\n');
@@ -76,23 +77,26 @@ export async function forget(args: CtlArgs, io: Io): Promise<void> {
 }
 
 /**
- * forget on a replicated cluster: nothing is lost (its hash slots' other replicas hold their keys);
- * what it still holds in config is failed over once its lease lapses, and repair restores the count.
+ * forget on a replicated cluster: its hash slots' other replicas hold their keys, unless none of them
+ * is alive (failover keeps a dead member as the last replica of a hash slot: then its keys are lost
+ * unless such a replica returns with its region file); what it still holds in config is failed over
+ * once its lease lapses, and repair restores the count.
  */
-function replicated(args: CtlArgs, io: Io, config: ClusterConfig, name: string, runningAt: string | undefined): void {
+function replicated(args: CtlArgs, io: Io, config: ClusterConfig, name: string, alive: ReadonlySet<string>, runningAt: string | undefined): void {
   const held = slotsHeld(config, name);
   const short = underReplicatedSlots(config);
+  const lost = slotReplicaNames(config).names.filter((list) => list.includes(name) && list.every((m) => m === name || !alive.has(m))).length;
   if (args.json) {
-    io.stdout(JSON.stringify({ forgotten: name, replicas: config.replicas, keysLost: false, hashSlotsHeld: held, underReplicated: short, alive: runningAt !== undefined }) + '\n');
+    io.stdout(JSON.stringify({ forgotten: name, replicas: config.replicas, keysLost: lost > 0, hashSlotsLost: lost, hashSlotsHeld: held, underReplicated: short, alive: runningAt !== undefined }) + '\n');
     return;
   }
-  const holds = held > 0
-    ? `It still holds ${held} hash slots in config: once it is failed over (its lease lapses) their other replicas serve them, and repair copies them to another member.\n`
+  const first = lost > 0
+    ? `forgot member ${name}: ${lost} of its hash slots have no other live replica: their keys are lost unless one of their replicas returns with its region file (kvctl layout lists them).\n`
+    : `forgot member ${name}: with --replicas ${config.replicas} its keys are on the other replicas of its hash slots: nothing is lost.\n`;
+  const holds = held > lost
+    ? `It still holds ${held - lost} hash slots in config that have a live replica: once it is failed over (its lease lapses) those serve them, and repair copies them to another member.\n`
     : short > 0
       ? `${short} hash slots are short of a replica: repair copies them to a member that holds none at once, or to the others after --replace-after (kvctl layout shows it).\n`
       : '';
-  io.stdout(
-    `forgot member ${name}: with --replicas ${config.replicas} its keys are on the other replicas of its hash slots: nothing is lost.\n` + holds +
-      (runningAt ? `It is still running (${runningAt}): stop it.\n` : ''),
-  );
+  io.stdout(first + holds + (runningAt ? `It is still running (${runningAt}): stop it.\n` : ''));
 }

@@ -82,6 +82,8 @@ export async function rebalance(args: CtlArgs, io: Io): Promise<void> {
     if (!put.succeeded) {
       // The controller may have started the same rebalance itself (a member joined): follow that one.
       const started = await etcd.get(keys.target).string();
+      // A cap given applies to the rebalance that started meanwhile too.
+      if (started !== null && args.maxBytesPerSecond !== undefined) await etcd.if(keys.target, 'Value', '==', started).then(rateRecord(etcd, keys, args.maxBytesPerSecond)).commit();
       if (started !== null && args.wait) return await follow(args, io, etcd, keys, started);
       throw new Error(started !== null ? 'a rebalance started meanwhile (a member joined): kvctl rebalance --wait follows it' : 'the cluster changed while the rebalance was being written: run it again');
     }
