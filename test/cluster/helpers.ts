@@ -49,7 +49,17 @@ export async function restartMember(member: Member, env: NodeJS.ProcessEnv = {})
   member.metricsPort = await freePort();
   const at = member.args.indexOf('--metrics-port');
   member.args[at + 1] = String(member.metricsPort);
-  member.process = await startServerProcess(member.args, env);
+  // A port the killed process listened on may not be free yet (rdma_cm in the Soft-RoCE guest: "rdma_bind_addr ...:
+  // Address already in use", CI at 9236e15): tried again a few times.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      member.process = await startServerProcess(member.args, env);
+      return;
+    } catch (error) {
+      if (attempt >= 5 || !/Address already in use/.test((error as Error).message)) throw error;
+      await new Promise((resolve) => setTimeout(resolve, slow(1000)));
+    }
+  }
 }
 
 export async function stats(member: Member): Promise<{ items: number; clients: number; hashSlots: Record<string, number> }> {
