@@ -13,7 +13,9 @@
 //                waits (this member serves no write of the hash slot). What
 //                it held of a hash slot it stops serving (a rebalance or a
 //                drain moved it away, with its keys) is dropped once the config
-//                is applied: it is never read again, and its memory is freed.
+//                is applied, if placement is frozen (only then do hash slots
+//                move with their keys): it is never read again, and its
+//                memory is freed.
 // kv-server fences every word before it registers (EpochTable.fenceAll), so a
 // member serves writes only for what the config in etcd gives it. Configs are
 // applied one at a time, the latest after the one running. A member that is
