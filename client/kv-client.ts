@@ -7,13 +7,14 @@
 import { EventEmitter } from 'node:events';
 import { appendFileSync } from 'node:fs';
 
-import { EtcdMembership, type Member, type MembershipSource, StaticMembership, memberLayouts } from './cluster/membership.js';
+import { EtcdMembership, type Member, type MembershipSource, StaticMembership, clusterStatus, memberLayouts, slotDown } from './cluster/membership.js';
 import { FailoverWaits } from './cluster/failover-waits.js';
-import { replicaSets } from './cluster/replica-sets.js';
+import { configPrimaries, replicaSets } from './cluster/replica-sets.js';
 import { CoreHosts } from './core-host.js';
 import { SLOT_COUNT, assignSlots, keySlot } from '../protocol/hash-slots.js';
 import { KvLayout, KvOp, KvStatus } from '../protocol/constants.js';
 import { KvAuthError, KvDisconnectedError, KvError, KvInvalidArgumentError, KvNamespaceError, KvProtocolError } from '../protocol/errors.js';
+import type { ClusterConfig } from '../protocol/registry.js';
 import { keyBytes, show, toBuffer } from './keys.js';
 import { allocBuffer, freeBuffer } from './large-values.js';
 import { byServer, splitEntries } from './many.js';
@@ -38,9 +39,10 @@ export class KvClient extends EventEmitter<ClientEvents> {
   private members: string[] = [];
   private urls = new Map<string, string | undefined>();
   private owner: Uint16Array = new Uint16Array(SLOT_COUNT);
+  private configOwner: { config: ClusterConfig; members: string[]; owner: Uint16Array } | undefined;
   /** servers by member index, for the hot path. */
   private byIndex: Array<ServerClient | undefined> = [];
-  /** With a config of --replicas > 1 (etcd): by hash slot, its replica set (cluster/replica-sets.ts). */
+  /** With a config (etcd, any --replicas): by hash slot, its replica set (cluster/replica-sets.ts). */
   private replicaSets: Array<ServerClient | KvError> | undefined;
   /** A one-server client skips hashing. */
   private only: ServerClient | undefined;
@@ -48,7 +50,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
   private readonly metrics: ClientMetrics | undefined;
   private unwatchMetrics: (() => void) | undefined;
   private closing: Promise<void> | undefined;
-  private readonly failover: FailoverWaits; // with --replicas > 1: ops waiting out a failover
+  private readonly failover: FailoverWaits; // with a config: ops waiting out a failover, a handoff or a member down
   private readonly hosts: CoreHosts;
 
   private constructor(private readonly options: KvClientOptions) {
@@ -100,12 +102,20 @@ export class KvClient extends EventEmitter<ClientEvents> {
 
   /** The slot map: each member, where it is, its state and its share of slots. */
   layout(): MemberLayout[] {
-    return memberLayouts(this.members, this.owner, (name) => this.servers.get(name)?.status, this.urls);
+    return memberLayouts(this.members, this.primaries(), (name) => this.servers.get(name)?.status, this.urls);
   }
 
-  /** The member that holds `key` (its name), or undefined in an empty cluster. */
+  /** The member that holds `key` (its name; with a config, its hash slot's primary), or undefined in an empty cluster. */
   memberFor(key: Key): string | undefined {
-    return this.members[this.owner[keySlot(toBuffer(key, 'key'))]!];
+    return this.members[this.primaries()[keySlot(toBuffer(key, 'key'))]!];
+  }
+
+  /** By hash slot, the index in `members` of the member serving it (cluster/replica-sets.ts), kept per config and member list. */
+  private primaries(): Uint16Array {
+    const config = this.source?.config;
+    if (config === undefined) return this.owner;
+    if (this.configOwner?.config !== config || this.configOwner.members !== this.members) this.configOwner = { config, members: this.members, owner: configPrimaries(config, this.members, this.owner) };
+    return this.configOwner.owner;
   }
 
   // ---- membership ------------------------------------------------------------------------
@@ -220,15 +230,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
 
   private updateStatus(): void {
     if (this._status === 'closed' || this._status === 'connecting') return;
-    let ready = 0;
-    let closed = 0;
-    for (const name of this.members) {
-      const status = this.servers.get(name)?.status;
-      if (status === 'ready') ready++;
-      else if (status === 'closed') closed++;
-    }
-    const n = this.members.length;
-    const status: KvStatusName = n > 0 && ready === n ? 'ready' : ready > 0 ? 'degraded' : n > 0 && closed === n ? 'closed' : 'reconnecting';
+    const status = clusterStatus(this.members, (name) => this.servers.get(name)?.status);
     if (status === this._status) return;
     this._status = status;
     this.emit('status', status);
@@ -418,12 +420,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
     const member = this.owner[slot]!;
     const server = this.byIndex[member];
     if (server) return server;
-    const name = this.members[member];
-    return new KvDisconnectedError(
-      name === undefined
-        ? `no server holds slot ${slot}: the cluster has no members`
-        : `slot ${slot} belongs to ${name}, which has no live registration (down since this client started, or never up)`,
-    );
+    return slotDown(slot, this.members[member]);
   }
 
   // ---- close -----------------------------------------------------------------------------

@@ -226,6 +226,8 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   /** Why an op of `type` cannot go now: its primary or (a write) a backup not connected; KvClient waits out a failover on it. */
   routeRefusal(type: KvOp): KvError | undefined {
     const refused = this.refusal(type);
+    // A GET waits for its replica to apply the hash slot's epoch (given one without keys, it drops stale items then).
+    if (!refused && type === KvOp.GET && this.session && this.epoch > this.session.appliedConfigEpoch) return this.session.behindEpoch(this.epoch);
     // An UNLOCK needs its primary only: a backup's word is released if it can be (replicate()).
     if (refused || type === KvOp.GET || type === KvOp.UNLOCK || this.backupsMissing) return refused ?? (type === KvOp.UNLOCK ? undefined : this.backupsMissing);
     for (const backup of this.backups) if (backup.refusal(type)) return new KvDisconnectedError(`a backup of this key: ${backup.refusal(type)!.message}`);

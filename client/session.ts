@@ -245,6 +245,23 @@ export class Session {
     return this.serverEpoch;
   }
 
+  /**
+   * undefined when the server grants no read leases (no config behind it); else why a GET of a hash slot at config
+   * `epoch` waits (retryable), having asked the server's applied epoch again (a ping; at most one per 20 ms).
+   */
+  behindEpoch(epoch: number): KvError | undefined {
+    if (this.hello.readLeaseMs === undefined) return undefined;
+    const last = this.pingsSent[this.pingsSent.length - 1];
+    if (!this.ended && (last === undefined || performance.now() - last >= 20)) {
+      try {
+        this.ping();
+      } catch {
+        // the connection is going away: the keepalive notices
+      }
+    }
+    return new KvError('KV_READ_LEASE_LAPSED', `the replica has not applied config epoch ${epoch} of this key's hash slot yet (it is at ${this.serverEpoch})`, true);
+  }
+
   /** The server answered a ping (a replica's pong renews the read lease from that ping's sending). */
   pong(message: Pong): void {
     this.lastPong = performance.now();

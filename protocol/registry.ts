@@ -150,6 +150,8 @@ export const etcdKeys = (prefix: string) => {
     progressKey: (name: string) => `${root}/progress/${name}`,
     /** A cap on each copier's rate while a rebalance runs (CopyRateRecord; kvctl rebalance --max-mbps; gone with the target). */
     copyRate: `${root}/copy-rate`,
+    /** Present: the controller starts a rebalance itself when a member joins the frozen cluster (kvctl rebalance --auto on). */
+    autoRebalance: `${root}/auto-rebalance`,
     member: (name: string) => `${root}/members/${name}`,
     aliveKey: (name: string) => `${root}/alive/${name}`,
   };

@@ -58,3 +58,14 @@ export function rebalanceTarget(config: ClusterConfig, live: readonly PlacedMemb
   const target: ClusterConfig = { epoch: config.epoch, replicas: config.replicas, members: placed.members, slots: toRanges(placed.replicas, epochs) };
   return slotsToMove(config, target) === 0 ? undefined : target;
 }
+
+/** The members not alive that alone hold a hash slot the target moves (--replicas 1: nothing can copy it until they return). */
+export function deadHolders(config: ClusterConfig, target: ClusterConfig, alive: ReadonlySet<string>): string[] {
+  const now = slotReplicaNames(config).names;
+  const wanted = slotReplicaNames(target).names;
+  const names = new Set<string>();
+  for (let slot = 0; slot < SLOT_COUNT; slot++) {
+    if (!sameList(now[slot]!, wanted[slot]!) && now[slot]!.length > 0 && now[slot]!.every((name) => !alive.has(name))) for (const name of now[slot]!) names.add(name);
+  }
+  return [...names];
+}

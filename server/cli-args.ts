@@ -152,12 +152,12 @@ function parser(argv: string[]) {
     .option('replace-after', {
       requiresArg: true,
       defaultDescription: DEFAULTS.replaceAfter,
-      describe: 'with --replicas > 1: a hash slot short of a replica this long is copied to a member holding others (at once to one holding none)',
+      describe: 'with --etcd and --replicas > 1: a hash slot short of a replica this long is copied to a member holding others (at once to one holding none)',
     })
     .option('repair-rate', {
       requiresArg: true,
       defaultDescription: DEFAULTS.repairRate,
-      describe: 'with --replicas > 1: MB a second this member copies to members syncing into its hash slots (0: no limit)',
+      describe: 'with --etcd: MB a second this member copies to members syncing into its hash slots (repair, drain, rebalance; 0: no limit)',
     })
     .option('replicas', {
       requiresArg: true,

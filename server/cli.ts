@@ -148,6 +148,9 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
   let selfFence: SelfFence | undefined;
   let copier: Copier | undefined;
   let drain: Quiesce | undefined;
+  // Every member of an etcd cluster follows the config's epochs, at --replicas 1 too: hash slots
+  // move with their keys (rebalance, drain) by the copies repair makes (docs/cluster.md).
+  const followsConfig = config.etcd !== undefined;
   try {
     if (config.metricsPort !== 0) {
       const registry = createRegistry(() => server && namespaceStats(server));
@@ -175,18 +178,19 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
       evictionHighPercent: config.evictionHigh,
       evictionLowPercent: config.evictionLow,
       expirySweepMs: config.expirySweepMs,
-      replica: config.replicas > 1,
+      replica: followsConfig,
       logger,
     });
     let follower: EpochFollower | undefined;
-    if (config.replicas > 1) {
-      // Replicated writes check every replica's epoch word (protocol v7); a region without the table cannot be one.
+    if (followsConfig) {
+      // Writes routed by the config check every replica's epoch word (protocol v7); a region without the table cannot take part.
       const old = server.namespaces.map((name) => ({ name, format: server!.namespace(name).layout.format })).find(({ format }) => format < 5);
-      if (old) throw new StartupError(`--replicas ${config.replicas}: ${config.regionFile} (namespace '${old.name}') is of region format ${old.format}, which has no epoch table; a replica needs format 5: serve it with --replicas 1, or copy its data into a new region`);
+      if (old) throw new StartupError(`--etcd: ${config.regionFile} (namespace '${old.name}') is of region format ${old.format}, which has no epoch table; a cluster member needs format 5 (hash slots move with their keys by copying, at every --replicas): serve it without --etcd, or copy its data into a new region`);
       // No write lands here until the config says which hash slots are ours (replication/epoch-follower.ts).
       for (const { table } of server.epochTables()) table!.fenceAll();
     }
-    // A replica cut off from etcd fences itself before its lease can lapse, and its read leases end by then.
+    // With --replicas > 1 a replica cut off from etcd fences itself before its lease can lapse (its hash
+    // slots then fail over), and its read leases end by then. With 1 nothing fails over: no fence.
     if (config.replicas > 1 && config.etcd) {
       const words = server;
       selfFence = new SelfFence({
@@ -198,11 +202,14 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
         lift: () => void follower?.poke(),
         logger,
       });
+    }
+    if (followsConfig) {
       // Only while the config applied since our lease was last granted names us (epoch-follower.ts),
       // and only to clients whose config is at least as new as the one applied here.
       // None at all while a drain or a rebalance quiesces this member (replication/quiesce.ts).
+      // With --replicas 1 there is no failover, hence no self-fence: a lease lasts two keepalives.
       server.grantReadLeases(() => {
-        const leaseMs = follower?.namedInConfig ? selfFence!.leaseMs() : undefined;
+        const leaseMs = follower?.namedInConfig ? (selfFence ? selfFence.leaseMs() : 2 * config.keepaliveMs) : undefined;
         return { leaseMs: drain ? drain.lease(leaseMs) : leaseMs, configEpoch: follower?.appliedEpoch ?? 0 };
       });
     }
@@ -216,13 +223,13 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
         ...(selfFence ? { onKeepalive: (sentAt: number) => selfFence!.acknowledged(sentAt), onLost: () => follower?.forgetConfig(), onClaimed: () => follower?.forgetConfig() } : {}),
         beforeClaim: async (client) => {
           await checkReplicasBeforeJoining(client, etcd.prefix, replicas);
-          if (replicas > 1) await awaitFailoverOfPredecessor(client, etcd.prefix, etcd.name, url, performance.now() + etcd.ttlSeconds * 1000 + 15_000, logger);
+          await awaitFailoverOfPredecessor(client, etcd.prefix, etcd.name, url, performance.now() + etcd.ttlSeconds * 1000 + 15_000, logger);
         },
       });
       controller = await startController(registration, { ...etcd, replicas }, logger);
-      if (replicas > 1) {
+      if (followsConfig) {
         const { tokenFile, token } = config;
-        // Repair: what this member is primary of, it copies to the members syncing into it.
+        // Repair, drain and rebalance: what this member is primary of, it copies to the members syncing into it.
         copier = new Copier({
           name: etcd.name, prefix: etcd.prefix, client: registration.client, etcdHosts: etcd.hosts, namespaces: () => server!.regionStores(), logger, rateBytesPerSecond: etcd.repairRateBytes,
           leaseId: () => registration!.leaseId,

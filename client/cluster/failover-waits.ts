@@ -1,4 +1,4 @@
-// Ops on a replicated cluster (config with --replicas > 1) wait out a failover
+// Ops on an etcd cluster (routed by its config, any --replicas) wait out a failover
 // within the client's timeout (docs/replication-design.md §4.5). An op runs
 // through its key's replica set; while the set has a replica down (before the
 // config without it), and after an answer that proves nothing happened
@@ -49,8 +49,9 @@ export class FailoverWaits {
       if (error === undefined) {
         const server = route();
         error = server instanceof ServerClient ? server.routeRefusal(type) : server;
-        // Only a member being down passes; a refusal for good (a read-only token's write, a closed client) fails at once.
-        if (error !== undefined && !(error instanceof KvError && error.code === 'KV_DISCONNECTED')) throw error;
+        // Only a member being down, or a primary behind the hash slot's epoch, passes; a refusal for good (a read-only
+        // token's write, a closed client) fails at once.
+        if (error !== undefined && !(error instanceof KvError && (error.code === 'KV_DISCONNECTED' || error.code === 'KV_READ_LEASE_LAPSED'))) throw error;
         if (error === undefined) {
           try {
             return await op(server as ServerClient);

@@ -192,3 +192,25 @@ export function memberLayouts(members: readonly string[], owner: ArrayLike<numbe
     return entry;
   });
 }
+
+/** A cluster client's status from its members' connections: all ready, some, all closed, or none ready yet. */
+export function clusterStatus(members: readonly string[], status: (name: string) => KvStatusName | undefined): KvStatusName {
+  let ready = 0;
+  let closed = 0;
+  for (const name of members) {
+    const now = status(name);
+    if (now === 'ready') ready++;
+    else if (now === 'closed') closed++;
+  }
+  const n = members.length;
+  return n > 0 && ready === n ? 'ready' : ready > 0 ? 'degraded' : n > 0 && closed === n ? 'closed' : 'reconnecting';
+}
+
+/** What an op of hash slot `slot` gets when its member (by the member list's map), `name`, has no connection. */
+export function slotDown(slot: number, name: string | undefined): KvDisconnectedError {
+  return new KvDisconnectedError(
+    name === undefined
+      ? `no server holds slot ${slot}: the cluster has no members`
+      : `slot ${slot} belongs to ${name}, which has no live registration (down since this client started, or never up)`,
+  );
+}

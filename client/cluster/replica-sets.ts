@@ -1,5 +1,5 @@
-// Routing by the controller's config when it has more than one replica
-// (docs/cluster.md, "Replicas, zones and the controller"): each hash slot's
+// Routing by the controller's config (etcd; docs/cluster.md, "Replicas, zones
+// and the controller"), whatever its --replicas: each hash slot's
 // replica set as one ServerClient view, its primary's with its backups
 // (ServerClient.withBackups), so reads go to the primary and PUT, DELETE and
 // CAS to every replica, each write carrying the hash slot's epoch (the servers'
@@ -11,9 +11,9 @@ import { KvDisconnectedError, type KvError } from '../../protocol/errors.js';
 import type { ClusterConfig } from '../../protocol/registry.js';
 import type { ServerClient } from '../server-client.js';
 
-/** By hash slot, its replica set's view or why it has none; undefined for a config of one replica (routed by the member list). */
+/** By hash slot, its replica set's view or why it has none; undefined without a config (a static list: routed by the member list). */
 export function replicaSets(config: ClusterConfig | undefined, servers: ReadonlyMap<string, ServerClient>): Array<ServerClient | KvError> | undefined {
-  if (config === undefined || config.replicas === 1) return undefined;
+  if (config === undefined) return undefined;
   const sets = new Array<ServerClient | KvError>(SLOT_COUNT);
   const views = new Map<string, ServerClient | KvError>();
   for (const range of config.slots) {
@@ -31,4 +31,18 @@ export function replicaSets(config: ClusterConfig | undefined, servers: Readonly
     sets.fill(set, range.from, range.to + 1);
   }
   return sets;
+}
+
+/**
+ * By hash slot, the index in `members` of the member that serves it: the config's primary (a
+ * rebalance or a drain moves hash slots away from the member list's map `owner`), else `owner`'s
+ * (for a primary that is no registered member: a forgotten one, until the controller moves it).
+ */
+export function configPrimaries(config: ClusterConfig, members: readonly string[], owner: Uint16Array): Uint16Array {
+  const primaries = Uint16Array.from(owner);
+  for (const range of config.slots) {
+    const index = members.indexOf(config.members[range.replicas[0]!]!);
+    if (index >= 0) primaries.fill(index, range.from, range.to + 1);
+  }
+  return primaries;
 }

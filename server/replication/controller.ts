@@ -4,7 +4,9 @@
 // and it alone changes config:
 //   - with --replicas 1, it recomputes placement (placement.ts) when members/
 //     changes: a member registered, changed its zone, or was forgotten (kvctl
-//     forget). A dead member (alive key gone) keeps its hash slots.
+//     forget), until placement is frozen; drain and rebalance (below) move hash
+//     slots with their keys as with more replicas. A dead member (alive key
+//     gone) keeps its hash slots: there is nothing to fail over to.
 //   - with --replicas > 1, it places the members that are registered and alive
 //     (until placement is frozen: kvctl rebalance freezes it, and moves hash
 //     slots with their keys, below), and when a replica's alive key goes (its lease lapsed: it died, or lost
@@ -27,7 +29,9 @@
 //     hash slots go to their copies at a new epoch (withDrained).
 //   - rebalance (kvctl rebalance, <prefix>/target): the cluster moves to the
 //     target placement by the same copies, the primaries that give hash slots
-//     away quiescing first (rebalance-round.ts); repair waits meanwhile.
+//     away quiescing first (rebalance-round.ts); repair waits meanwhile. With
+//     <prefix>/auto-rebalance (kvctl rebalance --auto on) the controller starts
+//     one itself when a member joins the frozen cluster and repair is idle.
 // The controller key shares the holder's alive lease, so when the controller
 // dies, the key goes when its lease lapses, the others see the deletion on their
 // watch, and one of them takes over, from the config in etcd (its epoch is never
@@ -39,9 +43,9 @@ import type { PlacedMember } from '../../protocol/hash-slots.js';
 import { type ClusterConfig, type ControllerRecord, type DrainRecord, type MemberRecord, type RepairRecord, etcdKeys, parseClusterConfig, parseDrainRecord, slotsHeld } from '../../protocol/registry.js';
 import { slotsToMove } from '../../protocol/slot-table.js';
 import { readStoredConfig, writeConfig } from './config-store.js';
-import { clearHandoffs, rebalanceRound } from './rebalance-round.js';
+import { clearHandoffs, rebalanceJoined, rebalanceRound } from './rebalance-round.js';
 import { SerialRounds } from './rounds.js';
-import { type CopiedRange, drainReady, nextConfig, removedMembers, withDrained, withSynced, withSyncing, withoutReplicas } from './placement.js';
+import { type CopiedRange, drainReady, nextConfig, removedMembers, withDrained, withForgottenPlaced, withSynced, withSyncing, withoutReplicas } from './placement.js';
 
 export interface ControllerOptions {
   client: Etcd3;
@@ -115,9 +119,8 @@ export class ReplicationController {
       if (deleted) this.deletedAt.set(name, performance.now());
       else this.deletedAt.delete(name);
     }
-    const aliveChange = this.options.replicas > 1 ? key.startsWith(keys.alive) : key === keys.aliveKey(this.options.name);
-    const repairChange = this.options.replicas > 1 && ((key.startsWith(keys.repair) && !deleted) || key.startsWith(keys.drain) || key.startsWith(keys.handoff) || key === keys.target);
-    if (key.startsWith(keys.members) || key === keys.controller || (key === keys.config && deleted) || aliveChange || repairChange) void this.poke();
+    const repairChange = (key.startsWith(keys.repair) && !deleted) || key.startsWith(keys.drain) || key.startsWith(keys.handoff) || key === keys.target;
+    if (key.startsWith(keys.members) || key === keys.controller || (key === keys.config && deleted) || key.startsWith(keys.alive) || repairChange) void this.poke();
   }
 
   /** Runs a round now, or once more after the one running: events during a round are never lost. */
@@ -146,33 +149,36 @@ export class ReplicationController {
     const stored = await readStoredConfig(client, keys, (error) => logger.error({ err: error }, 'controller: the config in etcd is unreadable; replacing it'));
     const replicas = stored?.config?.replicas ?? this.options.replicas;
     let placed = placedMembers(read.kvs, replicas, logger);
-    if (replicas > 1) {
-      const alive = new Set((await client.getAll().prefix(keys.alive).keys()).map((key) => key.slice(keys.alive.length)));
-      if (stored?.config) {
-        const dead = this.deadReplicas(stored.config, alive);
-        if (dead === undefined) return; // a member is down but may still be starting: look again after the grace
-        if (dead.size > 0) {
-          // Never a recomputation while a replica is dead: it could give a dead member's hash slots to one without their data.
-          await this.failOver(stored.config, stored.modRevision, dead, leaseId);
-          return;
-        }
-        const drains = await this.drains();
-        const target = (await client.get(keys.target).exec()).kvs[0];
-        this.rebalanceLeft = target === undefined ? 0 : slotsLeft(stored.config, target.value.toString());
-        if (target !== undefined) {
-          const view = { config: stored.config, modRevision: stored.modRevision, target, alive, draining: drains.size > 0, copied: await this.copied() };
-          if (await rebalanceRound({ client, keys, logger, leaseId }, view)) this.rounds.runAgain();
-          return;
-        }
-        await clearHandoffs({ client, keys, logger, leaseId });
-        const live = placed.filter((member) => alive.has(member.name));
-        if (drains.size > 0 || (await this.frozen(stored.config))) {
-          await this.repair(stored.config, stored.modRevision, live, leaseId, drains);
-          return;
-        }
+    const alive = new Set((await client.getAll().prefix(keys.alive).keys()).map((key) => key.slice(keys.alive.length)));
+    if (stored?.config) {
+      // With --replicas 1 a dead member keeps its hash slots (nothing else holds them): it leaves only the ones it was syncing into.
+      const dead = replicas > 1 ? this.deadReplicas(stored.config, alive) : this.deadSyncing(stored.config, alive);
+      if (dead === undefined) return; // a member is down but may still be starting: look again after the grace
+      // Never a recomputation while a replica is dead: it could give a dead member's hash slots to one without their data.
+      // With --replicas 1 a failover that changes nothing (the hash slots they sync into have no live replica
+      // either) lets the round go on: those members keep their hash slots anyway.
+      if (dead.size > 0 && ((await this.failOver(stored.config, stored.modRevision, dead, leaseId)) || replicas > 1)) return;
+      const drains = await this.drains();
+      const target = (await client.get(keys.target).exec()).kvs[0];
+      this.rebalanceLeft = target === undefined ? 0 : slotsLeft(stored.config, target.value.toString());
+      if (target !== undefined) {
+        const view = { config: stored.config, modRevision: stored.modRevision, target, alive, draining: drains.size > 0, copied: await this.copied() };
+        if (await rebalanceRound({ client, keys, logger, leaseId }, view)) this.rounds.runAgain();
+        return;
       }
-      placed = placed.filter((member) => alive.has(member.name));
+      await clearHandoffs({ client, keys, logger, leaseId });
+      const live = placed.filter((member) => alive.has(member.name));
+      if (drains.size > 0 || (await this.frozen(stored.config))) {
+        const candidates = live.filter((member) => !drains.has(member.name));
+        if (replicas === 1 && (await this.placeForgotten(stored.config, stored.modRevision, new Set(placed.map((m) => m.name)), candidates, leaseId))) return;
+        // Repair idle: members that joined get their share by a rebalance, if the cluster asked for that (--auto on).
+        const idle = !(await this.repair(stored.config, stored.modRevision, live, leaseId, drains));
+        if (idle && drains.size === 0 && (await rebalanceJoined({ client, keys, logger, leaseId }, stored.config, stored.modRevision, live, new Set(drains.keys())))) this.rounds.runAgain();
+        return;
+      }
     }
+    // With --replicas 1 a member that is merely down keeps its hash slots (docs/cluster.md).
+    if (replicas > 1) placed = placed.filter((member) => alive.has(member.name));
     const next = nextConfig(stored?.config, placed, replicas, stored?.epoch ?? 0);
     if (next === undefined) return;
     if (await writeConfig(client, keys, next, stored?.modRevision, leaseId)) {
@@ -204,14 +210,38 @@ export class ReplicationController {
   }
 
   /**
+   * With --replicas 1, placement frozen: the hash slots of forgotten members go to the others
+   * directly, without their keys (kvctl forget said so), as before the freeze. Whether it wrote.
+   */
+  private async placeForgotten(config: ClusterConfig, modRevision: string, registered: ReadonlySet<string>, candidates: PlacedMember[], leaseId: string): Promise<boolean> {
+    const next = withForgottenPlaced(config, registered, candidates);
+    if (next === undefined) return false;
+    if (await writeConfig(this.options.client, this.keys, next, modRevision, leaseId)) {
+      this.options.logger.warn({ epoch: next.epoch }, 'controller: hash slots of forgotten members go to the others, without their keys (--replicas 1: they had no other copy)');
+    }
+    this.rounds.runAgain();
+    return true;
+  }
+
+  /** With --replicas 1: the dead members (as deadReplicas says) that are syncing into some hash slot, the only ones a failover changes. */
+  private deadSyncing(config: ClusterConfig, alive: ReadonlySet<string>): Set<string> | undefined {
+    // A member merely down that syncs into nothing does not hold the round up for the startup grace.
+    if (!config.slots.some((range) => range.syncing.some((i) => !alive.has(config.members[i]!)))) return new Set();
+    const dead = this.deadReplicas(config, alive);
+    if (dead === undefined) return undefined;
+    const syncing = new Set(config.slots.flatMap((range) => range.syncing.map((i) => config.members[i]!)));
+    return new Set([...dead].filter((name) => syncing.has(name)));
+  }
+
+  /**
    * Fails `dead` over (withoutReplicas). The transaction holds only while their alive keys are
    * absent: a member that came back meanwhile is not failed over. A hash slot whose replicas are
-   * all dead keeps them, unavailable, until one returns.
+   * all dead keeps them, unavailable, until one returns. Whether there was a config to write.
    */
-  private async failOver(config: ClusterConfig, modRevision: string, dead: ReadonlySet<string>, leaseId: string): Promise<void> {
+  private async failOver(config: ClusterConfig, modRevision: string, dead: ReadonlySet<string>, leaseId: string): Promise<boolean> {
     const { client, logger } = this.options;
     const next = withoutReplicas(config, dead);
-    if (next === undefined) return; // every hash slot of theirs has no live replica: nothing to promote
+    if (next === undefined) return false; // every hash slot of theirs has no live replica: nothing to promote
     await client.put(this.keys.frozen).value(JSON.stringify({ since: new Date().toISOString(), epoch: next.epoch, failed: [...dead] }));
     if (await writeConfig(client, this.keys, next, modRevision, leaseId, [...dead].map((name) => this.keys.aliveKey(name)))) {
       this.failovers++;
@@ -221,6 +251,7 @@ export class ReplicationController {
     } else {
       this.rounds.runAgain();
     }
+    return true;
   }
 
   /**

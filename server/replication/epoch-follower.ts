@@ -1,5 +1,5 @@
 // A replica's epoch words follow the config (docs/replication-design.md §4.2,
-// §4.3): every member with --replicas > 1 watches <prefix>/config and, for each
+// §4.3): every member of an etcd cluster (any --replicas) watches <prefix>/config and, for each
 // hash slot, makes its word in every namespace's epoch table say
 //   (E, OPEN)    when this member is one of the hash slot's replicas at epoch E,
 //                or syncing into it (repair, copier.ts: it takes every write
@@ -7,7 +7,9 @@
 //                barrier (epoch-barrier.ts), so no write decided under an
 //                earlier epoch commits here afterwards. A member that starts
 //                syncing a hash slot it did not serve first drops whatever it
-//                holds of it (stale since it left), while its word is fenced;
+//                holds of it (stale since it left), while its word is fenced,
+//                and so does one given a hash slot directly once placement is
+//                frozen (--replicas 1: a forgotten member's, without keys);
 //   (E, FENCED)  when it is not: a writer with an older config reads another
 //                epoch (KV_EPOCH_MOVED, it refreshes), one with this config
 //                waits (this member serves no write of the hash slot). What
@@ -68,6 +70,8 @@ export class EpochFollower {
   private applied = 0;
   /** Per hash slot, 1 if the last config applied named this member a replica or syncing: what it stops serving is dropped. */
   private served = new Uint8Array(SLOT_COUNT);
+  /** Whether a config was applied since this process started (`served` then says what it served). */
+  private appliedOnce = false;
   /** Hash slots left by the config just applied, per namespace: dropped after it (follow()). */
   private left = new Map<string, number[]>();
   private short = 0;
@@ -135,8 +139,7 @@ export class EpochFollower {
     if (left.size === 0) return;
     // Before placement freezes, configs move replicas without copying (a member that joins is placed directly): what
     // a member gave away then is kept, fenced, as before, so a placement moved back finds it again.
-    const frozen = await client.get(this.keys.frozen).string().then((text) => text !== null, () => false); // etcd unreachable: kept
-    if (!frozen) return;
+    if (!(await this.frozen())) return;
     for (const [namespace, slots] of left) {
       if (this.closed) return;
       try {
@@ -146,6 +149,11 @@ export class EpochFollower {
         logger.warn({ err: error, namespace, hashSlots: slots.length }, 'epoch follower: could not free what this member held of hash slots it no longer serves (they stay fenced, never read)');
       }
     }
+  }
+
+  /** Whether placement is frozen (<prefix>/frozen); false when etcd cannot say (what would be dropped is kept). */
+  private frozen(): Promise<boolean> {
+    return this.options.client.get(this.keys.frozen).string().then((text) => text !== null, () => false);
   }
 
   /**
@@ -187,11 +195,15 @@ export class EpochFollower {
     this.left = new Map();
     const { names, syncing, epochs } = slotReplicaNames(config);
     for (const { name: namespace, table } of server.epochTables()) {
-      if (!table) continue; // format 4: kv-server refuses it with --replicas > 1
+      if (!table) continue; // format 4: kv-server refuses it with --etcd
       const opening = new Map<number, number[]>();
       const fencing = new Map<number, number[]>();
       const entering: number[] = []; // syncing into, from not serving: dropped before they open
       const leaving: number[] = []; // served until now (open, or named in the config applied before): dropped after
+      // A replica now without syncing first, of a hash slot not served since this process applied its first config
+      // (--replicas 1: a forgotten member's hash slots, placed anew without keys): what it still holds from before is
+      // stale, dropped before it opens once placement is frozen. Not at the first config: a restarted member serves its own.
+      const gaining: number[] = [];
       for (let slot = 0; slot < SLOT_COUNT; slot++) {
         const epoch = epochs[slot]!;
         const entersSync = syncing[slot]!.includes(name);
@@ -202,6 +214,7 @@ export class EpochFollower {
         // Not open, at another epoch: it did not take this hash slot's writes (it returned, or was fenced since an
         // older epoch). Fenced at this very epoch (self-fenced meanwhile), it missed none: writes wait for its word.
         if (entersSync && now.state !== 'open' && now.epoch !== epoch) entering.push(slot);
+        else if (mine && this.appliedOnce && this.served[slot] === 0 && now.state !== 'open' && now.epoch !== epoch) gaining.push(slot);
         const into = mine ? opening : fencing;
         let list = into.get(epoch);
         if (!list) into.set(epoch, (list = []));
@@ -212,6 +225,10 @@ export class EpochFollower {
       if (entering.length > 0) {
         const dropped = await server.dropHashSlots(entering, namespace);
         logger.info({ namespace, epoch: config.epoch, hashSlots: entering.length, dropped }, 'epoch follower: syncing into hash slots: dropped what this member held of them');
+      }
+      if (gaining.length > 0 && (await this.frozen())) {
+        const dropped = await server.dropHashSlots(gaining, namespace);
+        logger.info({ namespace, epoch: config.epoch, hashSlots: gaining.length, dropped }, 'epoch follower: given hash slots without their keys: dropped what this member held of them from before');
       }
       for (const [epoch, slots] of opening) {
         if (this.closed) return undefined;
@@ -225,6 +242,7 @@ export class EpochFollower {
       if (leaving.length > 0) this.left.set(namespace, leaving);
     }
     for (let slot = 0; slot < SLOT_COUNT; slot++) this.served[slot] = names[slot]!.includes(name) || syncing[slot]!.includes(name) ? 1 : 0;
+    this.appliedOnce = true;
     // Syncing counts: a client reads only primaries, and one whose config is older than ours gets no lease (read-leases.ts).
     return names.some((replicas, slot) => replicas.includes(name) || syncing[slot]!.includes(name));
   }

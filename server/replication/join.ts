@@ -41,7 +41,7 @@ export async function awaitConfig(client: Etcd3, prefix: string, replicas: numbe
 }
 
 /**
- * With --replicas > 1, before registering: a member that config still names as a replica, or as
+ * Before registering: a member that config still names as a replica beside others, or as
  * syncing into a hash slot (it
  * crashed or stopped and is back before the controller failed it over) waits until it has been
  * failed over, since its region may be empty or stale and nothing yet proves otherwise (the region

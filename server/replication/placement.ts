@@ -229,3 +229,31 @@ function merged(ranges: readonly SlotRange[]): SlotRange[] {
   return out;
 }
 
+
+/**
+ * With --replicas 1 once placement is frozen: the hash slots whose replica was forgotten (kvctl
+ * forget: its name not in `registered`) go to the member placement over `candidates` (live members
+ * not being drained) gives them, without keys (they had no other copy), at a new epoch; their
+ * syncing members stop. undefined: no hash slot is held by a forgotten member, or no candidate.
+ */
+export function withForgottenPlaced(config: ClusterConfig, registered: ReadonlySet<string>, candidates: readonly PlacedMember[]): ClusterConfig | undefined {
+  if (candidates.length === 0) return undefined;
+  const placed = placeReplicas(candidates, 1);
+  const now = slotReplicaNames(config);
+  const members = [...config.members];
+  const epoch = config.epoch + 1;
+  if (epoch > 0xffffffff) throw new RangeError('config epoch exhausted (32 bits)');
+  const replicas: number[][] = [];
+  const syncing: number[][] = [];
+  const epochs = new Uint32Array(SLOT_COUNT);
+  let changed = false;
+  for (let slot = 0; slot < SLOT_COUNT; slot++) {
+    const forgotten = now.names[slot]!.length > 0 && !registered.has(now.names[slot]![0]!);
+    const held = forgotten ? [placed.members[placed.replicas[slot]![0]!]!] : now.names[slot]!;
+    replicas[slot] = held.map((name) => (members.includes(name) ? members.indexOf(name) : members.push(name) - 1));
+    syncing[slot] = forgotten ? [] : now.syncing[slot]!.map((name) => members.indexOf(name));
+    epochs[slot] = forgotten ? epoch : now.epochs[slot]!;
+    changed ||= forgotten;
+  }
+  return changed ? { epoch, replicas: 1, members, slots: toRanges(replicas, epochs, syncing) } : undefined;
+}

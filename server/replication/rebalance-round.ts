@@ -19,10 +19,12 @@
 import type { Etcd3, IKeyValue } from 'etcd3';
 import type { Logger } from 'pino';
 
+import { encodeClusterConfig } from '../../protocol/config-codec.js';
+import type { PlacedMember } from '../../protocol/hash-slots.js';
 import { type ClusterConfig, type HandoffRecord, etcdKeys, parseClusterConfig, parseHandoffRecord } from '../../protocol/registry.js';
 import { writeConfig } from './config-store.js';
 import type { CopiedRange } from './placement.js';
-import { handoffsDue, primariesLeaving, slotsToMove, withMoveSyncing, withMoved } from './rebalance.js';
+import { deadHolders, handoffsDue, primariesLeaving, rebalanceTarget, slotsToMove, withMoveSyncing, withMoved } from './rebalance.js';
 
 export interface RebalanceContext {
   client: Etcd3;
@@ -54,6 +56,8 @@ export async function rebalanceRound(ctx: RebalanceContext, view: RebalanceView)
   }
   const gone = target.members.filter((name) => !view.alive.has(name));
   if (gone.length > 0) return giveUp(ctx, view, `member${gone.length === 1 ? '' : 's'} ${gone.join(', ')} of the target ${gone.length === 1 ? 'is' : 'are'} not alive`);
+  const holders = deadHolders(config, target, view.alive);
+  if (holders.length > 0) return giveUp(ctx, view, `hash slots to move are held only by ${holders.join(', ')}, not alive: nothing can copy them`);
   if (view.draining) return giveUp(ctx, view, 'a drain started');
   if (target.replicas !== config.replicas) return giveUp(ctx, view, `the target has --replicas ${target.replicas}, the cluster ${config.replicas}`);
 
@@ -107,6 +111,26 @@ export async function rebalanceRound(ctx: RebalanceContext, view: RebalanceView)
   }
   const put = await txn.then(client.put(keys.target).value(view.target.value), ...due.map((name) => client.put(keys.handoffKey(name)).value(record))).commit();
   if (put.succeeded) logger.warn({ members: due }, 'rebalance: the hash slots these primaries give away are copied; they stop granting read leases until they move');
+  return true;
+}
+
+/**
+ * With <prefix>/auto-rebalance (kvctl rebalance --auto on), on a frozen cluster with repair idle
+ * (the caller's part): live members that hold no hash slot and are not being drained (joined, or
+ * back after a drain) get their share by a rebalance the controller starts itself, as kvctl
+ * rebalance would, unless members that are down alone hold hash slots it would move. Whether it
+ * wrote the target.
+ */
+export async function rebalanceJoined(ctx: RebalanceContext, config: ClusterConfig, modRevision: string, live: readonly PlacedMember[], draining: ReadonlySet<string>): Promise<boolean> {
+  const { client, keys, logger } = ctx;
+  const held = new Set(config.slots.flatMap((range) => [...range.replicas, ...range.syncing].map((i) => config.members[i]!)));
+  const staying = live.filter((member) => !draining.has(member.name));
+  const joined = staying.filter((member) => !held.has(member.name)).map((member) => member.name);
+  if (joined.length === 0 || (await client.get(keys.autoRebalance).string()) === null) return false;
+  const target = rebalanceTarget(config, staying);
+  if (target === undefined || deadHolders(config, target, new Set(live.map((member) => member.name))).length > 0) return false;
+  const put = await client.if(keys.target, 'Create', '==', 0).and(keys.config, 'Mod', '==', modRevision).and(keys.controller, 'Lease', '==', ctx.leaseId).then(client.put(keys.target).value(encodeClusterConfig(target))).commit();
+  if (put.succeeded) logger.warn({ joined, toMove: slotsToMove(config, target) }, 'rebalance: started by the controller: members joined the frozen cluster (kvctl rebalance --auto off stops this)');
   return true;
 }
 

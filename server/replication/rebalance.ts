@@ -15,10 +15,10 @@
 //      a backup.
 import { SLOT_COUNT } from '../../protocol/hash-slots.js';
 import type { ClusterConfig } from '../../protocol/registry.js';
-import { rebalanceTarget, sameList, slotReplicaNames, slotsToMove, toRanges } from '../../protocol/slot-table.js';
+import { deadHolders, rebalanceTarget, sameList, slotReplicaNames, slotsToMove, toRanges } from '../../protocol/slot-table.js';
 import type { CopiedRange } from './placement.js';
 
-export { rebalanceTarget, slotsToMove };
+export { deadHolders, rebalanceTarget, slotsToMove };
 
 type Copied = ReadonlyMap<string, readonly CopiedRange[]>;
 type Slots = ReturnType<typeof slotReplicaNames>;

@@ -83,7 +83,7 @@ test('a region file of format 4 (no epoch table) is served in its own layout, ke
   t.is(Number(server.region.readBigUInt64LE(Superblock.EPOCH_OFFSET)), 0, 'no epoch table was written into it');
 });
 
-test('kv-server --replicas 2 refuses a format-4 region file: replicated writes check every replica\'s epoch word', async (t) => {
+test('kv-server --etcd (--replicas 2, and 1) refuses a format-4 region file: writes routed by the config check every replica\'s epoch word', async (t) => {
   const regionFile = join(mkdtempSync(join(tmpdir(), 'rkv-format4-replicas-')), 'region');
   const probe = await startServer(scheme, { listen: [listenUrl(scheme)], regionFile, memoryBytes: 64 << 20 });
   const { layout } = probe.namespace('default');
@@ -92,9 +92,11 @@ test('kv-server --replicas 2 refuses a format-4 region file: replicated writes c
   writeEmptyRegionOfFormat(regionFile, layout, seed, 4);
   // The region is checked before etcd is dialled: this address is never used.
   const args = ['--listen', listenUrl('shm'), '--memory', '64M', '--region-file', regionFile, '--etcd', 'http://127.0.0.1:9', '--name', 'm'];
-  const refused = await kvServer([...args, '--replicas', '2'], { RKV_EXPERIMENTAL_REPLICAS: '1' });
-  t.is(refused.code, 1, refused.stderr);
-  t.regex(refused.stderr, /^kv-server: --replicas 2: .* is of region format 4, which has no epoch table; a replica needs format 5: serve it with --replicas 1, or copy its data into a new region$/m);
+  for (const replicas of ['2', '1']) {
+    const refused = await kvServer([...args, '--replicas', replicas], { RKV_EXPERIMENTAL_REPLICAS: '1' });
+    t.is(refused.code, 1, refused.stderr);
+    t.regex(refused.stderr, /^kv-server: --etcd: .* is of region format 4, which has no epoch table; a cluster member needs format 5 \(hash slots move with their keys by copying, at every --replicas\): serve it without --etcd, or copy its data into a new region$/m);
+  }
 });
 
 test('a region file of format 6 is refused, naming the formats this server reads', async (t) => {

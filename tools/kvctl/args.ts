@@ -43,6 +43,8 @@ export interface CtlArgs {
   dryRun: boolean;
   /** rebalance --max-mbps, in bytes a second (0: no cap); undefined when not given. */
   maxBytesPerSecond?: number;
+  /** rebalance --auto on|off: whether the controller starts a rebalance itself when a member joins; undefined when not given. */
+  auto?: boolean;
 }
 
 /** --namespace, a valid name. */
@@ -130,7 +132,7 @@ export async function parseArgs(argv: string[], io: Io): Promise<CtlArgs | numbe
   }
   if (args.help === true || args.version === true) return 0;
   // --servers, --etcd and --metrics are lists: repeating them adds to the list.
-  for (const name of ['token', 'token-file', 'namespace', 'timeout-ms', 'json', 'etcd-prefix', 'interval', 'count', 'force', 'cancel', 'wait', 'dry-run', 'max-mbps', 'key', 'value', 'delta', 'ttl', 'name']) {
+  for (const name of ['token', 'token-file', 'namespace', 'timeout-ms', 'json', 'etcd-prefix', 'interval', 'count', 'force', 'cancel', 'wait', 'dry-run', 'max-mbps', 'auto', 'key', 'value', 'delta', 'ttl', 'name']) {
     if (Array.isArray(args[name])) {
       io.stderr(`kvctl: --${name} is given more than once (see kvctl --help)\n`);
       return 2;
@@ -163,6 +165,7 @@ export async function parseArgs(argv: string[], io: Io): Promise<CtlArgs | numbe
       wait: args.wait === true,
       dryRun: args['dry-run'] === true,
       maxBytesPerSecond: args['max-mbps'] === undefined ? undefined : parseMbps(String(args['max-mbps'])),
+      auto: args.auto === undefined ? undefined : args.auto === 'on',
     };
   } catch (error) {
     io.stderr(`kvctl: ${(error as Error).message}\n`);

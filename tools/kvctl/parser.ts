@@ -60,18 +60,19 @@ export function parser(argv: string[]) {
     .command('forget <name>', 'with --etcd: remove member NAME for good (its slots move; its keys become unreachable)', (y) =>
       y.positional('name', { type: 'string' }).option('force', { type: 'boolean', default: false, describe: 'forget it even while it is alive' }),
     )
-    .command('drain <name>', 'with --etcd and --replicas > 1: move every hash slot of member NAME to other members, then it can be stopped', (y) =>
+    .command('drain <name>', 'with --etcd: move every hash slot of member NAME, with its keys, to other members, then it can be stopped', (y) =>
       y
         .positional('name', { type: 'string' })
         .option('wait', { type: 'boolean', default: false, describe: 'print progress until NAME holds no hash slot' })
         .option('cancel', { type: 'boolean', default: false, describe: 'stop draining NAME (hash slots already moved stay moved)' }),
     )
-    .command('rebalance', 'with --etcd and --replicas > 1: move hash slots, with their keys, to the placement the live members would be given (after a member joined)', (y) =>
+    .command('rebalance', 'with --etcd: move hash slots, with their keys, to the placement the live members would be given (after a member joined)', (y) =>
       y
         .option('wait', { type: 'boolean', default: false, describe: 'print progress until every hash slot has moved' })
         .option('dry-run', { type: 'boolean', default: false, describe: 'print what would move, write nothing' })
         .option('cancel', { type: 'boolean', default: false, describe: 'stop the rebalance in progress (hash slots already moved stay moved)' })
-        .option('max-mbps', { type: 'string', describe: 'each copying member copies at most this many MB a second (also changes the rate of one in progress; 0: no cap)' }),
+        .option('max-mbps', { type: 'string', describe: 'each copying member copies at most this many MB a second (also changes the rate of one in progress; 0: no cap)' })
+        .option('auto', { type: 'string', choices: ['on', 'off'], describe: 'on: the controller starts a rebalance itself whenever a member joins the frozen cluster; off: only kvctl rebalance does (the default)' }),
     )
     .demandCommand(1, 'name a command: get, put, del, incr, expire, persist, ttl, stats, layout, watch, forget, drain or rebalance')
     .middleware(rejectMisspelledOptions(argv), true) // before .strict() says only "Unknown argument"

@@ -36,9 +36,9 @@ export async function drain(args: CtlArgs, io: Io): Promise<void> {
       await cancel(etcd, keys, name, args, io);
       return;
     }
-    if (config === undefined || config.replicas < 2) {
-      throw new Error(`drain moves hash slots to copies made by repair, which needs a replicated cluster (kv-server --replicas 2 or 3); this cluster has ${config ? `--replicas ${config.replicas}` : 'no config yet'}: its keys cannot move (docs/cluster.md)`);
-    }
+    if (config === undefined) throw new Error('this cluster has no config yet: no member has registered (docs/cluster.md)');
+    // With --replicas 1 its keys are in its region only: nothing can copy them while it is down.
+    if (config.replicas === 1 && !cluster.alive.has(name)) throw new Error(`${name} is down: with --replicas 1 its keys are only in its region file, and nothing can copy them until it serves again (start it, then drain it; or kvctl forget it, losing its keys)`);
     const existing = (await etcd.get(keys.drainKey(name)).string()) ?? undefined;
     const draining = new Set((await etcd.getAll().prefix(keys.drain).keys()).map((key) => key.slice(keys.drain.length)));
     draining.add(name);

@@ -60,6 +60,7 @@ export async function forget(args: CtlArgs, io: Io): Promise<void> {
 
     const config = await readClusterConfig(etcd, target as EtcdTarget);
     if (config !== undefined && config.replicas > 1) return replicated(args, io, config, name, new Set(cluster.alive.keys()), alive ? where : undefined);
+    if (config !== undefined && (await etcd.get(keys.frozen).string()) !== null) return frozenSingle(args, io, config, name, alive ? where : undefined);
     const { slots, remaining, movedTo } = slotsMoved(cluster.members, name);
     if (args.json) {
       io.stdout(JSON.stringify({ forgotten: name, slots, movedTo: Object.fromEntries(movedTo), alive: alive !== undefined, members: remaining, replicas: 1, keysLost: true }) + '\n');
@@ -74,6 +75,24 @@ export async function forget(args: CtlArgs, io: Io): Promise<void> {
   } finally {
     etcd.close();
   }
+}
+
+/**
+ * forget with --replicas 1 once placement is frozen: the controller gives its hash slots (by the
+ * config) to the live members, empty; its region file cannot bring its keys back.
+ */
+function frozenSingle(args: CtlArgs, io: Io, config: ClusterConfig, name: string, running: string | undefined): void {
+  const index = config.members.indexOf(name);
+  const held = config.slots.reduce((n, r) => (r.replicas[0] === index ? n + r.to - r.from + 1 : n), 0);
+  if (args.json) {
+    io.stdout(JSON.stringify({ forgotten: name, hashSlotsHeld: held, alive: running !== undefined, replicas: 1, keysLost: true, frozen: true }) + '\n');
+    return;
+  }
+  io.stdout(
+    `forgot member ${name}: its ${held} hash slots go to the live members, without their keys.\n` +
+      `Its keys are lost to the cluster: with --replicas 1 they had no other copy, and placement is frozen, so its region file cannot bring them back (a server registering as '${name}' again gets hash slots only by kvctl rebalance, copied from the others).\n` +
+      (running ? `It is still running (${running}): stop it.\n` : ''),
+  );
 }
 
 /**

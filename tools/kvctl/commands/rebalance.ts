@@ -16,7 +16,7 @@ import type { PlacedMember } from '../../../protocol/hash-slots.js';
 import { UsageError } from '../../../protocol/operator-input.js';
 import { encodeClusterConfig } from '../../../protocol/config-codec.js';
 import { type ClusterConfig, type CopyRateRecord, type MemberRecord, etcdKeys, openEtcd, parseClusterConfig, parseHandoffRecord, underReplicatedSlots } from '../../../protocol/registry.js';
-import { rebalanceTarget, slotReplicaNames, slotsToMove } from '../../../protocol/slot-table.js';
+import { deadHolders, rebalanceTarget, slotReplicaNames, slotsToMove } from '../../../protocol/slot-table.js';
 import type { CtlArgs, EtcdTarget } from '../args.js';
 import { CopyWatch } from '../copy-progress.js';
 import { readCluster, readClusterConfig } from '../etcd.js';
@@ -38,9 +38,8 @@ export async function rebalance(args: CtlArgs, io: Io): Promise<void> {
     const config = await readClusterConfig(etcd, target);
     if (args.cancel) return await cancel(etcd, keys, args, io);
     if (args.maxBytesPerSecond !== undefined && args.dryRun) throw new UsageError('--max-mbps and --dry-run exclude each other: a dry run writes nothing');
-    if (config === undefined || config.replicas < 2) {
-      throw new Error(`rebalance moves hash slots by copying them, which needs a replicated cluster (kv-server --replicas 2 or 3); this cluster has ${config ? `--replicas ${config.replicas}` : 'no config yet'} (docs/cluster.md)`);
-    }
+    if (args.auto !== undefined) return await setAuto(etcd, keys, args, io);
+    if (config === undefined) throw new Error('this cluster has no config yet: no member has registered (docs/cluster.md)');
     const pending = await etcd.get(keys.target).string();
     if (pending !== null) {
       if (args.dryRun) {
@@ -65,7 +64,11 @@ export async function rebalance(args: CtlArgs, io: Io): Promise<void> {
     const short = underReplicatedSlots(config);
     const syncing = config.slots.reduce((n, r) => (r.syncing.length > 0 ? n + r.to - r.from + 1 : n), 0);
     if (short > 0 || syncing > 0) throw new Error(`repair is not done (${short} hash slots short of replicas, ${syncing} with members syncing into them): rebalance once it is (kvctl layout shows it)`);
-    const next = rebalanceTarget(config, await liveMembers(etcd, args.target as EtcdTarget, config.replicas));
+    const live = await liveMembers(etcd, args.target as EtcdTarget, config.replicas);
+    const next = rebalanceTarget(config, live);
+    // With --replicas 1 a member that is down alone holds its hash slots: nothing can copy them.
+    const stuck = next ? deadHolders(config, next, new Set(live.map((m) => m.name))) : [];
+    if (stuck.length > 0) throw new Error(`${stuck.join(', ')} ${stuck.length === 1 ? 'is' : 'are'} down and alone hold${stuck.length === 1 ? 's' : ''} hash slots that would move: start ${stuck.length === 1 ? 'it' : 'them'} again (or kvctl forget ${stuck.length === 1 ? 'it' : 'them'}, losing ${stuck.length === 1 ? 'its' : 'their'} keys) before rebalancing`);
     const plan = next && describe(config, next);
     if (next === undefined || plan === undefined) {
       if (!args.dryRun) await freeze(etcd, keys);
@@ -142,6 +145,19 @@ function describe(config: ClusterConfig, next: ClusterConfig): { moves: number; 
 /** What <prefix>/frozen says when kvctl rebalance froze placement. */
 function frozenRecord(etcd: Etcd3, keys: Keys) {
   return etcd.put(keys.frozen).value(JSON.stringify({ since: new Date().toISOString(), by: 'kvctl rebalance' }));
+}
+
+/** --auto on|off, alone: <prefix>/auto-rebalance present or not (the controller reads it: rebalance-round.ts). */
+async function setAuto(etcd: Etcd3, keys: Keys, args: CtlArgs, io: Io): Promise<void> {
+  if (args.dryRun || args.cancel || args.wait || args.maxBytesPerSecond !== undefined) throw new UsageError('--auto is given alone: it only says whether the controller starts a rebalance when a member joins');
+  // On freezes placement too: from then on a member that joins is never placed directly (without keys).
+  if (args.auto) {
+    await freeze(etcd, keys);
+    await etcd.put(keys.autoRebalance).value(JSON.stringify({ since: new Date().toISOString() }));
+  } else {
+    await etcd.delete().key(keys.autoRebalance);
+  }
+  io.stdout(args.json ? JSON.stringify({ auto: args.auto }) + '\n' : args.auto ? 'automatic rebalancing on: placement is frozen, and a member that joins gets its share by a rebalance the controller starts\n' : 'automatic rebalancing off: a member that joins a frozen cluster waits for kvctl rebalance\n');
 }
 
 /** What <prefix>/copy-rate says for --max-mbps (0: no cap). */
