@@ -1,5 +1,6 @@
 // Rebalancing a replicated cluster (issue 18; docs/cluster.md "Rebalancing"):
-//  - per provider: a member joins a loaded cluster of two (--replicas 2, 20,000 keys)
+//  - per provider: a member joins a loaded cluster of two (--replicas 2, and on
+//    the host --replicas 1 too; 20,000 keys)
 //    under 4 writer and 2 reader processes recording histories; its share of
 //    hash slots moves to it with their keys (copied first): every key reads
 //    back through the new map, the new member holds its hash slots' keys, the
@@ -32,7 +33,7 @@ import { Load, REPLICAS_ON, incrAlone, leaseSeconds, placedAll, readAlone, repli
 const etcdTest = needing(ava, 'etcd');
 const etcd = etcdForFile(etcdTest);
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-const memberArgs = (prefix: string, name: string, ttlSeconds = leaseSeconds()) => ['--etcd', etcd.url, '--etcd-prefix', prefix, '--etcd-ttl', `${ttlSeconds}s`, '--name', name, '--replicas', '2'];
+const memberArgs = (prefix: string, name: string, ttlSeconds = leaseSeconds(), replicas = 2) => ['--etcd', etcd.url, '--etcd-prefix', prefix, '--etcd-ttl', `${ttlSeconds}s`, '--name', name, '--replicas', String(replicas)];
 /**
  * A longer etcd lease for the cases that time no failover: loading 200k keys (the servers take
  * each PUT's notice) and copying them keeps a 2-core host busy enough that 2 s leases lapsed, which
@@ -41,7 +42,7 @@ const memberArgs = (prefix: string, name: string, ttlSeconds = leaseSeconds()) =
 const CALM_TTL = Math.round(slow(6000) / 1000);
 const isAlive = async (prefix: string, name: string) => (await etcd.client.get(etcdKeys(prefix).aliveKey(name)).string()) !== null;
 /** The placement a fresh cluster of `names` gets (per hash slot, replicas by name). */
-const fresh = (names: string[]) => slotReplicaNames(nextConfig(undefined, names.map((name) => ({ name })), 2)!).names;
+const fresh = (names: string[], replicas = 2) => slotReplicaNames(nextConfig(undefined, names.map((name) => ({ name })), replicas)!).names;
 
 /** `run`, or a failure naming what did not end, with the members' last warnings (their logs are otherwise not shown). */
 async function within<T>(run: Promise<T>, ms: number, what: string, members: readonly Member[]): Promise<T> {
@@ -59,10 +60,13 @@ async function within<T>(run: Promise<T>, ms: number, what: string, members: rea
   }
 }
 
-for (const scheme of providersUnderTest()) {
-  etcdTest.serial(`${scheme}: a member joins a loaded cluster (--replicas 2) under load: its share of hash slots moves to it with their keys; every key reads back, histories linearizable`, async (t) => {
-    const prefix = `/test-rebalance-join-${scheme}`;
-    const { members, dir } = await replicatedMembers(t, etcd, prefix, 2, 2, scheme, [], CALM_TTL);
+// Every provider at --replicas 2; on the host --replicas 1 too, where the moving hash slots' writes go to their one
+// replica and to the member syncing into it, and nothing else holds the keys.
+const joins = [...providersUnderTest().map((scheme) => [scheme, 2] as const), ...(providersUnderTest().includes('shm') ? [['shm', 1] as const] : [])];
+for (const [scheme, replicas] of joins) {
+  etcdTest.serial(`${scheme}: a member joins a loaded cluster (--replicas ${replicas}) under load: its share of hash slots moves to it with their keys; every key reads back, histories linearizable`, async (t) => {
+    const prefix = `/test-rebalance-join-${scheme}-${replicas}`;
+    const { members, dir } = await replicatedMembers(t, etcd, prefix, replicas, 2, scheme, [], CALM_TTL);
     const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs(), pollMode: loadPollMode() });
     t.teardown(() => kv.close());
     await nextStatus(kv, 'ready');
@@ -80,7 +84,7 @@ for (const scheme of providersUnderTest()) {
     t.regex(freeze.stdout, /^balanced: .*; placement is frozen/);
     const load = new Load(t, etcd, `etcd+${etcd.url}${prefix}`, slow(8000));
     await sleep(slow(1000));
-    members.push(await startMember(dir, 2, memberArgs(prefix, 'm2', CALM_TTL), await memberUrl(scheme, dir, 2), REPLICAS_ON));
+    members.push(await startMember(dir, 2, memberArgs(prefix, 'm2', CALM_TTL, replicas), await memberUrl(scheme, dir, 2), REPLICAS_ON));
     await eventually(() => isAlive(prefix, 'm2'), 'm2 registered', slow(30_000));
     const followed = await within(kvctl(['--etcd', etcd.url, '--etcd-prefix', prefix, '--json', 'rebalance', '--wait']), slow(150_000), 'the rebalance', members);
     t.is(followed.code, 0, followed.stderr);
@@ -91,7 +95,7 @@ for (const scheme of providersUnderTest()) {
 
     const after = (await readConfig(etcd.client, prefix))!;
     const { names } = slotReplicaNames(after);
-    const wanted = fresh(['m0', 'm1', 'm2']);
+    const wanted = fresh(['m0', 'm1', 'm2'], replicas);
     t.true(names.every((list, slot) => list.join() === wanted[slot]!.join()), 'the placement a fresh cluster of three gets');
     t.true(after.slots.every((range) => range.syncing.length === 0));
     const primaries = names.filter((list) => list[0] === 'm2').length;
@@ -115,7 +119,7 @@ for (const scheme of providersUnderTest()) {
     for (const key of sample) if (String(await readAlone(() => direct.get(key))) === `v:${key}`) held++;
     t.is(held, sample.length, 'm2 holds the keys of its hash slots');
     // The old owners freed what moved away from them: their own regions no longer hold those keys.
-    const before = fresh(['m0', 'm1']);
+    const before = fresh(['m0', 'm1'], replicas);
     for (const old of [0, 1]) {
       const own = await KvClient.connect({ servers: [members[old]!.url], timeoutMs: testTimeoutMs() });
       t.teardown(() => own.close());
@@ -250,16 +254,20 @@ if (onHost) etcdTest.serial('kvctl rebalance on a frozen cluster: a joined membe
   t.teardown(() => one.process.stop('SIGTERM'));
   await eventually(async () => (await readConfig(etcd.client, single)) !== undefined, 'the config is written', slow(10_000));
   const n1 = await kvctl(['--etcd', etcd.url, '--etcd-prefix', single, 'rebalance']);
-  t.is(n1.code, 1);
-  t.regex(n1.stderr, /needs a replicated cluster \(kv-server --replicas 2 or 3\); this cluster has --replicas 1/);
+  t.is(n1.code, 0, n1.stderr);
+  t.regex(n1.stdout, /^balanced: every hash slot already has the replicas its live members would be given/);
 });
 
-for (const victim of ['m2', 'm0'] as const) {
-  if (onHost) etcdTest.serial(`${victim === 'm2' ? 'the joining member' : 'a source primary'} SIGKILLed mid-copy: the rebalance is given up, the config ends consistent (every hash slot 2 replicas, none syncing) and nothing acknowledged is lost; ${victim === 'm2' ? 'restarted, kvctl rebalance completes' : 'repair fills in'}`, async (t) => {
-    const prefix = `/test-rebalance-kill-${victim}`;
+// With --replicas 1 a source killed mid-copy alone holds its hash slots: the rebalance is given up, and they wait
+// for it, unavailable, until it serves its region file again.
+const kills = [['m2', 2], ['m0', 2], ['m2', 1], ['m0', 1]] as const;
+for (const [victim, replicas] of kills) {
+  const ending = victim === 'm2' ? 'restarted, kvctl rebalance completes' : replicas > 1 ? 'repair fills in' : 'restarted on its region file, it serves its keys again';
+  if (onHost) etcdTest.serial(`--replicas ${replicas}: ${victim === 'm2' ? 'the joining member' : 'a source primary'} SIGKILLed mid-copy: the rebalance is given up, the config ends consistent (every hash slot ${replicas} replicas, none syncing) and nothing acknowledged is lost; ${ending}`, async (t) => {
+    const prefix = `/test-rebalance-kill-${victim}-${replicas}`;
     // Copies at 1 MB/s per primary: 4,000 keys of 1 KiB take seconds, so the kill lands mid-copy.
     const slowCopy = ['--repair-rate', '1', '--replace-after', '1s'];
-    const { members, dir } = await replicatedMembers(t, etcd, prefix, 2, 2, 'shm', slowCopy, CALM_TTL);
+    const { members, dir } = await replicatedMembers(t, etcd, prefix, replicas, 2, 'shm', slowCopy, CALM_TTL);
     const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs() });
     t.teardown(() => kv.close());
     const value = Buffer.alloc(1024, 'k');
@@ -267,17 +275,20 @@ for (const victim of ['m2', 'm0'] as const) {
     for (let i = 0; i < keys.length; i += 500) await kv.putMany(keys.slice(i, i + 500).map((key) => [key, value]));
     const keysOf = etcdKeys(prefix);
     await etcd.client.put(keysOf.frozen).value(JSON.stringify({ since: new Date().toISOString(), epoch: 0 }));
-    members.push(await startMember(dir, 2, [...memberArgs(prefix, 'm2', CALM_TTL), ...slowCopy], undefined, REPLICAS_ON));
+    members.push(await startMember(dir, 2, [...memberArgs(prefix, 'm2', CALM_TTL, replicas), ...slowCopy], undefined, REPLICAS_ON));
     await eventually(() => isAlive(prefix, 'm2'), 'm2 registered', slow(30_000));
     const start = await kvctl(['--etcd', etcd.url, '--etcd-prefix', prefix, 'rebalance']);
     t.is(start.code, 0, start.stderr);
     await eventually(async () => (await etcd.client.get(keysOf.target).string()) !== null && (await readConfig(etcd.client, prefix))!.slots.some((r) => r.syncing.length > 0), 'the rebalance copies', slow(30_000));
     await members[Number(victim.slice(1))]!.process.stop('SIGKILL');
+    // With --replicas 1 the killed source stays the replica of its hash slots (nothing else holds them).
+    const keeps = replicas === 1 && victim === 'm0';
     await eventually(async () => {
       const config = (await readConfig(etcd.client, prefix))!;
-      return (await etcd.client.get(keysOf.target).string()) === null && config.slots.every((r) => r.replicas.length === 2 && r.syncing.length === 0 && !r.replicas.includes(config.members.indexOf(victim)));
-    }, 'the rebalance is given up and every hash slot has two live replicas', slow(60_000));
+      return (await etcd.client.get(keysOf.target).string()) === null && config.slots.every((r) => r.replicas.length === replicas && r.syncing.length === 0 && (keeps || !r.replicas.includes(config.members.indexOf(victim))));
+    }, `the rebalance is given up and every hash slot has ${replicas} replicas${keeps ? '' : ', all live'}`, slow(60_000));
     t.deepEqual(Object.values(await etcd.client.getAll().prefix(keysOf.handoff).strings()).filter((v) => parseHandoffRecord(v)?.phase !== 'moved'), [], 'no member is left quiesced');
+    if (keeps) await restartMember(members[0]!, REPLICAS_ON);
     await kv.put('kill:after', 'x');
     const values = await kv.getMany(keys);
     t.is(values.filter((v) => v === undefined || !Buffer.from(v).equals(value)).length, 0, 'every key loaded before reads back');
@@ -287,13 +298,78 @@ for (const victim of ['m2', 'm0'] as const) {
       const done = await kvctl(['--etcd', etcd.url, '--etcd-prefix', prefix, 'rebalance', '--wait']);
       t.is(done.code, 0, done.stderr);
       const { names } = slotReplicaNames((await readConfig(etcd.client, prefix))!);
-      const wanted = fresh(['m0', 'm1', 'm2']);
+      const wanted = fresh(['m0', 'm1', 'm2'], replicas);
       t.true(names.every((list, slot) => list.join() === wanted[slot]!.join()), 'the placement of three');
       const again = await kv.getMany(keys);
       t.is(again.filter((v) => v === undefined || !Buffer.from(v).equals(value)).length, 0, 'every key reads back after the rebalance');
     }
   });
 }
+
+if (onHost) etcdTest.serial('--replicas 1, placement frozen: kvctl forget of a dead member gives its hash slots to the live members without keys; what they held of them from before a direct placement does not come back', async (t) => {
+  const prefix = '/test-forget-frozen-1';
+  const target = ['--etcd', etcd.url, '--etcd-prefix', prefix];
+  const { members, dir } = await replicatedMembers(t, etcd, prefix, 1, 2, 'shm', [], CALM_TTL);
+  const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs() });
+  t.teardown(() => kv.close());
+  const keys = Array.from({ length: 600 }, (_, i) => `f:${i}`);
+  await kv.putMany(keys.map((key) => [key, 'old']));
+  // m2 joins before placement froze: it is placed directly, and m0 and m1 keep, fenced, what they held of its hash slots.
+  members.push(await startMember(dir, 2, memberArgs(prefix, 'm2', CALM_TTL, 1), undefined, REPLICAS_ON));
+  await eventually(() => placedAll(etcd.client, prefix, 3), 'm2 is placed', slow(30_000));
+  const placed = slotReplicaNames((await readConfig(etcd.client, prefix))!).names;
+  const onM2 = keys.filter((key) => placed[keySlot(Buffer.from(key))]![0] === 'm2');
+  t.true(onM2.length > 0);
+  await eventually(async () => kv.memberFor(onM2[0]!) === 'm2', 'the client follows the config', slow(10_000));
+  await kv.putMany(onM2.map((key) => [key, 'new']));
+  t.regex((await kvctl([...target, 'rebalance'])).stdout, /^balanced: .*; placement is frozen/);
+
+  await members[2]!.process.stop('SIGKILL');
+  await eventually(async () => !(await isAlive(prefix, 'm2')), 'm2\'s lease lapsed', slow(60_000));
+  const forgot = await kvctl([...target, 'forget', 'm2']);
+  t.is(forgot.code, 0, forgot.stderr);
+  t.regex(forgot.stdout, /forgot member m2: its \d+ hash slots go to the live members, without their keys\.\nIts keys are lost to the cluster: with --replicas 1 they had no other copy, and placement is frozen/);
+  await eventually(async () => slotReplicaNames((await readConfig(etcd.client, prefix))!).names.every((list) => list.length === 1 && list[0] !== 'm2'), 'm2\'s hash slots go to m0 and m1', slow(30_000));
+  await eventually(async () => kv.memberFor(onM2[0]!) !== 'm2', 'the client follows the config', slow(10_000));
+  const values = await kv.getMany(onM2);
+  t.deepEqual(values.filter((value) => value !== undefined).map(String), [], 'm2\'s keys are gone; the values from before it joined do not come back');
+  const others = keys.filter((key) => !onM2.includes(key));
+  t.deepEqual((await kv.getMany(others)).map(String), others.map(() => 'old'));
+  await kv.put(onM2[0]!, 'fresh');
+  t.is(String(await kv.get(onM2[0]!)), 'fresh');
+});
+
+if (onHost) etcdTest.serial('kvctl rebalance --auto on (--replicas 1): placement freezes, and a member that joins gets its share by a rebalance the controller starts, with its keys; --auto off: the next one waits', async (t) => {
+  const prefix = '/test-rebalance-auto';
+  const target = ['--etcd', etcd.url, '--etcd-prefix', prefix];
+  const { members, dir } = await replicatedMembers(t, etcd, prefix, 1, 2, 'shm', [], CALM_TTL);
+  const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs() });
+  t.teardown(() => kv.close());
+  const keys = Array.from({ length: 1000 }, (_, i) => `a:${i}`);
+  await kv.putMany(keys.map((key) => [key, `v:${key}`]));
+  const misuse = await kvctl([...target, 'rebalance', '--auto', 'on', '--wait']);
+  t.is(misuse.code, 2);
+  t.regex(misuse.stderr, /--auto is given alone/);
+  const on = await kvctl([...target, 'rebalance', '--auto', 'on']);
+  t.is(on.code, 0, on.stderr);
+  t.regex(on.stdout, /^automatic rebalancing on: placement is frozen/);
+  t.not(await etcd.client.get(etcdKeys(prefix).frozen).string(), null);
+
+  members.push(await startMember(dir, 2, memberArgs(prefix, 'm2', CALM_TTL, 1), undefined, REPLICAS_ON));
+  // No kvctl rebalance: the controller starts it, and it ends with the placement of three.
+  const wanted = fresh(['m0', 'm1', 'm2'], 1);
+  await eventually(async () => slotReplicaNames((await readConfig(etcd.client, prefix))!).names.every((list, slot) => list.join() === wanted[slot]!.join()) && (await etcd.client.get(etcdKeys(prefix).target).string()) === null, 'the controller rebalanced m2 in', slow(90_000));
+  t.deepEqual((await kv.getMany(keys)).map(String), keys.map((key) => `v:${key}`), 'every key reads back through the new map');
+
+  const off = await kvctl([...target, '--json', 'rebalance', '--auto', 'off']);
+  t.deepEqual(JSON.parse(off.stdout), { auto: false });
+  members.push(await startMember(dir, 3, memberArgs(prefix, 'm3', CALM_TTL, 1), undefined, REPLICAS_ON));
+  await eventually(() => isAlive(prefix, 'm3'), 'm3 registered', slow(30_000));
+  await sleep(slow(2000));
+  const config = (await readConfig(etcd.client, prefix))!;
+  t.false(config.slots.some((range) => range.replicas.includes(config.members.indexOf('m3'))), 'm3 holds nothing');
+  t.is(await etcd.client.get(etcdKeys(prefix).target).string(), null, 'no rebalance started');
+});
 
 /** A config of two members (a, b) with --replicas 2 over all hash slots: a primary of 0..8191, b of the rest. */
 function twoMembers(): ClusterConfig {
