@@ -255,6 +255,7 @@ export class Session {
     if (!this.ended && (last === undefined || performance.now() - last >= 20)) {
       try {
         this.ping();
+        this.awaitPong();
       } catch {
         // the connection is going away: the keepalive notices
       }

@@ -350,6 +350,7 @@ if (onHost) etcdTest.serial('kvctl rebalance --auto on (--replicas 1): placement
   const misuse = await kvctl([...target, 'rebalance', '--auto', 'on', '--wait']);
   t.is(misuse.code, 2);
   t.regex(misuse.stderr, /--auto is given alone/);
+  t.is((await kvctl([...target, 'rebalance', '--auto', 'off', '--cancel'])).code, 2, '--cancel is not silently taken for --auto off');
   const on = await kvctl([...target, 'rebalance', '--auto', 'on']);
   t.is(on.code, 0, on.stderr);
   t.regex(on.stdout, /^automatic rebalancing on: placement is frozen/);

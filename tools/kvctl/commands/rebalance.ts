@@ -36,9 +36,9 @@ export async function rebalance(args: CtlArgs, io: Io): Promise<void> {
   try {
     const keys = etcdKeys(target.prefix);
     const config = await readClusterConfig(etcd, target);
+    if (args.auto !== undefined) return await setAuto(etcd, keys, args, io);
     if (args.cancel) return await cancel(etcd, keys, args, io);
     if (args.maxBytesPerSecond !== undefined && args.dryRun) throw new UsageError('--max-mbps and --dry-run exclude each other: a dry run writes nothing');
-    if (args.auto !== undefined) return await setAuto(etcd, keys, args, io);
     if (config === undefined) throw new Error('this cluster has no config yet: no member has registered (docs/cluster.md)');
     const pending = await etcd.get(keys.target).string();
     if (pending !== null) {
@@ -194,11 +194,13 @@ async function cancel(etcd: Etcd3, keys: Keys, args: CtlArgs, io: Io): Promise<v
   const handoffs = (await etcd.getAll().prefix(keys.handoff).exec()).kvs.filter((kv) => parseHandoffRecord(kv.value.toString())?.phase !== 'moved');
   let txn = etcd.if(keys.target, 'Mod', '==', stored.mod_revision);
   for (const kv of handoffs) txn = txn.and(kv.key.toString(), 'Mod', '==', kv.mod_revision);
-  const done = await txn.then(etcd.delete().key(keys.target), etcd.delete().key(keys.copyRate), ...handoffs.map((kv) => etcd.delete().key(kv.key.toString())), frozenRecord(etcd, keys)).commit();
+  // Automatic rebalancing goes too: the controller would start the same rebalance again at once.
+  const auto = (await etcd.get(keys.autoRebalance).string()) !== null;
+  const done = await txn.then(etcd.delete().key(keys.target), etcd.delete().key(keys.copyRate), etcd.delete().key(keys.autoRebalance), ...handoffs.map((kv) => etcd.delete().key(kv.key.toString())), frozenRecord(etcd, keys)).commit();
   if (!done.succeeded) throw new Error('the rebalance moved on while being cancelled: cancel again');
   const config = await readClusterConfig(etcd, args.target as EtcdTarget);
   const left = config ? slotsToMove(config, parseClusterConfig(stored.value.toString())) : 0;
-  io.stdout(args.json ? JSON.stringify({ cancelled: true, notMoved: left }) + '\n' : `rebalance cancelled; ${left} hash slots had not moved (those that had stay moved)\n`);
+  io.stdout(args.json ? JSON.stringify({ cancelled: true, notMoved: left, ...(auto ? { auto: false } : {}) }) + '\n' : `rebalance cancelled; ${left} hash slots had not moved (those that had stay moved)${auto ? '; automatic rebalancing is off (kvctl rebalance --auto on turns it on again)' : ''}\n`);
 }
 
 /**
