@@ -29,16 +29,23 @@ export interface Finished {
   stdoutBytes: Buffer;
 }
 
-function collect(child: ChildProcess, what: string, guardMs = GUARD_MS): Promise<Finished> {
+/** A child's end, and its guard: `arm()` (re)starts the GUARD_MS countdown to a SIGKILL, `disarm()` stops it. */
+type Collected = Promise<Finished> & { arm(): void; disarm(): void };
+
+/**
+ * Collects a child's output until it exits. The guard against a hung child is armed at once for a
+ * script run to its end; a long-running one (a server, kvctl watch) disarms it once started and arms
+ * it again when asked to stop, so a slow run of the tests using it is not cut short at GUARD_MS.
+ */
+function collect(child: ChildProcess, what: string, guardMs = GUARD_MS): Collected {
   const out: Buffer[] = [];
   const err: Buffer[] = [];
   child.stdout?.on('data', (chunk: Buffer) => out.push(chunk));
   child.stderr?.on('data', (chunk: Buffer) => err.push(chunk));
-  return new Promise((resolve, reject) => {
-    const guard = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`${what} did not finish within ${guardMs} ms`));
-    }, guardMs);
+  let guard: NodeJS.Timeout | undefined;
+  let fail: (error: Error) => void = () => undefined;
+  const done = new Promise<Finished>((resolve, reject) => {
+    fail = reject;
     child.once('error', reject);
     child.once('close', (code, signal) => {
       clearTimeout(guard);
@@ -46,6 +53,16 @@ function collect(child: ChildProcess, what: string, guardMs = GUARD_MS): Promise
       resolve({ code, signal, stdout: stdoutBytes.toString(), stderr: Buffer.concat(err).toString(), stdoutBytes });
     });
   });
+  const disarm = () => clearTimeout(guard);
+  const arm = () => {
+    disarm();
+    guard = setTimeout(() => {
+      child.kill('SIGKILL');
+      fail(new Error(`${what} did not finish within ${guardMs} ms`));
+    }, guardMs);
+  };
+  arm();
+  return Object.assign(done, { arm, disarm });
 }
 
 /** Runs a bin/ (or bench/) script to its end; `guardMs` for scripts that run longer by design. */
@@ -145,6 +162,7 @@ export async function startServerProcess(args: string[], env: NodeJS.ProcessEnv 
       reject,
     );
   });
+  exited.disarm(); // started: the guard runs again from stop()
   const urls = banner.map((line) => /^kv-server: listening on (\S+)$/.exec(line)?.[1]).filter((u): u is string => u !== undefined);
   return {
     child,
@@ -153,7 +171,10 @@ export async function startServerProcess(args: string[], env: NodeJS.ProcessEnv 
     stderr: () => stderr,
     exited,
     stop: (signal = 'SIGTERM') => {
-      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      if (child.exitCode === null && child.signalCode === null) {
+        exited.arm();
+        child.kill(signal);
+      }
       return exited;
     },
   };
@@ -231,7 +252,10 @@ export function startKvctl(args: string[]): LiveProcess {
         check();
       }),
     stop: (signal = 'SIGINT') => {
-      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      if (child.exitCode === null && child.signalCode === null) {
+        exited.arm(); // from the stop on (its countdown from the start guards waitForLine)
+        child.kill(signal);
+      }
       return exited;
     },
   };

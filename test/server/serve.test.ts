@@ -133,7 +133,9 @@ test('logs: one line per lifecycle event, nothing per operation', async (t) => {
   t.log(messages.join(', '));
   // The client's departure may be noticed before or after the signal; everything else is in order.
   t.deepEqual(messages.slice(0, 4), ['starting', 'listening', 'ready', 'client connected']);
-  t.deepEqual(messages.filter((m) => m !== 'client disconnected').slice(4), ['shutting down', 'stopped', 'exiting']);
+  // A departure may also take back blocks the client had not given back yet (CI at 039e97e saw that line once).
+  const departure = (m: unknown) => m === 'client disconnected' || m === 'took back the unpublished blocks of a departed client';
+  t.deepEqual(messages.filter((m) => !departure(m)).slice(4), ['shutting down', 'stopped', 'exiting']);
   t.true(messages.filter((m) => m === 'client disconnected').length <= 1);
   for (const line of lines) {
     t.is(line.name, 'kv-server');
