@@ -23,8 +23,8 @@ export RKV_TEST_TIMEOUT_MS="${RKV_TEST_TIMEOUT_MS:-30000}"
 # is killed after RKV_TESTS_TIMEOUT (a child process that outlives its test
 # has kept ava from exiting before); the guest is stopped after RKV_VM_TIMEOUT.
 # A normal run takes about 10 minutes; CI has 90 for everything.
-RKV_TESTS_TIMEOUT="${RKV_TESTS_TIMEOUT:-2700}"
-export RKV_VM_TIMEOUT="${RKV_VM_TIMEOUT:-3300}"
+RKV_TESTS_TIMEOUT="${RKV_TESTS_TIMEOUT:-3300}"
+export RKV_VM_TIMEOUT="${RKV_VM_TIMEOUT:-3600}"
 
 KIT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PROJECT=$(cd "$KIT/../.." && pwd)
