@@ -8,6 +8,7 @@
 import { SLOT_COUNT, type PlacedMember, placeReplicas } from '../../protocol/hash-slots.js';
 import { type ClusterConfig, type SlotRange, removedMembers } from '../../protocol/registry.js';
 import { sameList, slotReplicaNames, toRanges } from '../../protocol/slot-table.js';
+import { changedSlots } from './rebalance.js';
 
 export { removedMembers, slotReplicaNames };
 
@@ -239,21 +240,7 @@ function merged(ranges: readonly SlotRange[]): SlotRange[] {
 export function withForgottenPlaced(config: ClusterConfig, registered: ReadonlySet<string>, candidates: readonly PlacedMember[]): ClusterConfig | undefined {
   if (candidates.length === 0) return undefined;
   const placed = placeReplicas(candidates, 1);
-  const now = slotReplicaNames(config);
-  const members = [...config.members];
-  const epoch = config.epoch + 1;
-  if (epoch > 0xffffffff) throw new RangeError('config epoch exhausted (32 bits)');
-  const replicas: number[][] = [];
-  const syncing: number[][] = [];
-  const epochs = new Uint32Array(SLOT_COUNT);
-  let changed = false;
-  for (let slot = 0; slot < SLOT_COUNT; slot++) {
-    const forgotten = now.names[slot]!.length > 0 && !registered.has(now.names[slot]![0]!);
-    const held = forgotten ? [placed.members[placed.replicas[slot]![0]!]!] : now.names[slot]!;
-    replicas[slot] = held.map((name) => (members.includes(name) ? members.indexOf(name) : members.push(name) - 1));
-    syncing[slot] = forgotten ? [] : now.syncing[slot]!.map((name) => members.indexOf(name));
-    epochs[slot] = forgotten ? epoch : now.epochs[slot]!;
-    changed ||= forgotten;
-  }
-  return changed ? { epoch, replicas: 1, members, slots: toRanges(replicas, epochs, syncing) } : undefined;
+  const now = slotReplicaNames(config).names;
+  const forgotten = (slot: number) => now[slot]!.length > 0 && !registered.has(now[slot]![0]!);
+  return changedSlots(config, (slot) => (forgotten(slot) ? { replicas: [placed.members[placed.replicas[slot]![0]!]!], syncing: [] } : undefined));
 }

@@ -107,7 +107,7 @@ export function withMoved(config: ClusterConfig, target: ClusterConfig, copied: 
  * `config` with new replicas and syncing members (by name) for the hash slots `change` gives them
  * for, those at a new epoch (names not in `members` yet are added); undefined when it gives none.
  */
-function changedSlots(config: ClusterConfig, change: (slot: number) => { replicas: readonly string[]; syncing: readonly string[] } | undefined): ClusterConfig | undefined {
+export function changedSlots(config: ClusterConfig, change: (slot: number) => { replicas: readonly string[]; syncing: readonly string[] } | undefined): ClusterConfig | undefined {
   const now = slotReplicaNames(config);
   const members = [...config.members];
   const indexOf = (name: string): number => {
