@@ -77,13 +77,19 @@ export interface ClusterConfig {
 export interface DrainRecord {
   since: string;
   phase: 'copying' | 'quiesce' | 'quiet';
+  /** kvctl drain --max-mbps: each member copying for it copies at most this many bytes a second (absent or 0: no cap). */
+  maxBytesPerSecond?: number;
 }
 
 /** A drain record read from etcd, or undefined when it is not one (treated as `copying`: the member is still leaving). */
 export function parseDrainRecord(text: string): DrainRecord | undefined {
   try {
     const r = JSON.parse(text) as Partial<DrainRecord> | null;
-    if (r && typeof r === 'object' && typeof r.since === 'string' && (r.phase === 'copying' || r.phase === 'quiesce' || r.phase === 'quiet')) return { since: r.since, phase: r.phase };
+    if (r && typeof r === 'object' && typeof r.since === 'string' && (r.phase === 'copying' || r.phase === 'quiesce' || r.phase === 'quiet')) {
+      const cap = r.maxBytesPerSecond;
+      // A cap that is not a rate is left out: the drain goes on at the members' own rate.
+      return { since: r.since, phase: r.phase, ...(typeof cap === 'number' && Number.isFinite(cap) && cap > 0 ? { maxBytesPerSecond: cap } : {}) };
+    }
   } catch {
     // not JSON
   }

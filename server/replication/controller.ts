@@ -362,7 +362,7 @@ export class ReplicationController {
         continue;
       }
       if (record.phase !== 'copying' || !config.members.includes(name) || !drainReady(config, copied, name)) continue;
-      const next: DrainRecord = { since: record.since, phase: 'quiesce' };
+      const next: DrainRecord = { ...record, phase: 'quiesce' };
       const put = await client.if(key, 'Mod', '==', modRevision).then(client.put(key).value(JSON.stringify(next))).commit();
       if (put.succeeded) logger.warn({ member: name }, 'drain: every hash slot of the member is copied; it stops granting read leases');
     }

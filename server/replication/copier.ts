@@ -19,7 +19,7 @@
 // a copy abandons it and starts over from the new one (a range whose epoch
 // moved needs a copy at its new epoch). It copies at most --repair-rate bytes a
 // second (pacer.ts), and at most <prefix>/copy-rate's while one is set (kvctl
-// rebalance --max-mbps), 64 keys in flight. At a copy's start, about once a
+// rebalance --max-mbps) or a drain's (kvctl drain --max-mbps), 64 keys in flight. At a copy's start, about once a
 // second during it and at its end it puts its progress at progress/<name>,
 // under this member's lease, with what it copied since it started (kvctl
 // rebalance --wait and drain --wait read them), and every ten seconds it logs it.
@@ -31,7 +31,7 @@ import { type RepairAccess, copyCounter, copyLock, rewriteOnto } from '../../cli
 import { KvError } from '../../protocol/errors.js';
 import { ItemType, KvLayout } from '../../protocol/constants.js';
 import { counterSealed, counterValue, itemAtomicWord, lockSealed, lockVersion, slotBlock } from '../../protocol/index-format.js';
-import { type ClusterConfig, type CopyProgress, type RepairRecord, etcdKeys, parseCopyRate } from '../../protocol/registry.js';
+import { type ClusterConfig, type CopyProgress, type RepairRecord, etcdKeys, parseCopyRate, parseDrainRecord, slotsHeld } from '../../protocol/registry.js';
 import type { RegionStore } from '../store/region.js';
 import { Pacer } from './pacer.js';
 import { SerialRounds } from './rounds.js';
@@ -160,7 +160,7 @@ export class Copier {
     const { logger } = this.options;
     logger.info({ epoch: config.epoch, hashSlots: toCopy.length, copiedBefore: hashSlots.length - toCopy.length, targets }, 'repair: copying hash slots to the members syncing into them');
     const progress = (this.progress = { epoch: config.epoch, keys: 0, done: 0, bytes: 0, since: new Date().toISOString() });
-    const ticker = this.tick(progress, pacer, toCopy.length, targets);
+    const ticker = this.tick(progress, pacer, config, toCopy.length, targets);
     await ticker.last(); // before the first key: a cap set with the rebalance holds from the start
     let finished = false;
     try {
@@ -197,14 +197,14 @@ export class Copier {
    * put under this member's lease (it goes with the member), and every tenth time logged. Failures
    * are let be: the next tick tries again.
    */
-  private tick(progress: Progress, pacer: Pacer, hashSlots: number, targets: string[]): { timer: NodeJS.Timeout; last: () => Promise<void> } {
+  private tick(progress: Progress, pacer: Pacer, config: ClusterConfig, hashSlots: number, targets: string[]): { timer: NodeJS.Timeout; last: () => Promise<void> } {
     const { logger } = this.options;
     let ticks = 0;
     let last = { at: performance.now(), bytes: 0 };
     let running: Promise<void> = Promise.resolve();
     const once = () => {
       running = running.then(async () => {
-        await this.capRate(pacer);
+        await this.capRate(pacer, config);
         if (this.progress === progress) await this.putProgress(progress, true);
         if (++ticks % 10 === 0) {
           const now = performance.now();
@@ -226,11 +226,22 @@ export class Copier {
     await this.options.client.put(etcdKeys(this.options.prefix).progressKey(this.options.name)).value(JSON.stringify(record)).lease(leaseId);
   }
 
-  /** Paces at <prefix>/copy-rate's cap, or --repair-rate's when lower (or when there is none). */
-  private async capRate(pacer: Pacer): Promise<void> {
-    const own = this.options.rateBytesPerSecond;
-    const cap = parseCopyRate(await this.options.client.get(etcdKeys(this.options.prefix).copyRate).string());
-    if (cap !== undefined) pacer.setRate(cap > 0 && own > 0 ? Math.min(cap, own) : cap || own);
+  /**
+   * Paces at the lowest cap in force: <prefix>/copy-rate's (kvctl rebalance --max-mbps), each drain's
+   * whose member still holds hash slots (kvctl drain --max-mbps), and --repair-rate's.
+   */
+  private async capRate(pacer: Pacer, config: ClusterConfig): Promise<void> {
+    const keys = etcdKeys(this.options.prefix);
+    const [rateText, drains] = await Promise.all([this.options.client.get(keys.copyRate).string(), this.options.client.getAll().prefix(keys.drain).strings()]);
+    const rebalanceCap = parseCopyRate(rateText);
+    // An unreadable copy-rate record leaves the pace as it was.
+    if (rebalanceCap === undefined) return;
+    const caps = [this.options.rateBytesPerSecond, rebalanceCap];
+    for (const [key, text] of Object.entries(drains)) {
+      if (slotsHeld(config, key.slice(keys.drain.length)) > 0) caps.push(parseDrainRecord(text)?.maxBytesPerSecond ?? 0);
+    }
+    const set = caps.filter((cap) => cap > 0);
+    pacer.setRate(set.length > 0 ? Math.min(...set) : 0);
   }
 
   /** The copy itself: each namespace's keys of the hash slots, onto their targets. Throws on a failed key; returns early once abandoned. */

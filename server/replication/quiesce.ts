@@ -135,10 +135,12 @@ export class Quiesce {
     let phase: string | undefined;
     let untilEpoch: number | undefined;
     let since: string | undefined;
+    let cap: number | undefined;
     if (kv !== undefined && kind === 'drain') {
       const record = parseDrainRecord(text!);
       phase = record?.phase ?? 'copying';
       since = record?.since;
+      cap = record?.maxBytesPerSecond;
     } else if (kv !== undefined) {
       const record = parseHandoffRecord(text!);
       phase = record?.phase ?? 'quiesce';
@@ -152,7 +154,8 @@ export class Quiesce {
     clearTimeout(this.timers.get(kind));
     if (kv && phase === 'quiesce') {
       // A record as the formats say, whatever was there (an unreadable one counts as `quiesce`).
-      const quiet = JSON.stringify({ since: since ?? new Date().toISOString(), phase: 'quiet' });
+      // A drain's --max-mbps stays with it (a failover may have copies start over).
+      const quiet = JSON.stringify({ since: since ?? new Date().toISOString(), phase: 'quiet', ...(cap !== undefined ? { maxBytesPerSecond: cap } : {}) });
       this.later(kind, () => void this.sayQuiet(kind, kv.mod_revision, quiet), Math.max(0, this.grantedUntil - performance.now()) + MARGIN_MS);
     }
     if (kv && phase === 'moved') this.later(kind, () => void this.removeMoved(kind, kv.mod_revision), 0);

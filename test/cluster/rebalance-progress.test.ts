@@ -7,10 +7,11 @@
 // controller's rdmakv_rebalance_hash_slots_left say how far it is, and kvctl
 // --wait prints keys left, MB/s and an ETA. Afterwards the records say the
 // copies ended, with what each member copied, and the gauges are 0. Bad --max-mbps values are usage errors.
+// kvctl drain --max-mbps caps the copies of a drain the same way, kept in the drain's record.
 import ava from 'ava';
 
 import { KvClient } from '../../client/index.js';
-import { etcdKeys, parseCopyProgress, parseCopyRate } from '../../protocol/registry.js';
+import { etcdKeys, parseCopyProgress, parseCopyRate, parseDrainRecord } from '../../protocol/registry.js';
 import { etcdForFile } from '../helpers/etcd.js';
 import { slow, testTimeoutMs } from '../helpers/providers.js';
 import { needing } from '../helpers/tools.js';
@@ -102,5 +103,55 @@ test.serial('kvctl rebalance --max-mbps caps each copier; progress records, gaug
   await eventually(async () => (await Promise.all(members.map((m) => gauge(m, 'rdmakv_rebalance_hash_slots_left')))).every((n) => n === 0), 'the controller\'s gauge is 0', slow(10_000));
   t.deepEqual(await Promise.all(members.map((m) => gauge(m, 'rdmakv_copy_keys_left'))), [0, 0, 0]);
   const values = await kv.getMany(Array.from({ length: 4000 }, (_, i) => `p:${i}`));
+  t.is(values.filter((v) => v === undefined || !Buffer.from(v).equals(value)).length, 0, 'every key reads back');
+});
+
+test.serial('kvctl drain --max-mbps caps each copier for the drain; a new rate applies to the drain in progress; the cap stays in the drain record, not in copy-rate', async (t) => {
+  const prefix = '/test-drain-rate';
+  const keys = etcdKeys(prefix);
+  await replicatedMembers(t, etcd, prefix, 1, 3, 'shm', [], CALM_TTL);
+  const target = ['--etcd', etcd.url, '--etcd-prefix', prefix];
+  const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs() });
+  t.teardown(() => kv.close());
+  const value = Buffer.alloc(1024, 'd');
+  for (let i = 0; i < 4000; i += 500) await kv.putMany(Array.from({ length: 500 }, (_, k): [string, Buffer] => [`d:${i + k}`, value]));
+
+  const refused = await kvctl([...target, 'drain', 'm0', '--cancel', '--max-mbps', '1']);
+  t.is(refused.code, 2);
+  t.regex(refused.stderr, /--max-mbps and --cancel exclude each other/);
+  const bad = await kvctl([...target, 'drain', 'm0', '--max-mbps', 'fast']);
+  t.is(bad.code, 2);
+  t.regex(bad.stderr, /--max-mbps fast: expected a number of MB a second/);
+
+  const startedAt = performance.now();
+  const started = await kvctl([...target, '--json', 'drain', 'm0', '--max-mbps', String(CAP / 1e6)]);
+  t.is(started.code, 0, started.stderr);
+  t.like(JSON.parse(started.stdout), { member: 'm0', phase: 'copying', maxBytesPerSecond: CAP });
+  t.like(parseDrainRecord((await etcd.client.get(keys.drainKey('m0')).string())!), { phase: 'copying', maxBytesPerSecond: CAP });
+  t.is(await etcd.client.get(keys.copyRate).string(), null, 'a drain\'s cap is its own, not the rebalance\'s');
+  const following = kvctl([...target, '--json', 'drain', 'm0', '--wait']);
+  const records = async () => Object.values(await etcd.client.getAll().prefix(keys.progress).strings()).map(parseCopyProgress);
+  await eventually(async () => (await records()).some((p) => p !== undefined && p.keys > 0), 'the drained member\'s copier puts its progress', slow(30_000));
+  for (let sample = 0; sample < 3; sample++) {
+    await new Promise((resolve) => setTimeout(resolve, 700));
+    const elapsed = (performance.now() - startedAt) / 1000;
+    for (const [key, text] of Object.entries(await etcd.client.getAll().prefix(keys.progress).strings())) {
+      const progress = parseCopyProgress(text)!;
+      t.true(progress.bytes <= CAP * (elapsed + 1) + IN_FLIGHT_BYTES, `${key}: ${progress.bytes} bytes after ${elapsed.toFixed(1)} s at ${CAP} bytes/s`);
+    }
+  }
+  t.true((await records()).some((p) => p?.running === true), 'still copying under the cap');
+
+  // A new rate for the drain in progress: no cap; the record keeps its phase.
+  const faster = await kvctl([...target, 'drain', 'm0', '--max-mbps', '0']);
+  t.is(faster.code, 0, faster.stderr);
+  t.regex(faster.stdout, /^already draining m0: .*; each member copying for it: no cap/);
+  const record = parseDrainRecord((await etcd.client.get(keys.drainKey('m0')).string())!);
+  t.truthy(record);
+  t.is(record!.maxBytesPerSecond, undefined);
+  const done = await following;
+  t.is(done.code, 0, done.stderr);
+  t.like(JSON.parse(done.stdout.trim().split('\n').pop()!), { member: 'm0', phase: 'drained', slotsHeld: 0 });
+  const values = await kv.getMany(Array.from({ length: 4000 }, (_, i) => `d:${i}`));
   t.is(values.filter((v) => v === undefined || !Buffer.from(v).equals(value)).length, 0, 'every key reads back');
 });

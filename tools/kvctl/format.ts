@@ -102,3 +102,8 @@ export function configTable(ranges: ConfigRange[]): string {
   const rows = ranges.map((r) => [r.from === r.to ? String(r.from) : `${r.from}-${r.to}`, r.primary ?? '-', r.backups.join(',') || '-', r.syncing.join(',') || '-', String(r.epoch)]);
   return table([['SLOTS', 'PRIMARY', 'BACKUPS', 'SYNCING', 'EPOCH'], ...rows], [false, false, false, false, true]);
 }
+
+/** A --max-mbps cap as kvctl says it (0: none). */
+export function rateText(bytesPerSecond: number): string {
+  return bytesPerSecond === 0 ? "no cap (each member's --repair-rate)" : `at most ${(bytesPerSecond / 1e6).toFixed(1)} MB/s`;
+}

@@ -3,13 +3,16 @@
 // <prefix>/drain/<name>, and the controller has the hash slots copied (repair),
 // the member quiesced, and then the copies made replicas in its place. With
 // --wait it prints progress until the member holds no hash slot; --cancel
-// removes the record (what has moved stays moved).
+// removes the record (what has moved stays moved). --max-mbps caps the rate of
+// each member copying for the drain (kept in the record: it goes with it), for a
+// new drain or the one in progress.
 import { SLOT_COUNT } from '../../../client/index.js';
 import { UsageError } from '../../../protocol/operator-input.js';
 import { type DrainRecord, checkMemberName, etcdKeys, openEtcd, parseDrainRecord, slotsHeld } from '../../../protocol/registry.js';
 import type { CtlArgs } from '../args.js';
 import { CopyWatch } from '../copy-progress.js';
 import { readCluster, readClusterConfig } from '../etcd.js';
+import { rateText } from '../format.js';
 import { type Io, NotFound } from '../io.js';
 
 /** How often --wait looks at the config. */
@@ -33,13 +36,15 @@ export async function drain(args: CtlArgs, io: Io): Promise<void> {
     if (!cluster.members.includes(name)) throw new NotFound(`no member '${name}' under etcd prefix ${target.prefix} (members: ${cluster.members.join(', ') || 'none'})`);
     const config = await readClusterConfig(etcd, target);
     if (args.cancel) {
+      if (args.maxBytesPerSecond !== undefined) throw new UsageError('--max-mbps and --cancel exclude each other');
       await cancel(etcd, keys, name, args, io);
       return;
     }
     if (config === undefined) throw new Error('this cluster has no config yet: no member has registered (docs/cluster.md)');
     // With --replicas 1 its keys are in its region only: nothing can copy them while it is down.
     if (config.replicas === 1 && !cluster.alive.has(name)) throw new Error(`${name} is down: with --replicas 1 its keys are only in its region file, and nothing can copy them until it serves again (start it, then drain it; or kvctl forget it, losing its keys)`);
-    const existing = (await etcd.get(keys.drainKey(name)).string()) ?? undefined;
+    const stored = (await etcd.get(keys.drainKey(name)).exec()).kvs[0];
+    const existing = stored?.value.toString();
     const draining = new Set((await etcd.getAll().prefix(keys.drain).keys()).map((key) => key.slice(keys.drain.length)));
     draining.add(name);
     const staying = [...cluster.alive.keys()].filter((member) => !draining.has(member));
@@ -47,14 +52,21 @@ export async function drain(args: CtlArgs, io: Io): Promise<void> {
       throw new Error(`draining ${name} would leave ${staying.length} live member${staying.length === 1 ? '' : 's'} (${staying.join(', ') || 'none'}) for --replicas ${config.replicas}: start another member first`);
     }
     if (existing === undefined) {
-      const record: DrainRecord = { since: new Date().toISOString(), phase: 'copying' };
+      const record: DrainRecord = { since: new Date().toISOString(), phase: 'copying', ...capOf(args.maxBytesPerSecond) };
       const put = await etcd.if(keys.drainKey(name), 'Create', '==', 0).then(etcd.put(keys.drainKey(name)).value(JSON.stringify(record))).commit();
       if (!put.succeeded) throw new Error(`'${name}' changed while the drain was being written: look again with kvctl layout`);
+    } else if (args.maxBytesPerSecond !== undefined) {
+      // A new rate for the drain in progress, on the record as read: a phase the controller or the member wrote meanwhile wins.
+      const { maxBytesPerSecond: _old, ...record } = parseDrainRecord(existing) ?? { since: new Date().toISOString(), phase: 'copying' as const };
+      const put = await etcd.if(keys.drainKey(name), 'Mod', '==', stored!.mod_revision).then(etcd.put(keys.drainKey(name)).value(JSON.stringify({ ...record, ...capOf(args.maxBytesPerSecond) }))).commit();
+      if (!put.succeeded) throw new Error(`the drain of ${name} moved on while its rate was being written: run it again`);
     }
     const held = slotsHeld(config, name);
     if (!args.wait) {
       const phase = existing === undefined ? 'copying' : (parseDrainRecord(existing)?.phase ?? 'copying');
-      io.stdout(args.json ? JSON.stringify({ member: name, phase, slotsHeld: held }) + '\n' : `${existing === undefined ? 'draining' : 'already draining'} ${name}: it holds ${held} of ${SLOT_COUNT} hash slots (phase ${phase}); kvctl drain ${name} --wait follows it, kvctl layout shows it\n`);
+      const rate = args.maxBytesPerSecond === undefined ? '' : `; each member copying for it: ${rateText(args.maxBytesPerSecond)}`;
+      const json = { member: name, phase, slotsHeld: held, ...(args.maxBytesPerSecond !== undefined ? { maxBytesPerSecond: args.maxBytesPerSecond } : {}) };
+      io.stdout(args.json ? JSON.stringify(json) + '\n' : `${existing === undefined ? 'draining' : 'already draining'} ${name}: it holds ${held} of ${SLOT_COUNT} hash slots (phase ${phase})${rate}; kvctl drain ${name} --wait follows it, kvctl layout shows it\n`);
       return;
     }
     await follow(args, io, etcd, name, held);
@@ -123,3 +135,9 @@ async function follow(args: CtlArgs, io: Io, etcd: ReturnType<typeof openEtcd>, 
     await new Promise((resolve) => setTimeout(resolve, POLL_MS));
   }
 }
+
+/** The drain record's cap for --max-mbps (none for 0 or not given: the members' own --repair-rate). */
+function capOf(bytesPerSecond: number | undefined): { maxBytesPerSecond?: number } {
+  return bytesPerSecond ? { maxBytesPerSecond: bytesPerSecond } : {};
+}
+
