@@ -152,6 +152,9 @@ export const etcdKeys = (prefix: string) => {
     handoff: `${root}/handoff/`,
     handoffKey: (name: string) => `${root}/handoff/${name}`,
     /** progress/<name>: the copy that member's copier is making, under its lease (CopyProgress; kvctl rebalance --wait reads it). */
+    /** load/<name>: the keys and bytes that member holds per hash slot (LoadRecord; kvctl rebalance --by bytes). */
+    load: `${root}/load/`,
+    loadKey: (name: string) => `${root}/load/${name}`,
     progress: `${root}/progress/`,
     progressKey: (name: string) => `${root}/progress/${name}`,
     /** A cap on each copier's rate while a rebalance runs (CopyRateRecord; kvctl rebalance --max-mbps; gone with the target). */
@@ -265,6 +268,30 @@ export function parseCopyProgress(text: string): CopyProgress | undefined {
 }
 
 /** <prefix>/copy-rate: each copier copies at most this many bytes a second (and at most its own --repair-rate). */
+/** load/<name>, put by each member after every walk of its index, under its lease (server/replication/slot-load.ts). */
+export interface LoadRecord {
+  at: string;
+  /** The hash slots it holds keys of, and per hash slot (same order) its keys and their items' bytes. */
+  slots: number[];
+  keys: number[];
+  bytes: number[];
+}
+
+/** A load record read from etcd, or undefined when it is not one (then the member counts as not having reported). */
+export function parseLoadRecord(text: string): LoadRecord | undefined {
+  try {
+    const r = JSON.parse(text) as Partial<LoadRecord> | null;
+    if (!r || typeof r !== 'object' || typeof r.at !== 'string' || !Array.isArray(r.slots) || !Array.isArray(r.keys) || !Array.isArray(r.bytes)) return undefined;
+    const { slots, keys, bytes } = r;
+    if (keys.length !== slots.length || bytes.length !== slots.length) return undefined;
+    const count = (n: unknown) => typeof n === 'number' && Number.isSafeInteger(n) && n >= 0;
+    if (!slots.every((slot) => count(slot) && slot < SLOT_COUNT) || !keys.every(count) || !bytes.every(count)) return undefined;
+    return { at: r.at, slots, keys, bytes };
+  } catch {
+    return undefined;
+  }
+}
+
 export interface CopyRateRecord {
   bytesPerSecond: number;
   since: string;

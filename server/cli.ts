@@ -19,6 +19,7 @@ import { type ServerLogging, createLogging } from './logging.js';
 import { EtcdRegistration } from './membership.js';
 import type { ReplicationController } from './replication/controller.js';
 import { Copier } from './replication/copier.js';
+import { SlotLoad } from './replication/slot-load.js';
 import { Quiesce } from './replication/quiesce.js';
 import { EpochFollower } from './replication/epoch-follower.js';
 import { SelfFence } from './replication/self-fence.js';
@@ -131,6 +132,7 @@ interface Running {
   controller: ReplicationController | undefined;
   follower: EpochFollower | undefined;
   copier: Copier | undefined;
+  load: SlotLoad | undefined;
   selfFence: SelfFence | undefined;
   drain: Quiesce | undefined;
 }
@@ -147,6 +149,7 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
   let controller: ReplicationController | undefined;
   let selfFence: SelfFence | undefined;
   let copier: Copier | undefined;
+  let load: SlotLoad | undefined;
   let drain: Quiesce | undefined;
   // Every member of an etcd cluster follows the config's epochs, at --replicas 1 too: hash slots
   // move with their keys (rebalance, drain) by the copies repair makes (docs/cluster.md).
@@ -235,6 +238,8 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
           leaseId: () => registration!.leaseId,
           tokenFor: (namespace) => (tokenFile ? tokenFile.entries.find((e) => e.role === 'write' && (e.namespace ?? DEFAULT_NAMESPACE) === namespace)?.token : token),
         });
+        // kvctl rebalance --by bytes reads what each member holds per hash slot.
+        load = SlotLoad.start({ name: etcd.name, prefix: etcd.prefix, client: registration.client, stores: () => server!.regionStores().map((r) => r.store), leaseId: () => registration!.leaseId, logger });
         drain = await Quiesce.start(registration.client, etcd.prefix, etcd.name, () => follower?.appliedEpoch ?? 0, logger);
         const copies = copier;
         follower = await EpochFollower.start({ client: registration.client, prefix: etcd.prefix, name: etcd.name, server, logger, selfFenced: () => selfFence?.fenced === true, onApplied: (applied) => copies.configApplied(applied), applyDelayMs: Number(process.env.RKV_TEST_APPLY_DELAY_MS) || 0 });
@@ -242,10 +247,11 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
         server.watchReplication(() => ({ shortHashSlots: following.shortHashSlots, syncingHashSlots: following.syncingHashSlots, failovers: controlling.failovers, copyKeysLeft: copies.keysLeft, rebalanceHashSlotsLeft: controlling.rebalanceLeft }));
       }
     }
-    return { server, metrics, registration, controller, follower, selfFence, copier, drain };
+    return { server, metrics, registration, controller, follower, selfFence, copier, load, drain };
   } catch (error) {
     drain?.close();
     await copier?.close();
+    await load?.close();
     selfFence?.close();
     await controller?.close();
     await registration?.close();
@@ -298,7 +304,7 @@ function authLine({ token, tokenFile }: ServerConfig): string {
 }
 
 /** Leaves the cluster first (clients stop dialing us), then stops serving; exits 1 if that takes too long. */
-async function shutDown({ server, metrics, registration, controller, follower, selfFence, copier, drain }: Running, logger: Logger, signal: NodeJS.Signals): Promise<void> {
+async function shutDown({ server, metrics, registration, controller, follower, selfFence, copier, load, drain }: Running, logger: Logger, signal: NodeJS.Signals): Promise<void> {
   logger.info({ signal }, 'shutting down');
   const deadline = setTimeout(() => {
     logger.error({ timeoutMs: SHUTDOWN_TIMEOUT_MS }, 'shutdown timed out');
@@ -308,6 +314,7 @@ async function shutDown({ server, metrics, registration, controller, follower, s
   deadline.unref();
   await follower?.close();
   await copier?.close();
+  await load?.close();
   drain?.close();
   selfFence?.close();
   await controller?.close();

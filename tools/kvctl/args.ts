@@ -41,10 +41,14 @@ export interface CtlArgs {
   cancel: boolean;
   wait: boolean;
   dryRun: boolean;
-  /** rebalance --max-mbps, in bytes a second (0: no cap); undefined when not given. */
+  /** rebalance and drain --max-mbps, in bytes a second (0: no cap); undefined when not given. */
   maxBytesPerSecond?: number;
   /** rebalance --auto on|off: whether the controller starts a rebalance itself when a member joins; undefined when not given. */
   auto?: boolean;
+  /** rebalance --by: even out hash slot counts (the default) or the bytes the members hold. */
+  by: 'count' | 'bytes';
+  /** rebalance --tolerance, as a fraction (5 %: 0.05); undefined when not given. */
+  tolerance?: number;
 }
 
 /** --namespace, a valid name. */
@@ -132,7 +136,7 @@ export async function parseArgs(argv: string[], io: Io): Promise<CtlArgs | numbe
   }
   if (args.help === true || args.version === true) return 0;
   // --servers, --etcd and --metrics are lists: repeating them adds to the list.
-  for (const name of ['token', 'token-file', 'namespace', 'timeout-ms', 'json', 'etcd-prefix', 'interval', 'count', 'force', 'cancel', 'wait', 'dry-run', 'max-mbps', 'auto', 'key', 'value', 'delta', 'ttl', 'name']) {
+  for (const name of ['token', 'token-file', 'namespace', 'timeout-ms', 'json', 'etcd-prefix', 'interval', 'count', 'force', 'cancel', 'wait', 'dry-run', 'max-mbps', 'auto', 'by', 'tolerance', 'key', 'value', 'delta', 'ttl', 'name']) {
     if (Array.isArray(args[name])) {
       io.stderr(`kvctl: --${name} is given more than once (see kvctl --help)\n`);
       return 2;
@@ -166,6 +170,8 @@ export async function parseArgs(argv: string[], io: Io): Promise<CtlArgs | numbe
       dryRun: args['dry-run'] === true,
       maxBytesPerSecond: args['max-mbps'] === undefined ? undefined : parseMbps(String(args['max-mbps'])),
       auto: args.auto === undefined ? undefined : args.auto === 'on',
+      by: args.by === 'bytes' ? 'bytes' : 'count',
+      tolerance: args.tolerance === undefined ? undefined : parseTolerance(String(args.tolerance)),
     };
   } catch (error) {
     io.stderr(`kvctl: ${(error as Error).message}\n`);
@@ -178,4 +184,11 @@ function parseMbps(text: string): number {
   const mbps = Number(text);
   if (text.trim() === '' || !Number.isFinite(mbps) || mbps < 0 || mbps > 1e6) throw new UsageError(`--max-mbps ${text}: expected a number of MB a second from 0 (no cap) to 1000000`);
   return Math.round(mbps * 1e6);
+}
+
+/** --tolerance: a percentage from 0 to 100; as a fraction. */
+function parseTolerance(text: string): number {
+  const percent = Number(text.trim().replace(/%$/, ''));
+  if (text.trim() === '' || !Number.isFinite(percent) || percent < 0 || percent > 100) throw new UsageError(`--tolerance ${text}: expected a percentage from 0 to 100`);
+  return percent / 100;
 }

@@ -73,6 +73,8 @@ export function parser(argv: string[]) {
         .option('dry-run', { type: 'boolean', default: false, describe: 'print what would move, write nothing' })
         .option('cancel', { type: 'boolean', default: false, describe: 'stop the rebalance in progress (hash slots already moved stay moved)' })
         .option('max-mbps', { type: 'string', describe: 'each copying member copies at most this many MB a second (also changes the rate of one in progress; 0: no cap)' })
+        .option('by', { type: 'string', choices: ['count', 'bytes'], default: 'count', describe: 'even out the hash slots each member holds (count), or the bytes (from the members\' load records)' })
+        .option('tolerance', { type: 'string', describe: 'with --by bytes: how far above the mean a member may stay, in percent (default 5)' })
         .option('auto', { type: 'string', choices: ['on', 'off'], describe: 'on: the controller starts a rebalance itself whenever a member joins the frozen cluster; off: only kvctl rebalance does (the default)' }),
     )
     .demandCommand(1, 'name a command: get, put, del, incr, expire, persist, ttl, stats, layout, watch, forget, drain or rebalance')
@@ -95,8 +97,9 @@ export function parser(argv: string[]) {
         '  kvctl --servers rdma://10.0.0.1:7471,rdma://10.0.0.2:7471 layout user:42',
         '  kvctl --etcd http://10.0.0.9:2379 watch --interval 2s',
         '  kvctl --etcd http://10.0.0.9:2379 forget kv-3',
-        '  kvctl --etcd http://10.0.0.9:2379 drain kv-3 --wait',
+        '  kvctl --etcd http://10.0.0.9:2379 drain kv-3 --max-mbps 100 --wait',
         '  kvctl --etcd http://10.0.0.9:2379 rebalance --dry-run',
+        '  kvctl --etcd http://10.0.0.9:2379 rebalance --by bytes --tolerance 10 --dry-run',
         '  kvctl --etcd http://10.0.0.9:2379 rebalance --max-mbps 200 --wait',
       ].join('\n'),
     )

@@ -8,24 +8,30 @@
 // the target is reached, with the copiers' live progress and an ETA; --cancel
 // takes the target back (what moved stays moved). --max-mbps caps each
 // copying member's rate (<prefix>/copy-rate, gone with the target), for a new
-// rebalance or the one in progress.
+// rebalance or the one in progress. --by bytes evens out the bytes members hold
+// instead of their hash slot counts (protocol/balance-by-bytes.ts), from the
+// load records the members put (server/replication/slot-load.ts).
 import type { Etcd3 } from 'etcd3';
 
 import { SLOT_COUNT } from '../../../client/index.js';
 import type { PlacedMember } from '../../../protocol/hash-slots.js';
-import { UsageError } from '../../../protocol/operator-input.js';
+import { UsageError, formatBytes } from '../../../protocol/operator-input.js';
 import { encodeClusterConfig } from '../../../protocol/config-codec.js';
-import { type ClusterConfig, type CopyRateRecord, type MemberRecord, etcdKeys, openEtcd, parseClusterConfig, parseHandoffRecord, underReplicatedSlots } from '../../../protocol/registry.js';
+import { type ClusterConfig, type CopyRateRecord, type MemberRecord, etcdKeys, openEtcd, parseClusterConfig, parseHandoffRecord, parseLoadRecord, underReplicatedSlots } from '../../../protocol/registry.js';
+import { balanceByBytes, bytesHeld } from '../../../protocol/balance-by-bytes.js';
 import { deadHolders, rebalanceTarget, slotReplicaNames, slotsToMove } from '../../../protocol/slot-table.js';
 import type { CtlArgs, EtcdTarget } from '../args.js';
 import { CopyWatch } from '../copy-progress.js';
 import { readCluster, readClusterConfig } from '../etcd.js';
+import { rateText } from '../format.js';
 import type { Io } from '../io.js';
 
 /** How often --wait looks at the config. */
 const POLL_MS = 500;
 /** --wait prints a line per change, and at least this often while a copy runs. */
 const PROGRESS_EVERY_MS = 5000;
+/** --by bytes: how far above the mean a member may stay, without --tolerance. */
+const DEFAULT_TOLERANCE = 0.05;
 
 type Keys = ReturnType<typeof etcdKeys>;
 
@@ -39,6 +45,7 @@ export async function rebalance(args: CtlArgs, io: Io): Promise<void> {
     if (args.auto !== undefined) return await setAuto(etcd, keys, args, io);
     if (args.cancel) return await cancel(etcd, keys, args, io);
     if (args.maxBytesPerSecond !== undefined && args.dryRun) throw new UsageError('--max-mbps and --dry-run exclude each other: a dry run writes nothing');
+    if (args.tolerance !== undefined && args.by !== 'bytes') throw new UsageError('--tolerance goes with --by bytes');
     if (config === undefined) throw new Error('this cluster has no config yet: no member has registered (docs/cluster.md)');
     const pending = await etcd.get(keys.target).string();
     if (pending !== null) {
@@ -65,11 +72,12 @@ export async function rebalance(args: CtlArgs, io: Io): Promise<void> {
     const syncing = config.slots.reduce((n, r) => (r.syncing.length > 0 ? n + r.to - r.from + 1 : n), 0);
     if (short > 0 || syncing > 0) throw new Error(`repair is not done (${short} hash slots short of replicas, ${syncing} with members syncing into them): rebalance once it is (kvctl layout shows it)`);
     const live = await liveMembers(etcd, args.target as EtcdTarget, config.replicas);
-    const next = rebalanceTarget(config, live);
+    const slotBytes = args.by === 'bytes' ? await loadOf(etcd, keys, config, live) : undefined;
+    const next = slotBytes ? balanceByBytes(config, live, slotBytes, args.tolerance ?? DEFAULT_TOLERANCE) : rebalanceTarget(config, live);
     // With --replicas 1 a member that is down alone holds its hash slots: nothing can copy them.
     const stuck = next ? deadHolders(config, next, new Set(live.map((m) => m.name))) : [];
     if (stuck.length > 0) throw new Error(`${stuck.join(', ')} ${stuck.length === 1 ? 'is' : 'are'} down and alone hold${stuck.length === 1 ? 's' : ''} hash slots that would move: start ${stuck.length === 1 ? 'it' : 'them'} again (or kvctl forget ${stuck.length === 1 ? 'it' : 'them'}, losing ${stuck.length === 1 ? 'its' : 'their'} keys) before rebalancing`);
-    const plan = next && describe(config, next);
+    const plan = next && describe(config, next, slotBytes);
     if (next === undefined || plan === undefined) {
       if (!args.dryRun) await freeze(etcd, keys);
       io.stdout(args.json ? JSON.stringify({ moves: 0, members: {} }) + '\n' : `balanced: every hash slot already has the replicas its live members would be given${args.dryRun ? '' : '; placement is frozen: a member that joins gets hash slots by kvctl rebalance'}\n`);
@@ -120,11 +128,13 @@ async function liveMembers(etcd: Etcd3, target: EtcdTarget, replicas: number): P
   return placed;
 }
 
-/** Per member: hash slots held (as a replica) and as primary, now and after; the hash slots that move. */
-function describe(config: ClusterConfig, next: ClusterConfig): { moves: number; members: Record<string, { held: [number, number]; primary: [number, number] }>; text: string } | undefined {
+type Plan = { moves: number; members: Record<string, { held: [number, number]; primary: [number, number]; bytes?: [number, number] }>; text: string };
+
+/** Per member: hash slots held (as a replica) and as primary, and with `slotBytes` the bytes held, now and after; the hash slots that move. */
+function describe(config: ClusterConfig, next: ClusterConfig, slotBytes?: Float64Array): Plan | undefined {
   const moves = slotsToMove(config, next);
   if (moves === 0) return undefined;
-  const members: Record<string, { held: [number, number]; primary: [number, number] }> = {};
+  const members: Plan['members'] = {};
   const count = (names: string[][], after: 0 | 1) => {
     for (const list of names) {
       list.forEach((name, i) => {
@@ -136,10 +146,38 @@ function describe(config: ClusterConfig, next: ClusterConfig): { moves: number; 
   };
   count(slotReplicaNames(config).names, 0);
   count(slotReplicaNames(next).names, 1);
+  if (slotBytes) {
+    const [before, after] = [bytesHeld(config, slotBytes), bytesHeld(next, slotBytes)];
+    for (const [name, m] of Object.entries(members)) m.bytes = [before.get(name) ?? 0, after.get(name) ?? 0];
+  }
   const lines = Object.entries(members)
     .sort(([a], [b]) => (a < b ? -1 : 1))
-    .map(([name, m]) => `  ${name.padEnd(16)} holds ${String(m.held[0]).padStart(5)} -> ${String(m.held[1]).padStart(5)}   primary of ${String(m.primary[0]).padStart(5)} -> ${String(m.primary[1]).padStart(5)}\n`);
+    .map(([name, m]) => `  ${name.padEnd(16)} holds ${String(m.held[0]).padStart(5)} -> ${String(m.held[1]).padStart(5)}   primary of ${String(m.primary[0]).padStart(5)} -> ${String(m.primary[1]).padStart(5)}${m.bytes ? `   ${formatBytes(m.bytes[0]).padStart(9)} -> ${formatBytes(m.bytes[1]).padStart(9)}` : ''}\n`);
   return { moves, members, text: `${moves} of ${SLOT_COUNT} hash slots change replicas:\n${lines.join('')}` };
+}
+
+/**
+ * --by bytes: per hash slot, the bytes its replicas hold, from the members' load records (the
+ * largest a replica reports). Every live member that holds hash slots must have put one.
+ */
+async function loadOf(etcd: Etcd3, keys: Keys, config: ClusterConfig, live: readonly PlacedMember[]): Promise<Float64Array> {
+  const records = await etcd.getAll().prefix(keys.load).strings();
+  const holders = new Set(slotReplicaNames(config).names.flat());
+  const slotBytes = new Float64Array(SLOT_COUNT);
+  const missing: string[] = [];
+  for (const { name } of live) {
+    const text = records[keys.loadKey(name)];
+    const record = text === undefined ? undefined : parseLoadRecord(text);
+    if (record === undefined) {
+      if (holders.has(name)) missing.push(name);
+      continue;
+    }
+    record.slots.forEach((slot, i) => {
+      slotBytes[slot] = Math.max(slotBytes[slot]!, record.bytes[i]!);
+    });
+  }
+  if (missing.length > 0) throw new Error(`no load record from ${missing.join(', ')} yet: a member puts one within seconds of starting (docs/cluster.md, "Rebalancing"); try again shortly`);
+  return slotBytes;
 }
 
 /** What <prefix>/frozen says when kvctl rebalance froze placement. */
@@ -149,7 +187,7 @@ function frozenRecord(etcd: Etcd3, keys: Keys) {
 
 /** --auto on|off, alone: <prefix>/auto-rebalance present or not (the controller reads it: rebalance-round.ts). */
 async function setAuto(etcd: Etcd3, keys: Keys, args: CtlArgs, io: Io): Promise<void> {
-  if (args.dryRun || args.cancel || args.wait || args.maxBytesPerSecond !== undefined) throw new UsageError('--auto is given alone: it only says whether the controller starts a rebalance when a member joins');
+  if (args.dryRun || args.cancel || args.wait || args.maxBytesPerSecond !== undefined || args.by !== 'count' || args.tolerance !== undefined) throw new UsageError('--auto is given alone: it only says whether the controller starts a rebalance when a member joins');
   // On freezes placement too: from then on a member that joins is never placed directly (without keys).
   if (args.auto) {
     await freeze(etcd, keys);
@@ -165,9 +203,6 @@ function rateRecord(etcd: Etcd3, keys: Keys, bytesPerSecond: number) {
   return etcd.put(keys.copyRate).value(JSON.stringify({ bytesPerSecond, since: new Date().toISOString() } satisfies CopyRateRecord));
 }
 
-function rateText(bytesPerSecond: number): string {
-  return bytesPerSecond === 0 ? 'no cap (each member\'s --repair-rate)' : `at most ${(bytesPerSecond / 1e6).toFixed(1)} MB/s`;
-}
 
 /** Freezes placement, if it is not frozen yet. */
 async function freeze(etcd: Etcd3, keys: Keys): Promise<void> {
