@@ -4,11 +4,12 @@
 // and it alone changes config:
 //   - with --replicas 1, it recomputes placement (placement.ts) when members/
 //     changes: a member registered, changed its zone, or was forgotten (kvctl
-//     forget), until placement is frozen; drain and rebalance (below) move hash
+//     forget), until placement is frozen (also once members hold keys, by their load records:
+//     slot-load.ts); drain and rebalance (below) move hash
 //     slots with their keys as with more replicas. A dead member (alive key
 //     gone) keeps its hash slots: there is nothing to fail over to.
 //   - with --replicas > 1, it places the members that are registered and alive
-//     (until placement is frozen: kvctl rebalance freezes it, and moves hash
+//     (until placement is frozen, as above; kvctl rebalance freezes it, and moves hash
 //     slots with their keys, below), and when a replica's alive key goes (its lease lapsed: it died, or lost
 //     etcd), it fails it over: the member leaves every hash slot's replicas, each
 //     such hash slot moving to a new epoch with its next replica as primary
@@ -45,7 +46,8 @@ import { slotsToMove } from '../../protocol/slot-table.js';
 import { readStoredConfig, writeConfig } from './config-store.js';
 import { clearHandoffs, rebalanceJoined, rebalanceRound } from './rebalance-round.js';
 import { SerialRounds } from './rounds.js';
-import { type CopiedRange, drainReady, nextConfig, removedMembers, withDrained, withForgottenPlaced, withSynced, withSyncing, withoutReplicas } from './placement.js';
+import { clusterLoad } from './slot-load.js';
+import { type CopiedRange, drainReady, losingMembers, nextConfig, removedMembers, withDrained, withForgottenPlaced, withSynced, withSyncing, withoutReplicas } from './placement.js';
 
 export interface ControllerOptions {
   client: Etcd3;
@@ -148,7 +150,7 @@ export class ReplicationController {
     if (!this.leading) return;
     const stored = await readStoredConfig(client, keys, (error) => logger.error({ err: error }, 'controller: the config in etcd is unreadable; replacing it'));
     const replicas = stored?.config?.replicas ?? this.options.replicas;
-    let placed = placedMembers(read.kvs, replicas, logger);
+    const placed = placedMembers(read.kvs, replicas, logger);
     const alive = new Set((await client.getAll().prefix(keys.alive).keys()).map((key) => key.slice(keys.alive.length)));
     if (stored?.config) {
       // With --replicas 1 a dead member keeps its hash slots (nothing else holds them): it leaves only the ones it was syncing into.
@@ -178,9 +180,10 @@ export class ReplicationController {
       }
     }
     // With --replicas 1 a member that is merely down keeps its hash slots (docs/cluster.md).
-    if (replicas > 1) placed = placed.filter((member) => alive.has(member.name));
-    const next = nextConfig(stored?.config, placed, replicas, stored?.epoch ?? 0);
+    const registered = new Set(placed.map((member) => member.name));
+    const next = nextConfig(stored?.config, replicas > 1 ? placed.filter((member) => alive.has(member.name)) : placed, replicas, stored?.epoch ?? 0);
     if (next === undefined) return;
+    if (stored?.config && (await this.freezeIfLoaded(stored.config, next, alive, registered))) return;
     if (await writeConfig(client, keys, next, stored?.modRevision, leaseId)) {
       logger.info({ epoch: next.epoch, replicas: next.replicas, members: next.members, ranges: next.slots.length }, 'controller: config written');
     } else {
@@ -219,6 +222,18 @@ export class ReplicationController {
     if (await writeConfig(this.options.client, this.keys, next, modRevision, leaseId)) {
       this.options.logger.warn({ epoch: next.epoch }, 'controller: hash slots of forgotten members go to the others, without their keys (--replicas 1: they had no other copy)');
     }
+    this.rounds.runAgain();
+    return true;
+  }
+
+  /** Members giving hash slots away would hide their keys (a join): placement freezes (clusterLoad). Whether the round stops. */
+  private async freezeIfLoaded(config: ClusterConfig, next: ClusterConfig, alive: ReadonlySet<string>, registered: ReadonlySet<string>): Promise<boolean> {
+    const { client, prefix, logger } = this.options;
+    const load = await clusterLoad(client, prefix, losingMembers(config, next).filter((name) => registered.has(name)), alive);
+    if (load === 'unknown') setTimeout(() => void this.poke(), RETRY_MS).unref();
+    if (load !== 'loaded') return load === 'unknown';
+    await client.if(this.keys.frozen, 'Create', '==', 0).then(client.put(this.keys.frozen).value(JSON.stringify({ since: new Date().toISOString(), epoch: config.epoch, loaded: true }))).commit();
+    logger.warn({ epoch: config.epoch }, 'controller: members hold keys, so placement is frozen: a member that joins gets hash slots with their keys by kvctl rebalance (or --auto on)');
     this.rounds.runAgain();
     return true;
   }

@@ -44,17 +44,18 @@ const isAlive = async (prefix: string, name: string) => (await etcd.client.get(e
 /** The placement a fresh cluster of `names` gets (per hash slot, replicas by name). */
 const fresh = (names: string[], replicas = 2) => slotReplicaNames(nextConfig(undefined, names.map((name) => ({ name })), replicas)!).names;
 
-/** `run`, or a failure naming what did not end, with the members' last warnings (their logs are otherwise not shown). */
+/**
+ * `run`, or a failure naming what did not end (or failed: kvctl's own guard may fire first), with the
+ * members' last warnings (their logs are otherwise not shown).
+ */
 async function within<T>(run: Promise<T>, ms: number, what: string, members: readonly Member[]): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
+  const logs = () => members.map((m, i) => `m${i}:\n${m.process.stderr().split('\n').filter((line) => /"level":(40|50)/.test(line)).slice(-12).join('\n')}`).join('\n');
   const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      const logs = members.map((m, i) => `m${i}:\n${m.process.stderr().split('\n').filter((line) => /"level":(40|50)/.test(line)).slice(-12).join('\n')}`);
-      reject(new Error(`${what}: not done within ${ms} ms\n${logs.join('\n')}`));
-    }, ms);
+    timer = setTimeout(() => reject(new Error(`${what}: not done within ${ms} ms\n${logs()}`)), ms);
   });
   try {
-    return await Promise.race([run, late]);
+    return await Promise.race([run.catch((error: Error) => Promise.reject(new Error(`${what}: ${error.message}\n${logs()}`))), late]);
   } finally {
     clearTimeout(timer);
   }
@@ -309,7 +310,11 @@ for (const [victim, replicas] of kills) {
 if (onHost) etcdTest.serial('--replicas 1, placement frozen: kvctl forget of a dead member gives its hash slots to the live members without keys; what they held of them from before a direct placement does not come back', async (t) => {
   const prefix = '/test-forget-frozen-1';
   const target = ['--etcd', etcd.url, '--etcd-prefix', prefix];
-  const { members, dir } = await replicatedMembers(t, etcd, prefix, 1, 2, 'shm', [], CALM_TTL);
+  // m0 and m1 walk their index once, at start (RKV_TEST_LOAD_INTERVAL_MS): their load records keep saying they hold
+  // no key, as a record does in the moment after a member's first keys, before its walk; the controller then places
+  // a joining member directly (it freezes placement instead once a record shows keys: join-loaded.test.ts).
+  const lagging = { RKV_TEST_LOAD_INTERVAL_MS: '600000' };
+  const { members, dir } = await replicatedMembers(t, etcd, prefix, 1, 2, 'shm', [], CALM_TTL, lagging);
   const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs() });
   t.teardown(() => kv.close());
   const keys = Array.from({ length: 600 }, (_, i) => `f:${i}`);

@@ -47,13 +47,14 @@ export async function replicatedMembers(
   scheme: Scheme = 'shm',
   extra: readonly string[] = [],
   ttlSeconds = leaseSeconds(),
+  env: Readonly<Record<string, string>> = {},
 ): Promise<{ members: Member[]; placed: ClusterConfig; replicasOf: (key: string) => string[]; dir: string }> {
   const dir = clusterDir(t);
   const members: Member[] = [];
   t.teardown(() => stopAll(members));
   for (let i = 0; i < count; i++) {
     const args = ['--etcd', etcd.url, '--etcd-prefix', prefix, '--etcd-ttl', `${ttlSeconds}s`, '--name', `m${i}`, '--replicas', String(replicas), ...extra];
-    members.push(await startMember(dir, i, args, await memberUrl(scheme, dir, i), REPLICAS_ON));
+    members.push(await startMember(dir, i, args, await memberUrl(scheme, dir, i), { ...REPLICAS_ON, ...env }));
   }
   await eventually(() => placedAll(etcd.client, prefix, count), `the controller placed all ${count} members`, slow(30_000));
   const placed = (await readConfig(etcd.client, prefix))!;
