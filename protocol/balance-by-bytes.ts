@@ -35,7 +35,8 @@ export function balanceByBytes(config: ClusterConfig, live: readonly PlacedMembe
   const same = holders.size === liveNames.size && [...holders].every((name) => liveNames.has(name));
   const base = same ? config : (rebalanceTarget(config, live) ?? config);
   const names = slotReplicaNames(base).names.map((list) => [...list]);
-  const zoneOf = new Map(live.map((m) => [m.name, m.zone]));
+  // No zone (or an empty one) is a zone of its own, as placeReplicas has it.
+  const zoneOf = new Map(live.map((m) => [m.name, m.zone === '' ? undefined : m.zone]));
   const held = new Map([...liveNames].map((name) => [name, 0]));
   names.forEach((list, slot) => {
     for (const name of list) held.set(name, held.get(name)! + slotBytes[slot]!);

@@ -151,10 +151,14 @@ export const etcdKeys = (prefix: string) => {
     /** handoff/<name>: a rebalance moves hash slots' primary away from that member (HandoffRecord). */
     handoff: `${root}/handoff/`,
     handoffKey: (name: string) => `${root}/handoff/${name}`,
+    /**
+     * <prefix>.load/<name>: the keys and bytes that member holds per hash slot (LoadRecord; kvctl
+     * rebalance --by bytes, and the controller before a direct placement). Beside the prefix, not
+     * under it: tens of KB each, they would ride every client's and member's watch of the prefix.
+     */
+    load: `${root}.load/`,
+    loadKey: (name: string) => `${root}.load/${name}`,
     /** progress/<name>: the copy that member's copier is making, under its lease (CopyProgress; kvctl rebalance --wait reads it). */
-    /** load/<name>: the keys and bytes that member holds per hash slot (LoadRecord; kvctl rebalance --by bytes). */
-    load: `${root}/load/`,
-    loadKey: (name: string) => `${root}/load/${name}`,
     progress: `${root}/progress/`,
     progressKey: (name: string) => `${root}/progress/${name}`,
     /** A cap on each copier's rate while a rebalance runs (CopyRateRecord; kvctl rebalance --max-mbps; gone with the target). */
@@ -267,8 +271,7 @@ export function parseCopyProgress(text: string): CopyProgress | undefined {
   return undefined;
 }
 
-/** <prefix>/copy-rate: each copier copies at most this many bytes a second (and at most its own --repair-rate). */
-/** load/<name>, put by each member after every walk of its index, under its lease (server/replication/slot-load.ts). */
+/** <prefix>.load/<name>, put by each member after walks of its index, under its lease (server/replication/slot-load.ts). */
 export interface LoadRecord {
   at: string;
   /** The hash slots it holds keys of, and per hash slot (same order) its keys and their items' bytes. */
@@ -292,6 +295,7 @@ export function parseLoadRecord(text: string): LoadRecord | undefined {
   }
 }
 
+/** <prefix>/copy-rate: each copier copies at most this many bytes a second (and at most its own --repair-rate). */
 export interface CopyRateRecord {
   bytesPerSecond: number;
   since: string;

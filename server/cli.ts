@@ -239,9 +239,8 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
           tokenFor: (namespace) => (tokenFile ? tokenFile.entries.find((e) => e.role === 'write' && (e.namespace ?? DEFAULT_NAMESPACE) === namespace)?.token : token),
         });
         // kvctl rebalance --by bytes reads what each member holds per hash slot.
-        const itemsHeld = () => server!.namespaces.reduce((n, name) => n + server!.stats(name).items, 0);
         const loadInterval = Number(process.env.RKV_TEST_LOAD_INTERVAL_MS) || undefined;
-        load = SlotLoad.start({ name: etcd.name, prefix: etcd.prefix, client: registration.client, stores: () => server!.regionStores().map((r) => r.store), itemsHeld, leaseId: () => registration!.leaseId, logger, intervalMs: loadInterval });
+        load = SlotLoad.start({ name: etcd.name, prefix: etcd.prefix, client: registration.client, regions: () => server!.regionStores(), leaseId: () => registration!.leaseId, logger, intervalMs: loadInterval });
         drain = await Quiesce.start(registration.client, etcd.prefix, etcd.name, () => follower?.appliedEpoch ?? 0, logger);
         const copies = copier;
         follower = await EpochFollower.start({ client: registration.client, prefix: etcd.prefix, name: etcd.name, server, logger, selfFenced: () => selfFence?.fenced === true, onApplied: (applied) => copies.configApplied(applied), applyDelayMs: Number(process.env.RKV_TEST_APPLY_DELAY_MS) || 0 });

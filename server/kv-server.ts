@@ -228,11 +228,15 @@ export class KvServer extends EventEmitter {
     this.leases.grantFrom(grant);
   }
 
-  /** Each namespace's region (repair's copier reads it: replication/copier.ts), its counters of what was copied from it, and a key's bucket locks. */
-  regionStores(): Array<{ name: string; store: RegionStore; copied: (items: number, bytes: number) => void; underBucketLocks: <T>(key: Buffer, task: () => Promise<T>) => Promise<T> }> {
+  /**
+   * Each namespace's region (repair's copier reads it: replication/copier.ts; so does slot-load.ts), its
+   * live item count, its counters of what was copied from it, and a key's bucket locks.
+   */
+  regionStores(): Array<{ name: string; store: RegionStore; items: () => number; copied: (items: number, bytes: number) => void; underBucketLocks: <T>(key: Buffer, task: () => Promise<T>) => Promise<T> }> {
     return [...this.hosted.values()].map((ns) => ({
       name: ns.name,
       store: ns.store,
+      items: () => ns.counters.count.items,
       underBucketLocks: <T>(key: Buffer, task: () => Promise<T>) => ns.underBucketLocks(key, task),
       copied: (items: number, bytes: number) => {
         ns.counters.count.repairCopiedItems += items;

@@ -5,7 +5,7 @@
 //   - with --replicas 1, it recomputes placement (placement.ts) when members/
 //     changes: a member registered, changed its zone, or was forgotten (kvctl
 //     forget), until placement is frozen (also once members hold keys, by their load records:
-//     slot-load.ts); drain and rebalance (below) move hash
+//     load-guard.ts); drain and rebalance (below) move hash
 //     slots with their keys as with more replicas. A dead member (alive key
 //     gone) keeps its hash slots: there is nothing to fail over to.
 //   - with --replicas > 1, it places the members that are registered and alive
@@ -46,8 +46,8 @@ import { slotsToMove } from '../../protocol/slot-table.js';
 import { readStoredConfig, writeConfig } from './config-store.js';
 import { clearHandoffs, rebalanceJoined, rebalanceRound } from './rebalance-round.js';
 import { SerialRounds } from './rounds.js';
-import { clusterLoad } from './slot-load.js';
-import { type CopiedRange, drainReady, losingMembers, nextConfig, removedMembers, withDrained, withForgottenPlaced, withSynced, withSyncing, withoutReplicas } from './placement.js';
+import { LoadGuard } from './load-guard.js';
+import { type CopiedRange, drainReady, nextConfig, removedMembers, withDrained, withForgottenPlaced, withSynced, withSyncing, withoutReplicas } from './placement.js';
 
 export interface ControllerOptions {
   client: Etcd3;
@@ -87,9 +87,12 @@ export class ReplicationController {
   /** Since when (this process's clock) config has had hash slots short of replicas; the timer that looks again at --replace-after. */
   private shortSince: number | undefined;
   private replaceTimer: NodeJS.Timeout | undefined;
+  /** Before a direct placement: do the members it takes hash slots from hold keys? */
+  private readonly loadGuard: LoadGuard;
 
   private constructor(private readonly options: ControllerOptions) {
     this.keys = etcdKeys(options.prefix);
+    this.loadGuard = new LoadGuard({ client: options.client, prefix: options.prefix, logger: options.logger, ttlMs: options.ttlMs, poke: () => void this.poke() });
     this.rounds = new SerialRounds(() => this.round(), {
       closed: () => this.closed,
       retryMs: RETRY_MS,
@@ -183,7 +186,7 @@ export class ReplicationController {
     const registered = new Set(placed.map((member) => member.name));
     const next = nextConfig(stored?.config, replicas > 1 ? placed.filter((member) => alive.has(member.name)) : placed, replicas, stored?.epoch ?? 0);
     if (next === undefined) return;
-    if (stored?.config && (await this.freezeIfLoaded(stored.config, next, alive, registered))) return;
+    if (stored?.config && (await this.loadGuard.holdsBack(stored.config, next, alive, registered))) return;
     if (await writeConfig(client, keys, next, stored?.modRevision, leaseId)) {
       logger.info({ epoch: next.epoch, replicas: next.replicas, members: next.members, ranges: next.slots.length }, 'controller: config written');
     } else {
@@ -222,18 +225,6 @@ export class ReplicationController {
     if (await writeConfig(this.options.client, this.keys, next, modRevision, leaseId)) {
       this.options.logger.warn({ epoch: next.epoch }, 'controller: hash slots of forgotten members go to the others, without their keys (--replicas 1: they had no other copy)');
     }
-    this.rounds.runAgain();
-    return true;
-  }
-
-  /** Members giving hash slots away would hide their keys (a join): placement freezes (clusterLoad). Whether the round stops. */
-  private async freezeIfLoaded(config: ClusterConfig, next: ClusterConfig, alive: ReadonlySet<string>, registered: ReadonlySet<string>): Promise<boolean> {
-    const { client, prefix, logger } = this.options;
-    const load = await clusterLoad(client, prefix, losingMembers(config, next).filter((name) => registered.has(name)), alive);
-    if (load === 'unknown') setTimeout(() => void this.poke(), RETRY_MS).unref();
-    if (load !== 'loaded') return load === 'unknown';
-    await client.if(this.keys.frozen, 'Create', '==', 0).then(client.put(this.keys.frozen).value(JSON.stringify({ since: new Date().toISOString(), epoch: config.epoch, loaded: true }))).commit();
-    logger.warn({ epoch: config.epoch }, 'controller: members hold keys, so placement is frozen: a member that joins gets hash slots with their keys by kvctl rebalance (or --auto on)');
     this.rounds.runAgain();
     return true;
   }

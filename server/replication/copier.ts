@@ -228,15 +228,14 @@ export class Copier {
 
   /**
    * Paces at the lowest cap in force: <prefix>/copy-rate's (kvctl rebalance --max-mbps), each drain's
-   * whose member still holds hash slots (kvctl drain --max-mbps), and --repair-rate's.
+   * whose member still holds hash slots (kvctl drain --max-mbps: while it runs, every copy of the
+   * cluster goes at most at its rate, repairs included), and --repair-rate's. An unreadable
+   * copy-rate record sets no cap.
    */
   private async capRate(pacer: Pacer, config: ClusterConfig): Promise<void> {
     const keys = etcdKeys(this.options.prefix);
     const [rateText, drains] = await Promise.all([this.options.client.get(keys.copyRate).string(), this.options.client.getAll().prefix(keys.drain).strings()]);
-    const rebalanceCap = parseCopyRate(rateText);
-    // An unreadable copy-rate record leaves the pace as it was.
-    if (rebalanceCap === undefined) return;
-    const caps = [this.options.rateBytesPerSecond, rebalanceCap];
+    const caps = [this.options.rateBytesPerSecond, parseCopyRate(rateText) ?? 0];
     for (const [key, text] of Object.entries(drains)) {
       if (slotsHeld(config, key.slice(keys.drain.length)) > 0) caps.push(parseDrainRecord(text)?.maxBytesPerSecond ?? 0);
     }

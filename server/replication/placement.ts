@@ -38,15 +38,6 @@ export function nextConfig(previous: ClusterConfig | undefined, members: readonl
   return { epoch: bumped ? epoch : previous!.epoch, replicas, members: placed.members, slots: toRanges(placed.replicas, epochs) };
 }
 
-/** The members that hold a hash slot in `config` and not in `next`: a direct placement takes it from them, without its keys. */
-export function losingMembers(config: ClusterConfig, next: ClusterConfig): string[] {
-  const before = slotReplicaNames(config).names;
-  const after = slotReplicaNames(next).names;
-  const losing = new Set<string>();
-  for (let slot = 0; slot < SLOT_COUNT; slot++) for (const name of before[slot]!) if (!after[slot]!.includes(name)) losing.add(name);
-  return [...losing];
-}
-
 /**
  * Failover (docs/replication-design.md §4.5): `config` without the members of `dead` as replicas.
  * A hash slot that loses one gets epoch config.epoch + 1, its first live backup becoming primary

@@ -1,71 +1,84 @@
 // The keys and bytes this member holds per hash slot, for kvctl rebalance --by
-// bytes (protocol/balance-by-bytes.ts): every namespace's index is walked in
-// the background, in chunks (a setImmediate between them, so grants and
-// notices are served), and the counts are put at <prefix>/load/<name> under
-// this member's lease (they go with it) when they changed. A walk starts
+// bytes (protocol/balance-by-bytes.ts) and for the controller, which never
+// places a joining member directly over keys (load-guard.ts). Every
+// namespace's index is walked in the background, in chunks (a setImmediate
+// between them, so grants and notices are served). A walk starts
 // LOAD_INTERVAL_MS after the last one ended, or twenty times its own length
-// when that is longer: the walk costs at most about 5 % of a core; and at once
-// when a member that held no key takes one (its live item count, polled). The CPU
-// only reads; each entry's item header is bounds-checked before its key is
-// hashed, and an entry that moves while the walk passes (a displacement) may
-// be missed or counted twice: the counts are an estimate, as a rebalance by
-// bytes needs (a hash slot is its unit). The controller reads the records
-// too: a cluster whose members hold keys is never placed directly (clusterLoad).
+// when that is longer (at most about 5 % of a core), and at once when the
+// member's live item count goes from none to some (polled), or its lease
+// changes. The counts go to <prefix>.load/<name> under this member's lease
+// (they go with it), beside the cluster's prefix so that the watches of the
+// prefix do not carry them, and only when it matters: whether the member
+// holds keys at all changed, or its lease did, or its bytes moved by more than
+// MATERIAL of them since the last put (a relative step: a load from empty to
+// any size takes a few hundred puts at most), or anything changed at least
+// REFRESH_MS since (etcd keeps every revision until it compacts). The CPU only reads: each index slot is read whole (its 64-bit
+// word, as RDMA atomics change it), its item must lie in the heap within the
+// slot's length before its key is hashed; an entry that moves while the walk
+// passes (a displacement) may be missed or counted twice: the counts are an
+// estimate, as a rebalance by bytes needs (a hash slot is its unit).
 import type { Etcd3 } from 'etcd3';
 import type { Logger } from 'pino';
 
 import { ItemHeader, ItemType, KvLayout } from '../../protocol/constants.js';
 import { SLOT_COUNT, keySlot } from '../../protocol/hash-slots.js';
-import { type LoadRecord, etcdKeys, parseLoadRecord } from '../../protocol/registry.js';
+import { EMPTY_SLOT, slotBlock, slotUnits } from '../../protocol/index-format.js';
+import { type LoadRecord, etcdKeys } from '../../protocol/registry.js';
 import type { RegionStore } from '../store/region.js';
 
-/** The least time between two walks' starts. */
+/** The least time from a walk's end to the next one's start. */
 const LOAD_INTERVAL_MS = 5000;
 /** Buckets read between two turns of the event loop. */
 const CHUNK_BUCKETS = 4096;
 /** A walk waits at least this many times its own length before the next one. */
 const IDLE_FACTOR = 20;
+/** How often the live item count and the lease are looked at, for a walk at once on a change that matters. */
+const POLL_MS = 200;
+/** Counts whose bytes moved by this share or more are put at once; smaller changes after REFRESH_MS. */
+const MATERIAL = 0.05;
+const REFRESH_MS = 600_000;
 
 export interface SlotLoadOptions {
   name: string;
   prefix: string;
   client: Etcd3;
-  stores: () => RegionStore[];
-  /** The items this member holds now (the stats' live count): a first key is published at once, not a walk later. */
-  itemsHeld: () => number;
+  /** Each namespace's region and live item count. */
+  regions: () => Array<{ store: RegionStore; items: () => number }>;
   leaseId: () => string | undefined;
   logger: Logger;
-  /** Tests only (RKV_TEST_LOAD_INTERVAL_MS): walks this far apart, and no early walk on a first key, as a record that lags. */
+  /** Tests only (RKV_TEST_LOAD_INTERVAL_MS): walks this far apart and no early walk, as a member whose record lags. */
   intervalMs?: number;
 }
 
-/** How often the live item count is looked at, for a walk at once when the member goes from holding none to some. */
-const ITEMS_POLL_MS = 200;
+interface Put {
+  leaseId: string;
+  heldKeys: boolean;
+  bytes: number;
+  counts: string;
+  at: number;
+}
 
 export class SlotLoad {
   private timer: NodeJS.Timeout | undefined;
+  private poll: NodeJS.Timeout | undefined;
   private closed = false;
   private walking: Promise<void> = Promise.resolve();
-  /** What was last put (its slots, keys and bytes), to put only a change. */
-  private lastPut = '';
-  /** Whether the last walk found any key; undefined before the first. */
+  private lastPut: Put | undefined;
+  /** Whether the last walk found a key (undefined before the first), and the live item count the poll saw last. */
   private heldKeys: boolean | undefined;
-  private readonly poll: NodeJS.Timeout | undefined;
+  private itemsSeen = 0;
+  /** When the last walk ended, and how long it took: an early walk still waits IDLE_FACTOR times that. */
+  private lastWalk = { end: 0, took: 0 };
 
-  private constructor(private readonly options: SlotLoadOptions) {
-    // The controller places a joining member directly only while every record says empty (clusterLoad):
-    // a member's first key must not wait out a whole interval to show.
-    if (options.intervalMs === undefined) {
-      this.poll = setInterval(() => {
-        if (this.heldKeys === false && options.itemsHeld() > 0 && this.timer !== undefined) this.schedule(0);
-      }, ITEMS_POLL_MS);
-      this.poll.unref();
-    }
-  }
+  private constructor(private readonly options: SlotLoadOptions) {}
 
   static start(options: SlotLoadOptions): SlotLoad {
     const load = new SlotLoad(options);
     load.schedule(0);
+    if (options.intervalMs === undefined) {
+      load.poll = setInterval(() => load.look(), POLL_MS);
+      load.poll.unref();
+    }
     return load;
   }
 
@@ -76,7 +89,20 @@ export class SlotLoad {
     await this.walking;
   }
 
-  /** The next walk in `ms` (one pending is replaced; none starts while one runs: timer is unset then). */
+  /**
+   * A walk soon when a first key came (the controller places members directly only while every record
+   * says none) or the lease changed (the record went with the old one), not sooner than the idle rule.
+   */
+  private look(): void {
+    const items = this.options.regions().reduce((n, r) => n + r.items(), 0);
+    const firstKey = this.itemsSeen === 0 && items > 0 && this.heldKeys === false;
+    this.itemsSeen = items;
+    const leaseId = this.options.leaseId();
+    const newLease = leaseId !== undefined && this.lastPut !== undefined && this.lastPut.leaseId !== leaseId;
+    if ((firstKey || newLease) && this.timer !== undefined) this.schedule(Math.max(0, this.lastWalk.end + this.lastWalk.took * IDLE_FACTOR - performance.now()));
+  }
+
+  /** The next walk in `ms`, replacing one pending; none is pending while one runs (timer unset then). */
   private schedule(ms: number): void {
     clearTimeout(this.timer);
     this.timer = undefined;
@@ -85,7 +111,7 @@ export class SlotLoad {
     this.timer = setTimeout(() => {
       this.timer = undefined;
       this.walking = this.walkAndPut().then(
-        (took) => this.schedule(Math.max(interval, took * IDLE_FACTOR)),
+        () => this.schedule(Math.max(interval, this.lastWalk.took * IDLE_FACTOR)),
         (error: Error) => {
           this.options.logger.warn({ err: error.message }, 'load: the walk or its put failed; trying again later');
           this.schedule(interval);
@@ -95,74 +121,62 @@ export class SlotLoad {
     this.timer.unref();
   }
 
-  /** One walk of every namespace, then the put if the counts changed (or the lease did); its ms. */
-  private async walkAndPut(): Promise<number> {
+  /** One walk of every namespace, then the put if it matters (see the top). */
+  private async walkAndPut(): Promise<void> {
     const started = performance.now();
     const keys = new Float64Array(SLOT_COUNT);
     const bytes = new Float64Array(SLOT_COUNT);
-    for (const store of this.options.stores()) await countItems(store, keys, bytes, () => this.closed);
-    const took = performance.now() - started;
-    const leaseId = this.options.leaseId();
-    if (this.closed || leaseId === undefined) return took;
+    for (const { store } of this.options.regions()) await countItems(store, keys, bytes, () => this.closed);
+    const now = performance.now();
+    this.lastWalk = { end: now, took: now - started };
     const slots: number[] = [];
     for (let slot = 0; slot < SLOT_COUNT; slot++) if (keys[slot]! > 0) slots.push(slot);
     this.heldKeys = slots.length > 0;
+    const leaseId = this.options.leaseId();
+    if (this.closed || leaseId === undefined) return;
     const counts = { slots, keys: slots.map((s) => keys[s]!), bytes: slots.map((s) => bytes[s]!) };
-    const text = `${leaseId} ${JSON.stringify(counts)}`;
-    if (text === this.lastPut) return took;
+    const next: Put = { leaseId, heldKeys: this.heldKeys, bytes: counts.bytes.reduce((a, b) => a + b, 0), counts: JSON.stringify(counts), at: now };
+    if (!this.due(next)) return;
     const record: LoadRecord = { at: new Date().toISOString(), ...counts };
     await this.options.client.put(etcdKeys(this.options.prefix).loadKey(this.options.name)).value(JSON.stringify(record)).lease(leaseId);
-    this.lastPut = text;
-    return took;
+    this.lastPut = next;
+  }
+
+  private due(next: Put): boolean {
+    const last = this.lastPut;
+    if (last === undefined || last.leaseId !== next.leaseId || last.heldKeys !== next.heldKeys) return true;
+    if (last.counts === next.counts) return false;
+    return Math.abs(next.bytes - last.bytes) > MATERIAL * Math.max(last.bytes, 1) || next.at - last.at >= REFRESH_MS;
   }
 }
 
 /** Adds each item linked in `store`'s index to its hash slot's count of keys and bytes (header, key and value). */
 export async function countItems(store: RegionStore, keys: Float64Array, bytes: Float64Array, isClosed: () => boolean): Promise<void> {
-  const { layout, bytes: region } = store;
-  // The index as 32-bit halves: [lock lo, lock hi, slot 1 lo (its block), slot 1 hi, ...]
+  const { layout, bytes: region, index } = store;
+  // The index as 32-bit halves, to pass empty slots without a BigInt: [lock lo, lock hi, slot 1 lo, slot 1 hi, ...]
   const halves = new Uint32Array(region.buffer, region.byteOffset + layout.indexOffset, (layout.bucketCount * KvLayout.BUCKET_BYTES) / 4);
-  const heapUnits = layout.heapBytes / KvLayout.UNIT_BYTES;
-  const heapEnd = layout.heapOffset + layout.heapBytes;
   const perBucket = KvLayout.BUCKET_BYTES / 4;
   for (let start = 0; start < layout.bucketCount && !isClosed(); start += CHUNK_BUCKETS) {
     const end = Math.min(layout.bucketCount, start + CHUNK_BUCKETS);
     for (let bucket = start; bucket < end; bucket++) {
       for (let i = 0, at = bucket * perBucket + 2; i < KvLayout.SLOTS_PER_BUCKET; i++, at += 2) {
-        const block = halves[at]!;
-        if ((block | halves[at + 1]!) === 0 || block >= heapUnits) continue;
-        const item = store.itemAt(block);
-        if (item + KvLayout.ITEM_HEADER_BYTES > heapEnd) continue;
+        if ((halves[at]! | halves[at + 1]!) === 0) continue;
+        // The slot whole (an atomic 64-bit read), its item inside the heap and within the slot's length.
+        const slot = index.slot(bucket, i);
+        if (slot === EMPTY_SLOT || !store.slotInHeap(slot)) continue;
+        const item = store.itemAt(slotBlock(slot));
+        const room = slotUnits(slot) * KvLayout.UNIT_BYTES;
+        if (room < KvLayout.ITEM_HEADER_BYTES) continue;
         const type = region.readUInt16LE(item + ItemHeader.TYPE);
         if (type !== ItemType.BYTES && type !== ItemType.COUNTER && type !== ItemType.LOCK) continue;
         const keyLength = region.readUInt16LE(item + ItemHeader.KEY_LEN);
         const size = KvLayout.ITEM_HEADER_BYTES + keyLength + region.readUInt32LE(item + ItemHeader.VALUE_LEN);
-        if (keyLength === 0 || keyLength > KvLayout.MAX_KEY_BYTES || item + size > heapEnd) continue;
-        const slot = keySlot(region.subarray(item + KvLayout.ITEM_HEADER_BYTES, item + KvLayout.ITEM_HEADER_BYTES + keyLength));
-        keys[slot]! += 1;
-        bytes[slot]! += size;
+        if (keyLength === 0 || keyLength > KvLayout.MAX_KEY_BYTES || size > room) continue;
+        const hashSlot = keySlot(region.subarray(item + KvLayout.ITEM_HEADER_BYTES, item + KvLayout.ITEM_HEADER_BYTES + keyLength));
+        keys[hashSlot]! += 1;
+        bytes[hashSlot]! += size;
       }
     }
     await new Promise<void>((resolve) => setImmediate(resolve));
   }
-}
-
-/**
- * For the controller, before a direct placement (placement not frozen) takes hash slots from
- * `members`: whether they hold keys, by their load records. `loaded`: one does, or one is down (its
- * keys unknown): the placement would hide keys, so placement freezes instead. `unknown`: a live
- * one has put no record yet (it just started): look again shortly.
- */
-export async function clusterLoad(client: Etcd3, prefix: string, members: readonly string[], alive: ReadonlySet<string>): Promise<'empty' | 'loaded' | 'unknown'> {
-  const keys = etcdKeys(prefix);
-  const records = await client.getAll().prefix(keys.load).strings();
-  let unknown = false;
-  for (const name of members) {
-    if (!alive.has(name)) return 'loaded';
-    const text = records[keys.loadKey(name)];
-    const record = text === undefined ? undefined : parseLoadRecord(text);
-    if (record === undefined) unknown = true;
-    else if (record.keys.some((n) => n > 0)) return 'loaded';
-  }
-  return unknown ? 'unknown' : 'empty';
 }

@@ -11,6 +11,7 @@ import test from 'ava';
 import { encodeClusterConfig } from '../../protocol/config-codec.js';
 import { SLOT_COUNT, assignSlots, placeReplicas } from '../../protocol/hash-slots.js';
 import { parseClusterConfig } from '../../protocol/registry.js';
+import { holdersOfChanged } from '../../server/replication/load-guard.js';
 import { nextConfig, removedMembers, slotReplicaNames, withoutReplicas } from '../../server/replication/placement.js';
 
 const names = (n: number) => Array.from({ length: n }, (_, i) => `kv-${i}`);
@@ -163,4 +164,18 @@ test('failover: withoutReplicas drops the dead from every hash slot at a new epo
     const want = had.includes('kv-2') ? ['kv-2'] : had;
     if (names.join() !== want.join()) t.fail(`hash slot ${slot}: ${had} → ${names}`);
   }
+});
+
+test('before a direct placement the controller asks the holders of every hash slot that changes, also one that only gains a replica (load-guard.ts)', (t) => {
+  // --replicas 2 with one member: each hash slot is [a]; b joins: no one loses a hash slot, yet b becomes primary of some.
+  const one = nextConfig(undefined, [{ name: 'a' }], 2)!;
+  const two = nextConfig(one, [{ name: 'a' }, { name: 'b' }], 2)!;
+  t.deepEqual(holdersOfChanged(one, two), ['a']);
+  // --replicas 1: a join takes hash slots from every member; a forget changes only the forgotten member's.
+  const three = nextConfig(undefined, names(3).map((name) => ({ name })), 1)!;
+  const four = nextConfig(three, names(4).map((name) => ({ name })), 1)!;
+  t.deepEqual(holdersOfChanged(three, four).sort(), names(3));
+  const forgot = nextConfig(three, names(2).map((name) => ({ name })), 1)!;
+  t.deepEqual(holdersOfChanged(three, forgot), ['kv-2']);
+  t.deepEqual(holdersOfChanged(three, three), []);
 });

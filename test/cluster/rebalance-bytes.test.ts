@@ -61,8 +61,11 @@ test.serial('kvctl rebalance --by bytes evens out the bytes members hold, from t
   for (let i = 0; i < KEYS; i += 500) await kv.putMany(keys.slice(i, i + 500).map((key): [string, Buffer] => [key, value]));
   await eventually(async () => {
     const load = await loads(prefix);
-    return load.get('m0')?.keys === KEYS && load.get('m1')?.keys === 0 && load.get('m2')?.keys === 0;
-  }, 'every member puts its load: m0 holds every key', slow(30_000));
+    // A record follows its member's bytes in steps of 5 % (slot-load.ts): the last few keys may not show yet.
+    return (load.get('m0')?.keys ?? 0) >= KEYS * 0.95 && load.get('m1')?.keys === 0 && load.get('m2')?.keys === 0;
+  }, 'every member puts its load: m0 holds every key', slow(30_000)).catch(async (error: Error) => {
+    throw new Error(`${error.message}: ${JSON.stringify([...(await loads(prefix))])}`);
+  });
 
   const dry = await kvctl([...target, '--json', 'rebalance', '--by', 'bytes', '--dry-run']);
   t.is(dry.code, 0, dry.stderr);
@@ -70,7 +73,7 @@ test.serial('kvctl rebalance --by bytes evens out the bytes members hold, from t
   t.true(plan.dryRun);
   t.true(plan.moves > 0);
   const total = plan.members.m0!.bytes[0];
-  t.true(total >= KEYS * 1000, `m0 holds ${total} bytes`);
+  t.true(total >= KEYS * 0.95 * 1000, `m0 holds ${total} bytes`);
   for (const name of ['m0', 'm1', 'm2']) {
     const after = plan.members[name]!.bytes[1];
     t.true(Math.abs(after - total / 3) <= (total / 3) * 0.05, `${name} would hold ${after} of ${total} bytes`);
@@ -85,10 +88,10 @@ test.serial('kvctl rebalance --by bytes evens out the bytes members hold, from t
   // Only m0's hash slots moved.
   const after = slotReplicaNames((await readConfig(etcd.client, prefix))!).names;
   t.true(after.every((names, slot) => before[slot]![0] === 'm0' || names[0] === before[slot]![0]), 'the hash slots of m1 and m2 stay theirs');
-  // Each member holds about a third of the keys now, as its load record and its item count say.
+  // Each member holds about a third of the keys now, as its item count says, and its load record within its 5 % steps.
   await eventually(async () => {
     const load = await loads(prefix);
-    return ['m0', 'm1', 'm2'].every((name) => Math.abs((load.get(name)?.keys ?? 0) - KEYS / 3) <= (KEYS / 3) * 0.06);
+    return ['m0', 'm1', 'm2'].every((name) => Math.abs((load.get(name)?.keys ?? 0) - KEYS / 3) <= (KEYS / 3) * 0.12);
   }, 'each member\'s load record holds a third of the keys', slow(30_000));
   await eventually(async () => (await Promise.all(members.map(stats))).every((s) => Math.abs(s.items - KEYS / 3) <= (KEYS / 3) * 0.06), 'each member holds a third of the items (m0 freed what it gave away)', slow(30_000));
   const values = await kv.getMany(keys);

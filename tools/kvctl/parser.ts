@@ -65,7 +65,7 @@ export function parser(argv: string[]) {
         .positional('name', { type: 'string' })
         .option('wait', { type: 'boolean', default: false, describe: 'print progress until NAME holds no hash slot' })
         .option('cancel', { type: 'boolean', default: false, describe: 'stop draining NAME (hash slots already moved stay moved)' })
-        .option('max-mbps', { type: 'string', describe: 'each member copying for the drain copies at most this many MB a second (also changes the rate of the drain in progress; 0: no cap)' }),
+        .option('max-mbps', { type: 'string', describe: 'while the drain runs, each copying member copies at most this many MB a second (also changes the rate of the drain in progress; 0: no cap)' }),
     )
     .command('rebalance', 'with --etcd: move hash slots, with their keys, to the placement the live members would be given (after a member joined)', (y) =>
       y

@@ -29,6 +29,7 @@ export async function drain(args: CtlArgs, io: Io): Promise<void> {
   } catch (error) {
     throw new UsageError((error as Error).message);
   }
+  if (args.cancel && args.maxBytesPerSecond !== undefined) throw new UsageError('--max-mbps and --cancel exclude each other');
   const etcd = openEtcd(target.hosts, args.timeoutMs);
   try {
     const keys = etcdKeys(target.prefix);
@@ -36,7 +37,6 @@ export async function drain(args: CtlArgs, io: Io): Promise<void> {
     if (!cluster.members.includes(name)) throw new NotFound(`no member '${name}' under etcd prefix ${target.prefix} (members: ${cluster.members.join(', ') || 'none'})`);
     const config = await readClusterConfig(etcd, target);
     if (args.cancel) {
-      if (args.maxBytesPerSecond !== undefined) throw new UsageError('--max-mbps and --cancel exclude each other');
       await cancel(etcd, keys, name, args, io);
       return;
     }

@@ -69,7 +69,7 @@ export async function forget(args: CtlArgs, io: Io): Promise<void> {
     const to = remaining.length > 0 ? `now belong to ${[...movedTo].map(([m, n]) => `${m} (${n})`).join(', ')}` : 'belong to nobody: the cluster has no members left';
     io.stdout(
       `forgot member ${name}: its ${slots} slots (${percent(slots).toFixed(1)}%) ${to}.\n` +
-        `Its keys are lost to the cluster: with --replicas 1 they had no other copy. Its region file still holds them: a server that registers as '${name}' again with that file rejoins with them.\n` +
+        `Its keys are lost to the cluster: with --replicas 1 they had no other copy. Its region file still holds them, but a server that registers as '${name}' again joins as a new member: once the others hold keys it gets hash slots only by a rebalance, which replaces what its file held of them.\n` +
         (alive ? `It is still running (${where}): stop it.\n` : ''),
     );
   } finally {

@@ -38,17 +38,23 @@ type Keys = ReturnType<typeof etcdKeys>;
 export async function rebalance(args: CtlArgs, io: Io): Promise<void> {
   const { target } = args;
   if (target.kind !== 'etcd') throw new UsageError('rebalance works on an etcd cluster: give --etcd (a --servers list cannot move hash slots: its map is the list you pass)');
+  // Options that do not go together are refused before etcd is dialed.
+  if (args.auto !== undefined && (args.dryRun || args.cancel || args.wait || args.maxBytesPerSecond !== undefined || args.by !== 'count' || args.tolerance !== undefined)) {
+    throw new UsageError('--auto is given alone: it only says whether the controller starts a rebalance when a member joins');
+  }
+  if (args.cancel && (args.dryRun || args.maxBytesPerSecond !== undefined || args.by !== 'count' || args.tolerance !== undefined)) throw new UsageError('--cancel takes no other rebalance option but --json');
+  if (args.maxBytesPerSecond !== undefined && args.dryRun) throw new UsageError('--max-mbps and --dry-run exclude each other: a dry run writes nothing');
+  if (args.tolerance !== undefined && args.by !== 'bytes') throw new UsageError('--tolerance goes with --by bytes');
   const etcd = openEtcd(target.hosts, args.timeoutMs);
   try {
     const keys = etcdKeys(target.prefix);
     const config = await readClusterConfig(etcd, target);
     if (args.auto !== undefined) return await setAuto(etcd, keys, args, io);
     if (args.cancel) return await cancel(etcd, keys, args, io);
-    if (args.maxBytesPerSecond !== undefined && args.dryRun) throw new UsageError('--max-mbps and --dry-run exclude each other: a dry run writes nothing');
-    if (args.tolerance !== undefined && args.by !== 'bytes') throw new UsageError('--tolerance goes with --by bytes');
     if (config === undefined) throw new Error('this cluster has no config yet: no member has registered (docs/cluster.md)');
     const pending = await etcd.get(keys.target).string();
     if (pending !== null) {
+      if (args.by === 'bytes') throw new Error('a rebalance is in progress already: --by bytes plans a new one (kvctl rebalance --wait follows it, --cancel takes it back)');
       if (args.dryRun) {
         const plan = describe(config, parseClusterConfig(pending));
         io.stdout(args.json ? JSON.stringify({ dryRun: true, inProgress: true, ...(plan ?? { moves: 0, members: {} }) }) + '\n' : `${plan?.text ?? 'every hash slot has moved; '}(a rebalance is in progress: nothing written)\n`);
@@ -80,7 +86,8 @@ export async function rebalance(args: CtlArgs, io: Io): Promise<void> {
     const plan = next && describe(config, next, slotBytes);
     if (next === undefined || plan === undefined) {
       if (!args.dryRun) await freeze(etcd, keys);
-      io.stdout(args.json ? JSON.stringify({ moves: 0, members: {} }) + '\n' : `balanced: every hash slot already has the replicas its live members would be given${args.dryRun ? '' : '; placement is frozen: a member that joins gets hash slots by kvctl rebalance'}\n`);
+      const balanced = slotBytes ? `every member holds within ${Math.round((args.tolerance ?? DEFAULT_TOLERANCE) * 100)} % of the mean bytes, or no hash slot can move to even them out more` : 'every hash slot already has the replicas its live members would be given';
+      io.stdout(args.json ? JSON.stringify({ moves: 0, members: {} }) + '\n' : `balanced: ${balanced}${args.dryRun ? '' : '; placement is frozen: a member that joins gets hash slots by kvctl rebalance'}\n`);
       return;
     }
     if (args.dryRun) {
@@ -162,7 +169,8 @@ function describe(config: ClusterConfig, next: ClusterConfig, slotBytes?: Float6
  */
 async function loadOf(etcd: Etcd3, keys: Keys, config: ClusterConfig, live: readonly PlacedMember[]): Promise<Float64Array> {
   const records = await etcd.getAll().prefix(keys.load).strings();
-  const holders = new Set(slotReplicaNames(config).names.flat());
+  const { names } = slotReplicaNames(config);
+  const holders = new Set(names.flat());
   const slotBytes = new Float64Array(SLOT_COUNT);
   const missing: string[] = [];
   for (const { name } of live) {
@@ -172,8 +180,9 @@ async function loadOf(etcd: Etcd3, keys: Keys, config: ClusterConfig, live: read
       if (holders.has(name)) missing.push(name);
       continue;
     }
+    // Only what a replica reports: a member may still hold, fenced, items of hash slots it gave away.
     record.slots.forEach((slot, i) => {
-      slotBytes[slot] = Math.max(slotBytes[slot]!, record.bytes[i]!);
+      if (names[slot]!.includes(name)) slotBytes[slot] = Math.max(slotBytes[slot]!, record.bytes[i]!);
     });
   }
   if (missing.length > 0) throw new Error(`no load record from ${missing.join(', ')} yet: a member puts one within seconds of starting (docs/cluster.md, "Rebalancing"); try again shortly`);
@@ -187,7 +196,6 @@ function frozenRecord(etcd: Etcd3, keys: Keys) {
 
 /** --auto on|off, alone: <prefix>/auto-rebalance present or not (the controller reads it: rebalance-round.ts). */
 async function setAuto(etcd: Etcd3, keys: Keys, args: CtlArgs, io: Io): Promise<void> {
-  if (args.dryRun || args.cancel || args.wait || args.maxBytesPerSecond !== undefined || args.by !== 'count' || args.tolerance !== undefined) throw new UsageError('--auto is given alone: it only says whether the controller starts a rebalance when a member joins');
   // On freezes placement too: from then on a member that joins is never placed directly (without keys).
   if (args.auto) {
     await freeze(etcd, keys);

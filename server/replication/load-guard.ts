@@ -1,0 +1,88 @@
+// The controller's check before a direct placement (placement not frozen yet):
+// a hash slot whose replicas change goes to members that do not hold its keys,
+// so if its holders hold keys, the placement would hide them (a member joining
+// a loaded cluster, issue 18's headline defect). Then placement freezes
+// instead (<prefix>/frozen, `loaded: true`), and the member joins by a
+// rebalance, copied with its keys. The holders' load records say whether they
+// hold keys (slot-load.ts); a holder that is down counts as holding some; a
+// member kvctl forget removed does not count (its keys are given up). A live
+// holder without a record (just started, or of a version that puts none)
+// holds the placement back, looked at every second, for at most a TTL: then
+// it counts as holding keys, which is the safe side.
+import type { Etcd3 } from 'etcd3';
+import type { Logger } from 'pino';
+
+import { type ClusterConfig, etcdKeys, parseLoadRecord } from '../../protocol/registry.js';
+import { sameList, slotReplicaNames } from '../../protocol/slot-table.js';
+import { SLOT_COUNT } from '../../protocol/hash-slots.js';
+
+/** How soon the controller looks again while a holder's record is awaited. */
+const AWAIT_RECORD_MS = 1000;
+
+export interface LoadGuardOptions {
+  client: Etcd3;
+  prefix: string;
+  logger: Logger;
+  /** How long a missing record holds the placement back before its member counts as holding keys. */
+  ttlMs: number;
+  /** Runs another controller round. */
+  poke: () => void;
+}
+
+export class LoadGuard {
+  private awaitingSince: number | undefined;
+
+  constructor(private readonly options: LoadGuardOptions) {}
+
+  /** Whether the round stops here, without placing `next`: placement frozen, or a record awaited. */
+  async holdsBack(config: ClusterConfig, next: ClusterConfig, alive: ReadonlySet<string>, registered: ReadonlySet<string>): Promise<boolean> {
+    const { client, prefix, logger } = this.options;
+    const holders = holdersOfChanged(config, next).filter((name) => registered.has(name));
+    const found = await holdersLoad(client, prefix, holders, alive);
+    if (found.load === 'empty') {
+      this.awaitingSince = undefined;
+      return false;
+    }
+    if (found.load === 'unknown') {
+      const now = performance.now();
+      if (this.awaitingSince === undefined) logger.warn({ members: found.missing }, 'controller: waiting for the load records of members a placement would take hash slots from (they may hold keys)');
+      this.awaitingSince ??= now;
+      if (now - this.awaitingSince < this.options.ttlMs) {
+        setTimeout(() => this.options.poke(), AWAIT_RECORD_MS).unref();
+        return true;
+      }
+    }
+    this.awaitingSince = undefined;
+    const keys = etcdKeys(prefix);
+    const record = { since: new Date().toISOString(), epoch: config.epoch, loaded: true };
+    await client.if(keys.frozen, 'Create', '==', 0).then(client.put(keys.frozen).value(JSON.stringify(record))).commit();
+    const why = found.load === 'loaded' ? 'members hold keys' : `no load record from ${found.missing.join(', ')} within a TTL`;
+    logger.warn({ epoch: config.epoch, members: holders }, `controller: ${why}, so placement is frozen: a member that joins gets hash slots with their keys by kvctl rebalance (or --auto on)`);
+    this.options.poke();
+    return true;
+  }
+}
+
+/** The members holding, in `config`, a hash slot whose replicas (or their order) `next` changes. */
+export function holdersOfChanged(config: ClusterConfig, next: ClusterConfig): string[] {
+  const before = slotReplicaNames(config).names;
+  const after = slotReplicaNames(next).names;
+  const holders = new Set<string>();
+  for (let slot = 0; slot < SLOT_COUNT; slot++) if (!sameList(before[slot]!, after[slot]!)) for (const name of before[slot]!) holders.add(name);
+  return [...holders];
+}
+
+/** Whether `members` hold keys by their load records: `loaded` (one does, or is down), `unknown` (a live one has none: `missing`), or `empty`. */
+async function holdersLoad(client: Etcd3, prefix: string, members: readonly string[], alive: ReadonlySet<string>): Promise<{ load: 'empty' | 'loaded' | 'unknown'; missing: string[] }> {
+  if (members.length === 0) return { load: 'empty', missing: [] };
+  if (members.some((name) => !alive.has(name))) return { load: 'loaded', missing: [] };
+  const keys = etcdKeys(prefix);
+  const texts = await Promise.all(members.map((name) => client.get(keys.loadKey(name)).string()));
+  const missing: string[] = [];
+  for (const [i, text] of texts.entries()) {
+    const record = text === null ? undefined : parseLoadRecord(text);
+    if (record === undefined) missing.push(members[i]!);
+    else if (record.keys.some((n) => n > 0)) return { load: 'loaded', missing: [] };
+  }
+  return { load: missing.length > 0 ? 'unknown' : 'empty', missing };
+}
