@@ -129,10 +129,18 @@ export interface ControllerRecord {
   since: string;
 }
 
+/** Why `prefix` cannot be a cluster's etcd prefix (kv-server and kvctl --etcd-prefix), or undefined. */
+export function etcdPrefixProblem(prefix: string): string | undefined {
+  if (!prefix.startsWith('/') || prefix.length < 2) return 'expected an absolute key prefix such as /rdma-kv';
+  // <prefix>.load/ holds the cluster <prefix>'s load records: a cluster there would share keys with them.
+  if (/\.load(\/|$)/.test(prefix)) return "a prefix may not end in '.load', nor have a part that does (the cluster at the prefix without it keeps its load records there)";
+  return undefined;
+}
+
 export const etcdKeys = (prefix: string) => {
   const root = prefix.replace(/\/+$/, '');
   return {
-    /** Everything of this cluster: read and watch this. */
+    /** Everything of this cluster but its load records (below): read and watch this. */
     root: `${root}/`,
     members: `${root}/members/`,
     alive: `${root}/alive/`,

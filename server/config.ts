@@ -8,7 +8,7 @@ import { basename } from 'node:path';
 import { StartupError, UsageError, parseCount, parseDuration, parseSize } from '../protocol/operator-input.js';
 import { DEFAULT_NAMESPACE, type TokenEntry, loadTokenFile, namespaceNameProblem } from '../protocol/tokens.js';
 import { checkListenUrl } from '../protocol/providers.js';
-import { DEFAULT_ETCD_PREFIX, checkMemberName } from '../protocol/registry.js';
+import { DEFAULT_ETCD_PREFIX, checkMemberName, etcdPrefixProblem } from '../protocol/registry.js';
 
 import { type NamespaceOption, checkReplicas, checkZone, defaultGraceMs } from './options.js';
 import { LayoutError, type RegionLayout, planLayout } from './store/layout.js';
@@ -229,7 +229,8 @@ function resolveEtcd(args: RawServerArgs, listen: string[]): EtcdConfig | undefi
     throw new UsageError(`--name: ${(error as Error).message}`);
   }
   const prefix = args.etcdPrefix ?? DEFAULTS.etcdPrefix;
-  if (!prefix.startsWith('/') || prefix.length < 2) throw new UsageError(`--etcd-prefix ${prefix}: expected an absolute key prefix such as /rdma-kv`);
+  const badPrefix = etcdPrefixProblem(prefix);
+  if (badPrefix !== undefined) throw new UsageError(`--etcd-prefix ${prefix}: ${badPrefix}`);
   const ttlMs = parseDuration(args.etcdTtl ?? DEFAULTS.etcdTtl, '--etcd-ttl');
   if (ttlMs < 2000 || ttlMs % 1000 !== 0) throw new UsageError('--etcd-ttl: a whole number of seconds, at least 2s');
   const replaceAfterMs = parseDuration(args.replaceAfter ?? DEFAULTS.replaceAfter, '--replace-after');

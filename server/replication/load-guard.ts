@@ -30,7 +30,8 @@ export interface LoadGuardOptions {
 }
 
 export class LoadGuard {
-  private awaitingSince: number | undefined;
+  /** Per member whose record is awaited: since when, and when a round last found it missing (this process's clock). */
+  private readonly awaiting = new Map<string, { since: number; seen: number }>();
 
   constructor(private readonly options: LoadGuardOptions) {}
 
@@ -39,20 +40,20 @@ export class LoadGuard {
     const { client, prefix, logger } = this.options;
     const holders = holdersOfChanged(config, next).filter((name) => registered.has(name));
     const found = await holdersLoad(client, prefix, holders, alive);
-    if (found.load === 'empty') {
-      this.awaitingSince = undefined;
-      return false;
-    }
+    const now = performance.now();
+    // A wait counts from when a member went missing in rounds that follow each other, not from an old episode.
+    for (const [name, wait] of this.awaiting) if (!found.missing.includes(name) || now - wait.seen > 5 * AWAIT_RECORD_MS) this.awaiting.delete(name);
+    if (found.load === 'empty') return false;
     if (found.load === 'unknown') {
-      const now = performance.now();
-      if (this.awaitingSince === undefined) logger.warn({ members: found.missing }, 'controller: waiting for the load records of members a placement would take hash slots from (they may hold keys)');
-      this.awaitingSince ??= now;
-      if (now - this.awaitingSince < this.options.ttlMs) {
+      const fresh = found.missing.filter((name) => !this.awaiting.has(name));
+      if (fresh.length > 0) logger.warn({ members: fresh }, 'controller: waiting for the load records of members a placement would change hash slots of (they may hold keys)');
+      for (const name of found.missing) this.awaiting.set(name, { since: this.awaiting.get(name)?.since ?? now, seen: now });
+      if (found.missing.every((name) => now - this.awaiting.get(name)!.since < this.options.ttlMs)) {
         setTimeout(() => this.options.poke(), AWAIT_RECORD_MS).unref();
         return true;
       }
     }
-    this.awaitingSince = undefined;
+    for (const name of found.missing) this.awaiting.delete(name);
     const keys = etcdKeys(prefix);
     const record = { since: new Date().toISOString(), epoch: config.epoch, loaded: true };
     await client.if(keys.frozen, 'Create', '==', 0).then(client.put(keys.frozen).value(JSON.stringify(record))).commit();

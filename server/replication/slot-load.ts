@@ -64,16 +64,22 @@ export class SlotLoad {
   private closed = false;
   private walking: Promise<void> = Promise.resolve();
   private lastPut: Put | undefined;
-  /** Whether the last walk found a key (undefined before the first), and the live item count the poll saw last. */
-  private heldKeys: boolean | undefined;
+  /** The live item count the poll saw last (outside walks). */
   private itemsSeen = 0;
   /** When the last walk ended, and how long it took: an early walk still waits IDLE_FACTOR times that. */
   private lastWalk = { end: 0, took: 0 };
+  /** The lease an early walk was asked for already (once per lease, whether its put succeeds or not). */
+  private earlyFor: string | undefined;
 
   private constructor(private readonly options: SlotLoadOptions) {}
 
   static start(options: SlotLoadOptions): SlotLoad {
     const load = new SlotLoad(options);
+    // A member holding no item says so at once: a walk of a large empty index takes seconds, and the
+    // controller holds a placement back while a holder has no record.
+    if (options.regions().every((r) => r.items() === 0)) {
+      void load.put({ slots: [], keys: [], bytes: [] }).catch(() => undefined);
+    }
     load.schedule(0);
     if (options.intervalMs === undefined) {
       load.poll = setInterval(() => load.look(), POLL_MS);
@@ -94,12 +100,16 @@ export class SlotLoad {
    * says none) or the lease changed (the record went with the old one), not sooner than the idle rule.
    */
   private look(): void {
+    // While a walk runs, what comes is left for after it: a key it passed by shows as a first key then.
+    if (this.timer === undefined) return;
     const items = this.options.regions().reduce((n, r) => n + r.items(), 0);
-    const firstKey = this.itemsSeen === 0 && items > 0 && this.heldKeys === false;
+    const firstKey = this.itemsSeen === 0 && items > 0 && this.lastPut?.heldKeys === false;
     this.itemsSeen = items;
     const leaseId = this.options.leaseId();
-    const newLease = leaseId !== undefined && this.lastPut !== undefined && this.lastPut.leaseId !== leaseId;
-    if ((firstKey || newLease) && this.timer !== undefined) this.schedule(Math.max(0, this.lastWalk.end + this.lastWalk.took * IDLE_FACTOR - performance.now()));
+    const newLease = leaseId !== undefined && this.lastPut?.leaseId !== leaseId && this.earlyFor !== leaseId;
+    if (!firstKey && !newLease) return;
+    if (newLease) this.earlyFor = leaseId;
+    this.schedule(Math.max(0, this.lastWalk.end + this.lastWalk.took * IDLE_FACTOR - performance.now()));
   }
 
   /** The next walk in `ms`, replacing one pending; none is pending while one runs (timer unset then). */
@@ -131,11 +141,15 @@ export class SlotLoad {
     this.lastWalk = { end: now, took: now - started };
     const slots: number[] = [];
     for (let slot = 0; slot < SLOT_COUNT; slot++) if (keys[slot]! > 0) slots.push(slot);
-    this.heldKeys = slots.length > 0;
+    if (this.closed) return;
+    await this.put({ slots, keys: slots.map((s) => keys[s]!), bytes: slots.map((s) => bytes[s]!) });
+  }
+
+  /** Puts `counts` under the lease, if it matters (due). */
+  private async put(counts: Pick<LoadRecord, 'slots' | 'keys' | 'bytes'>): Promise<void> {
     const leaseId = this.options.leaseId();
-    if (this.closed || leaseId === undefined) return;
-    const counts = { slots, keys: slots.map((s) => keys[s]!), bytes: slots.map((s) => bytes[s]!) };
-    const next: Put = { leaseId, heldKeys: this.heldKeys, bytes: counts.bytes.reduce((a, b) => a + b, 0), counts: JSON.stringify(counts), at: now };
+    if (leaseId === undefined) return;
+    const next: Put = { leaseId, heldKeys: counts.slots.length > 0, bytes: counts.bytes.reduce((a, b) => a + b, 0), counts: JSON.stringify(counts), at: performance.now() };
     if (!this.due(next)) return;
     const record: LoadRecord = { at: new Date().toISOString(), ...counts };
     await this.options.client.put(etcdKeys(this.options.prefix).loadKey(this.options.name)).value(JSON.stringify(record)).lease(leaseId);

@@ -1,7 +1,7 @@
 // kvctl rebalance --by bytes (issue 18; docs/cluster.md "Rebalancing"), on the
 // host: a cluster of three (--replicas 1) whose keys all sit in one member's
 // hash slots. Each member puts its keys and bytes per hash slot at
-// <prefix>/load/<name>; --dry-run shows the bytes each member holds now and
+// <prefix>.load/<name>; --dry-run shows the bytes each member holds now and
 // would hold, and writes nothing; the rebalance moves hash slots, with their
 // keys, until each member holds about a third of the bytes (hash slots of the
 // other members stay where they are), and every key reads back. Option

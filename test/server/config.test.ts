@@ -124,6 +124,9 @@ test('resolveConfig: --replicas 1 to 3 and --zone with --etcd; above 1 only with
   t.is(refused?.message, "--replicas 2 is experimental (issue 17): writes are replicated, a dead member's hash slots fail over to their backups, a member cut off from etcd fences itself, hash slots short of a replica are copied back (repair) and locks are replicated, but placement never changes after a failover (members join only as repair targets) and a returning member is copied every key; RKV_EXPERIMENTAL_REPLICAS=1 runs it anyway");
   t.throws(() => resolveConfig({ ...etcd, replicas: '1.5' }), { instanceOf: StartupError, message: /--replicas must be a whole number from 1 to 3/ });
   t.throws(() => resolveConfig({ ...defaults(), zone: 'east' }), { instanceOf: UsageError, message: '--zone only means something with --etcd' });
+  // <prefix>.load/ holds a cluster's load records: no cluster may live there.
+  t.throws(() => resolveConfig({ ...etcd, etcdPrefix: '/rdma-kv.load' }), { instanceOf: UsageError, message: /^--etcd-prefix \/rdma-kv\.load: a prefix may not end in '\.load'/ });
+  t.is(resolveConfig({ ...etcd, etcdPrefix: '/rdma-kv.loader' }).etcd?.prefix, '/rdma-kv.loader');
 });
 
 // With eviction every miss of a cache frees a block, and a grace period of them is heap no item

@@ -66,6 +66,12 @@ test('usage errors for cluster targets exit 2 with one line', async (t) => {
     [['--etcd', 'localhost:2379', 'layout'], /^kvctl: --etcd localhost:2379: expected http:\/\/host:port/],
     [['--etcd', 'http://127.0.0.1:1', '--etcd-prefix', 'rdma-kv', 'layout'], /^kvctl: --etcd-prefix rdma-kv: expected an absolute key prefix/],
     [['--etcd-prefix', '/x', 'layout'], /^kvctl: --etcd-prefix only means something with --etcd\n$/],
+    [['--etcd', 'http://127.0.0.1:1', '--etcd-prefix', '/x.load', 'layout'], /^kvctl: --etcd-prefix \/x\.load: a prefix may not end in '\.load'/],
+    // Options that do not go together are refused before etcd is dialed (nothing listens at :1).
+    [['--etcd', 'http://127.0.0.1:1', 'rebalance', '--cancel', '--by', 'bytes'], /^kvctl: --cancel takes no other rebalance option but --json\n$/],
+    [['--etcd', 'http://127.0.0.1:1', 'rebalance', '--auto', 'on', '--by', 'count'], /^kvctl: --auto is given alone/],
+    [['--etcd', 'http://127.0.0.1:1', 'rebalance', '--tolerance', '5'], /^kvctl: --tolerance goes with --by bytes\n$/],
+    [['--etcd', 'http://127.0.0.1:1', 'drain', 'm0', '--cancel', '--max-mbps', '1'], /^kvctl: --max-mbps and --cancel exclude each other\n$/],
     [['--servers', `${url},${url}.b`, '--metrics', metrics, 'stats'], /^kvctl: --metrics: 1 address for 2 servers/],
     [['--servers', `${url},${url}.b`, 'stats'], /^kvctl: stats with --servers needs --metrics/],
     [['--url', url, '--metrics', `${metrics},${metrics}`, 'stats'], /^kvctl: --metrics: one address with --url/],

@@ -4,6 +4,7 @@
 // code 2) whose message names the option.
 import { UsageError, parseCount, parseDuration } from '../../protocol/operator-input.js';
 import { checkListenUrl } from '../../protocol/providers.js';
+import { etcdPrefixProblem } from '../../protocol/registry.js';
 import { namespaceNameProblem } from '../../protocol/tokens.js';
 import { oneLine } from './format.js';
 import type { Io } from './io.js';
@@ -45,8 +46,8 @@ export interface CtlArgs {
   maxBytesPerSecond?: number;
   /** rebalance --auto on|off: whether the controller starts a rebalance itself when a member joins; undefined when not given. */
   auto?: boolean;
-  /** rebalance --by: even out hash slot counts (the default) or the bytes the members hold. */
-  by: 'count' | 'bytes';
+  /** rebalance --by: even out hash slot counts (the default) or the bytes the members hold; undefined when not given. */
+  by?: 'count' | 'bytes';
   /** rebalance --tolerance, as a fraction (5 %: 0.05); undefined when not given. */
   tolerance?: number;
 }
@@ -91,7 +92,8 @@ function resolveTarget(args: Record<string, unknown>): Target {
       if (!/^https?:\/\/[^/\s]+\/?$/.test(host)) throw new UsageError(`--etcd ${host || "''"}: expected http://host:port (or https://)`);
     }
     const prefix = args['etcd-prefix'] === undefined ? KVCTL_DEFAULTS.etcdPrefix : String(args['etcd-prefix']);
-    if (!prefix.startsWith('/') || prefix.length < 2) throw new UsageError(`--etcd-prefix ${prefix}: expected an absolute key prefix such as /rdma-kv`);
+    const badPrefix = etcdPrefixProblem(prefix);
+    if (badPrefix !== undefined) throw new UsageError(`--etcd-prefix ${prefix}: ${badPrefix}`);
     return { kind: 'etcd', hosts, prefix };
   }
   if (Array.isArray(args.url)) throw new UsageError('--url is given more than once (a cluster is --servers URL,URL,...)');
@@ -170,7 +172,7 @@ export async function parseArgs(argv: string[], io: Io): Promise<CtlArgs | numbe
       dryRun: args['dry-run'] === true,
       maxBytesPerSecond: args['max-mbps'] === undefined ? undefined : parseMbps(String(args['max-mbps'])),
       auto: args.auto === undefined ? undefined : args.auto === 'on',
-      by: args.by === 'bytes' ? 'bytes' : 'count',
+      by: args.by === undefined ? undefined : args.by === 'bytes' ? 'bytes' : 'count',
       tolerance: args.tolerance === undefined ? undefined : parseTolerance(String(args.tolerance)),
     };
   } catch (error) {

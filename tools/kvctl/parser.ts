@@ -73,7 +73,7 @@ export function parser(argv: string[]) {
         .option('dry-run', { type: 'boolean', default: false, describe: 'print what would move, write nothing' })
         .option('cancel', { type: 'boolean', default: false, describe: 'stop the rebalance in progress (hash slots already moved stay moved)' })
         .option('max-mbps', { type: 'string', describe: 'each copying member copies at most this many MB a second (also changes the rate of one in progress; 0: no cap)' })
-        .option('by', { type: 'string', choices: ['count', 'bytes'], default: 'count', describe: 'even out the hash slots each member holds (count), or the bytes (from the members\' load records)' })
+        .option('by', { type: 'string', choices: ['count', 'bytes'], describe: 'even out the hash slots each member holds (count), or the bytes (from the members\' load records); count by default' })
         .option('tolerance', { type: 'string', describe: 'with --by bytes: how far above the mean a member may stay, in percent (default 5)' })
         .option('auto', { type: 'string', choices: ['on', 'off'], describe: 'on: the controller starts a rebalance itself whenever a member joins the frozen cluster; off: only kvctl rebalance does (the default)' }),
     )

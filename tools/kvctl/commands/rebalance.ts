@@ -39,10 +39,10 @@ export async function rebalance(args: CtlArgs, io: Io): Promise<void> {
   const { target } = args;
   if (target.kind !== 'etcd') throw new UsageError('rebalance works on an etcd cluster: give --etcd (a --servers list cannot move hash slots: its map is the list you pass)');
   // Options that do not go together are refused before etcd is dialed.
-  if (args.auto !== undefined && (args.dryRun || args.cancel || args.wait || args.maxBytesPerSecond !== undefined || args.by !== 'count' || args.tolerance !== undefined)) {
+  if (args.auto !== undefined && (args.dryRun || args.cancel || args.wait || args.maxBytesPerSecond !== undefined || args.by !== undefined || args.tolerance !== undefined)) {
     throw new UsageError('--auto is given alone: it only says whether the controller starts a rebalance when a member joins');
   }
-  if (args.cancel && (args.dryRun || args.maxBytesPerSecond !== undefined || args.by !== 'count' || args.tolerance !== undefined)) throw new UsageError('--cancel takes no other rebalance option but --json');
+  if (args.cancel && (args.dryRun || args.wait || args.maxBytesPerSecond !== undefined || args.by !== undefined || args.tolerance !== undefined)) throw new UsageError('--cancel takes no other rebalance option but --json');
   if (args.maxBytesPerSecond !== undefined && args.dryRun) throw new UsageError('--max-mbps and --dry-run exclude each other: a dry run writes nothing');
   if (args.tolerance !== undefined && args.by !== 'bytes') throw new UsageError('--tolerance goes with --by bytes');
   const etcd = openEtcd(target.hosts, args.timeoutMs);
