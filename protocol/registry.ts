@@ -77,7 +77,7 @@ export interface ClusterConfig {
 export interface DrainRecord {
   since: string;
   phase: 'copying' | 'quiesce' | 'quiet';
-  /** kvctl drain --max-mbps: each member copying for it copies at most this many bytes a second (absent or 0: no cap). */
+  /** kvctl drain --max-mbps: while the drain runs, each copying member copies at most this many bytes a second (absent or 0: no cap). */
   maxBytesPerSecond?: number;
 }
 

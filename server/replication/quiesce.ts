@@ -21,7 +21,7 @@
 import type { Etcd3, IKeyValue, Watcher } from 'etcd3';
 import type { Logger } from 'pino';
 
-import { etcdKeys, parseDrainRecord, parseHandoffRecord } from '../../protocol/registry.js';
+import { type DrainRecord, etcdKeys, parseDrainRecord, parseHandoffRecord } from '../../protocol/registry.js';
 
 /** Added to the last lease's end: timer lateness is on the safe side, this covers rounding. */
 const MARGIN_MS = 20;
@@ -135,12 +135,11 @@ export class Quiesce {
     let phase: string | undefined;
     let untilEpoch: number | undefined;
     let since: string | undefined;
-    let cap: number | undefined;
+    let drain: DrainRecord | undefined;
     if (kv !== undefined && kind === 'drain') {
-      const record = parseDrainRecord(text!);
-      phase = record?.phase ?? 'copying';
-      since = record?.since;
-      cap = record?.maxBytesPerSecond;
+      drain = parseDrainRecord(text!);
+      phase = drain?.phase ?? 'copying';
+      since = drain?.since;
     } else if (kv !== undefined) {
       const record = parseHandoffRecord(text!);
       phase = record?.phase ?? 'quiesce';
@@ -154,8 +153,8 @@ export class Quiesce {
     clearTimeout(this.timers.get(kind));
     if (kv && phase === 'quiesce') {
       // A record as the formats say, whatever was there (an unreadable one counts as `quiesce`).
-      // A drain's --max-mbps stays with it (a failover may have copies start over).
-      const quiet = JSON.stringify({ since: since ?? new Date().toISOString(), phase: 'quiet', ...(cap !== undefined ? { maxBytesPerSecond: cap } : {}) });
+      // A drain record keeps its other fields (its --max-mbps: a failover may have copies start over).
+      const quiet = JSON.stringify({ ...drain, since: since ?? new Date().toISOString(), phase: 'quiet' });
       this.later(kind, () => void this.sayQuiet(kind, kv.mod_revision, quiet), Math.max(0, this.grantedUntil - performance.now()) + MARGIN_MS);
     }
     if (kv && phase === 'moved') this.later(kind, () => void this.removeMoved(kind, kv.mod_revision), 0);

@@ -4,8 +4,8 @@
 // the member quiesced, and then the copies made replicas in its place. With
 // --wait it prints progress until the member holds no hash slot; --cancel
 // removes the record (what has moved stays moved). --max-mbps caps the rate of
-// each member copying for the drain (kept in the record: it goes with it), for a
-// new drain or the one in progress.
+// each copying member while the drain runs (kept in the record: it goes with
+// it), for a new drain or the one in progress.
 import { SLOT_COUNT } from '../../../client/index.js';
 import { UsageError } from '../../../protocol/operator-input.js';
 import { type DrainRecord, checkMemberName, etcdKeys, openEtcd, parseDrainRecord, slotsHeld } from '../../../protocol/registry.js';

@@ -211,7 +211,6 @@ function rateRecord(etcd: Etcd3, keys: Keys, bytesPerSecond: number) {
   return etcd.put(keys.copyRate).value(JSON.stringify({ bytesPerSecond, since: new Date().toISOString() } satisfies CopyRateRecord));
 }
 
-
 /** Freezes placement, if it is not frozen yet. */
 async function freeze(etcd: Etcd3, keys: Keys): Promise<void> {
   await etcd.if(keys.frozen, 'Create', '==', 0).then(frozenRecord(etcd, keys)).commit();
