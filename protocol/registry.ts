@@ -146,7 +146,7 @@ export const etcdKeys = (prefix: string) => {
     alive: `${root}/alive/`,
     config: `${root}/config`,
     controller: `${root}/controller`,
-    /** Present once the cluster has failed over: placement is never recomputed from members/ again (controller.ts). */
+    /** Present once placement is frozen (FrozenRecord): it is never recomputed from members/ again (controller.ts). */
     frozen: `${root}/frozen`,
     /** repair/<target>/<primary>: what that primary's copier has copied to that target (RepairRecord). */
     repair: `${root}/repair/`,
@@ -301,6 +301,41 @@ export function parseLoadRecord(text: string): LoadRecord | undefined {
   } catch {
     return undefined;
   }
+}
+
+/**
+ * <prefix>/frozen: placement changes only by copying from now on (kvctl rebalance, drains, repair), never
+ * directly from members/ again. Its presence is what counts (server/replication/controller.ts); the
+ * record says why, for people (kvctl layout).
+ */
+export interface FrozenRecord {
+  since: string;
+  /** What froze it: a failover, a drain, members holding keys when a member joined, kvctl rebalance, or a rebalance given up. */
+  reason: 'failover' | 'drain' | 'loaded' | 'rebalance' | 'rebalance given up';
+  /** The config's epoch then (the controller's records). */
+  epoch?: number;
+  /** The members it was about: failed over, drained, or holding keys. */
+  members?: string[];
+}
+
+/** The text of a frozen record written now. */
+export function frozenRecord(reason: FrozenRecord['reason'], epoch?: number, members?: readonly string[]): string {
+  return JSON.stringify({ since: new Date().toISOString(), reason, ...(epoch === undefined ? {} : { epoch }), ...(members === undefined ? {} : { members: [...members] }) });
+}
+
+/** A frozen record read from etcd; one this version cannot read (older, or damaged) still freezes: its reason is 'unknown'. */
+export function parseFrozenRecord(text: string): { since?: string; reason: FrozenRecord['reason'] | 'unknown'; members: string[] } {
+  const reasons: readonly string[] = ['failover', 'drain', 'loaded', 'rebalance', 'rebalance given up'];
+  try {
+    const r = JSON.parse(text) as Partial<FrozenRecord> | null;
+    if (r && typeof r === 'object') {
+      const members = Array.isArray(r.members) ? r.members.filter((name): name is string => typeof name === 'string') : [];
+      return { since: typeof r.since === 'string' ? r.since : undefined, reason: typeof r.reason === 'string' && reasons.includes(r.reason) ? r.reason : 'unknown', members };
+    }
+  } catch {
+    // not JSON
+  }
+  return { reason: 'unknown', members: [] };
 }
 
 /** <prefix>/copy-rate: each copier copies at most this many bytes a second (and at most its own --repair-rate). */

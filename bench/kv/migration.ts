@@ -14,7 +14,7 @@ import * as hdr from 'hdr-histogram-js';
 
 import type { KvClient } from '../../client/index.js';
 import { encodeClusterConfig } from '../../protocol/config-codec.js';
-import { etcdKeys, parseClusterConfig, readCopyProgress } from '../../protocol/registry.js';
+import { etcdKeys, frozenRecord, parseClusterConfig, readCopyProgress } from '../../protocol/registry.js';
 import { rebalanceTarget } from '../../protocol/slot-table.js';
 import { startKvServer } from '../ycsb/compare/servers.js';
 import { Properties } from '../ycsb/properties.js';
@@ -114,7 +114,7 @@ try {
   await timed(phase('before'), () => new Promise((resolve) => setTimeout(resolve, steadyMs)));
   let ms = 0;
   // As kvctl rebalance does: placement frozen (the joining member gets nothing by itself), then the target.
-  await etcd.client.put(keys$.frozen).value(JSON.stringify({ since: new Date().toISOString(), by: 'bench' }));
+  await etcd.client.put(keys$.frozen).value(frozenRecord('rebalance'));
   await timed(phase('during'), async () => {
     joined = await startKvServer(new Properties([['rdmakv.memory', `${memory}M`]]), ['--etcd', etcd.url, '--etcd-prefix', prefix, '--name', 'm2', '--replicas', '2', ...extra]);
     while ((await etcd.client.get(keys$.aliveKey('m2')).string()) === null) await new Promise((resolve) => setTimeout(resolve, 5));

@@ -41,7 +41,7 @@ import type { Etcd3, IKeyValue, Watcher } from 'etcd3';
 import type { Logger } from 'pino';
 
 import type { PlacedMember } from '../../protocol/hash-slots.js';
-import { type ClusterConfig, type ControllerRecord, type DrainRecord, type MemberRecord, type RepairRecord, etcdKeys, parseClusterConfig, parseDrainRecord, slotsHeld } from '../../protocol/registry.js';
+import { type ClusterConfig, type ControllerRecord, type DrainRecord, type MemberRecord, type RepairRecord, etcdKeys, frozenRecord, parseClusterConfig, parseDrainRecord, slotsHeld } from '../../protocol/registry.js';
 import { slotsToMove } from '../../protocol/slot-table.js';
 import { readStoredConfig, writeConfig } from './config-store.js';
 import { clearHandoffs, rebalanceJoined, rebalanceRound } from './rebalance-round.js';
@@ -248,7 +248,7 @@ export class ReplicationController {
     const { client, logger } = this.options;
     const next = withoutReplicas(config, dead);
     if (next === undefined) return false; // every hash slot of theirs has no live replica: nothing to promote
-    await client.put(this.keys.frozen).value(JSON.stringify({ since: new Date().toISOString(), epoch: next.epoch, failed: [...dead] }));
+    await client.put(this.keys.frozen).value(frozenRecord('failover', next.epoch, [...dead]));
     if (await writeConfig(client, this.keys, next, modRevision, leaseId, [...dead].map((name) => this.keys.aliveKey(name)))) {
       this.failovers++;
       this.rounds.runAgain(); // our own config write wakes no watch: look again, for repair (its --replace-after clock starts there)
@@ -272,7 +272,7 @@ export class ReplicationController {
     if (leaving.size > 0) {
       // A drain moves hash slots by copying, as repair does: placement is never recomputed from members/ again.
       const frozen = this.keys.frozen;
-      await client.if(frozen, 'Create', '==', 0).then(client.put(frozen).value(JSON.stringify({ since: new Date().toISOString(), epoch: config.epoch, drained: [...leaving] }))).commit();
+      await client.if(frozen, 'Create', '==', 0).then(client.put(frozen).value(frozenRecord('drain', config.epoch, [...leaving]))).commit();
     }
     // A quiet member leaves all its hash slots in one config (never some, then read again under a
     // lease at a config that moved them), and only while its record is as read: a cancel that

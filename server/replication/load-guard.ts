@@ -12,7 +12,7 @@
 import type { Etcd3 } from 'etcd3';
 import type { Logger } from 'pino';
 
-import { type ClusterConfig, etcdKeys, parseLoadRecord } from '../../protocol/registry.js';
+import { type ClusterConfig, etcdKeys, frozenRecord, parseLoadRecord } from '../../protocol/registry.js';
 import { sameList, slotReplicaNames } from '../../protocol/slot-table.js';
 import { SLOT_COUNT } from '../../protocol/hash-slots.js';
 
@@ -55,8 +55,7 @@ export class LoadGuard {
     }
     for (const name of found.missing) this.awaiting.delete(name);
     const keys = etcdKeys(prefix);
-    const record = { since: new Date().toISOString(), epoch: config.epoch, loaded: true };
-    await client.if(keys.frozen, 'Create', '==', 0).then(client.put(keys.frozen).value(JSON.stringify(record))).commit();
+    await client.if(keys.frozen, 'Create', '==', 0).then(client.put(keys.frozen).value(frozenRecord('loaded', config.epoch, holders))).commit();
     const why = found.load === 'loaded' ? 'members hold keys' : `no load record from ${found.missing.join(', ')} within a TTL`;
     logger.warn({ epoch: config.epoch, members: holders }, `controller: ${why}, so placement is frozen: a member that joins gets hash slots with their keys by kvctl rebalance (or --auto on)`);
     this.options.poke();

@@ -21,7 +21,7 @@ import type { Logger } from 'pino';
 
 import { encodeClusterConfig } from '../../protocol/config-codec.js';
 import type { PlacedMember } from '../../protocol/hash-slots.js';
-import { type ClusterConfig, type HandoffRecord, etcdKeys, parseClusterConfig, parseHandoffRecord } from '../../protocol/registry.js';
+import { type ClusterConfig, type HandoffRecord, etcdKeys, frozenRecord, parseClusterConfig, parseHandoffRecord } from '../../protocol/registry.js';
 import { writeConfig } from './config-store.js';
 import type { CopiedRange } from './placement.js';
 import { deadHolders, handoffsDue, primariesLeaving, rebalanceTarget, slotsToMove, withMoveSyncing, withMoved } from './rebalance.js';
@@ -143,7 +143,7 @@ async function removeTarget(ctx: RebalanceContext, view: RebalanceView, open: IK
   const { client, keys } = ctx;
   let txn = client.if(keys.target, 'Mod', '==', view.target.mod_revision).and(keys.controller, 'Lease', '==', ctx.leaseId);
   for (const kv of open) txn = txn.and(kv.key.toString(), 'Mod', '==', kv.mod_revision);
-  const frozen = freeze ? [client.put(keys.frozen).value(JSON.stringify({ since: new Date().toISOString(), epoch: view.config.epoch, rebalanceGivenUp: true }))] : [];
+  const frozen = freeze ? [client.put(keys.frozen).value(frozenRecord('rebalance given up', view.config.epoch))] : [];
   return (await txn.then(client.delete().key(keys.target), client.delete().key(keys.copyRate), ...open.map((kv) => client.delete().key(kv.key.toString())), ...frozen).commit()).succeeded;
 }
 

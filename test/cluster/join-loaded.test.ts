@@ -10,7 +10,7 @@
 import ava from 'ava';
 
 import { KvClient } from '../../client/index.js';
-import { etcdKeys, parseLoadRecord, slotsHeld } from '../../protocol/registry.js';
+import { etcdKeys, parseFrozenRecord, parseLoadRecord, slotsHeld } from '../../protocol/registry.js';
 import { readConfig } from '../../server/replication/config-store.js';
 import { etcdForFile } from '../helpers/etcd.js';
 import { slow, testTimeoutMs } from '../helpers/providers.js';
@@ -43,16 +43,25 @@ for (const replicas of [1, 2]) {
     members.push(await startMember(dir, 2, args, undefined, REPLICAS_ON));
     await eventually(async () => (await etcd.client.get(keys.aliveKey('m2')).string()) !== null, 'm2 registered', slow(30_000));
     await eventually(async () => (await etcd.client.get(keys.frozen).string()) !== null, 'the controller froze placement', slow(30_000));
-    t.like(JSON.parse((await etcd.client.get(keys.frozen).string())!), { loaded: true });
+    const why = parseFrozenRecord((await etcd.client.get(keys.frozen).string())!);
+    t.deepEqual([why.reason, why.members.sort()], ['loaded', ['m0', 'm1']], 'frozen because both hold keys of hash slots a direct placement would move');
     const config = (await readConfig(etcd.client, prefix))!;
     t.is(slotsHeld(config, 'm2'), 0, 'm2 was given no hash slot');
     t.is(config.epoch, placed.epoch, 'no hash slot moved');
     t.deepEqual((await kv.getMany(names)).map(String), names.map((key) => `v:${key}`), 'every key reads back');
+    // kvctl layout says why m2 holds nothing, and what moves its share to it.
+    const target = ['--etcd', etcd.url, '--etcd-prefix', prefix];
+    const shown = await kvctl([...target, 'layout']);
+    t.regex(shown.stdout, /placement frozen since \S+ \(a member joined while m\d, m\d held keys\): hash slots move only by copying/);
+    t.regex(shown.stdout, /joined, holding no hash slot: m2 \(kvctl rebalance moves their share to them\)/);
+    const json = JSON.parse((await kvctl([...target, '--json', 'layout'])).stdout) as { config: { frozen: { reason: string; autoRebalance: boolean }; waiting: string[] } };
+    t.like(json.config, { frozen: { reason: 'loaded', autoRebalance: false }, waiting: ['m2'] });
 
     const moved = await kvctl(['--etcd', etcd.url, '--etcd-prefix', prefix, '--json', 'rebalance', '--wait']);
     t.is(moved.code, 0, moved.stderr);
     t.like(JSON.parse(moved.stdout.trim().split('\n').pop()!), { done: true, left: 0 });
     t.true(slotsHeld((await readConfig(etcd.client, prefix))!, 'm2') > 0, 'm2 holds its share now');
+    t.deepEqual((JSON.parse((await kvctl([...target, '--json', 'layout'])).stdout) as { config: { waiting: string[] } }).config.waiting, [], 'no member waits');
     t.deepEqual((await kv.getMany(names)).map(String), names.map((key) => `v:${key}`), 'every key reads back after the rebalance');
   });
 }

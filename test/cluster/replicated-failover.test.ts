@@ -166,8 +166,8 @@ test.serial('--replicas 2: a member SIGKILLed and restarted at once waits to be 
   await restartMember(member, REPLICAS_ON); // at once: its lease (2 s) has not lapsed
   const after = (await config(prefix))!;
   t.true(after.epoch > before.epoch, 'failed over before it registered');
-  const frozen = JSON.parse((await etcd.client.get(etcdKeys(prefix).frozen).string())!) as { failed: string[]; epoch: number };
-  t.deepEqual(frozen.failed, [victim], 'the failover that froze placement was of the victim');
+  const frozen = JSON.parse((await etcd.client.get(etcdKeys(prefix).frozen).string())!) as { reason: string; members: string[]; epoch: number };
+  t.like(frozen, { reason: 'failover', members: [victim] }, 'the failover that froze placement was of the victim');
   t.not(await etcd.client.get(etcdKeys(prefix).aliveKey(victim)).string(), null, 'registered again afterwards');
   for (const key of keys) t.is(await kv.get(key).then(String), `v-${key}`, key);
   await kv.put(keys[0]!, 'new');

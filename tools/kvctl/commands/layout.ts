@@ -3,9 +3,10 @@
 // etcd cluster whose controller has written a config, also its ranges of hash
 // slots: primary, backups and epoch (clients route by it with --replicas > 1;
 // docs/cluster.md), and what a failover left: hash slots short of replicas and
-// members failed over.
+// members failed over; and whether placement is frozen, why, and who waits for
+// kvctl rebalance because of it.
 import { SLOT_COUNT, keySlot } from '../../../client/index.js';
-import { type ClusterConfig, openEtcd, removedMembers, underReplicatedSlots } from '../../../protocol/registry.js';
+import { type ClusterConfig, etcdKeys, openEtcd, parseFrozenRecord, removedMembers, underReplicatedSlots } from '../../../protocol/registry.js';
 import type { CtlArgs } from '../args.js';
 import { withClient } from '../connect.js';
 import { readClusterConfig } from '../etcd.js';
@@ -20,19 +21,20 @@ export async function layout(args: CtlArgs, io: Io): Promise<void> {
     async (kv) => ({ members: layoutEntries(kv.layout()), owner: key === undefined ? undefined : kv.memberFor(key) }),
     false, // a cluster that is down still has a map
   );
-  const config = await readConfig(args, io);
+  const { config, frozen, auto } = (await readConfig(args, io)) ?? {};
+  const waiting = config && frozen ? members.filter((m) => m.state !== 'down' && !config.members.includes(m.name)).map((m) => m.name) : [];
   const slot = key === undefined ? undefined : keySlot(Buffer.from(key, 'utf8'));
   const ranges = config && configRanges(config);
   const range = slot === undefined ? undefined : ranges?.find((r) => r.from <= slot && slot <= r.to);
   if (args.json) {
-    const configJson = config && { epoch: config.epoch, replicas: config.replicas, underReplicated: underReplicatedSlots(config), syncing: syncingSlots(config), failedOver: removedMembers(config), ranges };
+    const configJson = config && { epoch: config.epoch, replicas: config.replicas, underReplicated: underReplicatedSlots(config), syncing: syncingSlots(config), failedOver: removedMembers(config), frozen: frozen ? { ...frozen, autoRebalance: auto === true } : null, waiting, ranges };
     const keyJson = key === undefined ? {} : { key: { key, slot, member: owner ?? null, ...(range ? { replicas: [range.primary, ...range.backups], epoch: range.epoch } : {}) } };
     io.stdout(JSON.stringify({ slots: SLOT_COUNT, members, ...(configJson ? { config: configJson } : {}), ...keyJson }) + '\n');
     return;
   }
   if (key === undefined) {
     io.stdout(layoutTable(members) + `${SLOT_COUNT} slots over ${members.length} member${members.length === 1 ? '' : 's'}\n`);
-    if (config) io.stdout(`config epoch ${config.epoch}, replicas ${config.replicas}, ${ranges!.length} range${ranges!.length === 1 ? '' : 's'}:\n` + configTable(ranges!) + health(config));
+    if (config) io.stdout(`config epoch ${config.epoch}, replicas ${config.replicas}, ${ranges!.length} range${ranges!.length === 1 ? '' : 's'}:\n` + configTable(ranges!) + health(config) + frozenText(frozen, waiting, auto === true));
     return;
   }
   const m = members.find((entry) => entry.name === owner);
@@ -55,18 +57,42 @@ function health(config: ClusterConfig): string {
   );
 }
 
+type Frozen = ReturnType<typeof parseFrozenRecord>;
+
+const FROZEN_BECAUSE: Record<Frozen['reason'], (members: string) => string> = {
+  failover: (members) => `a failover of ${members}`,
+  drain: (members) => `a drain of ${members}`,
+  loaded: (members) => `a member joined while ${members} held keys`,
+  rebalance: () => 'kvctl rebalance',
+  'rebalance given up': () => 'a rebalance was given up',
+  unknown: () => 'a record this kvctl cannot read',
+};
+
+/** Whether placement is frozen and why; the live members it leaves without hash slots until kvctl rebalance. */
+function frozenText(frozen: Frozen | undefined, waiting: string[], auto: boolean): string {
+  if (frozen === undefined) return '';
+  const because = FROZEN_BECAUSE[frozen.reason](frozen.members.join(', ') || 'members');
+  const line = `placement frozen${frozen.since ? ` since ${frozen.since}` : ''} (${because}): hash slots move only by copying (kvctl rebalance, drain, repair)\n`;
+  if (waiting.length === 0) return line;
+  return line + `joined, holding no hash slot: ${waiting.join(', ')} (${auto ? 'the rebalance the controller starts (--auto on)' : 'kvctl rebalance'} moves their share to them)\n`;
+}
+
 /** Hash slots with members syncing into them: their primaries are copying (repair). */
 function syncingSlots(config: ClusterConfig): number {
   return config.slots.reduce((n, r) => (r.syncing.length > 0 ? n + r.to - r.from + 1 : n), 0);
 }
 
-/** The config when the target is etcd and one is written; an unreadable one is warned about, not fatal. */
-async function readConfig(args: CtlArgs, io: Io): Promise<ClusterConfig | undefined> {
+/** The config (and the frozen record) when the target is etcd and one is written; an unreadable one is warned about, not fatal. */
+async function readConfig(args: CtlArgs, io: Io): Promise<{ config?: ClusterConfig; frozen?: Frozen; auto?: boolean } | undefined> {
   const { target } = args;
   if (target.kind !== 'etcd') return undefined;
   const etcd = openEtcd(target.hosts, args.timeoutMs);
   try {
-    return await readClusterConfig(etcd, target);
+    const config = await readClusterConfig(etcd, target);
+    const keys = etcdKeys(target.prefix);
+    const frozen = config && (await etcd.get(keys.frozen).string());
+    const auto = frozen ? (await etcd.get(keys.autoRebalance).string()) !== null : false;
+    return { config, frozen: typeof frozen === 'string' ? parseFrozenRecord(frozen) : undefined, auto };
   } catch (error) {
     io.stderr(`kvctl: warning: ${oneLine((error as Error).message)}\n`);
     return undefined;

@@ -17,7 +17,7 @@ import { SLOT_COUNT } from '../../../client/index.js';
 import type { PlacedMember } from '../../../protocol/hash-slots.js';
 import { UsageError, formatBytes } from '../../../protocol/operator-input.js';
 import { encodeClusterConfig } from '../../../protocol/config-codec.js';
-import { type ClusterConfig, type CopyRateRecord, type MemberRecord, etcdKeys, openEtcd, parseClusterConfig, parseHandoffRecord, parseLoadRecord, underReplicatedSlots } from '../../../protocol/registry.js';
+import { type ClusterConfig, type CopyRateRecord, type MemberRecord, etcdKeys, frozenRecord, openEtcd, parseClusterConfig, parseHandoffRecord, parseLoadRecord, underReplicatedSlots } from '../../../protocol/registry.js';
 import { balanceByBytes, bytesHeld } from '../../../protocol/balance-by-bytes.js';
 import { deadHolders, rebalanceTarget, slotReplicaNames, slotsToMove } from '../../../protocol/slot-table.js';
 import type { CtlArgs, EtcdTarget } from '../args.js';
@@ -96,7 +96,7 @@ export async function rebalance(args: CtlArgs, io: Io): Promise<void> {
     }
     // Placement freezes with it: the controller must not place members directly from then on (without their keys).
     const rate = args.maxBytesPerSecond ? [rateRecord(etcd, keys, args.maxBytesPerSecond)] : [etcd.delete().key(keys.copyRate)];
-    const put = await etcd.if(keys.target, 'Create', '==', 0).and(keys.config, 'Mod', '==', await configRevision(etcd, keys)).then(etcd.put(keys.target).value(encodeClusterConfig(next)), frozenRecord(etcd, keys), ...rate).commit();
+    const put = await etcd.if(keys.target, 'Create', '==', 0).and(keys.config, 'Mod', '==', await configRevision(etcd, keys)).then(etcd.put(keys.target).value(encodeClusterConfig(next)), freezeOp(etcd, keys), ...rate).commit();
     if (!put.succeeded) {
       // The controller may have started the same rebalance itself (a member joined): follow that one.
       const started = await etcd.get(keys.target).string();
@@ -189,9 +189,9 @@ async function loadOf(etcd: Etcd3, keys: Keys, config: ClusterConfig, live: read
   return slotBytes;
 }
 
-/** What <prefix>/frozen says when kvctl rebalance froze placement. */
-function frozenRecord(etcd: Etcd3, keys: Keys) {
-  return etcd.put(keys.frozen).value(JSON.stringify({ since: new Date().toISOString(), by: 'kvctl rebalance' }));
+/** The put that freezes placement (kvctl rebalance did it). */
+function freezeOp(etcd: Etcd3, keys: Keys) {
+  return etcd.put(keys.frozen).value(frozenRecord('rebalance'));
 }
 
 /** --auto on|off, alone: <prefix>/auto-rebalance present or not (the controller reads it: rebalance-round.ts). */
@@ -213,7 +213,7 @@ function rateRecord(etcd: Etcd3, keys: Keys, bytesPerSecond: number) {
 
 /** Freezes placement, if it is not frozen yet. */
 async function freeze(etcd: Etcd3, keys: Keys): Promise<void> {
-  await etcd.if(keys.frozen, 'Create', '==', 0).then(frozenRecord(etcd, keys)).commit();
+  await etcd.if(keys.frozen, 'Create', '==', 0).then(freezeOp(etcd, keys)).commit();
 }
 
 async function configRevision(etcd: Etcd3, keys: Keys): Promise<string> {
@@ -238,7 +238,7 @@ async function cancel(etcd: Etcd3, keys: Keys, args: CtlArgs, io: Io): Promise<v
   for (const kv of handoffs) txn = txn.and(kv.key.toString(), 'Mod', '==', kv.mod_revision);
   // Automatic rebalancing goes too: the controller would start the same rebalance again at once.
   const auto = (await etcd.get(keys.autoRebalance).string()) !== null;
-  const done = await txn.then(etcd.delete().key(keys.target), etcd.delete().key(keys.copyRate), etcd.delete().key(keys.autoRebalance), ...handoffs.map((kv) => etcd.delete().key(kv.key.toString())), frozenRecord(etcd, keys)).commit();
+  const done = await txn.then(etcd.delete().key(keys.target), etcd.delete().key(keys.copyRate), etcd.delete().key(keys.autoRebalance), ...handoffs.map((kv) => etcd.delete().key(kv.key.toString())), freezeOp(etcd, keys)).commit();
   if (!done.succeeded) throw new Error('the rebalance moved on while being cancelled: cancel again');
   const config = await readClusterConfig(etcd, args.target as EtcdTarget);
   const left = config ? slotsToMove(config, parseClusterConfig(stored.value.toString())) : 0;
