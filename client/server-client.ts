@@ -9,15 +9,7 @@ import { EventEmitter } from 'node:events';
 import type { Completion } from '../native/index.js';
 import { KvLayout, KvOp, KvStatus } from '../protocol/constants.js';
 import type { ControlMessage, Hello } from '../protocol/control.js';
-import {
-  KvDisconnectedError,
-  type KvError,
-  KvInvalidArgumentError,
-  KvKeyTooLargeError,
-  KvOutOfMemoryError,
-  KvProtocolError,
-  KvValueTooLargeError,
-} from '../protocol/errors.js';
+import { KvDisconnectedError, type KvError, KvInvalidArgumentError, KvKeyTooLargeError, KvOutOfMemoryError, KvProtocolError, KvValueTooLargeError } from '../protocol/errors.js';
 import { classFor, itemUnits } from '../protocol/size-classes.js';
 import { type HistoryRecorder, recorded } from './history.js';
 import { measureKey, toBuffer } from './keys.js';
@@ -46,6 +38,7 @@ type ClientEvents = {
 
 export class ServerClient extends EventEmitter<ClientEvents> {
   private session: Session | undefined;
+  private unleased = false; // readWithoutLease()
   private _status: KvStatusName = 'connecting';
   /** The host of its sessions (from the first on): shared with the KvClient's other servers. */
   private host: CoreHost | undefined;
@@ -239,6 +232,12 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     return this.session?.readLeaseHeld ?? false;
   }
 
+  /** Repair's copier, reading its own member: from now on its GETs count whatever the read lease (SessionOptions.readsUnleased). */
+  readWithoutLease(): void {
+    this.unleased = true;
+    this.session?.liftLease();
+  }
+
   /** The config epoch a replica last said it applied (its hello's or a pong's configEpoch; 0: none said). */
   get appliedConfigEpoch(): number {
     return this.session?.appliedConfigEpoch ?? 0;
@@ -357,7 +356,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   }
 
   private async establish(): Promise<void> {
-    const session = await Session.open({ ...this.options, signal: this.closer.signal }, this.timeoutMs, this.options.hosts, (s, completion) => this.onControl(s, completion));
+    const session = await Session.open({ ...this.options, signal: this.closer.signal, readsUnleased: () => this.unleased }, this.timeoutMs, this.options.hosts, (s, completion) => this.onControl(s, completion));
     if (this._status === 'closed') {
       // close() came while we connected: nothing will ever use or close this session.
       session.close();

@@ -5,19 +5,7 @@
 // SEND/RECV on the same queue pair: grants, returns, reclaim, keepalive) and
 // its keepalive. A ServerClient opens one session per connection; losing the
 // connection ends the session, and a reconnect opens a new one.
-import {
-  Access,
-  type Completion,
-  type Connection,
-  type CoreRegion,
-  type MemoryRegion,
-  Opcode,
-  Provider,
-  type RecvRequest,
-  SendFlag,
-  TransportError,
-  WcStatus,
-} from '../native/index.js';
+import { Access, type Completion, type Connection, type CoreRegion, type MemoryRegion, Opcode, Provider, type RecvRequest, SendFlag, TransportError, WcStatus } from '../native/index.js';
 import { RejectReason, connectData } from '../protocol/connect.js';
 import { type ControlMessage, type Hello, type Pong, decode, encode } from '../protocol/control.js';
 import { KvLayout } from '../protocol/constants.js';
@@ -47,12 +35,17 @@ export interface SessionOptions {
    */
   configEpoch?: () => number;
   configBehind?: (epoch: number) => void;
+  /** True: GETs count whatever the read lease (repair's copier reading its own member, quiet or not: a CAS on
+   *  the version read follows each, at the hash slot's epoch, so a stale read writes nothing). */
+  readsUnleased?: () => boolean;
   /** Aborted (the client closing): a connect in progress is given up, and open rejects. */
   signal?: AbortSignal;
 }
 
 /** A replica that grants no read lease now (self-fenced, or not registered yet) is asked again this often. */
 const LEASE_RETRY_MS = 100;
+/** How far an unleased connection's reads are permitted, again at each pong. */
+const UNLEASED_MS = 2 ** 31;
 /** A renewing ping's pong is polled for this many times, a millisecond apart. */
 const PONG_POLLS = 200;
 
@@ -92,7 +85,7 @@ export class Session {
     readonly hello: Hello,
     /** When the connect request was sent: the hello's read lease counts from then. */
     askedAt: number,
-    private readonly config: Pick<SessionOptions, 'configEpoch' | 'configBehind'>,
+    private readonly config: Pick<SessionOptions, 'configEpoch' | 'configBehind' | 'readsUnleased'>,
   ) {
     this.serverEpoch = hello.configEpoch ?? 0;
     this.link = host.attach(connection, coreRegion(hello));
@@ -104,7 +97,7 @@ export class Session {
       bytes.copy(control.bytes, localOffset);
       connection.postSend([{ wrId: CONTROL_TAG + index, opcode: Opcode.SEND, flags: SendFlag.SIGNALED, local: control, localOffset, length: bytes.length }]);
     });
-    if (hello.readLeaseMs !== undefined) {
+    if (hello.readLeaseMs !== undefined && !config.readsUnleased?.()) {
       // A replica: no GET of ours counts past its lease (until then the core would not limit them).
       this.core.permitReads(this.link, askedAt - performance.now());
       this.permitReads(askedAt, hello.readLeaseMs, hello.configEpoch);
@@ -237,7 +230,7 @@ export class Session {
 
   /** Whether a GET answered now would count: the server grants no leases, or ours has not ended. */
   get readLeaseHeld(): boolean {
-    return this.hello.readLeaseMs === undefined || this.readsUntil > performance.now();
+    return this.hello.readLeaseMs === undefined || this.config.readsUnleased?.() === true || this.readsUntil > performance.now();
   }
 
   /** The config epoch the server last said it applied (a replica's hello and pongs, protocol v9; 0: none said). */
@@ -268,7 +261,15 @@ export class Session {
     this.lastPong = performance.now();
     if (message.configEpoch !== undefined) this.serverEpoch = Math.max(this.serverEpoch, message.configEpoch);
     const sentAt = this.pingsSent.shift();
-    if (this.hello.readLeaseMs !== undefined && sentAt !== undefined) this.permitReads(sentAt, message.leaseMs ?? 0, message.configEpoch);
+    if (this.config.readsUnleased?.()) this.liftLease();
+    else if (this.hello.readLeaseMs !== undefined && sentAt !== undefined) this.permitReads(sentAt, message.leaseMs ?? 0, message.configEpoch);
+  }
+
+  /** From now on this connection's GETs count whatever the lease (readsUnleased; renewed at each pong). */
+  liftLease(): void {
+    if (this.ended || this.hello.readLeaseMs === undefined) return;
+    clearTimeout(this.renewTimer);
+    this.core.permitReads(this.link, UNLEASED_MS);
   }
 
   private ping(): void {

@@ -357,11 +357,17 @@ export class Copier {
     let pending = this.clients.get(namespace);
     if (!pending) {
       const token = this.options.tokenFor(namespace);
-      pending = KvClient.connect({ etcd: { hosts: this.options.etcdHosts, prefix: this.options.prefix }, namespace, ...(token === undefined ? {} : { token }), timeoutMs: 10_000 });
+      // Event mode: a copy is background work in the server's own process, and a client spinning on its
+      // completions would take a core from the server's etcd keepalives (the Soft-RoCE guest: self-fences).
+      const etcd = { hosts: this.options.etcdHosts, prefix: this.options.prefix };
+      pending = KvClient.connect({ etcd, namespace, ...(token === undefined ? {} : { token }), timeoutMs: 10_000, pollMode: 'event' });
       pending.catch(() => this.clients.delete(namespace));
       this.clients.set(namespace, pending);
     }
     const access = (await pending).repairAccess();
+    // Reads of our own items count even while this member grants no read lease (quiet for a handoff or a drain,
+    // or self-fenced for a moment): each is checked by the CAS that follows it (client/repair.ts, rewriteOnto).
+    access.member(this.options.name)?.readWithoutLease();
     const deadline = performance.now() + CONFIG_WAIT_MS;
     while ((access.configEpoch() ?? 0) < epoch && !this.abandoned(work)) {
       if (performance.now() > deadline) throw new Error(`repair: the copier's client has not seen config epoch ${epoch} after ${CONFIG_WAIT_MS} ms`);
@@ -399,17 +405,23 @@ interface CopiedRegion {
   underBucketLocks: <T>(key: Buffer, task: () => Promise<T>) => Promise<T>;
 }
 
-/** A key's copy, tried again after a moment when it timed out (a target's word closed by a barrier, say); other failures end the copy. */
-async function withRetries<T>(copy: () => Promise<T>): Promise<T> {
+/**
+ * A key's copy, tried again after a moment when it timed out (a target's word closed by a barrier, say), or
+ * when our read lease had lapsed by its GET's answer (this member self-fenced for a moment, or its lease is
+ * being renewed): nothing was written then, and the CAS after the GET checks the version anyway. Other
+ * failures, or too many tries, end the run: it is tried again, but from its first hash slot not yet copied.
+ */
+export async function withRetries<T>(copy: () => Promise<T>): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
       return await copy();
     } catch (error) {
-      if (!(error instanceof KvError && error.code === 'KV_TIMEOUT') || attempt >= KEY_TRIES) throw error;
+      const tries = error instanceof KvError ? KEY_TRIES[error.code] : undefined;
+      if (tries === undefined || attempt >= tries) throw error;
       await new Promise((resolve) => setTimeout(resolve, 50 * attempt));
     }
   }
 }
 
-/** How many times one key's copy is tried when it times out. */
-const KEY_TRIES = 5;
+/** How many times one key's copy is tried on each error that may pass (50 ms more between tries each time: 0.5 s, 9.5 s). */
+const KEY_TRIES: Partial<Record<string, number>> = { KV_TIMEOUT: 5, KV_READ_LEASE_LAPSED: 20 };
