@@ -213,12 +213,11 @@ export class KvClient extends EventEmitter<ClientEvents> {
     });
     server.on('error', (error) => this.warn(error));
     const first = server.start();
-    if (this._status !== 'connecting') {
-      // Joined later (etcd): no caller waits on it, so keep trying on failure.
-      first.catch(() => {
-        if (this.servers.get(name) === server && this.options.reconnect !== false) server.keepTrying();
-      });
-    }
+    // Always handled: a member that joins while connect() is under way is not among those start() awaits. One that
+    // fails after start() (or joined later) keeps trying; start() itself sends the others it saw fail on their way.
+    first.catch(() => {
+      if (this._status !== 'connecting' && this.servers.get(name) === server && this.options.reconnect !== false) server.keepTrying();
+    });
     return first;
   }
 

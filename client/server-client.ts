@@ -111,7 +111,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
 
   /** After a failed start: keep trying in the background (status 'reconnecting'), as after losing an established connection. */
   keepTrying(): void {
-    if (this._status === 'closed' || this._status === 'ready') return;
+    if (this._status === 'closed' || this._status === 'ready' || this._status === 'reconnecting') return; // trying already
     this.setStatus('reconnecting');
     this.scheduleReconnect(1);
   }

@@ -167,3 +167,28 @@ test.serial('a malformed registration is ignored: the member shows as down, the 
     await stopAll(members);
   }
 });
+
+test.serial('a member that joins while the client is still connecting and cannot be reached is retried in the background, never an unhandled rejection', async (t) => {
+  // Before: open() left the joiner's first connect without a handler while the client's status was
+  // 'connecting' (only start()'s own members are awaited), so its failure crashed the process: a
+  // kv-server whose copier's client met it exited with "uncaught exception" in the Soft-RoCE guest.
+  const prefix = '/test-join-while-connecting';
+  const dir = clusterDir(t);
+  // A member whose process is stopped: the kernel takes the client's connection, nothing answers it.
+  const members = [await startMember(dir, 0, memberArgs(prefix, 'slow'))];
+  t.teardown(() => stopAll(members));
+  process.kill(members[0]!.process.child.pid!, 'SIGSTOP');
+  t.teardown(() => void process.kill(members[0]!.process.child.pid!, 'SIGCONT'));
+  const register = async (name: string, url: string) => {
+    await etcd.client.put(`${prefix}/members/${name}`).value(JSON.stringify({ name, joined: new Date().toISOString() }));
+    await etcd.client.put(`${prefix}/alive/${name}`).value(JSON.stringify({ url, pid: 1, host: 'test', started: new Date().toISOString() }));
+  };
+  const connecting = KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: 3000, requireReady: false });
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  await register('gone', `shm://${join(dir, 'nobody.sock')}`); // nothing listens: its connect fails at once
+  const kv = await connecting;
+  t.teardown(() => kv.close());
+  await eventually(() => kv.layout().some((m) => m.name === 'gone'), 'the client follows the member that joined');
+  t.not(kv.layout().find((m) => m.name === 'gone')!.status, 'ready');
+  t.is(kv.status === 'closed', false);
+});
