@@ -24,7 +24,7 @@ import { loadPollMode, providersUnderTest, slow, testTimeoutMs } from '../helper
 import { needing } from '../helpers/tools.js';
 import { kvctl } from '../server/helpers.js';
 import { clusterDir, eventually, nextStatus, startMember, stats } from './helpers.js';
-import { Load, REPLICAS_ON, incrAlone, readAlone, replicatedMembers } from './replicated-helpers.js';
+import { Load, REPLICAS_ON, incrAlone, missingOnReplicas, readAlone, replicatedMembers } from './replicated-helpers.js';
 
 const etcdTest = needing(ava, 'etcd');
 const etcd = etcdForFile(etcdTest);
@@ -61,6 +61,7 @@ for (const [scheme, replicas] of drains) {
     const names = slotReplicaNames(after);
     t.true(names.names.every((list) => list.length === replicas && !list.includes('m0')), `every hash slot has ${replicas} replicas, none m0`);
     t.true(names.syncing.every((list) => list.length === 0));
+    t.deepEqual(await missingOnReplicas(members, after, [...keys, 'd:counter']), [], 'every replica of every key holds it, backups too');
     // The client names the member that serves a key now (the config's primary), not the member list's map.
     const fromM0 = keys.find((key) => slotReplicaNames(placed).names[keySlot(Buffer.from(key))]![0] === 'm0')!;
     await eventually(async () => kv.memberFor(fromM0) === names.names[keySlot(Buffer.from(fromM0))]![0], 'memberFor follows the config', slow(10_000));

@@ -1,8 +1,8 @@
 // A cluster of real kv-server processes on shm for the sharding suites: each
 // with its own socket, region file and metrics port.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 
 import type { ExecutionContext } from 'ava';
 
@@ -40,7 +40,7 @@ export async function startMember(dir: string, index: number, extra: string[] = 
   const socket = url ?? (await memberUrl('shm', dir, index));
   const regionFile = join(dir, `kv${index}.region`);
   const metricsPort = await freePort();
-  const args = ['--listen', socket, '--memory', '64M', '--region-file', regionFile, '--metrics-port', String(metricsPort), '--log-level', process.env.RKV_TEST_LOG ?? 'warn', '--keepalive-ms', String(slow(1000)), ...extra];
+  const args = ['--listen', socket, '--memory', '64M', '--region-file', regionFile, '--metrics-port', String(metricsPort), '--log-level', process.env.RKV_TEST_LOG ?? (process.env.RKV_TEST_LOG_DIR ? 'info' : 'warn'), '--keepalive-ms', String(slow(1000)), ...extra];
   return { url: socket, regionFile, metricsPort, args, process: await startServerProcess(args, env) };
 }
 
@@ -69,7 +69,10 @@ export async function stats(member: Member): Promise<{ items: number; clients: n
 
 export { eventually } from '../helpers/providers.js';
 
+/** Stops every member; with RKV_TEST_LOG_DIR set, appends each one's log there first (the guest's runs are read after the fact). */
 export async function stopAll(members: Member[]): Promise<void> {
+  const logs = process.env.RKV_TEST_LOG_DIR;
+  if (logs) for (const m of members) appendFileSync(join(logs, `${basename(dirname(m.regionFile))}-${basename(m.regionFile, '.region')}.log`), m.process.stderr());
   await Promise.all(members.map((m) => m.process.stop('SIGKILL')));
 }
 

@@ -17,7 +17,7 @@ import ava from 'ava';
 
 import { KvClient } from '../../client/index.js';
 import { SLOT_COUNT, keySlot } from '../../protocol/hash-slots.js';
-import { type ClusterConfig, type SlotRange, etcdKeys, parseHandoffRecord } from '../../protocol/registry.js';
+import { type ClusterConfig, type SlotRange, etcdKeys, frozenRecord, parseHandoffRecord } from '../../protocol/registry.js';
 import { encodeClusterConfig } from '../../protocol/config-codec.js';
 import { readConfig } from '../../server/replication/config-store.js';
 import { nextConfig, slotReplicaNames } from '../../server/replication/placement.js';
@@ -28,7 +28,7 @@ import { loadPollMode, providersUnderTest, slow, testScale, testTimeoutMs } from
 import { needing } from '../helpers/tools.js';
 import { kvctl } from '../server/helpers.js';
 import { type Member, clusterDir, eventually, memberUrl, nextStatus, restartMember, startMember, stopAll } from './helpers.js';
-import { Load, REPLICAS_ON, incrAlone, leaseSeconds, placedAll, readAlone, replicatedMembers } from './replicated-helpers.js';
+import { Load, REPLICAS_ON, incrAlone, leaseSeconds, missingOnReplicas, placedAll, readAlone, replicatedMembers } from './replicated-helpers.js';
 
 const etcdTest = needing(ava, 'etcd');
 const etcd = etcdForFile(etcdTest);
@@ -99,6 +99,7 @@ for (const [scheme, replicas] of joins) {
     const wanted = fresh(['m0', 'm1', 'm2'], replicas);
     t.true(names.every((list, slot) => list.join() === wanted[slot]!.join()), 'the placement a fresh cluster of three gets');
     t.true(after.slots.every((range) => range.syncing.length === 0));
+    t.deepEqual(await missingOnReplicas(members, after, [...keys.filter((_, i) => i % 10 === 0), 'j:counter']), [], 'every replica of a tenth of the keys holds it, backups too');
     const primaries = names.filter((list) => list[0] === 'm2').length;
     t.true(Math.abs(primaries - SLOT_COUNT / 3) < SLOT_COUNT * 0.03, `m2 is the primary of ${primaries} hash slots`);
 
@@ -164,7 +165,7 @@ if (onHost) etcdTest.serial('a client whose config is stale never reads the prim
 
   // A target without m0 (what kvctl rebalance writes, for another member set): m0 gives every hash slot away.
   const keys = etcdKeys(prefix);
-  await etcd.client.put(keys.frozen).value(JSON.stringify({ since: new Date().toISOString(), epoch: 0 }));
+  await etcd.client.put(keys.frozen).value(frozenRecord('rebalance'));
   await etcd.client.put(keys.target).value(encodeClusterConfig(nextConfig(undefined, [{ name: 'm1' }, { name: 'm2' }], 2)!));
   // Cut the stale client off etcd while m0 quiesces, with the latest config (m0 still the key's primary).
   const staleConfig = () => (stale as unknown as { source: { config?: ClusterConfig } }).source.config;
@@ -197,7 +198,7 @@ if (onHost) etcdTest.serial('kvctl rebalance on a frozen cluster: a joined membe
   t.regex(balanced.stdout, /^balanced: every hash slot already has the replicas its live members would be given/);
   // Frozen, as a failover or a drain leaves it: a member that joins gets no hash slot by itself.
   const keys = etcdKeys(prefix);
-  await etcd.client.put(keys.frozen).value(JSON.stringify({ since: new Date().toISOString(), epoch: 0 }));
+  await etcd.client.put(keys.frozen).value(frozenRecord('rebalance'));
   const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs() });
   t.teardown(() => kv.close());
   await kv.putMany(Array.from({ length: 500 }, (_, i) => [`k:${i}`, `v:${i}`]));
@@ -275,7 +276,7 @@ for (const [victim, replicas] of kills) {
     const keys = Array.from({ length: 4000 }, (_, i) => `kill:${i}`);
     for (let i = 0; i < keys.length; i += 500) await kv.putMany(keys.slice(i, i + 500).map((key) => [key, value]));
     const keysOf = etcdKeys(prefix);
-    await etcd.client.put(keysOf.frozen).value(JSON.stringify({ since: new Date().toISOString(), epoch: 0 }));
+    await etcd.client.put(keysOf.frozen).value(frozenRecord('rebalance'));
     members.push(await startMember(dir, 2, [...memberArgs(prefix, 'm2', CALM_TTL, replicas), ...slowCopy], undefined, REPLICAS_ON));
     await eventually(() => isAlive(prefix, 'm2'), 'm2 registered', slow(30_000));
     const start = await kvctl(['--etcd', etcd.url, '--etcd-prefix', prefix, 'rebalance']);

@@ -91,6 +91,34 @@ export async function readAlone<T>(read: () => Promise<T>): Promise<T> {
 }
 
 /**
+ * The keys of `keys` that a replica `config` names for their hash slot (members[i] is mi) does not hold in
+ * its own region, as "key@mi": read through a client of that member alone, so a copy that missed a key on
+ * a backup shows here, not only on a later failover or as a counter whose replicas disagree. A counter (or
+ * lock) found is held: a GET of it is a type mismatch.
+ */
+export async function missingOnReplicas(members: readonly Member[], config: ClusterConfig, keys: readonly string[]): Promise<string[]> {
+  const { names } = slotReplicaNames(config);
+  const missing: string[] = [];
+  for (const [i, member] of members.entries()) {
+    const mine = keys.filter((key) => names[keySlot(Buffer.from(key))]!.includes(`m${i}`));
+    if (mine.length === 0) continue;
+    const own = await KvClient.connect({ servers: [member.url], timeoutMs: testTimeoutMs() });
+    try {
+      for (const key of mine) {
+        const held = await readAlone(() => own.get(key)).then(
+          (value) => value !== undefined,
+          (error: { code?: string }) => (error.code === 'KV_TYPE_MISMATCH' ? true : Promise.reject(error)),
+        );
+        if (!held) missing.push(`${key}@m${i}`);
+      }
+    } finally {
+      await own.close();
+    }
+  }
+  return missing;
+}
+
+/**
  * `kv.incr(key, delta)` by a test that alone writes `key` and knows its value `before`: an answer lost to a
  * read-lease lapse or a timeout (either may have added) is settled by reading the counter back, and the add
  * runs again only if it did not land.
