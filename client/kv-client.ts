@@ -213,8 +213,8 @@ export class KvClient extends EventEmitter<ClientEvents> {
     });
     server.on('error', (error) => this.warn(error));
     const first = server.start();
-    // Always handled: a member that joins while connect() is under way is not among those start() awaits. One that
-    // fails after start() (or joined later) keeps trying; start() itself sends the others it saw fail on their way.
+    // Always handled: a member that joins while connect() is under way is not among those connect() awaits. One
+    // that fails once connect() has returned (or that joined later) keeps trying; connect() sends the others.
     first.catch(() => {
       if (this._status !== 'connecting' && this.servers.get(name) === server && this.options.reconnect !== false) server.keepTrying();
     });

@@ -38,7 +38,8 @@ type ClientEvents = {
 
 export class ServerClient extends EventEmitter<ClientEvents> {
   private session: Session | undefined;
-  private unleased = false; // readWithoutLease()
+  private unleased = false; // readWithoutLease() was called: each session's GETs count whatever the read lease
+  private starting = false; // start() under way: keepTrying leaves it be (KvClient asks again if it fails), so no two connects race
   private _status: KvStatusName = 'connecting';
   /** The host of its sessions (from the first on): shared with the KvClient's other servers. */
   private host: CoreHost | undefined;
@@ -106,12 +107,13 @@ export class ServerClient extends EventEmitter<ClientEvents> {
 
   /** Connects once; rejects with why not. */
   async start(): Promise<void> {
-    await this.establish();
+    this.starting = true;
+    await this.establish().finally(() => (this.starting = false));
   }
 
   /** After a failed start: keep trying in the background (status 'reconnecting'), as after losing an established connection. */
   keepTrying(): void {
-    if (this._status === 'closed' || this._status === 'ready' || this._status === 'reconnecting') return; // trying already
+    if (this.starting || this._status === 'closed' || this._status === 'ready' || this._status === 'reconnecting') return; // trying already
     this.setStatus('reconnecting');
     this.scheduleReconnect(1);
   }
@@ -367,10 +369,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     this.hello = session.hello;
     session.connection.once('disconnected', (reason) => this.lost(session, reason));
     session.host.queue.attach(session);
-    session.startKeepalive(
-      () => session.host.queue.pollOnce(),
-      (reason) => this.lost(session, reason),
-    );
+    session.startKeepalive(() => session.host.queue.pollOnce(), (reason) => this.lost(session, reason));
     this.setStatus('ready');
   }
 

@@ -192,3 +192,30 @@ test.serial('a member that joins while the client is still connecting and cannot
   t.not(kv.layout().find((m) => m.name === 'gone')!.status, 'ready');
   t.is(kv.status === 'closed', false);
 });
+
+test.serial('a member that joins while the client is connecting, and answers only after connect() returned, gets one session, not two', async (t) => {
+  // Before: connect()'s last step sent every member not yet ready to keepTrying, also one whose first connect was
+  // still waiting for its answer; both connects then succeeded, and the client held two sessions to the member
+  // (the first one orphaned, its keepalive running).
+  const prefix = '/test-join-while-connecting-twice';
+  const dir = clusterDir(t);
+  const slowMember = await startMember(dir, 0, memberArgs(prefix, 'slow'));
+  const late = await startMember(dir, 1); // no etcd of its own: registered below, by hand, while the client connects
+  const members = [slowMember, late];
+  t.teardown(() => stopAll(members));
+  for (const m of members) process.kill(m.process.child.pid!, 'SIGSTOP');
+  t.teardown(() => members.forEach((m) => void process.kill(m.process.child.pid!, 'SIGCONT')));
+  const connecting = KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: 4000, requireReady: false });
+  await new Promise((resolve) => setTimeout(resolve, 2000));
+  // 'slow' keeps connect() waiting until its 4 s timeout; 'late' is dialled 2 s in, so it is still waiting then.
+  await etcd.client.put(`${prefix}/members/late`).value(JSON.stringify({ name: 'late', joined: new Date().toISOString() }));
+  await etcd.client.put(`${prefix}/alive/late`).value(JSON.stringify({ url: late.url, pid: 1, host: 'test', started: new Date().toISOString() }));
+  const kv = await connecting;
+  t.teardown(() => kv.close());
+  t.not(kv.layout().find((m) => m.name === 'late')?.status, 'ready', 'late has not answered yet');
+  await new Promise((resolve) => setTimeout(resolve, 500)); // a second connect, if any, is under way by now (its backoff: ≤ 100 ms)
+  process.kill(late.process.child.pid!, 'SIGCONT');
+  await eventually(() => kv.layout().find((m) => m.name === 'late')?.status === 'ready', 'late answers');
+  await new Promise((resolve) => setTimeout(resolve, 1000)); // any second connect has been answered by now
+  t.is((await stats(late)).clients, 1, 'one session to the member');
+});
