@@ -216,7 +216,6 @@ export interface RepairRecord {
   at: string;
 }
 
-/** Hash slots with fewer replicas than config.replicas (a failover, or fewer zones than replicas). */
 /** Hash slots `name` holds in `config`: as a replica (primary or backup) or syncing. */
 export function slotsHeld(config: ClusterConfig | undefined, name: string): number {
   const index = config?.members.indexOf(name) ?? -1;
@@ -224,6 +223,7 @@ export function slotsHeld(config: ClusterConfig | undefined, name: string): numb
   return config!.slots.reduce((n, r) => (r.replicas.includes(index) || r.syncing.includes(index) ? n + r.to - r.from + 1 : n), 0);
 }
 
+/** Hash slots with fewer replicas than config.replicas (a failover, or fewer zones than replicas). */
 export function underReplicatedSlots(config: ClusterConfig): number {
   return config.slots.reduce((n, r) => (r.replicas.length < config.replicas ? n + r.to - r.from + 1 : n), 0);
 }
@@ -308,13 +308,15 @@ export function parseLoadRecord(text: string): LoadRecord | undefined {
  * directly from members/ again. Its presence is what counts (server/replication/controller.ts); the
  * record says why, for people (kvctl layout).
  */
+export const FROZEN_REASONS = ['failover', 'drain', 'loaded', 'rebalance', 'rebalance given up'] as const;
+
 export interface FrozenRecord {
   since: string;
-  /** What froze it: a failover, a drain, members holding keys when a member joined, kvctl rebalance, or a rebalance given up. */
-  reason: 'failover' | 'drain' | 'loaded' | 'rebalance' | 'rebalance given up';
+  /** What froze it: a failover, a drain, members that may hold keys when a member joined, kvctl rebalance, or a rebalance given up. */
+  reason: (typeof FROZEN_REASONS)[number];
   /** The config's epoch then (the controller's records). */
   epoch?: number;
-  /** The members it was about: failed over, drained, or holding keys. */
+  /** The members it was about: failed over, drained, or that may hold keys. */
   members?: string[];
 }
 
@@ -323,19 +325,29 @@ export function frozenRecord(reason: FrozenRecord['reason'], epoch?: number, mem
   return JSON.stringify({ since: new Date().toISOString(), reason, ...(epoch === undefined ? {} : { epoch }), ...(members === undefined ? {} : { members: [...members] }) });
 }
 
-/** A frozen record read from etcd; one this version cannot read (older, or damaged) still freezes: its reason is 'unknown'. */
-export function parseFrozenRecord(text: string): { since?: string; reason: FrozenRecord['reason'] | 'unknown'; members: string[] } {
-  const reasons: readonly string[] = ['failover', 'drain', 'loaded', 'rebalance', 'rebalance given up'];
+/**
+ * A frozen record read from etcd. Records of 2026-11 (before `reason`) are read too: `failed`, `drained`,
+ * `loaded`, `rebalanceGivenUp`, `by`. One this version cannot read (newer, or damaged) still freezes: its
+ * reason is 'unknown'.
+ */
+export function parseFrozenRecord(text: string): { since?: string; reason: FrozenRecord['reason'] | 'unknown'; epoch?: number; members: string[] } {
+  let r: unknown;
   try {
-    const r = JSON.parse(text) as Partial<FrozenRecord> | null;
-    if (r && typeof r === 'object') {
-      const members = Array.isArray(r.members) ? r.members.filter((name): name is string => typeof name === 'string') : [];
-      return { since: typeof r.since === 'string' ? r.since : undefined, reason: typeof r.reason === 'string' && reasons.includes(r.reason) ? r.reason : 'unknown', members };
-    }
+    r = JSON.parse(text);
   } catch {
-    // not JSON
+    return { reason: 'unknown', members: [] };
   }
-  return { reason: 'unknown', members: [] };
+  if (!r || typeof r !== 'object') return { reason: 'unknown', members: [] };
+  const record = r as Record<string, unknown>;
+  const names = (value: unknown) => (Array.isArray(value) ? value.filter((name): name is string => typeof name === 'string') : []);
+  const older: FrozenRecord['reason'] | undefined = Array.isArray(record.failed) ? 'failover' : Array.isArray(record.drained) ? 'drain' : record.loaded === true ? 'loaded' : record.rebalanceGivenUp === true ? 'rebalance given up' : record.by === 'kvctl rebalance' ? 'rebalance' : undefined;
+  const reason = FROZEN_REASONS.find((known) => known === record.reason) ?? older ?? 'unknown';
+  return {
+    since: typeof record.since === 'string' ? record.since : undefined,
+    reason,
+    ...(Number.isSafeInteger(record.epoch) ? { epoch: record.epoch as number } : {}),
+    members: names(record.members ?? record.failed ?? record.drained),
+  };
 }
 
 /** <prefix>/copy-rate: each copier copies at most this many bytes a second (and at most its own --repair-rate). */

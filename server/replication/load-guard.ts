@@ -55,8 +55,8 @@ export class LoadGuard {
     }
     for (const name of found.missing) this.awaiting.delete(name);
     const keys = etcdKeys(prefix);
-    await client.if(keys.frozen, 'Create', '==', 0).then(client.put(keys.frozen).value(frozenRecord('loaded', config.epoch, holders))).commit();
-    const why = found.load === 'loaded' ? 'members hold keys' : `no load record from ${found.missing.join(', ')} within a TTL`;
+    await client.if(keys.frozen, 'Create', '==', 0).then(client.put(keys.frozen).value(frozenRecord('loaded', config.epoch, found.load === 'loaded' ? found.holding : found.missing))).commit();
+    const why = found.load === 'loaded' ? `${found.holding.join(', ')} may hold keys` : `no load record from ${found.missing.join(', ')} within a TTL`;
     logger.warn({ epoch: config.epoch, members: holders }, `controller: ${why}, so placement is frozen: a member that joins gets hash slots with their keys by kvctl rebalance (or --auto on)`);
     this.options.poke();
     return true;
@@ -73,16 +73,18 @@ export function holdersOfChanged(config: ClusterConfig, next: ClusterConfig): st
 }
 
 /** Whether `members` hold keys by their load records: `loaded` (one does, or is down), `unknown` (a live one has none: `missing`), or `empty`. */
-async function holdersLoad(client: Etcd3, prefix: string, members: readonly string[], alive: ReadonlySet<string>): Promise<{ load: 'empty' | 'loaded' | 'unknown'; missing: string[] }> {
-  if (members.length === 0) return { load: 'empty', missing: [] };
-  if (members.some((name) => !alive.has(name))) return { load: 'loaded', missing: [] };
+async function holdersLoad(client: Etcd3, prefix: string, members: readonly string[], alive: ReadonlySet<string>): Promise<{ load: 'empty' | 'loaded' | 'unknown'; missing: string[]; holding: string[] }> {
+  if (members.length === 0) return { load: 'empty', missing: [], holding: [] };
+  const down = members.filter((name) => !alive.has(name));
+  if (down.length > 0) return { load: 'loaded', missing: [], holding: down }; // a member that is down may hold keys
   const keys = etcdKeys(prefix);
   const texts = await Promise.all(members.map((name) => client.get(keys.loadKey(name)).string()));
   const missing: string[] = [];
+  const holding: string[] = [];
   for (const [i, text] of texts.entries()) {
     const record = text === null ? undefined : parseLoadRecord(text);
     if (record === undefined) missing.push(members[i]!);
-    else if (record.keys.some((n) => n > 0)) return { load: 'loaded', missing: [] };
+    else if (record.keys.some((n) => n > 0)) holding.push(members[i]!);
   }
-  return { load: missing.length > 0 ? 'unknown' : 'empty', missing };
+  return { load: holding.length > 0 ? 'loaded' : missing.length > 0 ? 'unknown' : 'empty', missing, holding };
 }

@@ -1,10 +1,13 @@
 // What kvctl reads from etcd directly, beside KvClient: the member and alive
 // records under the cluster's prefix (forget needs them, and stats and watch
-// take each member's metrics address from its alive record). The records'
+// take each member's metrics address from its alive record), and the members a
+// fresh placement would place (rebalance, layout). The records'
 // format is protocol/registry.ts; kv-server writes them.
 import type { Etcd3 } from 'etcd3';
 
-import { type AliveRecord, type ClusterConfig, etcdKeys, parseClusterConfig } from '../../protocol/registry.js';
+import type { PlacedMember } from '../../protocol/hash-slots.js';
+
+import { type AliveRecord, type ClusterConfig, type MemberRecord, etcdKeys, parseClusterConfig } from '../../protocol/registry.js';
 import type { EtcdTarget } from './args.js';
 
 export interface EtcdCluster {
@@ -57,4 +60,23 @@ export async function readClusterConfig(etcd: Etcd3, target: EtcdTarget): Promis
     throw new Error(`cannot read the cluster from etcd at ${target.hosts.join(',')} (prefix ${target.prefix}): ${(error as Error).message}`);
   }
   return text === null ? undefined : parseClusterConfig(text);
+}
+
+/** The members a fresh placement would place: alive, registered with the cluster's --replicas (the controller's rule). */
+export async function liveMembers(etcd: Etcd3, target: EtcdTarget, replicas: number): Promise<PlacedMember[]> {
+  const cluster = await readCluster(etcd, target);
+  const records = await etcd.getAll().prefix(etcdKeys(target.prefix).members).strings();
+  const placed: PlacedMember[] = [];
+  for (const name of cluster.members) {
+    if (!cluster.alive.has(name)) continue;
+    let record: Partial<MemberRecord> = {};
+    try {
+      record = JSON.parse(records[etcdKeys(target.prefix).member(name)] ?? '{}') as Partial<MemberRecord>;
+    } catch {
+      // no zone known
+    }
+    if (record.replicas !== undefined && record.replicas !== replicas) continue;
+    placed.push({ name, zone: typeof record.zone === 'string' ? record.zone : undefined });
+  }
+  return placed;
 }

@@ -6,10 +6,10 @@
 // members failed over; and whether placement is frozen, why, and who waits for
 // kvctl rebalance because of it.
 import { SLOT_COUNT, keySlot } from '../../../client/index.js';
-import { type ClusterConfig, etcdKeys, openEtcd, parseFrozenRecord, removedMembers, underReplicatedSlots } from '../../../protocol/registry.js';
+import { type ClusterConfig, etcdKeys, openEtcd, parseFrozenRecord, removedMembers, slotsHeld, underReplicatedSlots } from '../../../protocol/registry.js';
 import type { CtlArgs } from '../args.js';
 import { withClient } from '../connect.js';
-import { readClusterConfig } from '../etcd.js';
+import { liveMembers, readClusterConfig } from '../etcd.js';
 import { configRanges, configTable, layoutEntries, layoutTable, oneLine } from '../format.js';
 import type { Io } from '../io.js';
 
@@ -21,8 +21,7 @@ export async function layout(args: CtlArgs, io: Io): Promise<void> {
     async (kv) => ({ members: layoutEntries(kv.layout()), owner: key === undefined ? undefined : kv.memberFor(key) }),
     false, // a cluster that is down still has a map
   );
-  const { config, frozen, auto } = (await readConfig(args, io)) ?? {};
-  const waiting = config && frozen ? members.filter((m) => m.state !== 'down' && !config.members.includes(m.name)).map((m) => m.name) : [];
+  const { config, frozen, auto, waiting = [] } = (await readConfig(args, io)) ?? {};
   const slot = key === undefined ? undefined : keySlot(Buffer.from(key, 'utf8'));
   const ranges = config && configRanges(config);
   const range = slot === undefined ? undefined : ranges?.find((r) => r.from <= slot && slot <= r.to);
@@ -62,7 +61,7 @@ type Frozen = ReturnType<typeof parseFrozenRecord>;
 const FROZEN_BECAUSE: Record<Frozen['reason'], (members: string) => string> = {
   failover: (members) => `a failover of ${members}`,
   drain: (members) => `a drain of ${members}`,
-  loaded: (members) => `a member joined while ${members} held keys`,
+  loaded: (members) => `a member joined while ${members} may have held keys`,
   rebalance: () => 'kvctl rebalance',
   'rebalance given up': () => 'a rebalance was given up',
   unknown: () => 'a record this kvctl cannot read',
@@ -82,17 +81,31 @@ function syncingSlots(config: ClusterConfig): number {
   return config.slots.reduce((n, r) => (r.syncing.length > 0 ? n + r.to - r.from + 1 : n), 0);
 }
 
-/** The config (and the frozen record) when the target is etcd and one is written; an unreadable one is warned about, not fatal. */
-async function readConfig(args: CtlArgs, io: Io): Promise<{ config?: ClusterConfig; frozen?: Frozen; auto?: boolean } | undefined> {
+/**
+ * The config when the target is etcd and one is written; with placement frozen, the record and the members that
+ * wait for a rebalance (those a fresh placement would place, kvctl rebalance's rule, that hold no hash slot and
+ * are not being drained). What cannot be read is warned about, not fatal.
+ */
+async function readConfig(args: CtlArgs, io: Io): Promise<{ config?: ClusterConfig; frozen?: Frozen; auto?: boolean; waiting?: string[] } | undefined> {
   const { target } = args;
   if (target.kind !== 'etcd') return undefined;
   const etcd = openEtcd(target.hosts, args.timeoutMs);
   try {
     const config = await readClusterConfig(etcd, target);
-    const keys = etcdKeys(target.prefix);
-    const frozen = config && (await etcd.get(keys.frozen).string());
-    const auto = frozen ? (await etcd.get(keys.autoRebalance).string()) !== null : false;
-    return { config, frozen: typeof frozen === 'string' ? parseFrozenRecord(frozen) : undefined, auto };
+    if (!config) return {};
+    try {
+      const keys = etcdKeys(target.prefix);
+      const text = await etcd.get(keys.frozen).string();
+      if (text === null) return { config };
+      const auto = (await etcd.get(keys.autoRebalance).string()) !== null;
+      const draining = Object.keys(await etcd.getAll().prefix(keys.drainKey('')).strings()).map((key) => key.slice(keys.drainKey('').length));
+      const live = await liveMembers(etcd, target, config.replicas);
+      const waiting = live.map((m) => m.name).filter((name) => slotsHeld(config, name) === 0 && !draining.includes(name));
+      return { config, frozen: parseFrozenRecord(text), auto, waiting };
+    } catch (error) {
+      io.stderr(`kvctl: warning: placement's frozen state: ${oneLine((error as Error).message)}\n`);
+      return { config };
+    }
   } catch (error) {
     io.stderr(`kvctl: warning: ${oneLine((error as Error).message)}\n`);
     return undefined;

@@ -17,12 +17,12 @@ import { SLOT_COUNT } from '../../../client/index.js';
 import type { PlacedMember } from '../../../protocol/hash-slots.js';
 import { UsageError, formatBytes } from '../../../protocol/operator-input.js';
 import { encodeClusterConfig } from '../../../protocol/config-codec.js';
-import { type ClusterConfig, type CopyRateRecord, type MemberRecord, etcdKeys, frozenRecord, openEtcd, parseClusterConfig, parseHandoffRecord, parseLoadRecord, underReplicatedSlots } from '../../../protocol/registry.js';
+import { type ClusterConfig, type CopyRateRecord, etcdKeys, frozenRecord, openEtcd, parseClusterConfig, parseHandoffRecord, parseLoadRecord, underReplicatedSlots } from '../../../protocol/registry.js';
 import { balanceByBytes, bytesHeld } from '../../../protocol/balance-by-bytes.js';
 import { deadHolders, rebalanceTarget, slotReplicaNames, slotsToMove } from '../../../protocol/slot-table.js';
 import type { CtlArgs, EtcdTarget } from '../args.js';
 import { CopyWatch } from '../copy-progress.js';
-import { readCluster, readClusterConfig } from '../etcd.js';
+import { liveMembers, readClusterConfig } from '../etcd.js';
 import { rateText } from '../format.js';
 import type { Io } from '../io.js';
 
@@ -114,25 +114,6 @@ export async function rebalance(args: CtlArgs, io: Io): Promise<void> {
   } finally {
     etcd.close();
   }
-}
-
-/** The members a fresh placement would place: alive, registered with the cluster's --replicas (the controller's rule). */
-async function liveMembers(etcd: Etcd3, target: EtcdTarget, replicas: number): Promise<PlacedMember[]> {
-  const cluster = await readCluster(etcd, target);
-  const records = await etcd.getAll().prefix(etcdKeys(target.prefix).members).strings();
-  const placed: PlacedMember[] = [];
-  for (const name of cluster.members) {
-    if (!cluster.alive.has(name)) continue;
-    let record: Partial<MemberRecord> = {};
-    try {
-      record = JSON.parse(records[etcdKeys(target.prefix).member(name)] ?? '{}') as Partial<MemberRecord>;
-    } catch {
-      // no zone known
-    }
-    if (record.replicas !== undefined && record.replicas !== replicas) continue;
-    placed.push({ name, zone: typeof record.zone === 'string' ? record.zone : undefined });
-  }
-  return placed;
 }
 
 type Plan = { moves: number; members: Record<string, { held: [number, number]; primary: [number, number]; bytes?: [number, number] }>; text: string };
