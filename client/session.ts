@@ -265,7 +265,7 @@ export class Session {
     else if (this.hello.readLeaseMs !== undefined && sentAt !== undefined) this.permitReads(sentAt, message.leaseMs ?? 0, message.configEpoch);
   }
 
-  /** From now on this connection's GETs count whatever the lease (readsUnleased; renewed at each pong). */
+  /** From now on this connection's reads (GETs, INCRs' answers) count whatever the lease (readsUnleased; renewed at each pong). */
   liftLease(): void {
     if (this.ended || this.hello.readLeaseMs === undefined) return;
     clearTimeout(this.renewTimer);

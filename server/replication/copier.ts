@@ -28,7 +28,7 @@ import type { Logger } from 'pino';
 
 import { KvClient } from '../../client/kv-client.js';
 import { type RepairAccess, copyCounter, copyLock, rewriteOnto } from '../../client/repair.js';
-import { KvError } from '../../protocol/errors.js';
+import { KvError, type KvErrorCode } from '../../protocol/errors.js';
 import { ItemType, KvLayout } from '../../protocol/constants.js';
 import { counterSealed, counterValue, itemAtomicWord, lockSealed, lockVersion, slotBlock } from '../../protocol/index-format.js';
 import { type ClusterConfig, type CopyProgress, type RepairRecord, etcdKeys, parseCopyRate, parseDrainRecord, slotsHeld } from '../../protocol/registry.js';
@@ -406,10 +406,11 @@ interface CopiedRegion {
 }
 
 /**
- * A key's copy, tried again after a moment when it timed out (a target's word closed by a barrier, say), or
- * when our read lease had lapsed by its GET's answer (this member self-fenced for a moment, or its lease is
- * being renewed): nothing was written then, and the CAS after the GET checks the version anyway. Other
- * failures, or too many tries, end the run: it is tried again, but from its first hash slot not yet copied.
+ * A key's copy, tried again after a moment when it timed out (a target's word closed by a barrier, or this
+ * member self-fenced for a moment), or when its GET's answer came after the read lease (only before
+ * readWithoutLease reached a new session): nothing was written then, and the CAS after the GET checks the
+ * version anyway. Other failures, or too many tries, end the run: it is tried again, but from its first hash
+ * slot not yet copied.
  */
 export async function withRetries<T>(copy: () => Promise<T>): Promise<T> {
   for (let attempt = 1; ; attempt++) {
@@ -424,4 +425,4 @@ export async function withRetries<T>(copy: () => Promise<T>): Promise<T> {
 }
 
 /** How many times one key's copy is tried on each error that may pass (50 ms more between tries each time: 0.5 s, 9.5 s). */
-const KEY_TRIES: Partial<Record<string, number>> = { KV_TIMEOUT: 5, KV_READ_LEASE_LAPSED: 20 };
+const KEY_TRIES: Partial<Record<KvErrorCode, number>> = { KV_TIMEOUT: 5, KV_READ_LEASE_LAPSED: 20 };

@@ -1,6 +1,6 @@
 // A cluster of real kv-server processes on shm for the sharding suites: each
 // with its own socket, region file and metrics port.
-import { appendFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { appendFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join } from 'node:path';
 
@@ -71,9 +71,11 @@ export { eventually } from '../helpers/providers.js';
 
 /** Stops every member; with RKV_TEST_LOG_DIR set, appends each one's log there first (the guest's runs are read after the fact). */
 export async function stopAll(members: Member[]): Promise<void> {
-  const logs = process.env.RKV_TEST_LOG_DIR;
-  if (logs) for (const m of members) appendFileSync(join(logs, `${basename(dirname(m.regionFile))}-${basename(m.regionFile, '.region')}.log`), m.process.stderr());
   await Promise.all(members.map((m) => m.process.stop('SIGKILL')));
+  const logs = process.env.RKV_TEST_LOG_DIR;
+  if (!logs) return;
+  mkdirSync(logs, { recursive: true });
+  for (const m of members) appendFileSync(join(logs, `${basename(dirname(m.regionFile))}-${basename(m.regionFile, '.region')}.log`), m.process.stderr());
 }
 
 /** Resolves when the client's status is (or becomes) `wanted`. */

@@ -1,7 +1,8 @@
 // What the copier does when one key's copy fails (server/replication/copier.ts, withRetries): an error
 // that may pass is tried again for that key; anything else ends the run. In the Soft-RoCE guest a member
 // self-fenced for a moment lapsed the copier's read lease of its own region at every run's first GET,
-// and each run was thrown away whole (95 s of runs failing on the same key, 2026-11-29).
+// and each run was thrown away whole (95 s of runs failing on the same key, 2026-11-29; since then the
+// copier reads its own member unleased, and a self-fence shows as a timeout of the CAS instead).
 import test from 'ava';
 
 import { KvError } from '../../protocol/errors.js';
