@@ -477,7 +477,9 @@ void ClientCore::complete(Op& op, KvStatus status, uint32_t detail) {
   const bool answered = status == KvStatus::OK || status == KvStatus::NOT_FOUND || status == KvStatus::VERSION_MISMATCH;
   r.result.detail = answered ? op.retries : detail;
   r.result.version = status != KvStatus::OK ? 0 : op.is_atomic() ? op.atomic().result : op.version;
-  r.result.block_unused = op.block.held && !(status == KvStatus::OK && op.block.published);
+  // A lapsed answer (finish) is a completed op's, only late: an INCR that created its counter has linked its block.
+  const bool completed = status == KvStatus::OK || status == KvStatus::READ_LEASE_LAPSED;
+  r.result.block_unused = op.block.held && !(completed && op.block.published);
   r.result.backup_blocks_unused = op.group.unused;
   if (op.linked) {
     if (op.type == KvOp::DELETE || status == KvStatus::TYPE_MISMATCH) cache_forget(op);

@@ -232,4 +232,18 @@ for (const scheme of SCHEMES) {
     t.is(await valueOf(core, 'k'), 'v1');
     t.is(await valueOf(core, 'missing'), undefined);
   });
+
+  // Before: the answer's lapse was applied before the block's fate was judged, so an INCR that created its
+  // counter (its block linked) reported the block unused, and the client gave it back to its pool: the next
+  // write of that client went into the live counter's block (a counter copied by repair onto a member whose
+  // lease had lapsed vanished there in the Soft-RoCE guest).
+  test(`${scheme}: an INCR that creates its counter keeps its block even when its answer comes after the read lease`, async (t) => {
+    const { core } = await setup(t, scheme);
+    core.permitReads(0, -1);
+    const [created] = await collect(core, submit(core, [{ type: KvOp.INCR, id: 1, key: 'fresh', block: 100 }]), 1);
+    t.deepEqual(created, { id: 1, status: KvStatus.READ_LEASE_LAPSED }, 'lapsed, and its block not given back (no blockUnused)');
+    core.permitReads(0, slow(60_000));
+    const [counted] = await collect(core, submit(core, [{ type: KvOp.INCR, id: 2, key: 'fresh' }]), 1);
+    t.like(counted, { id: 2, status: KvStatus.OK }, 'the counter was created');
+  });
 }
