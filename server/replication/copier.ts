@@ -315,19 +315,22 @@ export class Copier {
     } else if (type !== ItemType.COUNTER && type !== ItemType.LOCK) {
       return 0;
     }
-    return this.copyAtomic(access, region, key, type, targets);
+    return this.copyAtomic(access, region, key, targets);
   }
 
   /**
    * Creates counter or lock `key` on the targets that lack it, holding its bucket locks here; resolves the bytes
    * copied. A lock is created free, above its token here (client/repair.ts, copyLock).
    */
-  private copyAtomic(access: RepairAccess, region: CopiedRegion, key: Buffer, type: number, targets: string[]): Promise<number> {
+  private copyAtomic(access: RepairAccess, region: CopiedRegion, key: Buffer, targets: string[]): Promise<number> {
     // Under the key's bucket locks here, no DELETE or creation of it comes between our look at the word and
     // the creation on the targets; INCRs of it wait while a target lacks it (client/repair.ts).
     return region.underBucketLocks(key, async () => {
+      // What the key is now (copyKey's look came before its locks; a bytes item then may be a counter now):
+      // anything but a counter or lock is gone since, or was written since, onto the targets too.
       const linked = findLinked(region.store, key);
-      if (linked === undefined || linked.type !== type) return 0; // gone since the walk
+      if (linked === undefined || (linked.type !== ItemType.COUNTER && linked.type !== ItemType.LOCK)) return 0;
+      const { type } = linked;
       const word = itemAtomicWord(region.store.bytes, region.store.itemAt(slotBlock(linked.slot)));
       if (type === ItemType.COUNTER ? counterSealed(word) : lockSealed(word)) return 0; // being deleted, on the targets too
       let copied = 0;

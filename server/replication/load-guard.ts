@@ -55,7 +55,7 @@ export class LoadGuard {
     }
     for (const name of found.missing) this.awaiting.delete(name);
     const keys = etcdKeys(prefix);
-    await client.if(keys.frozen, 'Create', '==', 0).then(client.put(keys.frozen).value(frozenRecord('loaded', config.epoch, found.load === 'loaded' ? found.holding : found.missing))).commit();
+    await client.if(keys.frozen, 'Create', '==', 0).then(client.put(keys.frozen).value(frozenRecord('loaded', config.epoch, [...found.holding, ...found.missing].sort()))).commit();
     const why = found.load === 'loaded' ? `${found.holding.join(', ')} may hold keys` : `no load record from ${found.missing.join(', ')} within a TTL`;
     logger.warn({ epoch: config.epoch, members: holders }, `controller: ${why}, so placement is frozen: a member that joins gets hash slots with their keys by kvctl rebalance (or --auto on)`);
     this.options.poke();

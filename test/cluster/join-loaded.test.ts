@@ -36,8 +36,8 @@ for (const replicas of [1, 2]) {
     await kv.putMany(names.map((key) => [key, `v:${key}`]));
     await eventually(async () => {
       const records = Object.values(await etcd.client.getAll().prefix(keys.load).strings()).map(parseLoadRecord);
-      return records.some((r) => r !== undefined && r.keys.some((n) => n > 0));
-    }, 'the members\' load records show keys', slow(30_000));
+      return records.filter((r) => r !== undefined && r.keys.some((n) => n > 0)).length === 2;
+    }, 'both members\' load records show keys', slow(30_000));
 
     const args = ['--etcd', etcd.url, '--etcd-prefix', prefix, '--etcd-ttl', `${CALM_TTL}s`, '--name', 'm2', '--replicas', String(replicas)];
     members.push(await startMember(dir, 2, args, undefined, REPLICAS_ON));
