@@ -39,25 +39,35 @@ export async function memberUrl(scheme: Scheme, dir: string, index: number): Pro
 export async function startMember(dir: string, index: number, extra: string[] = [], url?: string, env: NodeJS.ProcessEnv = {}): Promise<Member> {
   const socket = url ?? (await memberUrl('shm', dir, index));
   const regionFile = join(dir, `kv${index}.region`);
-  const metricsPort = await freePort();
-  const args = ['--listen', socket, '--memory', '64M', '--region-file', regionFile, '--metrics-port', String(metricsPort), '--log-level', process.env.RKV_TEST_LOG ?? (process.env.RKV_TEST_LOG_DIR ? 'info' : 'warn'), '--keepalive-ms', String(slow(1000)), ...extra];
-  return { url: socket, regionFile, metricsPort, args, process: await startServerProcess(args, env) };
+  // freePort's port may be taken before the server binds it (an outgoing connection's ephemeral port, CI at
+  // d19df9e): another is tried.
+  for (let attempt = 1; ; attempt++) {
+    const metricsPort = await freePort();
+    const args = ['--listen', socket, '--memory', '64M', '--region-file', regionFile, '--metrics-port', String(metricsPort), '--log-level', process.env.RKV_TEST_LOG ?? (process.env.RKV_TEST_LOG_DIR ? 'info' : 'warn'), '--keepalive-ms', String(slow(1000)), ...extra];
+    try {
+      return { url: socket, regionFile, metricsPort, args, process: await startServerProcess(args, env) };
+    } catch (error) {
+      if (attempt >= 5 || !/cannot serve metrics on .*: the port is in use/.test((error as Error).message)) throw error;
+    }
+  }
 }
 
 /** Starts a stopped member again: same socket, same region file (a new metrics port: the old one may be taken by now). */
 export async function restartMember(member: Member, env: NodeJS.ProcessEnv = {}): Promise<void> {
-  member.metricsPort = await freePort();
   const at = member.args.indexOf('--metrics-port');
-  member.args[at + 1] = String(member.metricsPort);
   // A port the killed process listened on may not be free yet (rdma_cm in the Soft-RoCE guest: "rdma_bind_addr ...:
-  // Address already in use", CI at 9236e15): tried again a few times.
+  // Address already in use", CI at 9236e15), and a fresh metrics port may be taken before the server binds it
+  // (startMember): tried again a few times.
   for (let attempt = 1; ; attempt++) {
+    member.metricsPort = await freePort();
+    member.args[at + 1] = String(member.metricsPort);
     try {
       member.process = await startServerProcess(member.args, env);
       return;
     } catch (error) {
-      if (attempt >= 5 || !/Address already in use/.test((error as Error).message)) throw error;
-      await new Promise((resolve) => setTimeout(resolve, slow(1000)));
+      const message = (error as Error).message;
+      if (attempt >= 5 || !/Address already in use|cannot serve metrics on .*: the port is in use/.test(message)) throw error;
+      if (/Address already in use/.test(message)) await new Promise((resolve) => setTimeout(resolve, slow(1000)));
     }
   }
 }
