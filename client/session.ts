@@ -5,16 +5,16 @@
 // SEND/RECV on the same queue pair: grants, returns, reclaim, keepalive) and
 // its keepalive. A ServerClient opens one session per connection; losing the
 // connection ends the session, and a reconnect opens a new one.
-import { Access, type Completion, type Connection, type CoreRegion, type MemoryRegion, Opcode, Provider, type RecvRequest, SendFlag, TransportError, WcStatus } from '../native/index.js';
-import { RejectReason, connectData } from '../protocol/connect.js';
+import { Access, type Completion, type Connection, type MemoryRegion, Opcode, Provider, SendFlag, WcStatus } from '../native/index.js';
 import { type ControlMessage, type Hello, type Pong, decode, encode } from '../protocol/control.js';
 import { KvLayout } from '../protocol/constants.js';
-import { KvAuthError, KvDisconnectedError, KvError, KvInvalidArgumentError, KvNamespaceError, KvProtocolError } from '../protocol/errors.js';
+import { KvDisconnectedError, KvError, KvInvalidArgumentError, KvProtocolError } from '../protocol/errors.js';
 import { schemeOf, urlExamples } from '../protocol/providers.js';
 import { SendBuffers } from '../protocol/send-buffers.js';
 import { StallClock } from '../protocol/stall-clock.js';
 import { BlockPools } from './block-pools.js';
 import { CONTROL_RECVS, CONTROL_SENDS, CoreHost, type CoreHosts } from './core-host.js';
+import { CONTROL_TAG, connect, controlBytes, coreRegion, firstCompletion, providerError, recv } from './session-connect.js';
 
 /** What a session needs to connect. */
 export interface SessionOptions {
@@ -48,9 +48,6 @@ const LEASE_RETRY_MS = 100;
 const UNLEASED_MS = 2 ** 31;
 /** A renewing ping's pong is polled for this many times, a millisecond apart. */
 const PONG_POLLS = 200;
-
-/** Control wr_ids carry this bit; the core hands their completions back apart from op results. */
-const CONTROL_TAG = 2 ** KvLayout.CONTROL_TAG_SHIFT;
 
 export class Session {
   /** Its index among the core's connections (OpLayout.CONNECTION). */
@@ -368,81 +365,4 @@ export class Session {
     // The provider outlives the session: its control buffers go once the server can no longer write them.
     else void connection.fenced({ warnMs: 60_000 }).then((fenced) => fenced && control.deregister());
   }
-}
-
-/**
- * The first control completion of queue pair `qpNum` (undefined: none within `timeoutMs`);
- * the ones after it until the session exists go to `early`. Pumped here: while the host has
- * no core, straight from the CQ; with one, through the op queue's poll, which routes them.
- */
-async function firstCompletion(host: CoreHost, qpNum: number, early: Completion[], timeoutMs: number, signal?: AbortSignal): Promise<Completion | undefined> {
-  let first: Completion | undefined;
-  const handler = (completion: Completion) => void (first === undefined ? (first = completion) : early.push(completion));
-  host.listen(qpNum, handler);
-  const start = performance.now();
-  for (let i = 0; first === undefined && performance.now() - start < timeoutMs && !signal?.aborted; i++) {
-    host.pump();
-    if (first !== undefined) break;
-    await new Promise((resolve) => (i < 1000 ? setImmediate(resolve) : setTimeout(resolve, 1)));
-  }
-  return first;
-}
-
-async function connect(host: CoreHost, control: MemoryRegion, options: SessionOptions, timeoutMs: number): Promise<Connection> {
-  const { url } = options;
-  try {
-    return await host.provider.connect(url, {
-      cq: host.cq,
-      initialRecvs: Array.from({ length: CONTROL_RECVS }, (_, i) => recv(control, i)),
-      privateData: connectData(options.token, options.namespace),
-      timeoutMs,
-      signal: options.signal,
-      sendDepth: 1024,
-      recvDepth: CONTROL_RECVS + 4,
-    });
-  } catch (error) {
-    if (error instanceof TransportError && error.code === 'REJECTED') {
-      const reason = error.privateData?.[0];
-      if (reason === RejectReason.AUTH) throw new KvAuthError(`${url}: the server rejected the token${options.namespace === undefined ? '' : ` (for namespace '${options.namespace}')`}`);
-      if (reason === RejectReason.NAMESPACE) throw new KvNamespaceError(`${url}: the server hosts no namespace '${options.namespace}'`);
-      if (reason === RejectReason.VERSION) {
-        const theirs = error.privateData?.[1]; // servers since v2 say which version they speak
-        throw new KvProtocolError(
-          `${url}: the server speaks protocol version ${theirs ?? 'other than ' + KvLayout.PROTOCOL_VERSION}, this client ${KvLayout.PROTOCOL_VERSION}: upgrade the older side`,
-        );
-      }
-      throw new KvDisconnectedError(`${url}: the server refused the connection (${reason === RejectReason.FULL ? 'no free client ring' : 'rejected'})`);
-    }
-    const why = (error as Error).message;
-    throw new KvDisconnectedError(why.includes(url) ? why : `cannot connect to ${url}: ${why}`);
-  }
-}
-
-/** Control buffer `index` as a receive request. */
-function recv(control: MemoryRegion, index: number): RecvRequest {
-  return { wrId: CONTROL_TAG + index, local: control, localOffset: index * KvLayout.CONTROL_RECV_BYTES, length: KvLayout.CONTROL_RECV_BYTES };
-}
-
-/** The hello's region and layout as the core takes them. A read client has no ring; its core never writes one (its writes are refused first: roles.ts). */
-function coreRegion(hello: Hello): CoreRegion {
-  const { bucketCount, indexOffset, heapOffset, heapBytes, seed, ringOffset = 0n, maxValueBytes } = hello.layout;
-  return { ...hello.region, bucketCount, indexOffset, heapOffset, heapBytes, seed, ringOffset, maxValueBytes, clientId: hello.clientId, versionBase: hello.versionBase, graceMs: hello.graceMs };
-}
-
-function controlBytes(control: MemoryRegion, index: number, length: number): Buffer {
-  const offset = index * KvLayout.CONTROL_RECV_BYTES;
-  return control.bytes.subarray(offset, offset + length);
-}
-
-/**
- * A failed connection attempt as a KvError. A provider that cannot be had
- * (rdma:// on a build without verbs, or on a host without an RDMA device) is
- * configuration, not a lost server; anything else not already a KvError
- * (a native allocation that failed, say) counts as a failed connect.
- */
-function providerError(url: string, error: unknown): Error {
-  if (error instanceof KvError) return error;
-  const message = error instanceof Error ? error.message : String(error);
-  if (error instanceof TransportError && error.code === 'ERR_RKV_PROVIDER') return new KvInvalidArgumentError(`${url}: ${message}`);
-  return new KvDisconnectedError(`cannot connect to ${url}: ${message}`);
 }
