@@ -170,6 +170,7 @@ export class OpQueue implements Slots {
 
   /** The session's connection is lost: finish what the core holds of it, then the rest of its queued ops. */
   lose(session: Session, reason: string): void {
+    session.lostReason = reason; // in the errors of its ops the core fails now
     const core = this.host.core;
     if (core) {
       core.failAll(KvStatus.DISCONNECTED, session.link);

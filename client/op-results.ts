@@ -50,10 +50,13 @@ export function deliverResults(q: Slots, core: ClientCore, n: number, handout: n
     if (slot < 0) continue;
     const owner = q.owners[slot]!;
     const k = q.members[slot]!;
-    if (words[o + ResultLayout.BLOCK_UNUSED] && q.blocks[slot]! >= 0) q.sessions[slot]!.pools.giveBack(q.classes[slot]!, q.blocks[slot]!);
+    const session = q.sessions[slot];
+    if (words[o + ResultLayout.BLOCK_UNUSED] && q.blocks[slot]! >= 0) session!.pools.giveBack(q.classes[slot]!, q.blocks[slot]!);
     if (words[o + ResultLayout.BACKUP_BLOCKS_UNUSED]) q.backups.giveBack(slot, words[o + ResultLayout.BACKUP_BLOCKS_UNUSED]!);
     q.release(slot);
     const status = words[o + ResultLayout.STATUS]!;
+    // Why its connection went, for the error: the keepalive's reason, or the transport's first error.
+    const lost = status === KvStatus.DISCONNECTED ? session?.lostReason ?? (session?.connection.firstError || undefined) : undefined;
     if (status === KvStatus.OK || status === KvStatus.NOT_FOUND || status === KvStatus.VERSION_MISMATCH) q.retried[owner.type] += words[o + ResultLayout.DETAIL]!;
     if (owner instanceof Batch) {
       if (owner.failed) continue;
@@ -64,7 +67,7 @@ export function deliverResults(q: Slots, core: ClientCore, n: number, handout: n
         scratch.copy(chunk, owner.chunkUsed, at, at + len); // a copy: scratch is reused
         owner.out![owner.positions ? owner.positions[k]! : k] = chunk.subarray(owner.chunkUsed, (owner.chunkUsed += len));
       } else if (status !== KvStatus.OK && status !== KvStatus.NOT_FOUND) {
-        owner.fail(errorForStatus(status, words[o + ResultLayout.DETAIL]!, `${opName(owner.type)} ${describe(owner.keys[k]!)}`));
+        owner.fail(errorForStatus(status, words[o + ResultLayout.DETAIL]!, `${opName(owner.type)} ${describe(owner.keys[k]!)}`, lost));
         continue;
       }
       if (--owner.left === 0) owner.resolve(owner.out);
@@ -87,7 +90,7 @@ export function deliverResults(q: Slots, core: ClientCore, n: number, handout: n
         owner.resolve(value ? { status, value, version, retries, expiry } : { status, version, retries, expiry, length: words[o + ResultLayout.VALUE_LEN]! });
       }
     } else {
-      owner.reject(errorForStatus(status, words[o + ResultLayout.DETAIL]!, `${opName(owner.type)} ${describe(owner.key)}`));
+      owner.reject(errorForStatus(status, words[o + ResultLayout.DETAIL]!, `${opName(owner.type)} ${describe(owner.key)}`, lost));
     }
   }
 }

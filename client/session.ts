@@ -56,6 +56,8 @@ export class Session {
   readonly itemLimit: number;
   /** The blocks granted over this connection. */
   readonly pools: BlockPools;
+  /** Why the connection was lost (the transport's first error, or the keepalive's), once it is. */
+  lostReason: string | undefined;
   /** Control buffers CONTROL_RECVS and up: a burst of sends (a reclaim's answer) waits for them, never overwrites one the NIC may still read. */
   private readonly sendBuffers: SendBuffers;
   private lastPong = 0;

@@ -149,15 +149,15 @@ export function isRetryable(error: unknown): boolean {
   return error instanceof KvError && error[retryable];
 }
 
-/** The error for a native result status (OK and NOT_FOUND are not errors). */
-export function errorForStatus(status: number, detail: number, what: string): KvError {
+/** The error for a native result status (OK and NOT_FOUND are not errors); `lost`: why the op's connection is gone, where known. */
+export function errorForStatus(status: number, detail: number, what: string, lost?: string): KvError {
   switch (status) {
     case KvStatus.TABLE_FULL: return new KvTableFullError(`${what}: both buckets of the key and every displacement target are full`);
     case KvStatus.OUT_OF_MEMORY: return new KvOutOfMemoryError(`${what}: the server's heap is full`);
     case KvStatus.VALUE_TOO_LARGE: return new KvValueTooLargeError(`${what}: value too large`);
     case KvStatus.KEY_TOO_LARGE: return new KvKeyTooLargeError(`${what}: key too large`);
     case KvStatus.TIMEOUT: return new KvTimeoutError(`${what}: timed out (${detail} retries)`);
-    case KvStatus.DISCONNECTED: return new KvDisconnectedError(`${what}: the connection to the server is gone`);
+    case KvStatus.DISCONNECTED: return new KvDisconnectedError(`${what}: the connection to the server is gone${lost ? ` (${lost})` : ''}`);
     case KvStatus.LOCK_CONTENDED: return new KvLockContendedError(`${what}: the key's buckets stayed locked (${detail} tries)`);
     case KvStatus.TYPE_MISMATCH: return new KvTypeMismatchError(`${what}: the key holds another kind of item (bytes, a counter, a lock) than this operation works on`);
     case KvStatus.VERSION_MISMATCH: return new KvError('KV_VERSION_MISMATCH', `${what}: the version did not match`);

@@ -54,7 +54,9 @@ for (const scheme of providersUnderTest()) {
       void waitingB.then(() => (settled.b = true), () => (settled.b = true));
       await new Promise((resolve) => setTimeout(resolve, 50));
       await a.close();
-      t.is(((await t.throwsAsync(waitingA)) as KvError).code, 'KV_DISCONNECTED');
+      const lostA = (await t.throwsAsync(waitingA)) as KvError;
+      t.is(lostA.code, 'KV_DISCONNECTED');
+      t.regex(lostA.message, /the connection to the server is gone \(.+\)$/, 'it says why the connection went');
       t.false(settled.b, "the other member's LOCK is still waiting");
       await lockB.release();
       const gotB = await waitingB;
