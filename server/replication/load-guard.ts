@@ -55,9 +55,10 @@ export class LoadGuard {
     }
     for (const name of found.missing) this.awaiting.delete(name);
     const keys = etcdKeys(prefix);
-    await client.if(keys.frozen, 'Create', '==', 0).then(client.put(keys.frozen).value(frozenRecord('loaded', config.epoch, [...found.holding, ...found.missing].sort()))).commit();
+    const mayHold = [...found.holding, ...found.missing].sort(); // one list for the record and the log
+    await client.if(keys.frozen, 'Create', '==', 0).then(client.put(keys.frozen).value(frozenRecord('loaded', config.epoch, mayHold))).commit();
     const why = found.load === 'loaded' ? `${found.holding.join(', ')} may hold keys` : `no load record from ${found.missing.join(', ')} within a TTL`;
-    logger.warn({ epoch: config.epoch, members: holders }, `controller: ${why}, so placement is frozen: a member that joins gets hash slots with their keys by kvctl rebalance (or --auto on)`);
+    logger.warn({ epoch: config.epoch, members: mayHold }, `controller: ${why}, so placement is frozen: a member that joins gets hash slots with their keys by kvctl rebalance (or --auto on)`);
     this.options.poke();
     return true;
   }
