@@ -5,9 +5,11 @@
 // docs/cluster.md), and what a failover left: hash slots short of replicas and
 // members failed over; and whether placement is frozen, why, and who waits for
 // kvctl rebalance because of it.
+import type { Etcd3 } from 'etcd3';
+
 import { SLOT_COUNT, keySlot } from '../../../client/index.js';
 import { type ClusterConfig, etcdKeys, openEtcd, parseFrozenRecord, removedMembers, slotsHeld, underReplicatedSlots } from '../../../protocol/registry.js';
-import type { CtlArgs } from '../args.js';
+import type { CtlArgs, EtcdTarget } from '../args.js';
 import { withClient } from '../connect.js';
 import { liveMembers, readClusterConfig } from '../etcd.js';
 import { configRanges, configTable, layoutEntries, layoutTable, oneLine } from '../format.js';
@@ -93,23 +95,27 @@ async function readConfig(args: CtlArgs, io: Io): Promise<{ config?: ClusterConf
   try {
     const config = await readClusterConfig(etcd, target);
     if (!config) return {};
-    try {
-      const keys = etcdKeys(target.prefix);
-      const text = await etcd.get(keys.frozen).string();
-      if (text === null) return { config };
-      const auto = (await etcd.get(keys.autoRebalance).string()) !== null;
-      const draining = Object.keys(await etcd.getAll().prefix(keys.drainKey('')).strings()).map((key) => key.slice(keys.drainKey('').length));
-      const live = await liveMembers(etcd, target, config.replicas);
-      const waiting = live.map((m) => m.name).filter((name) => slotsHeld(config, name) === 0 && !draining.includes(name));
-      return { config, frozen: parseFrozenRecord(text), auto, waiting };
-    } catch (error) {
-      io.stderr(`kvctl: warning: placement's frozen state: ${oneLine((error as Error).message)}\n`);
-      return { config };
-    }
+    const frozen = await readFrozen(etcd, target, config).catch((error: Error) => {
+      io.stderr(`kvctl: warning: placement's frozen state: ${oneLine(error.message)}\n`);
+      return {};
+    });
+    return { config, ...frozen };
   } catch (error) {
     io.stderr(`kvctl: warning: ${oneLine((error as Error).message)}\n`);
     return undefined;
   } finally {
     etcd.close();
   }
+}
+
+/** Placement's frozen record, if any, with whether --auto is on and the members waiting for a rebalance. */
+async function readFrozen(etcd: Etcd3, target: EtcdTarget, config: ClusterConfig): Promise<{ frozen?: Frozen; auto?: boolean; waiting?: string[] }> {
+  const keys = etcdKeys(target.prefix);
+  const text = await etcd.get(keys.frozen).string();
+  if (text === null) return {};
+  const auto = (await etcd.get(keys.autoRebalance).string()) !== null;
+  const draining = Object.keys(await etcd.getAll().prefix(keys.drainKey('')).strings()).map((key) => key.slice(keys.drainKey('').length));
+  const live = await liveMembers(etcd, target, config.replicas);
+  const waiting = live.map((m) => m.name).filter((name) => slotsHeld(config, name) === 0 && !draining.includes(name));
+  return { frozen: parseFrozenRecord(text), auto, waiting };
 }
