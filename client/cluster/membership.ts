@@ -36,6 +36,9 @@ export class StaticMembership extends EventEmitter<SourceEvents> implements Memb
   async close(): Promise<void> {}
 }
 
+/** How long close() waits for etcd to confirm the watch's cancel. */
+const CANCEL_WAIT_MS = 1000;
+
 /** Reads the prefix, then follows it with a watch from the revision read. */
 export class EtcdMembership extends EventEmitter<SourceEvents> implements MembershipSource {
   private readonly joined = new Set<string>();
@@ -175,8 +178,21 @@ export class EtcdMembership extends EventEmitter<SourceEvents> implements Member
     if (yes) this.emit('change', this.members);
   }
 
+  /**
+   * Cancels the watch, then closes the etcd client. etcd3's cancel waits for etcd to confirm it: an
+   * etcd that takes requests in and never answers (a partition dropping packets) kept close(), and the
+   * process, waiting for good. The confirmation is a courtesy (closing the client ends the watch's
+   * stream anyway), so it is waited for CANCEL_WAIT_MS at most.
+   */
   async close(): Promise<void> {
-    await this.watcher?.cancel().catch(() => undefined);
+    const watcher = this.watcher;
+    this.watcher = undefined;
+    if (watcher) {
+      let timer: NodeJS.Timeout | undefined;
+      const waited = new Promise<void>((resolve) => (timer = setTimeout(resolve, CANCEL_WAIT_MS)));
+      await Promise.race([watcher.cancel().catch(() => undefined), waited]);
+      clearTimeout(timer);
+    }
     this.client.close();
   }
 }

@@ -1,11 +1,15 @@
 // A TCP proxy in front of the test's etcd, for a client or member whose etcd
-// link a test cuts (self-fence.test.ts, rebalance.test.ts).
+// link a test cuts (self-fence.test.ts, rebalance.test.ts) or stalls: its
+// connections stay up and carry nothing, as across a partition that drops
+// packets (close-etcd.test.ts).
 import { type Server, type Socket, connect, createServer } from 'node:net';
 
 /** A TCP proxy to etcd that the test can cut: every connection through it is dropped, and new ones too. */
 export class EtcdProxy {
   private readonly sockets = new Set<Socket>();
+  private readonly pairs: Array<[Socket, Socket]> = [];
   private cutOff = false;
+  private stalled = false;
 
   private constructor(private readonly server: Server, readonly url: string) {}
 
@@ -16,7 +20,15 @@ export class EtcdProxy {
     const proxy = new EtcdProxy(server, `http://127.0.0.1:${(server.address() as { port: number }).port}`);
     server.on('connection', (inbound) => {
       if (proxy.cutOff) return void inbound.destroy();
+      if (proxy.stalled) {
+        // Taken in, never answered.
+        proxy.sockets.add(inbound);
+        inbound.on('error', () => undefined);
+        inbound.on('close', () => proxy.sockets.delete(inbound));
+        return;
+      }
       const outbound = connect(Number(port), hostname);
+      proxy.pairs.push([inbound, outbound]);
       for (const socket of [inbound, outbound]) {
         proxy.sockets.add(socket);
         socket.on('error', () => undefined);
@@ -34,6 +46,17 @@ export class EtcdProxy {
   cut(): void {
     this.cutOff = true;
     for (const socket of this.sockets) socket.destroy();
+  }
+
+  /** Every connection stays open and carries nothing more, either way; new ones are taken in and never answered. */
+  stall(): void {
+    this.stalled = true;
+    for (const [inbound, outbound] of this.pairs) {
+      inbound.unpipe(outbound);
+      outbound.unpipe(inbound);
+      inbound.pause();
+      outbound.pause();
+    }
   }
 
   heal(): void {
