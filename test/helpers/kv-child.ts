@@ -37,13 +37,28 @@ const send = (m: object): void => void process.send?.(m);
 // test/kv/fencing.test.ts pauses a writer there on purpose.)
 process.on('message', (m) => {
   if (m === 'stop') process.kill(process.pid, 'SIGSTOP');
+  if (m === 'why') send({ why: whyAlive() });
 });
+
+/** The message 'why': what the process still holds (its client's internals read as a test may), for a child that does not exit. */
+let client: KvClient | undefined;
+function whyAlive(): Record<string, unknown> {
+  type Internals = { servers: Map<string, { url: string; status: string }>; hosts: { hosts: Map<string, Record<string, unknown> & { queue: { inflightCount: number } }> } };
+  const kv = client as unknown as Internals | undefined;
+  return {
+    status: client?.status,
+    resources: process.getActiveResourcesInfo(),
+    servers: kv ? [...kv.servers.values()].map((s) => `${s.url} ${s.status}`) : [],
+    hosts: kv ? [...kv.hosts.hosts].map(([scheme, h]) => ({ scheme, links: h.attached, settingUp: h.settingUp, closing: h.closing, released: h.released, inflight: h.queue.inflightCount })) : [],
+  };
+}
 
 async function main(): Promise<void> {
   const target = url!.startsWith('etcd+') ? { etcd: { hosts: new URL(url!.slice(5)).origin, prefix: new URL(url!.slice(5)).pathname } } : { url: url! };
   const history = mode === 'lin' || mode === 'linatomic' ? args[2] : mode === 'churn' ? args[4] : mode === 'paused' ? args[1] : undefined;
   const options = { ...target, timeoutMs: mode === 'closing' ? 600_000 : testTimeoutMs(), pollMode: loadPollMode() };
   const kv = await KvClient.connect(history ? { ...options, history } : options);
+  client = kv;
   if (mode === 'model') {
     const [prefix, count, seed] = [args[0]!, Number(args[1]), Number(args[2])];
     const random = rng(seed);

@@ -168,12 +168,13 @@ export function forkKvChild(t: ExecutionContext, args: string[], options: { sile
 }
 
 /** Runs kv-child.js to the end: its last report, or the error it reported or died of. */
-export function runKvChild(t: ExecutionContext, args: string[], onMessage?: (m: Record<string, unknown>) => void): Promise<Record<string, unknown>> {
+export function runKvChild(t: ExecutionContext, args: string[], onMessage?: (m: Record<string, unknown>) => void, onFork?: (proc: ChildProcess) => void): Promise<Record<string, unknown>> {
   return new Promise((resolve, reject) => {
     const proc = forkKvChild(t, args);
+    onFork?.(proc);
     let report: Record<string, unknown> | undefined;
     proc.on('message', (m: Record<string, unknown>) => {
-      report = m;
+      if (!('why' in m)) report = m; // an answer to 'why' (kv-child.ts) is no report
       onMessage?.(m);
     });
     // 'close', not 'exit': 'exit' can come before the child's last message has been read from
