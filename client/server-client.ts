@@ -1,34 +1,32 @@
 // One server's client, for as long as the KvClient wants that server: its
-// connection status and reconnects (a Session per connection), the checks an
-// operation passes before it is queued (its limits are the server's), and the
-// control messages that concern more than the session (grants, reclaim). The
-// operations themselves run in the op queue of the session's host, shared
-// with the KvClient's other servers (core-host.ts). KvClient routes keys to these.
+// data path. The checks an operation passes before it is queued (its limits
+// are the server's), GETs and PUTs one at a time or as batches, and a replica
+// set's view (withBackups) whose writes also name its backups. The connection
+// under it (status, reconnects, a Session per connection, control messages)
+// is its ServerLink's (server-link.ts). The operations themselves run in the
+// op queue of the session's host, shared with the KvClient's other servers
+// (core-host.ts). KvClient routes keys to these.
 import { EventEmitter } from 'node:events';
 
-import type { Completion } from '../native/index.js';
 import { KvLayout, KvOp, KvStatus } from '../protocol/constants.js';
-import type { ControlMessage, Hello } from '../protocol/control.js';
-import { KvDisconnectedError, type KvError, KvInvalidArgumentError, KvKeyTooLargeError, KvOutOfMemoryError, KvProtocolError, KvValueTooLargeError } from '../protocol/errors.js';
+import { KvDisconnectedError, type KvError, KvInvalidArgumentError, KvKeyTooLargeError, KvValueTooLargeError } from '../protocol/errors.js';
 import { classFor, itemUnits } from '../protocol/size-classes.js';
 import { type HistoryRecorder, recorded } from './history.js';
 import { measureKey, toBuffer } from './keys.js';
 import { roleRefusal } from './roles.js';
 import { type ExtRef, extOf, freedError, holding, withBounce } from './large-values.js';
-import type { CoreHost, CoreHosts } from './core-host.js';
 import { Answer, Batch, type Bytes, type OpRequest, type OpResult } from './op-queue.js';
-import { Session, type SessionOptions } from './session.js';
-import type { KvClientOptions, KvStatusName, Value } from './types.js';
+import { ServerLink, type ServerLinkOptions } from './server-link.js';
+import type { Session } from './session.js';
+import type { KvStatusName, Value } from './types.js';
 
 export type { HistoryRecorder } from './history.js';
 export type { Bytes, OpResult } from './op-queue.js';
 
 /** What a ServerClient needs: KvClientOptions' per-server part, and one URL. */
-export interface ServerClientOptions extends SessionOptions, Pick<KvClientOptions, 'pollMode' | 'timeoutMs' | 'reconnect'> {
+export interface ServerClientOptions extends ServerLinkOptions {
   /** The cluster's recorder: one history, ids unique across servers. */
   recorder?: HistoryRecorder;
-  /** The KvClient's hosts: its sessions share their provider's core and op queue. */
-  hosts: CoreHosts;
 }
 
 type ClientEvents = {
@@ -37,18 +35,8 @@ type ClientEvents = {
 };
 
 export class ServerClient extends EventEmitter<ClientEvents> {
-  private session: Session | undefined;
-  private unleased = false; // readWithoutLease() was called: each session's GETs count whatever the read lease
-  private starting = false; // start() under way: keepTrying leaves it be (KvClient asks again if it fails), so no two connects race
-  private _status: KvStatusName = 'connecting';
-  /** The host of its sessions (from the first on): shared with the KvClient's other servers. */
-  private host: CoreHost | undefined;
-  private readonly timeoutMs: number;
-  private reconnectTimer: NodeJS.Timeout | undefined;
-  /** Aborted by close(): gives up any connect still in progress (else it would hold the process up to its timeout). */
-  private readonly closer = new AbortController();
-  private closing: Promise<void> | undefined;
-  private hello: Hello | undefined;
+  /** The connection: this client's own, and its views' through their prototype (one session, one status for all). */
+  private readonly link: ServerLink;
   /** A replica set's view (withBackups): the servers its PUT, DELETE and CAS also write, or why its writes cannot go. */
   private backups: readonly ServerClient[] = [];
   private backupsMissing: KvError | undefined;
@@ -57,7 +45,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
 
   constructor(readonly options: ServerClientOptions) {
     super();
-    this.timeoutMs = Math.ceil(options.timeoutMs ?? 5000); // the transport takes whole ms
+    this.link = new ServerLink(options, { status: (status) => this.emit('status', status), error: (error) => this.emit('error', error) });
   }
 
   get url(): string {
@@ -65,27 +53,32 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   }
 
   get status(): KvStatusName {
-    return this._status;
+    return this.link.status;
+  }
+
+  /** The connection's session while it is up (the link's): the data path queues its ops on it. */
+  private get session(): Session | undefined {
+    return this.link.session;
   }
 
   /** core.submit calls of its host's queue (every server of the provider's: a batch over them is one) (for tests and metrics). */
   get submits(): number {
-    return this.host?.queue.submits ?? 0;
+    return this.link.host?.queue.submits ?? 0;
   }
 
   /** Ops waiting out a backoff (a held lock, a full ring), in its host's core. */
   get backoffs(): number {
-    return this.host?.queue.backoffs ?? 0;
+    return this.link.host?.queue.backoffs ?? 0;
   }
 
   /** The largest value the server accepts, in bytes (undefined before the first hello). */
   get maxValueBytes(): number | undefined {
-    return this.hello?.layout.maxValueBytes;
+    return this.link.hello?.layout.maxValueBytes;
   }
 
   /** post_send calls by its host's cores so far. */
   get doorbells(): number {
-    return this.host?.doorbells ?? 0;
+    return this.link.host?.doorbells ?? 0;
   }
 
   /**
@@ -106,24 +99,18 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   }
 
   /** Connects once; rejects with why not. */
-  async start(): Promise<void> {
-    this.starting = true;
-    await this.establish().finally(() => (this.starting = false));
+  start(): Promise<void> {
+    return this.link.start();
   }
 
   /** After a failed start: keep trying in the background (status 'reconnecting'), as after losing an established connection. */
   keepTrying(): void {
-    if (this.starting || this._status === 'closed' || this._status === 'ready' || this._status === 'reconnecting') return; // trying already
-    this.setStatus('reconnecting');
-    this.scheduleReconnect(1);
+    this.link.keepTrying();
   }
 
   /** The server is (back) at its address: try now rather than at the next backoff step. */
   reconnectNow(): void {
-    if (this._status !== 'reconnecting') return;
-    if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
-    this.reconnectTimer = undefined;
-    this.scheduleReconnect(0);
+    this.link.reconnectNow();
   }
 
   /**
@@ -236,8 +223,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
 
   /** Repair's copier, reading its own member: from now on its GETs count whatever the read lease (SessionOptions.readsUnleased). */
   readWithoutLease(): void {
-    this.unleased = true;
-    this.session?.liftLease();
+    this.link.readWithoutLease();
   }
 
   /** The config epoch a replica last said it applied (its hello's or a pong's configEpoch; 0: none said). */
@@ -247,11 +233,12 @@ export class ServerClient extends EventEmitter<ClientEvents> {
 
   /** Why no operation (of `type`) can be queued now (undefined: it can). */
   private refusal(type: KvOp = KvOp.GET): KvError | undefined {
-    if (this._status === 'closed') return new KvDisconnectedError('the client is closed');
+    const { status, hello } = this.link;
+    if (status === 'closed') return new KvDisconnectedError('the client is closed');
     // The last hello's role, reconnecting too: a read client's write is refused as such.
-    const refused = this.hello && roleRefusal(this.hello, type, this.options.url);
+    const refused = hello && roleRefusal(hello, type, this.options.url);
     if (refused) return refused;
-    if (this._status !== 'ready' || !this.session) return new KvDisconnectedError(`not connected to ${this.options.url} (${this._status})`);
+    if (status !== 'ready' || !this.session) return new KvDisconnectedError(`not connected to ${this.options.url} (${status})`);
     return undefined;
   }
 
@@ -345,104 +332,6 @@ export class ServerClient extends EventEmitter<ClientEvents> {
 
   /** Waits for operations in flight, gives unused blocks back, disconnects. Idempotent. */
   close(): Promise<void> {
-    this.closing ??= this.shutdown();
-    return this.closing;
-  }
-
-  // ---- the connection --------------------------------------------------------------------
-
-  private setStatus(status: KvStatusName): void {
-    if (this._status === status) return;
-    this._status = status;
-    this.emit('status', status);
-  }
-
-  private async establish(): Promise<void> {
-    const session = await Session.open({ ...this.options, signal: this.closer.signal, readsUnleased: () => this.unleased }, this.timeoutMs, this.options.hosts, (s, completion) => this.onControl(s, completion));
-    if (this._status === 'closed') {
-      // close() came while we connected: nothing will ever use or close this session.
-      session.close();
-      throw new KvDisconnectedError('the client was closed');
-    }
-    this.session = session;
-    this.host = session.host;
-    this.hello = session.hello;
-    session.connection.once('disconnected', (reason) => this.lost(session, reason));
-    session.host.queue.attach(session);
-    session.startKeepalive(() => session.host.queue.pollOnce(), (reason) => this.lost(session, reason));
-    this.setStatus('ready');
-  }
-
-  private lost(session: Session, reason: string): void {
-    if (this.session !== session) return;
-    session.host.queue.lose(session, reason); // fails what is in flight, then its link can close
-    session.abandon();
-    this.session = undefined;
-    if (this._status === 'closed') return;
-    if (this.options.reconnect === false) {
-      this.setStatus('closed');
-      return;
-    }
-    this.setStatus('reconnecting');
-    this.scheduleReconnect(1);
-  }
-
-  private scheduleReconnect(attempt: number): void {
-    const delay = Math.min(2000, 50 * 2 ** attempt) * (0.5 + Math.random() / 2);
-    this.reconnectTimer = setTimeout(() => {
-      this.reconnectTimer = undefined;
-      if (this._status !== 'reconnecting') return;
-      this.establish().catch(() => {
-        if (this._status === 'reconnecting') this.scheduleReconnect(attempt + 1);
-      });
-    }, delay);
-  }
-
-  private async shutdown(): Promise<void> {
-    const wasReady = this._status === 'ready';
-    this.setStatus('closed');
-    if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
-    this.closer.abort(); // every attempt in progress: reconnectNow() can start one while another still runs
-    const session = this.session;
-    if (!session) return;
-    session.host.queue.close(session, new KvDisconnectedError('the client was closed'));
-    session.stopKeepalive();
-    // In-flight ops may hold bucket locks: let them finish rather than abandon them.
-    await session.host.queue.drain(session, wasReady ? performance.now() + this.timeoutMs : 0, new KvDisconnectedError('the client was closed'));
-    this.session = undefined;
-    session.close(); // nothing in flight is the queue's any more: its link closes too
-  }
-
-  // ---- control messages --------------------------------------------------------------------
-
-  /** A completion of one of the session's control requests, as the core handed it back. */
-  private onControl(session: Session, completion: Completion): void {
-    let message: ControlMessage | undefined;
-    try {
-      message = session.received(completion);
-    } catch (error) {
-      if (!(error instanceof KvProtocolError)) throw error;
-      this.emit('error', error);
-      return;
-    }
-    if (message?.t === 'pong') {
-      session.pong(message);
-    } else if (message?.t === 'reclaim') {
-      try {
-        session.pools.answerReclaim(session.host.queue.needed(session));
-      } catch {
-        // the connection is going away
-      }
-    } else if (message?.t === 'granted') {
-      if (!session.pools.granted(message)) return;
-      if (message.blocks.length === 0) {
-        // Nothing left of that size: PUTs waiting for it fail now.
-        const bytes = session.pools.unitsOf(message.c) * KvLayout.UNIT_BYTES;
-        session.host.queue.failWaiting(session, message.c, new KvOutOfMemoryError(`the server has no free block of ${bytes} bytes`));
-      }
-      // Not flush(): we are inside the queue's result loop, and flush polls,
-      // which would overwrite the result words still being read.
-      session.host.queue.scheduleFlush();
-    }
+    return this.link.close();
   }
 }
