@@ -14,7 +14,7 @@
 //   <prefix>/config          no lease: each hash slot's replicas and epoch,
 //                            written only by the controller, by a transaction
 //                            conditioned on the key's mod_revision
-import { Etcd3 } from 'etcd3';
+import { Etcd3, type Watcher } from 'etcd3';
 
 import { KvInvalidArgumentError, KvProtocolError } from './errors.js';
 import { decodeClusterConfig } from './config-codec.js';
@@ -255,6 +255,22 @@ export function openEtcd(hosts: string[], timeoutMs: number): Etcd3 {
 /** etcd refuses pings more often than every 5 s (its --grpc-keepalive-min-time) with a GOAWAY. */
 const KEEPALIVE_MS = 10_000;
 const KEEPALIVE_TIMEOUT_MS = 5000;
+
+/** How long cancelWatch waits for etcd to confirm. */
+const CANCEL_WAIT_MS = 1000;
+
+/**
+ * Cancels a watch, waiting CANCEL_WAIT_MS at most for etcd to confirm it: etcd3 waits for good, and
+ * an etcd that takes requests in and never answers (a partition dropping packets) kept a client's
+ * close() waiting with it. The confirmation is a courtesy: closing the client ends the watch's stream.
+ */
+export async function cancelWatch(watcher: Watcher | undefined): Promise<void> {
+  if (!watcher) return;
+  let timer: NodeJS.Timeout | undefined;
+  const waited = new Promise<void>((resolve) => (timer = setTimeout(resolve, CANCEL_WAIT_MS)));
+  await Promise.race([watcher.cancel().catch(() => undefined), waited]);
+  clearTimeout(timer);
+}
 
 /**
  * progress/<name>: that member's copier (copier.ts): its last copy, put at its start, about once a

@@ -9,7 +9,7 @@ import type { Etcd3, IKeyValue, Watcher } from 'etcd3';
 
 import { KvDisconnectedError, KvInvalidArgumentError, KvProtocolError } from '../../protocol/errors.js';
 import { isServerUrl } from '../../protocol/providers.js';
-import { type AliveRecord, type ClusterConfig, DEFAULT_ETCD_PREFIX, etcdKeys, openEtcd, parseClusterConfig } from '../../protocol/registry.js';
+import { type AliveRecord, type ClusterConfig, DEFAULT_ETCD_PREFIX, cancelWatch, etcdKeys, openEtcd, parseClusterConfig } from '../../protocol/registry.js';
 import type { EtcdOptions, KvStatusName, MemberLayout } from '../types.js';
 
 /** A member of the cluster; url is where it listens now, if it is alive. */
@@ -35,9 +35,6 @@ export class StaticMembership extends EventEmitter<SourceEvents> implements Memb
   }
   async close(): Promise<void> {}
 }
-
-/** How long close() waits for etcd to confirm the watch's cancel. */
-const CANCEL_WAIT_MS = 1000;
 
 /** Reads the prefix, then follows it with a watch from the revision read. */
 export class EtcdMembership extends EventEmitter<SourceEvents> implements MembershipSource {
@@ -178,21 +175,10 @@ export class EtcdMembership extends EventEmitter<SourceEvents> implements Member
     if (yes) this.emit('change', this.members);
   }
 
-  /**
-   * Cancels the watch, then closes the etcd client. etcd3's cancel waits for etcd to confirm it: an
-   * etcd that takes requests in and never answers (a partition dropping packets) kept close(), and the
-   * process, waiting for good. The confirmation is a courtesy (closing the client ends the watch's
-   * stream anyway), so it is waited for CANCEL_WAIT_MS at most.
-   */
+  /** Cancels the watch (cancelWatch: an etcd that does not answer must not keep close() waiting), then closes the etcd client. */
   async close(): Promise<void> {
-    const watcher = this.watcher;
+    await cancelWatch(this.watcher);
     this.watcher = undefined;
-    if (watcher) {
-      let timer: NodeJS.Timeout | undefined;
-      const waited = new Promise<void>((resolve) => (timer = setTimeout(resolve, CANCEL_WAIT_MS)));
-      await Promise.race([watcher.cancel().catch(() => undefined), waited]);
-      clearTimeout(timer);
-    }
     this.client.close();
   }
 }

@@ -41,7 +41,7 @@ import type { Etcd3, IKeyValue, Watcher } from 'etcd3';
 import type { Logger } from 'pino';
 
 import type { PlacedMember } from '../../protocol/hash-slots.js';
-import { type ClusterConfig, type ControllerRecord, type DrainRecord, type MemberRecord, type RepairRecord, etcdKeys, frozenRecord, parseClusterConfig, parseDrainRecord, slotsHeld } from '../../protocol/registry.js';
+import { type ClusterConfig, type ControllerRecord, type DrainRecord, type MemberRecord, type RepairRecord, cancelWatch, etcdKeys, frozenRecord, parseClusterConfig, parseDrainRecord, slotsHeld } from '../../protocol/registry.js';
 import { slotsToMove } from '../../protocol/slot-table.js';
 import { readStoredConfig, writeConfig } from './config-store.js';
 import { clearHandoffs, rebalanceJoined, rebalanceRound } from './rebalance-round.js';
@@ -394,7 +394,7 @@ export class ReplicationController {
     this.closed = true;
     if (this.grace) clearTimeout(this.grace);
     if (this.replaceTimer) clearTimeout(this.replaceTimer);
-    await this.watcher?.cancel().catch(() => undefined);
+    await cancelWatch(this.watcher);
     await this.rounds.stop();
   }
 }

@@ -26,7 +26,7 @@ import type { Etcd3, Watcher } from 'etcd3';
 import type { Logger } from 'pino';
 
 import { SLOT_COUNT } from '../../protocol/hash-slots.js';
-import { type ClusterConfig, type SlotRange, etcdKeys } from '../../protocol/registry.js';
+import { type ClusterConfig, type SlotRange, cancelWatch, etcdKeys } from '../../protocol/registry.js';
 import type { EpochTable } from '../store/epoch-table.js';
 import { readStoredConfig } from './config-store.js';
 import { SerialRounds } from './rounds.js';
@@ -252,6 +252,6 @@ export class EpochFollower {
   async close(): Promise<void> {
     this.closed = true;
     void this.rounds.stop(); // drops a pending retry; the round running is not waited for (see above)
-    await this.watcher?.cancel().catch(() => undefined);
+    await cancelWatch(this.watcher);
   }
 }

@@ -21,7 +21,7 @@
 import type { Etcd3, IKeyValue, Watcher } from 'etcd3';
 import type { Logger } from 'pino';
 
-import { type DrainRecord, etcdKeys, parseDrainRecord, parseHandoffRecord } from '../../protocol/registry.js';
+import { type DrainRecord, cancelWatch, etcdKeys, parseDrainRecord, parseHandoffRecord } from '../../protocol/registry.js';
 
 /** Added to the last lease's end: timer lateness is on the safe side, this covers rounding. */
 const MARGIN_MS = 20;
@@ -100,7 +100,7 @@ export class Quiesce {
   close(): void {
     this.closed = true;
     for (const timer of this.timers.values()) clearTimeout(timer);
-    for (const watcher of this.watchers) void watcher.cancel().catch(() => undefined);
+    for (const watcher of this.watchers) void cancelWatch(watcher);
   }
 
   private quiescing(): boolean {
