@@ -237,24 +237,26 @@ export function checkMemberName(name: string): string {
 }
 
 /**
- * An etcd client whose every unary call has a deadline (etcd3 alone retries a dead endpoint for long),
- * and whose connection is pinged while a call (a watch) is open: a link that stays up and carries
- * nothing (a partition dropping packets) is closed after KEEPALIVE_MS + KEEPALIVE_TIMEOUT_MS, which
- * fails the watch (it is set up again, and the client hears of it) instead of leaving it silent for
- * good, and lets a closed client's process exit (closing the client does not end a call still open).
+ * An etcd client whose every unary call has a deadline (etcd3 alone retries a dead endpoint for long).
+ * `pinged` (clients, which hold watches and no lease): its connection is pinged while a call (the
+ * watch) is open, and a link that stays up and carries nothing (a partition dropping packets) is closed
+ * after at most KEEPALIVE_MS + KEEPALIVE_TIMEOUT_MS. That fails the watch (it is set up again) instead of
+ * leaving it silent for good, and lets a closed client's process exit (closing an etcd3 client does not
+ * end a call still open). Members are not pinged: a ping unanswered for a stall of their own (an
+ * emulated guest's) would break their lease's keepalive stream too.
  */
-export function openEtcd(hosts: string[], timeoutMs: number): Etcd3 {
+export function openEtcd(hosts: string[], timeoutMs: number, pinged = false): Etcd3 {
   return new Etcd3({
     hosts,
     dialTimeout: timeoutMs,
     defaultCallOptions: (context) => (context.isStream ? {} : { deadline: Date.now() + timeoutMs }),
-    grpcOptions: { 'grpc.keepalive_time_ms': KEEPALIVE_MS, 'grpc.keepalive_timeout_ms': KEEPALIVE_TIMEOUT_MS },
+    ...(pinged ? { grpcOptions: { 'grpc.keepalive_time_ms': KEEPALIVE_MS, 'grpc.keepalive_timeout_ms': KEEPALIVE_TIMEOUT_MS } } : {}),
   });
 }
 
 /** etcd refuses pings more often than every 5 s (its --grpc-keepalive-min-time) with a GOAWAY. */
 const KEEPALIVE_MS = 10_000;
-const KEEPALIVE_TIMEOUT_MS = 5000;
+const KEEPALIVE_TIMEOUT_MS = 10_000;
 
 /** How long cancelWatch waits for etcd to confirm. */
 const CANCEL_WAIT_MS = 1000;

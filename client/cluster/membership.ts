@@ -60,7 +60,7 @@ export class EtcdMembership extends EventEmitter<SourceEvents> implements Member
       throw new KvInvalidArgumentError(`etcd hosts must be http(s)://host:port URLs (got ${JSON.stringify(options.hosts)})`);
     }
     const prefix = options.prefix ?? DEFAULT_ETCD_PREFIX;
-    const client = openEtcd(hosts, timeoutMs);
+    const client = openEtcd(hosts, timeoutMs, true);
     const source = new EtcdMembership(client, prefix, warn);
     try {
       await source.load();
