@@ -350,7 +350,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
       return Promise.reject(error);
     }
     const out = new Array<Buffer | undefined>(bytes.length).fill(undefined);
-    const pending = (this.replicaSets ? this.failover.each(KvOp.GET, bytes, (k) => this.route(k), (s, k, i) => s.getValue(k).then((v) => void (out[i] = v))) : byServer(bytes, this.only, (k) => this.route(k), (server, keys, positions) => server.getMany(keys, out, positions))).then(() => out);
+    const pending = (this.replicaSets ? this.failover.getMany(bytes, this.routeKey, (s, part, positions) => s.getMany(part, out, positions), (s, k, i) => s.getValue(k).then((v) => void (out[i] = v))) : byServer(bytes, this.only, (k) => this.route(k), (server, keys, positions) => server.getMany(keys, out, positions))).then(() => out);
     return this.metrics ? this.metrics.observeMany(KvOp.GET, bytes.length, pending, out) : pending;
   }
 

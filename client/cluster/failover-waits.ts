@@ -8,8 +8,12 @@
 // member change (at most RETRY_MS) and routes again. A GET also runs again after
 // any KV_DISCONNECTED (it changes nothing). A write caught by a lost connection
 // after it was sent may have taken effect on some replicas: it fails
-// (KV_DISCONNECTED), as such writes do on any cluster. getMany and putMany run
-// one such op per key (still one submit for the keys of a tick).
+// (KV_DISCONNECTED), as such writes do on any cluster. getMany sends the keys
+// whose replica set can take a GET now as one batch per primary, and runs a
+// batch that failed without proof of harm (any GET's) again key by key, as it
+// does the keys with no replica set to read now; putMany runs one op per key
+// (a write carries its hash slot's epoch and its backups: still one submit
+// for the keys of a tick).
 import { KvOp } from '../../protocol/constants.js';
 import { KvError } from '../../protocol/errors.js';
 import { NOT_SENT } from '../op-records.js';
@@ -87,7 +91,34 @@ export class FailoverWaits {
     }
   }
 
-  /** run() for each of `keys` at once (getMany and putMany on a replicated cluster: one op per key, each waiting out a failover alone); rejects at the first failure. */
+  /**
+   * getMany on an etcd cluster: the keys whose replica set can take a GET now go as one `batch` per primary
+   * (`positions`: the keys' places in `keys`); a batch that fails with an error a GET may retry on (its keys may
+   * have moved, or the primary's read lease lapsed or its connection went) runs its keys again one by one, through
+   * run() with `one`, as do the keys that no replica set can read now. Rejects at the first failure.
+   */
+  getMany(keys: readonly Bytes[], route: (key: Bytes) => ServerClient | KvError, batch: (server: ServerClient, keys: Bytes[], positions: Int32Array) => Promise<unknown>, one: (server: ServerClient, key: Bytes, i: number) => Promise<unknown>): Promise<void> {
+    const groups = new Map<ServerClient, number[]>();
+    const pending: Array<Promise<unknown>> = [];
+    const alone = (i: number) => this.run(KvOp.GET, keys[i]!, i, route, one);
+    for (let i = 0; i < keys.length; i++) {
+      const server = route(keys[i]!);
+      if (!(server instanceof ServerClient) || server.routeRefusal(KvOp.GET) !== undefined) {
+        pending.push(alone(i));
+        continue;
+      }
+      const list = groups.get(server);
+      if (list) list.push(i);
+      else groups.set(server, [i]);
+    }
+    for (const [server, list] of groups) {
+      const again = (failed: unknown) => (nothingHappened(failed, KvOp.GET) ? Promise.all(list.map(alone)) : Promise.reject(failed));
+      pending.push(batch(server, list.map((i) => keys[i]!), Int32Array.from(list)).catch(again));
+    }
+    return Promise.all(pending).then(() => undefined);
+  }
+
+  /** run() for each of `keys` at once (putMany on an etcd cluster: one op per key, each waiting out a failover alone); rejects at the first failure. */
   each(type: KvOp, keys: readonly Bytes[], route: (key: Bytes) => ServerClient | KvError, op: (server: ServerClient, key: Bytes, i: number) => Promise<unknown>): Promise<void> {
     return Promise.all(keys.map((key, i) => this.run(type, key, i, route, op))).then(() => undefined);
   }

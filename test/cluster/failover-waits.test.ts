@@ -121,3 +121,38 @@ test('each: one op per key, each routed alone', async (t) => {
   await pending;
   t.deepEqual(done, ['a0', 'c2', 'b1']);
 });
+
+test('getMany: one batch per primary that can take a GET; a batch that failed harmlessly runs again key by key, one that failed otherwise rejects; keys with no primary to read wait alone', async (t) => {
+  const waits = new FailoverWaits(60_000, () => false);
+  const [m0, m1, m2] = [member(), member(), member()];
+  const down = new KvDisconnectedError('replica m3 has no live registration');
+  let m3: ServerClient | KvError = down;
+  const owner: Record<string, ServerClient | (() => ServerClient | KvError)> = { a: m0, b: m1, c: m0, d: m2, e: () => m3, f: m1 };
+  const route = (key: unknown) => {
+    const server = owner[String(key)]!;
+    return typeof server === 'function' ? server() : server;
+  };
+  const batches: string[] = [];
+  const alone: string[] = [];
+  const lapsed = new KvError('KV_READ_LEASE_LAPSED', 'late', true);
+  const pending = waits.getMany(['a', 'b', 'c', 'd', 'e', 'f'], route, async (server, keys, positions) => {
+    batches.push(`${keys.map(String).join('')}@${positions.join(',')}`);
+    if (server === m1) throw lapsed; // m1's batch: answered after its read lease
+  }, async (_, key, i) => {
+    alone.push(`${String(key)}${i}`);
+  });
+  await new Promise((resolve) => setImmediate(resolve));
+  t.deepEqual(batches, ['ac@0,2', 'bf@1,5', 'd@3'], 'one batch per primary, with the keys\' positions');
+  t.deepEqual(alone.sort(), ['b1', 'f5'], 'the lapsed batch\'s keys again, one by one; e waits for a primary');
+  m3 = member();
+  waits.changed();
+  await pending;
+  t.deepEqual(alone.sort(), ['b1', 'e4', 'f5']);
+  t.is(waiters(waits), 0);
+
+  const full = new KvError('KV_TABLE_FULL', 'not one a GET retries on');
+  await t.throwsAsync(waits.getMany(['a', 'd'], route, async (server) => {
+    if (server === m2) throw full;
+  }, async () => t.fail('not run alone')), { is: full });
+  t.deepEqual(await waits.getMany([], route, async () => t.fail('no batch'), async () => t.fail('no op')), undefined);
+});
