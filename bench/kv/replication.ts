@@ -2,7 +2,8 @@
 // three kv-server processes on shm registered in a throwaway etcd, and one
 // KvClient routing by the controller's config, at --replicas 1 and 2. A PUT
 // at N = 2 locks and writes both replicas and commits the backup one round
-// before the primary (4 rounds instead of 3); a GET reads the primary only.
+// before the primary (4 rounds instead of 3); a GET reads the primary only,
+// and getMany reads 64 keys as one batch per primary.
 // Rounds alternate N = 1 and N = 2 (this machine is shared: compare within a
 // run only), each on a fresh cluster.
 //
@@ -65,7 +66,7 @@ async function concurrent(inflight: number, op: (i: number) => Promise<unknown>)
   return done / seconds;
 }
 
-type Row = { putRate: number; putP50: number; putP99: number; put64: number; getRate: number; getP50: number };
+type Row = { putRate: number; putP50: number; putP99: number; put64: number; getRate: number; getP50: number; getMany64: number };
 const measured: Record<1 | 2, Row[]> = { 1: [], 2: [] };
 const etcd = await startEtcd();
 try {
@@ -77,8 +78,11 @@ try {
         const put = await sequential((i) => kv.put(`key:${i % keys}`, value));
         const put64 = await concurrent(64, (i) => kv.put(`key:${i % keys}`, value));
         const get = await sequential((i) => kv.get(`key:${i % keys}`));
-        measured[n].push({ putRate: put.rate, putP50: put.p50, putP99: put.p99, put64, getRate: get.rate, getP50: get.p50 });
-        process.stderr.write(`round ${r + 1}/${rounds}, --replicas ${n}: put ${Math.round(put.rate)}/s p50 ${put.p50.toFixed(1)} µs, 64 in flight ${Math.round(put64)}/s, get ${Math.round(get.rate)}/s\n`);
+        // getMany of 64 keys at a time, one call awaited at a time: keys per second.
+        const batch = (i: number) => Array.from({ length: 64 }, (_, k) => `key:${(i * 64 + k) % keys}`);
+        const getMany64 = (await sequential((i) => kv.getMany(batch(i)))).rate * 64;
+        measured[n].push({ putRate: put.rate, putP50: put.p50, putP99: put.p99, put64, getRate: get.rate, getP50: get.p50, getMany64 });
+        process.stderr.write(`round ${r + 1}/${rounds}, --replicas ${n}: put ${Math.round(put.rate)}/s p50 ${put.p50.toFixed(1)} µs, 64 in flight ${Math.round(put64)}/s, get ${Math.round(get.rate)}/s, getMany(64) ${Math.round(getMany64)} keys/s\n`);
       } finally {
         await kv.close();
         await Promise.all(servers.map((s) => s.stop()));
@@ -98,6 +102,7 @@ const fields: Array<[keyof Row, string, (x: number) => string]> = [
   ['put64', 'put, 64 in flight (ops/s)', (x) => String(Math.round(x))],
   ['getRate', 'sequential get (ops/s)', (x) => String(Math.round(x))],
   ['getP50', 'sequential get, p50 latency (µs)', (x) => x.toFixed(1)],
+  ['getMany64', 'getMany(64), one awaited at a time (keys/s)', (x) => String(Math.round(x))],
 ];
 const rows = fields.map(([field, label, show]) => [label, show(cell(1, field)), show(cell(2, field)), `${(cell(2, field) / cell(1, field)).toFixed(2)}x`]);
 const latencyRatio = cell(2, 'putP50') / cell(1, 'putP50');
