@@ -51,10 +51,13 @@ export function byServer(
   const refused = servers.find((s) => !(s instanceof ServerClient));
   if (refused) return Promise.reject(refused);
   const groups = new Map<ServerClient, number[]>();
-  servers.forEach((s, i) => {
-    const list = groups.get(s as ServerClient);
-    if (list) list.push(i);
-    else groups.set(s as ServerClient, [i]);
-  });
+  servers.forEach((s, i) => addPosition(groups, s as ServerClient, i));
   return Promise.all(Array.from(groups, ([server, list]) => each(server, list.map((i) => keys[i]!), Int32Array.from(list))));
+}
+
+/** Adds key position `i` to `server`'s list in `groups` (a batch per server: byServer, and getMany on an etcd cluster). */
+export function addPosition(groups: Map<ServerClient, number[]>, server: ServerClient, i: number): void {
+  const list = groups.get(server);
+  if (list) list.push(i);
+  else groups.set(server, [i]);
 }

@@ -16,6 +16,7 @@
 // for the keys of a tick).
 import { KvOp } from '../../protocol/constants.js';
 import { KvError } from '../../protocol/errors.js';
+import { addPosition } from '../many.js';
 import { NOT_SENT } from '../op-records.js';
 import { type Bytes, ServerClient } from '../server-client.js';
 
@@ -107,9 +108,7 @@ export class FailoverWaits {
         pending.push(alone(i));
         continue;
       }
-      const list = groups.get(server);
-      if (list) list.push(i);
-      else groups.set(server, [i]);
+      addPosition(groups, server, i);
     }
     for (const [server, list] of groups) {
       const again = (failed: unknown) => (nothingHappened(failed, KvOp.GET) ? Promise.all(list.map(alone)) : Promise.reject(failed));

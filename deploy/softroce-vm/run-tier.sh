@@ -16,7 +16,7 @@ set -euo pipefail
 # the host: docs/softroce-vm.md, "Replicated clusters in the guest"). Node runs
 # ~25x slower under TCG, so the long cases run shrunk (RKV_TEST_SCALE: op
 # counts and durations; every case still runs and asserts the same). The drain
-# and the join take 4 to 6 minutes each here, last so that a run out of time
+# and the join take 2.5 to 6 minutes each here, last so that a run out of time
 # has the rest.
 TEST_GLOBS="dist/test/transport/*.test.js dist/test/kv/*.test.js dist/test/cluster/failover.test.js dist/test/cluster/replicated-kill.test.js dist/test/cluster/drain.test.js dist/test/cluster/rebalance.test.js"
 export RKV_TEST_SCALE="${RKV_TEST_SCALE:-0.02}"
