@@ -40,7 +40,7 @@ export interface NativeCq {
   poll(max: number): number;
   arm(): void;
   ackEvent(): void;
-  watch(callback: () => void, moderationUs?: number): void;
+  watch(callback: () => number | void, moderationUs?: number): void;
   unwatch(): void;
   readonly completions: Uint32Array;
   readonly eventFd: number;

@@ -31,13 +31,15 @@ export class CompletionQueue {
     this.native.arm();
   }
   /**
-   * Event mode: a native thread waits on the CQ's event fd and calls `onReady`
-   * once per wake-up. The callback should drain with poll(), arm(), and poll
-   * once more (completions that raced with arm() bring no event). With `moderationUs`, a
-   * wake-up within that time of the last callback waits out the rest of it first (a NIC's
-   * interrupt moderation): a steady stream costs one callback per moderationUs.
+   * Event mode: the event loop of this thread polls the CQ's event fd (no thread of its own)
+   * and calls `onReady` once per event. Without `moderationUs` the callback drains with
+   * poll(), arms, and polls once more (completions that raced with arm() bring no event).
+   * With `moderationUs` (a NIC's interrupt moderation) the callback only drains and returns
+   * how many completions it took: after an event it is called again every moderationUs while
+   * it finds some, the CQ left unarmed; when it finds none the CQ is armed and it is called
+   * once more. A steady stream costs one timer wake-up per moderationUs and no events.
    */
-  watch(onReady: () => void, moderationUs?: number): void {
+  watch(onReady: () => number | void, moderationUs?: number): void {
     this.native.watch(onReady, moderationUs);
   }
   unwatch(): void {

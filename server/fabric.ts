@@ -59,11 +59,11 @@ export function clientsFitting(maxClients: number, maxCqe: number): number {
 }
 /**
  * The CQ's interrupt moderation (CompletionQueue.watch): under a steady stream of notices the
- * server wakes at most once per this many µs and drains them all in one batch (one wake-up per
- * PUT cost more CPU than the PUT's notice itself); a completion after a quiet spell is handled at
- * once. 500, not 200: each wake-up costs two threads' context switches (~10 µs of CPU on a VM),
- * and that was still most of the server's CPU per PUT (docs/benchmarks.md). Bounded by the
- * client ring and by grants: a client's 256 records last 500 µs at 512k PUT/s, and a grant
+ * server wakes once per this many µs, on a timer with the CQ unarmed, and drains them all in one
+ * batch (one wake-up per PUT cost more CPU than the PUT's notice itself); a completion after a
+ * quiet spell is handled at once. 500, not 200: each wake-up costs a context switch (two threads'
+ * before the watch moved onto the event loop), which was most of the server's CPU per PUT
+ * (docs/benchmarks.md). Bounded by the client ring and by grants: a client's 256 records last 500 µs at 512k PUT/s, and a grant
  * (answered after at most one interval) is asked for a batch ahead (client/block-pools.ts).
  */
 export const CQ_MODERATION_US = 500;

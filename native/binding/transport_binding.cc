@@ -10,16 +10,13 @@
 // Lifetime: every wrapper holds the ProviderState, and with it the native
 // provider, so whatever order the garbage collector or an environment's
 // teardown finalizes wrappers in, the provider (and a verbs PD) goes last.
-#include <poll.h>
-#include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
+#include <uv.h>
 
-#include <atomic>
-#include <chrono>
 #include <cstring>
 #include <deque>
 #include <mutex>
-#include <thread>
 #include <unordered_map>
 
 #include "../transport/transport.h"
@@ -271,6 +268,137 @@ class WindowWrap : public Napi::ObjectWrap<WindowWrap> {
 
 // ---- Cq ------------------------------------------------------------------------
 
+// Calls a CQ's watch callback from the JS thread's event loop: a uv_poll on the CQ's event fd
+// and, with moderation, one on a timerfd (libuv's own timers count whole milliseconds). JS
+// thread only. Owned by its CqWrap and, until libuv has closed both handles, by itself; the
+// environment's teardown stops it like unwatch() does.
+class CqWatcher {
+ public:
+  static std::shared_ptr<CqWatcher> start(Napi::Env env, State state, std::shared_ptr<CompletionQueue> cq,
+                                          Napi::Function callback, uint32_t moderation_us) {
+    std::shared_ptr<CqWatcher> self(new CqWatcher(env, std::move(state), std::move(cq), moderation_us));
+    uv_loop_t* loop = nullptr;
+    if (napi_get_uv_event_loop(env, &loop) != napi_ok) throw_error(env, "ERR_RKV_STATE", "no event loop to watch the CQ on");
+    if (moderation_us > 0) {
+      self->timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+      if (self->timer_fd_ < 0) throw_error(env, "ERR_RKV_STATE", "cannot make a timer to moderate the CQ's wake-ups");
+    }
+    self->callback_ = Napi::Persistent(callback);
+    napi_value name = Napi::String::New(env, "rdma-kv cq");
+    napi_async_init(env, nullptr, name, &self->context_);
+    self->self_ = self;  // until the handles are closed
+    try {
+      self->open(loop, &self->event_poll_, self->cq_->event_fd(), &CqWatcher::on_event);
+      if (self->timer_fd_ >= 0) self->open(loop, &self->timer_poll_, self->timer_fd_, &CqWatcher::on_timer);
+    } catch (...) {
+      self->stop();
+      throw;
+    }
+    napi_add_async_cleanup_hook(env, &CqWatcher::on_teardown, self.get(), &self->teardown_);
+    return self;
+  }
+
+  bool stopped() const { return stopped_; }
+
+  // Idempotent. May run inside the callback (an unwatch from it).
+  void stop() {
+    if (stopped_) return;
+    stopped_ = true;
+    callback_.Reset();
+    if (context_ != nullptr) napi_async_destroy(env_, context_);
+    context_ = nullptr;
+    for (uv_poll_t* handle : {&event_poll_, &timer_poll_}) {
+      if (handle->data == nullptr) continue;
+      uv_poll_stop(handle);
+      uv_close(reinterpret_cast<uv_handle_t*>(handle), &CqWatcher::on_closed);
+    }
+    if (open_handles_ == 0) finish();
+  }
+
+ private:
+  CqWatcher(Napi::Env env, State state, std::shared_ptr<CompletionQueue> cq, uint32_t moderation_us)
+      : env_(env), state_(std::move(state)), cq_(std::move(cq)), moderation_us_(moderation_us) {}
+
+  void open(uv_loop_t* loop, uv_poll_t* handle, int fd, uv_poll_cb cb) {
+    if (uv_poll_init(loop, handle, fd) != 0) throw_error(Napi::Env(env_), "ERR_RKV_STATE", "cannot poll the CQ's event fd");
+    handle->data = this;
+    open_handles_++;
+    uv_poll_start(handle, UV_READABLE, cb);
+  }
+
+  static void on_event(uv_poll_t* handle, int status, int) {
+    auto* self = static_cast<CqWatcher*>(handle->data);
+    if (self->stopped_ || status < 0) return;
+    self->cq_->ack_event();
+    if (!self->busy_) self->run();  // busy: the timer drains
+  }
+  static void on_timer(uv_poll_t* handle, int status, int) {
+    auto* self = static_cast<CqWatcher*>(handle->data);
+    uint64_t expirations;
+    ssize_t rc = read(self->timer_fd_, &expirations, sizeof expirations);
+    (void)rc;
+    if (self->stopped_ || status < 0) return;
+    self->busy_ = false;
+    self->run();
+  }
+
+  void run() {
+    int32_t found = call();
+    if (moderation_us_ == 0 || stopped_) return;
+    if (found == 0) {
+      cq_->arm();
+      found = call();  // completions that raced with arm() bring no event
+      if (stopped_) return;
+    }
+    if (found > 0) {
+      busy_ = true;
+      itimerspec in{};
+      in.it_value.tv_sec = moderation_us_ / 1000000;
+      in.it_value.tv_nsec = static_cast<long>(moderation_us_ % 1000000) * 1000;
+      timerfd_settime(timer_fd_, 0, &in, nullptr);
+    }
+  }
+
+  // The callback through node's MakeCallback, so promises it settles run their reactions after it.
+  int32_t call() {
+    Napi::Env env(env_);
+    Napi::HandleScope scope(env);
+    try {
+      Napi::Value found = callback_.MakeCallback(env.Global(), {}, context_);
+      return found.IsNumber() ? found.As<Napi::Number>().Int32Value() : 0;
+    } catch (const Napi::Error& error) {
+      napi_fatal_exception(env_, error.Value());  // as from any callback of the loop: 'uncaughtException'
+      return 0;
+    }
+  }
+
+  static void on_closed(uv_handle_t* handle) {
+    auto* self = static_cast<CqWatcher*>(handle->data);
+    if (--self->open_handles_ == 0) self->finish();
+  }
+  void finish() {
+    if (timer_fd_ >= 0) ::close(timer_fd_);
+    timer_fd_ = -1;
+    if (teardown_ != nullptr) napi_remove_async_cleanup_hook(teardown_);
+    teardown_ = nullptr;
+    self_.reset();  // may delete this: the last thing done
+  }
+  static void on_teardown(napi_async_cleanup_hook_handle, void* arg) { static_cast<CqWatcher*>(arg)->stop(); }
+
+  napi_env env_;
+  State state_;  // the provider outlives the CQ, as for every wrapper
+  std::shared_ptr<CompletionQueue> cq_;
+  uint32_t moderation_us_;
+  Napi::FunctionReference callback_;
+  napi_async_context context_ = nullptr;
+  napi_async_cleanup_hook_handle teardown_ = nullptr;
+  uv_poll_t event_poll_{}, timer_poll_{};
+  int timer_fd_ = -1;
+  int open_handles_ = 0;
+  bool busy_ = false, stopped_ = false;
+  std::shared_ptr<CqWatcher> self_;
+};
+
 class CqWrap : public Napi::ObjectWrap<CqWrap> {
  public:
   struct Init {
@@ -319,48 +447,18 @@ class CqWrap : public Napi::ObjectWrap<CqWrap> {
   Napi::Value event_fd(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), cq_->event_fd()); }
   Napi::Value depth(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), cq_->depth()); }
 
-  // watch(callback, moderationUs = 0): a thread waits on the CQ's event fd and calls back
-  // once per wake-up; the callback polls the whole batch and re-arms. With moderation
-  // (a NIC's interrupt moderation), a wake-up within moderationUs of the last callback
-  // waits out the rest of that time first, so a steady stream of completions costs one
-  // callback per moderationUs, not one per completion; an event after a quiet spell is
-  // delivered at once.
+  // watch(callback, moderationUs = 0): the JS thread's own event loop (libuv) polls the CQ's
+  // event fd, so a completion wakes one thread: no watcher thread that then wakes the JS thread.
+  // Without moderation each event calls back once, and the callback drains and re-arms. With
+  // moderationUs (a NIC's interrupt moderation, done here) an event calls back at once and the CQ
+  // then stays unarmed while completions keep coming: a timer calls back every moderationUs until
+  // a callback finds nothing (it returns how many completions it polled); then the CQ is armed and
+  // drained once more. A steady stream costs one timer wake-up per moderationUs and no events.
   Napi::Value watch(const Napi::CallbackInfo& info) {
-    if (watcher_) throw_error(info.Env(), "ERR_RKV_STATE", "this CQ is already watched");
+    if (watcher_ && !watcher_->stopped()) throw_error(info.Env(), "ERR_RKV_STATE", "this CQ is already watched");
     if (!info[0].IsFunction()) throw_error(info.Env(), "ERR_INVALID_ARG_TYPE", "watch needs a callback");
     uint32_t moderation_us = info.Length() > 1 && !info[1].IsUndefined() ? u32_arg(info, 1, "moderationUs") : 0;
-    watcher_ = std::make_shared<Watcher>();
-    watcher_->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    // The finalizer stops the thread before Node deletes the function (at exit, even if nobody unwatched).
-    watcher_->wake = Napi::ThreadSafeFunction::New(info.Env(), info[0].As<Napi::Function>(), "rdma-kv cq", 0, 1,
-                                                   static_cast<void*>(nullptr), &Watcher::on_finalize,
-                                                   new std::shared_ptr<Watcher>(watcher_));
-    auto cq = cq_;
-    int stop_fd = watcher_->stop_fd;
-    Napi::ThreadSafeFunction wake = watcher_->wake;
-    watcher_->thread = std::thread([cq, stop_fd, wake, moderation_us]() mutable {
-      using Clock = std::chrono::steady_clock;
-      const auto moderation = std::chrono::microseconds(moderation_us);
-      Clock::time_point last{};
-      pollfd fds[2] = {{cq->event_fd(), POLLIN, 0}, {stop_fd, POLLIN, 0}};
-      for (;;) {
-        if (::poll(fds, 2, -1) < 0) continue;
-        if (fds[1].revents != 0) return;
-        if (fds[0].revents != 0) {
-          cq->ack_event();
-          if (moderation_us > 0) {
-            auto wait = last + moderation - Clock::now();
-            if (wait > Clock::duration::zero()) {
-              auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count();
-              timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
-              if (::ppoll(&fds[1], 1, &ts, nullptr) > 0) return;  // stopped while waiting
-            }
-            last = Clock::now();
-          }
-          wake.NonBlockingCall();
-        }
-      }
-    });
+    watcher_ = CqWatcher::start(info.Env(), state_, cq_, info[0].As<Napi::Function>(), moderation_us);
     return info.Env().Undefined();
   }
   Napi::Value unwatch(const Napi::CallbackInfo& info) {
@@ -368,40 +466,15 @@ class CqWrap : public Napi::ObjectWrap<CqWrap> {
     return info.Env().Undefined();
   }
   void stop_watching() {
-    if (!watcher_) return;
-    if (watcher_->stop()) watcher_->wake.Abort();
+    if (watcher_) watcher_->stop();
     watcher_.reset();
   }
-
-  // A watch's thread and its thread-safe function. JS thread only.
-  struct Watcher {
-    std::thread thread;
-    int stop_fd = -1;
-    Napi::ThreadSafeFunction wake;
-    bool finalized = false;  // Node finalized `wake`: nothing may touch it
-    bool stop() {  // true when `wake` still needs releasing
-      if (thread.joinable()) {
-        uint64_t one = 1;
-        ssize_t rc = write(stop_fd, &one, sizeof one);
-        (void)rc;
-        thread.join();
-        ::close(stop_fd);
-        stop_fd = -1;
-      }
-      return !finalized;
-    }
-    static void on_finalize(Napi::Env, std::shared_ptr<Watcher>* watcher, void*) {
-      (*watcher)->stop();
-      (*watcher)->finalized = true;
-      delete watcher;
-    }
-  };
 
   State state_;
   std::shared_ptr<CompletionQueue> cq_;
   std::shared_ptr<std::vector<uint32_t>> words_;
   std::vector<Completion> batch_;
-  std::shared_ptr<Watcher> watcher_;
+  std::shared_ptr<CqWatcher> watcher_;
 };
 
 // ---- Connection -----------------------------------------------------------------

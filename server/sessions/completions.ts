@@ -24,15 +24,17 @@ export class Completions {
     private readonly log: Logger | undefined,
   ) {}
 
-  /** One pass over the fabric's CQ: everything that arrived, in batches. */
-  drain(fabric: Fabric): void {
-    for (let round = 0; round < 2; round++) {
-      for (;;) {
-        const drain = this.notices.poll(fabric);
-        for (let i = 0, n = drain.out[NoticeOut.OTHERS]!; i < n; i++) this.onCompletion(fabric, readCompletion(drain.others, i));
-        if (drain.out[NoticeOut.POLLED]! < NoticeOut.CAPACITY) break; // the CQ was empty
-      }
-      if (round === 0) fabric.cq.arm(); // then drain once more: completions that raced with arm() bring no event
+  /**
+   * One pass over the fabric's CQ: everything that arrived, in batches. Returns how many
+   * completions it took; the CQ's watch (moderated) arms the CQ after a pass that found none.
+   */
+  drain(fabric: Fabric): number {
+    let polled = 0;
+    for (;;) {
+      const drain = this.notices.poll(fabric);
+      for (let i = 0, n = drain.out[NoticeOut.OTHERS]!; i < n; i++) this.onCompletion(fabric, readCompletion(drain.others, i));
+      polled += drain.out[NoticeOut.POLLED]!;
+      if (drain.out[NoticeOut.POLLED]! < NoticeOut.CAPACITY) return polled; // the CQ was empty
     }
   }
 

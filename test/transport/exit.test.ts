@@ -16,6 +16,13 @@ const cases: Array<[string, string]> = [
      const url = 'shm://' + (await import('node:os')).tmpdir() + '/rkv-exit-' + process.pid + '.sock';
      p.listen(url); p.on('connectRequest', (r) => r.accept({ cq: p.createCq(16) }));
      await q.connect(url, { cq: q.createCq(16) }); setTimeout(() => process.exit(0), 50);`],
+  // A watch's handles are on the worker's own event loop: its teardown must close them (an async cleanup hook).
+  ['a worker that exits with a watched (moderated) CQ', `const { Worker } = await import('node:worker_threads');
+     const w = new Worker("import('${addon}').then(({ Provider }) => { const p = new Provider('shm'); p.createCq(16).watch(() => 0, 500); p.createCq(16).watch(() => {}); setTimeout(() => process.exit(0), 50); })", { eval: true });
+     await new Promise((resolve) => w.on('exit', resolve));`],
+  ['a worker terminated with a watched CQ', `const { Worker } = await import('node:worker_threads');
+     const w = new Worker("Promise.all([import('${addon}'), import('node:worker_threads')]).then(([{ Provider }, { parentPort }]) => { new Provider('shm').createCq(16).watch(() => 0, 500); parentPort.postMessage('watching'); })", { eval: true });
+     await new Promise((resolve) => w.once('message', resolve)); await w.terminate();`],
 ];
 
 for (const [name, body] of cases) {
