@@ -77,6 +77,8 @@ class NoticeDrain {
     uint32_t seen_stamp = 0;
     uint64_t consumed = 0;  // the ring's counter as of the notices handled, published after their reposts
   };
+  static const uint8_t* record_of(const Client& client, uint32_t seq);
+  void prefetch(int n);
   void on_notice(Client& client, uint32_t seq, uint32_t* out);
   void publish(Client& client);
   bool slot_in_heap(uint64_t slot) const;
@@ -93,6 +95,7 @@ class NoticeDrain {
   std::unordered_map<uint32_t, Client> clients_;  // by queue pair number
   std::vector<Client*> touched_;  // clients with reposts in this round
   std::vector<transport::Completion> batch_;
+  std::vector<Client*> owners_;  // batch_[i]'s client if it is a notice of an attached one
   uint32_t stamp_ = 0;  // one per poll: a client is listed as seen once per poll
 };
 
