@@ -66,6 +66,23 @@ else
   as_root bash "$KIT"
 fi
 
+# The hugetlb path of the region (test/server/huge-pages.test.ts) needs a few huge
+# pages reserved; without them that test says so and checks nothing. 64 of 2 MiB,
+# added to vm.nr_hugepages when fewer are free (servers under test that find
+# none left use 4 KiB pages, as they would anywhere).
+HUGE_WANTED=64
+huge_free=$(awk '/^HugePages_Free:/ { print $2 }' /proc/meminfo 2>/dev/null || echo 0)
+if [ -w /proc/sys/vm/nr_hugepages ] || [ "$(id -u)" != 0 ]; then
+  if [ "${huge_free:-0}" -lt "$HUGE_WANTED" ]; then
+    huge_total=$(cat /proc/sys/vm/nr_hugepages)
+    if echo $((huge_total + HUGE_WANTED - huge_free)) | as_root tee /proc/sys/vm/nr_hugepages >/dev/null 2>&1; then
+      say "reserved hugetlb pages for the tests: vm.nr_hugepages $(cat /proc/sys/vm/nr_hugepages) (was $huge_total)"
+    else
+      say "note: cannot reserve hugetlb pages (vm.nr_hugepages): the hugetlb region test will say so and check nothing"
+    fi
+  fi
+fi
+
 # An addon built before rdma-core's development files were installed has no
 # verbs provider, and npm ci keeps a build that loads: remove it, so that
 # npm ci builds it again with the provider the rxe tier needs.

@@ -72,18 +72,20 @@ std::unique_ptr<Memory> Memory::allocate(size_t length, const std::string& path,
   if (path.empty() && huge_pages) {
     // hugetlb pages, when enough are reserved: the whole region on them, or not at all (a
     // reservation that fails shows at mmap, and then the region goes on ordinary pages).
+    // The mapping is a whole number of them: the tail past `length` is never used.
     uint64_t huge = meminfo("Hugepagesize") * 1024, free = meminfo("HugePages_Free");
-    if (huge == 0 || free * huge < length || length % huge != 0) {
+    size_t mapped = huge == 0 ? length : (length + huge - 1) / huge * huge;
+    if (huge == 0 || free * huge < mapped) {
       memory->page_note_ = "not enough hugetlb pages reserved (HugePages_Free " + std::to_string(free) + " of " +
                            std::to_string(huge / 1024) + " kB, vm.nr_hugepages)";
-      if (huge != 0 && length % huge != 0) memory->page_note_ += " or the length is no multiple of one";
     } else {
       std::string why;
-      int fd = sealed_memfd(length, MFD_HUGETLB, &why);
-      void* data = fd < 0 ? MAP_FAILED : mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      int fd = sealed_memfd(mapped, MFD_HUGETLB, &why);
+      void* data = fd < 0 ? MAP_FAILED : mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       if (data != MAP_FAILED) {
         memory->fd_ = fd;
         memory->data_ = static_cast<uint8_t*>(data);
+        memory->mapped_ = mapped;
         memory->page_kind_ = "hugetlb";
         return memory;
       }
@@ -149,7 +151,7 @@ std::unique_ptr<Memory> Memory::allocate(size_t length, const std::string& path,
 }
 
 Memory::~Memory() {
-  if (data_ != nullptr) munmap(data_, length_);
+  if (data_ != nullptr) munmap(data_, mapped_ != 0 ? mapped_ : length_);
   if (fd_ >= 0) close(fd_);
 }
 

@@ -66,10 +66,10 @@ class Memory {
  public:
   // Anonymous memfd (sealed against shrinking) or, with a path, a file that
   // keeps its contents across restarts. Returns nullptr and sets *error.
-  // `huge_pages` (anonymous only): hugetlb pages when enough are reserved and
-  // the length is a multiple of their size, else transparent huge pages on the
-  // memfd where the kernel allows them for shmem; page_kind() says which, and
-  // page_note() why not when neither.
+  // `huge_pages` (anonymous only): hugetlb pages when enough are reserved (the
+  // mapping rounded up to a whole number of them), else transparent huge pages
+  // on the memfd where the kernel allows them for shmem; page_kind() says which,
+  // and page_note() why not when neither.
   static std::unique_ptr<Memory> allocate(size_t length, const std::string& path, std::string* error,
                                           bool huge_pages = false);
   ~Memory();
@@ -88,6 +88,7 @@ class Memory {
   Memory() = default;
   uint8_t* data_ = nullptr;
   size_t length_ = 0;
+  size_t mapped_ = 0;  // hugetlb: length_ rounded up to whole huge pages (what munmap needs)
   int fd_ = -1;
   bool file_backed_ = false;
   bool existed_ = false;

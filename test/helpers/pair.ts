@@ -31,6 +31,8 @@ export interface Pair {
 export interface PairOptions {
   regionBytes?: number;
   regionAccess?: number;
+  /** The server's remote-access region, registered by the caller instead (regionBytes and regionAccess unused). */
+  region?: (server: Provider) => MemoryRegion;
   scratchBytes?: number;
   cqDepth?: number;
   serverRecvs?: number;
@@ -43,7 +45,7 @@ export interface PairOptions {
 export async function connectPair(scheme: Scheme, options: PairOptions = {}): Promise<Pair> {
   const server = new Provider(scheme);
   const client = options.client ?? new Provider(scheme);
-  const region = server.allocate(options.regionBytes ?? 1 << 20, options.regionAccess ?? access.REMOTE_ALL);
+  const region = options.region?.(server) ?? server.allocate(options.regionBytes ?? 1 << 20, options.regionAccess ?? access.REMOTE_ALL);
   const serverCq = server.createCq(options.cqDepth ?? 1024);
   const recvBytes = options.recvBytes ?? 4096;
   const serverRecvs = options.serverRecvs ?? 0;

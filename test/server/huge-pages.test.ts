@@ -5,9 +5,19 @@ import { Writable } from 'node:stream';
 import test from 'ava';
 import { pino } from 'pino';
 
-import { Memory } from '../../native/index.js';
+import { readFileSync } from 'node:fs';
+
+import { Memory, Opcode, SendFlag, access } from '../../native/index.js';
 import { connect, startServer } from '../helpers/kv.js';
+import { connectPair } from '../helpers/pair.js';
 import { providersUnderTest } from '../helpers/providers.js';
+
+/** Free hugetlb pages of the default size and that size in bytes (0, 0 without any). */
+function hugetlb(): { free: number; bytes: number } {
+  const meminfo = readFileSync('/proc/meminfo', 'utf8');
+  const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+)`, 'm').exec(meminfo)?.[1] ?? 0);
+  return { free: field('HugePages_Free'), bytes: field('Hugepagesize') * 1024 };
+}
 
 test('a memory asked for huge pages says what it got, and why not when it is on 4 KiB pages', (t) => {
   const memory = new Memory(8 << 20, undefined, { hugePages: true });
@@ -48,5 +58,35 @@ for (const scheme of providersUnderTest()) {
     t.is(said[0]!.msg, 'listening');
     t.true(['hugetlb', 'thp', '4k'].includes(String(said[0]!.pages)));
     if (said[0]!.pages === '4k') t.truthy(said[0]!.pagesWhy, 'the 4 KiB fallback says why');
+  });
+}
+
+for (const scheme of providersUnderTest()) {
+  test(`${scheme}: a region on hugetlb pages whose length is no multiple of them, registered in parts at offsets that are not either, is read and written through every part`, async (t) => {
+    const { free, bytes: huge } = hugetlb();
+    if (huge === 0 || free < 3) {
+      t.log(`skipped: ${free} hugetlb pages free (vm.nr_hugepages; scripts/setup-test-host.sh reserves some)`);
+      return t.pass();
+    }
+    const length = 2 * huge + 12_288; // three huge pages mapped, the tail of the last unused
+    const memory = new Memory(length, undefined, { hugePages: true });
+    t.is(memory.pages.kind, 'hugetlb', memory.pages.note);
+    t.is(memory.length, length);
+    // A part that starts 4 KiB into the first huge page and ends in the third.
+    const offset = 4096;
+    const part = length - offset - 4096;
+    const p = await connectPair(scheme, { region: (server) => server.register(memory, offset, part, access.REMOTE_ALL) });
+    t.teardown(() => p.close());
+    const at = [0, huge - offset, part - 8]; // its first bytes, the start of the second huge page, its last bytes
+    p.scratch.bytes.write('hugepage', 0);
+    p.clientConn.postSend(at.map((o, i) => ({ wrId: i, opcode: Opcode.WRITE, flags: SendFlag.SIGNALED, local: p.scratch, length: 8, remoteAddr: p.region.addr + BigInt(o), rkey: p.region.rkey })));
+    const written = await p.clientCq.take(at.length);
+    t.deepEqual(written.map((c) => c.statusName), at.map(() => 'SUCCESS'));
+    for (const o of at) t.is(memory.bytes.subarray(offset + o, offset + o + 8).toString(), 'hugepage', `the server's memory at ${offset + o}`);
+    memory.bytes.write('readback', offset + part - 8);
+    p.clientConn.postSend([{ wrId: 9, opcode: Opcode.READ, flags: SendFlag.SIGNALED, local: p.scratch, localOffset: 64, length: 8, remoteAddr: p.region.addr + BigInt(part - 8), rkey: p.region.rkey }]);
+    const [read] = await p.clientCq.take(1);
+    t.is(read!.statusName, 'SUCCESS');
+    t.is(p.scratch.bytes.subarray(64, 72).toString(), 'readback');
   });
 }

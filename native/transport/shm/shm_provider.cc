@@ -383,8 +383,13 @@ void ShmConnection::handle_message(Message& m, std::vector<ConnectionEvent>* eve
       }
       if (a.window_slot > u32(Limit::SHM_MAX_WINDOWS)) return protocol_error("MR_ADD of an unknown window");
       RemoteMr mr;
-      const uint64_t map_offset = a.fd_offset & ~(kPage - 1);
-      mr.map_length = a.fd_offset - map_offset + a.length;
+      // A hugetlb file maps only at its huge page size (its st_blksize): offset and length in whole pages.
+      const uint64_t page = st.st_blksize > static_cast<blksize_t>(kPage) && (st.st_blksize & (st.st_blksize - 1)) == 0
+                                ? static_cast<uint64_t>(st.st_blksize)
+                                : kPage;
+      const uint64_t map_offset = a.fd_offset & ~(page - 1);
+      mr.map_length = std::min<uint64_t>((a.fd_offset - map_offset + a.length + page - 1) / page * page,
+                                         static_cast<uint64_t>(st.st_size) - map_offset);
       const bool writable = (a.access & (u32(Access::REMOTE_WRITE) | u32(Access::REMOTE_ATOMIC))) != 0;
       void* map = mmap(nullptr, mr.map_length, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, m.fds[0],
                        static_cast<off_t>(map_offset));
