@@ -9,11 +9,21 @@
 // through an old slot never sees it reused (readers retry when their GET took
 // longer than half the grace period).
 //
+// What a steady stream of PUTs frees is mostly what the next grants of the same
+// class ask for: a freed block first goes on its class's recycle stack (a
+// bounded part of the heap), and a grant of that class takes from it first, so
+// neither merges nor cuts anything. A grant that finds no free extent that fits
+// gives every recycled block back to the extents (merged) and looks again: what
+// one class freed still serves every other.
+//
 // All of it lives in the server's JS memory; nothing here writes the region.
 // The notice drain (native/server/notice_drain.cc) reads and clears the
 // granted bitmap of retired blocks in native code (bitmaps()), then hands
 // them to enqueueRetired(): retire() is that check, that bit and that queue.
 import { UnitTable } from './unit-table.js';
+
+/** At most 1/RECYCLE_SHARE of the heap waits on the recycle stacks unmerged. */
+const RECYCLE_SHARE = 64;
 
 export interface HeapStats {
   /** Bytes granted to clients and not freed, by class size in bytes. */
@@ -21,7 +31,7 @@ export interface HeapStats {
   usedBytes: number;
   /** Bytes never handed out yet (past the highest block ever granted). */
   untouchedBytes: number;
-  /** Free extents (a freed block merges with its free neighbours into one). */
+  /** Free extents (a freed block merges with its free neighbours into one), and recycled blocks not merged yet. */
   freeBlocks: number;
   waitingForGrace: number;
   /** Bytes of the blocks waiting out their grace period (counted in usedBytes until freed). */
@@ -144,6 +154,11 @@ export class Heap {
   private readonly granted: Uint32Array;
   private readonly usedUnits: number[];
   private readonly graceQueue = new GraceQueue();
+  /** Freed blocks by class, not merged: the next grants of their class take them first. */
+  private readonly recycled: number[][];
+  /** Units on the recycle stacks, at most recycleLimit (then a freed block merges at once). */
+  private recycledUnits = 0;
+  private readonly recycleLimit: number;
   /** End of the highest block ever granted (untouchedBytes). */
   private touched = 0;
   /** Units of the blocks in the grace queue (eviction counts them as already freed). */
@@ -156,6 +171,8 @@ export class Heap {
     private readonly now: () => number = () => performance.now(),
   ) {
     this.usedUnits = classes.map(() => 0);
+    this.recycled = classes.map(() => []);
+    this.recycleLimit = Math.floor(heapUnits / RECYCLE_SHARE);
     this.bins = Array.from({ length: classes.length + 1 }, (_, bin) => new FreeBin(bin, (start) => this.binOfFree(start)));
     this.chunkStart = new Uint32Array(Math.ceil(heapUnits / 32));
     this.granted = new Uint32Array(Math.ceil(heapUnits / 32));
@@ -174,10 +191,22 @@ export class Heap {
   grant(cls: number, count: number): number[] {
     const size = this.classes[cls]!;
     const out: number[] = [];
+    const recycled = this.recycled[cls]!;
+    while (out.length < count && recycled.length > 0) {
+      const block = recycled.pop()!;
+      this.recycledUnits -= size;
+      setBit(this.granted, block, true);
+      out.push(block);
+    }
     let bin = cls;
     while (out.length < count) {
       while (bin < this.bins.length && this.bins[bin]!.live === 0) bin++;
-      if (bin === this.bins.length) break;
+      if (bin === this.bins.length) {
+        if (this.recycledUnits === 0) break;
+        this.merge(); // what other classes recycled may fit, merged
+        bin = cls;
+        continue;
+      }
       const start = this.bins[bin]!.take();
       const length = this.freeLength.get(start)!;
       this.removeFree(start, length);
@@ -269,6 +298,8 @@ export class Heap {
     this.usedUnits.fill(0);
     this.graceQueue.clear();
     this.graceUnits = 0;
+    for (const stack of this.recycled) stack.length = 0;
+    this.recycledUnits = 0;
     let cursor = 0;
     for (const { block, units } of live) {
       const cls = this.classOfUnits(units);
@@ -307,16 +338,38 @@ export class Heap {
       usedBytesByClass,
       usedBytes,
       untouchedBytes: (this.heapUnits - this.touched) * 64,
-      freeBlocks: this.freeLength.size,
+      freeBlocks: this.freeLength.size + this.recycledBlocks(),
       waitingForGrace: this.graceQueue.length,
       graceBytes: this.graceUnits * 64,
     };
   }
 
-  /** A block (out, its granted bit already cleared) becomes free, merged with free neighbours. */
+  /**
+   * Gives every recycled block back to the free extents, merged with its free neighbours (a
+   * grant does when nothing else fits; the tests, to see the extents whole).
+   */
+  merge(): void {
+    for (let cls = 0; cls < this.recycled.length; cls++) {
+      const stack = this.recycled[cls]!;
+      for (let block = stack.pop(); block !== undefined; block = stack.pop()) this.addMerged(block, this.classes[cls]!);
+    }
+    this.recycledUnits = 0;
+  }
+
+  /** A block (out, its granted bit already cleared) becomes free: recycled for its class, or merged with free neighbours. */
   private free(cls: number, block: number): void {
     const size = this.classes[cls]!;
     this.usedUnits[cls]! -= size;
+    if (this.recycledUnits + size <= this.recycleLimit) {
+      this.recycled[cls]!.push(block);
+      this.recycledUnits += size;
+      return;
+    }
+    this.addMerged(block, size);
+  }
+
+  /** A free block of `size` units into the free extents, merged with its free neighbours. */
+  private addMerged(block: number, size: number): void {
     let start = block;
     let end = block + size;
     const after = this.freeLength.get(end);
@@ -332,6 +385,12 @@ export class Heap {
       start = before;
     }
     this.addFree(start, end - start);
+  }
+
+  private recycledBlocks(): number {
+    let n = 0;
+    for (const stack of this.recycled) n += stack.length;
+    return n;
   }
 
   /** A new free chunk (rebuild): its start bit and its extent. */

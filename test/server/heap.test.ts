@@ -66,6 +66,7 @@ test('random grants, retires and returns: no two blocks overlap, and once all is
   }
   clock.now += GRACE;
   heap.reclaim();
+  heap.merge(); // the recycled blocks too
   const stats = heap.stats();
   t.is(stats.usedBytes, 0);
   t.is(stats.waitingForGrace, 0);
@@ -123,4 +124,27 @@ test('rebuild: live blocks stay taken, the gaps become free extents, and slots t
   t.false(heap.retire(heap.classOfUnits(1), 11), 'the overlapping slot was never taken');
   t.false(heap.retire(heap.classOfUnits(5), units - 1));
   t.deepEqual(heap.grant(0, 7), [7, 8, 9, 0, 1, 2, 3], 'the gaps, the smallest extent that fits first');
+});
+
+test('a freed block is recycled for the next grant of its class; a grant that finds no free extent merges the recycled blocks and looks again', (t) => {
+  const { heap, clock } = heapWithClock(100_000);
+  const [a, b] = heap.grant(3, 2); // 4 units each, side by side at the heap's start
+  t.deepEqual([a, b], [0, 4]);
+  t.true(heap.retire(3, a!));
+  t.true(heap.retire(3, b!));
+  clock.now += GRACE;
+  heap.reclaim();
+  t.deepEqual(heap.grant(3, 1), [4], 'the block freed last, not the front of a merged extent');
+  t.deepEqual(heap.grant(3, 2), [0, 8], 'then the other, then a cut from the free extent');
+
+  // A full heap of 4-unit blocks: two side by side come back, and a 7-unit grant gets them merged.
+  const small = heapWithClock(512); // recycles up to 512 / 64 = 8 units unmerged
+  t.is(small.heap.grant(3, 200).length, 128, 'the heap is full');
+  t.true(small.heap.retire(3, 0));
+  t.true(small.heap.retire(3, 4));
+  small.clock.now += GRACE;
+  small.heap.reclaim();
+  t.is(small.heap.stats().freeBlocks, 2, 'recycled, not merged');
+  t.deepEqual(small.heap.grant(5, 1), [0], 'merged into [0, 8) for a class no recycled block is of');
+  t.deepEqual(small.heap.grant(0, 2), [7], 'and the unit left over');
 });
