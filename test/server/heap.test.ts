@@ -138,7 +138,7 @@ test('a freed block is recycled for the next grant of its class; a grant that fi
   t.deepEqual(heap.grant(3, 2), [0, 8], 'then the other, then a cut from the free extent');
 
   // A full heap of 4-unit blocks: two side by side come back, and a 7-unit grant gets them merged.
-  const small = heapWithClock(512); // recycles up to 512 / 64 = 8 units unmerged
+  const small = heapWithClock(512); // recycles up to 512 / 4 = 128 units unmerged
   t.is(small.heap.grant(3, 200).length, 128, 'the heap is full');
   t.true(small.heap.retire(3, 0));
   t.true(small.heap.retire(3, 4));
