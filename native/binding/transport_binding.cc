@@ -332,44 +332,55 @@ class CqWatcher {
     self->cq_->ack_event();
     if (!self->busy_) self->run();  // busy: the timer drains
   }
+  // An error on the timer (libuv stops its handle) is taken as its expiry: busy_ must not stay set.
   static void on_timer(uv_poll_t* handle, int status, int) {
     auto* self = static_cast<CqWatcher*>(handle->data);
     uint64_t expirations;
     ssize_t rc = read(self->timer_fd_, &expirations, sizeof expirations);
     (void)rc;
-    if (self->stopped_ || status < 0) return;
+    if (self->stopped_) return;
     self->busy_ = false;
+    if (status < 0) self->timer_broken_ = true;  // from now on the CQ is armed after every pass
     self->run();
   }
 
   void run() {
-    int32_t found = call();
+    bool found = call();
     if (moderation_us_ == 0 || stopped_) return;
-    if (found == 0) {
-      cq_->arm();
-      found = call();  // completions that raced with arm() bring no event
-      if (stopped_) return;
-    }
-    if (found > 0) {
-      busy_ = true;
+    if (found && !timer_broken_) {
       itimerspec in{};
       in.it_value.tv_sec = moderation_us_ / 1000000;
       in.it_value.tv_nsec = static_cast<long>(moderation_us_ % 1000000) * 1000;
-      timerfd_settime(timer_fd_, 0, &in, nullptr);
+      if (timerfd_settime(timer_fd_, 0, &in, nullptr) == 0) {
+        busy_ = true;
+        return;
+      }
+      timer_broken_ = true;  // never busy without a timer to end it: events from now on
     }
+    cq_->arm();
+    call();  // completions that raced with arm() bring no event (any found now raise one: the CQ is armed)
   }
 
-  // The callback through node's MakeCallback, so promises it settles run their reactions after it.
-  int32_t call() {
-    Napi::Env env(env_);
-    Napi::HandleScope scope(env);
-    try {
-      Napi::Value found = callback_.MakeCallback(env.Global(), {}, context_);
-      return found.IsNumber() ? found.As<Napi::Number>().Int32Value() : 0;
-    } catch (const Napi::Error& error) {
-      napi_fatal_exception(env_, error.Value());  // as from any callback of the loop: 'uncaughtException'
-      return 0;
+  // The callback through node's MakeCallback, so promises it settles run their reactions after
+  // it; true when it returned a positive count. Raw N-API: no C++ exception crosses libuv, and
+  // the null "exception" of a worker being terminated is not reported as an uncaught one.
+  bool call() {
+    napi_handle_scope scope;
+    if (napi_open_handle_scope(env_, &scope) != napi_ok) return false;
+    napi_value global, result;
+    double found = 0;
+    napi_status status = napi_get_global(env_, &global);
+    if (status == napi_ok) status = napi_make_callback(env_, context_, global, callback_.Value(), 0, nullptr, &result);
+    if (status == napi_ok) {
+      if (napi_get_value_double(env_, result, &found) != napi_ok) found = 0;
+    } else if (status == napi_pending_exception) {
+      napi_value error;
+      napi_valuetype type = napi_undefined;
+      if (napi_get_and_clear_last_exception(env_, &error) == napi_ok) napi_typeof(env_, error, &type);
+      if (type != napi_null && type != napi_undefined) napi_fatal_exception(env_, error);  // 'uncaughtException'
     }
+    napi_close_handle_scope(env_, scope);
+    return found > 0;
   }
 
   static void on_closed(uv_handle_t* handle) {
@@ -395,7 +406,7 @@ class CqWatcher {
   uv_poll_t event_poll_{}, timer_poll_{};
   int timer_fd_ = -1;
   int open_handles_ = 0;
-  bool busy_ = false, stopped_ = false;
+  bool busy_ = false, stopped_ = false, timer_broken_ = false;
   std::shared_ptr<CqWatcher> self_;
 };
 

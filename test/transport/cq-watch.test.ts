@@ -67,6 +67,26 @@ for (const scheme of providersUnderTest()) {
     t.is(calls[before]?.found, 1, 'a completion after a quiet spell calls back (an event)');
   });
 
+  test(`${scheme}: moderated watch: a callback that returns no count (or a negative one) found nothing: the CQ is armed and the next completion calls back`, async (t) => {
+    const p = await connectPair(scheme, { serverRecvs: 8, recvBytes: 64 });
+    t.teardown(() => p.close());
+    const returns: unknown[] = [-1, undefined, 'many'];
+    let taken = 0;
+    let calls = 0;
+    p.serverCq.watch(() => {
+      taken += p.serverCq.pollRaw();
+      return returns[calls++ % returns.length] as number;
+    }, 1000);
+    t.teardown(() => p.serverCq.unwatch());
+    p.serverCq.arm();
+    for (let sent = 1; sent <= 3; sent++) {
+      send(p, sent);
+      const deadline = Date.now() + slow(10_000);
+      while (taken < sent && Date.now() < deadline) await sleep(1);
+      t.is(taken, sent, `completion ${sent} called back`);
+    }
+  });
+
   test(`${scheme}: unwatch() from inside the callback: it is not called again`, async (t) => {
     const p = await connectPair(scheme, { serverRecvs: 8, recvBytes: 64 });
     t.teardown(() => p.close());

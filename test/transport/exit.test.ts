@@ -23,6 +23,16 @@ const cases: Array<[string, string]> = [
   ['a worker terminated with a watched CQ', `const { Worker } = await import('node:worker_threads');
      const w = new Worker("Promise.all([import('${addon}'), import('node:worker_threads')]).then(([{ Provider }, { parentPort }]) => { new Provider('shm').createCq(16).watch(() => 0, 500); parentPort.postMessage('watching'); })", { eval: true });
      await new Promise((resolve) => w.once('message', resolve)); await w.terminate();`],
+  // Termination surfaces in the callback's caller as a pending exception whose value is null: it is not an uncaught
+  // exception (before: Napi::Error of it aborted the whole process, "FATAL ERROR: Error::Error napi_define_properties").
+  ['a worker terminated while inside a watch callback', `const { Worker } = await import('node:worker_threads');
+     const pair = '${new URL('../helpers/pair.js', import.meta.url).href}';
+     const w = new Worker("const [{ Opcode }, { connectPair }, { parentPort }] = await Promise.all([import('${addon}'), import('" + pair + "'), import('node:worker_threads')]);" +
+       "const p = await connectPair('shm', { serverRecvs: 8, recvBytes: 64 });" +
+       "p.serverCq.watch(() => { parentPort.postMessage('in callback'); for (;;); }, 500); p.serverCq.arm();" +
+       "p.clientConn.postSend([{ wrId: 1, opcode: Opcode.SEND, flags: 0, local: p.scratch, length: 8 }]);", { eval: true, type: 'module' });
+     w.on('error', (error) => console.log('worker error: ' + error));
+     await new Promise((resolve) => w.once('message', resolve)); await w.terminate();`],
 ];
 
 for (const [name, body] of cases) {
