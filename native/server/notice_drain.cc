@@ -117,7 +117,7 @@ const uint8_t* NoticeDrain::record_of(const Client& client, uint32_t seq) {
 // unit. on_notice alone stalls on each miss in turn (the new item's header was nearly all of its
 // time, the bitmap words most of retire's); this touches them for a whole batch first, in two
 // passes (the slots are in the records), so the misses overlap. Only addresses on_notice would
-// read: a malformed record's slots are not followed here either.
+// read, or would after checking them: every slot is checked to lie in the heap before it is followed.
 void NoticeDrain::prefetch(int n) {
   for (int i = 0; i < n; i++) {
     if (owners_[i] != nullptr) __builtin_prefetch(record_of(*owners_[i], batch_[i].imm));

@@ -3,8 +3,9 @@
 // holding a live item), blocks waiting out their grace period, and free
 // extents. A grant of class c cuts a block of that class's size from the
 // front of the smallest free extent that fits; a freed block merges with the
-// free extents on either side, so memory freed by one size class is usable by
-// every other (no class keeps what it once had). A block superseded or deleted
+// free extents on either side (after waiting on its class's recycle stack,
+// below), so memory freed by one size class is usable by every other (no
+// class keeps what it once had). A block superseded or deleted
 // is freed only after the grace period, so a one-sided reader that found it
 // through an old slot never sees it reused (readers retry when their GET took
 // longer than half the grace period).
