@@ -3,19 +3,16 @@
 // holding a live item), blocks waiting out their grace period, and free
 // extents. A grant of class c cuts a block of that class's size from the
 // front of the smallest free extent that fits; a freed block merges with the
-// free extents on either side (after waiting on its class's recycle stack,
-// below), so memory freed by one size class is usable by every other (no
-// class keeps what it once had). A block superseded or deleted
+// free extents on either side, so memory freed by one size class is usable by
+// every other (no class keeps what it once had). A block superseded or deleted
 // is freed only after the grace period, so a one-sided reader that found it
 // through an old slot never sees it reused (readers retry when their GET took
 // longer than half the grace period).
 //
-// What a steady stream of PUTs frees is mostly what the next grants of the same
-// class ask for: a freed block first goes on its class's recycle stack (a
-// bounded part of the heap), and a grant of that class takes from it first, so
-// neither merges nor cuts anything. A grant that finds no free extent that fits
-// gives every recycled block back to the extents (merged) and looks again: what
-// one class freed still serves every other.
+// What a steady stream of PUTs frees is what the next grants of its class ask
+// for: a freed block first waits on its class's recycle stack, which a grant of
+// that class takes from first (nothing merged or cut); a grant that finds no
+// free extent that fits merges every recycled block and looks again.
 //
 // All of it lives in the server's JS memory; nothing here writes the region.
 // The notice drain (native/server/notice_drain.cc) reads and clears the
@@ -23,12 +20,7 @@
 // them to enqueueRetired(): retire() is that check, that bit and that queue.
 import { UnitTable } from './unit-table.js';
 
-/**
- * At most 1/RECYCLE_SHARE of the heap waits on the recycle stacks unmerged. They must hold what
- * one reclaim frees at once (every grants tick, ~100 ms of PUTs: 20,000 blocks at 200k PUT/s;
- * at 1/64 of a 238 MiB heap most of them were merged anyway); whatever they hold is merged as
- * soon as a grant finds nothing else.
- */
+/** At most 1/RECYCLE_SHARE of the heap waits unmerged: enough for one reclaim (~100 ms of PUTs; 1/64 was not). */
 const RECYCLE_SHARE = 4;
 
 export interface HeapStats {
