@@ -108,6 +108,11 @@ void NoticeDrain::seen(Client& client, uint32_t* out) {
   out[u32(NoticeOut::SEEN_AT) + out[u32(NoticeOut::SEEN)]++] = client.ring;
 }
 
+// Where the item of heap block `block` starts, as an offset into the region.
+uint64_t NoticeDrain::item_offset(uint32_t block) const {
+  return layout_.heap_offset + static_cast<uint64_t>(block) * u32(KvLayout::UNIT_BYTES);
+}
+
 const uint8_t* NoticeDrain::record_of(const Client& client, uint32_t seq) {
   return client.ring_base + u32(KvLayout::RING_HEADER_BYTES) + (seq % u32(KvLayout::RING_RECORDS)) * u32(KvLayout::RECORD_BYTES);
 }
@@ -128,7 +133,7 @@ void NoticeDrain::prefetch(int n) {
     uint64_t new_slot = load64(record + u32(Record::NEW_SLOT));
     uint64_t old_slot = load64(record + u32(Record::OLD_SLOT));
     if (new_slot != 0 && slot_in_heap(new_slot)) {
-      uint64_t item = layout_.heap_offset + static_cast<uint64_t>(slot_block(new_slot)) * u32(KvLayout::UNIT_BYTES);
+      uint64_t item = item_offset(slot_block(new_slot));
       if (item + u32(KvLayout::ITEM_HEADER_BYTES) <= layout_.region_bytes) __builtin_prefetch(layout_.region + item);
     }
     if (old_slot != 0 && slot_in_heap(old_slot)) {
@@ -169,7 +174,7 @@ void NoticeDrain::on_notice(Client& client, uint32_t seq, uint32_t* out) {
       uint32_t* p = out + u32(NoticeOut::PUBLISHED_AT) + 2 * out[u32(NoticeOut::PUBLISHED)]++;
       p[0] = client.ring;
       p[1] = block;
-      uint64_t item = layout_.heap_offset + static_cast<uint64_t>(block) * u32(KvLayout::UNIT_BYTES);
+      uint64_t item = item_offset(block);
       if (item + u32(KvLayout::ITEM_HEADER_BYTES) <= layout_.region_bytes) {
         uint16_t type;
         std::memcpy(&type, layout_.region + item + u32(ItemHeader::TYPE), sizeof type);
