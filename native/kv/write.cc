@@ -335,7 +335,9 @@ void ClientCore::write_commit(Op& op) {
   add_releases(op);
   uint8_t* record = mem(op.area(area::RECORD));
   std::memset(record, 0, u32(KvLayout::RECORD_BYTES));
-  store_le<uint64_t>(record + u32(Record::KIND), u32(op.type == KvOp::DELETE ? RecordKind::DELETE : RecordKind::PUT));
+  // Only a LOCK's write makes a lock item (it creates one: atomics.cc); a backup's LOCK makes its own.
+  const RecordKind kind = op.type == KvOp::DELETE ? RecordKind::DELETE : op.type == KvOp::LOCK ? RecordKind::PUT_LOCK : RecordKind::PUT;
+  store_le<uint64_t>(record + u32(Record::KIND), u32(kind));
   store_le<uint64_t>(record + u32(Record::NEW_SLOT), load_le<uint64_t>(mem(op.area(area::SLOT_NEW))));
   store_le<uint64_t>(record + u32(Record::OLD_SLOT), w.old_slot);
   const uint64_t seq = link(op).ring.written++;

@@ -117,11 +117,11 @@ const uint8_t* NoticeDrain::record_of(const Client& client, uint32_t seq) {
   return client.ring_base + u32(KvLayout::RING_HEADER_BYTES) + (seq % u32(KvLayout::RING_RECORDS)) * u32(KvLayout::RECORD_BYTES);
 }
 
-// A notice's memory is cold: its client wrote the record and the new item from another core
-// (or its NIC did), and the old block's bitmap words are anywhere in two bitmaps of a bit per
-// unit. on_notice alone stalls on each miss in turn (the new item's header was nearly all of its
-// time, the bitmap words most of retire's); this touches them for a whole batch first, in two
-// passes (the slots are in the records), so the misses overlap. Only addresses on_notice would
+// A notice's memory is cold: its client wrote the record from another core (or its NIC did),
+// and the old block's bitmap words are anywhere in two bitmaps of a bit per unit. on_notice
+// alone stalls on each miss in turn (the bitmap words were most of retire's time); this touches
+// them for a whole batch first, in two passes (the slots are in the records), so the misses
+// overlap. (The new item itself is not read at all since v11: its record's kind says a lock.) Only addresses on_notice would
 // read, or would after checking them: every slot is checked to lie in the heap before it is followed.
 void NoticeDrain::prefetch(int n) {
   for (int i = 0; i < n; i++) {
@@ -130,12 +130,7 @@ void NoticeDrain::prefetch(int n) {
   for (int i = 0; i < n; i++) {
     if (owners_[i] == nullptr) continue;
     const uint8_t* record = record_of(*owners_[i], batch_[i].imm);
-    uint64_t new_slot = load64(record + u32(Record::NEW_SLOT));
     uint64_t old_slot = load64(record + u32(Record::OLD_SLOT));
-    if (new_slot != 0 && slot_in_heap(new_slot)) {
-      uint64_t item = item_offset(slot_block(new_slot));
-      if (item + u32(KvLayout::ITEM_HEADER_BYTES) <= layout_.region_bytes) __builtin_prefetch(layout_.region + item);
-    }
     if (old_slot != 0 && slot_in_heap(old_slot)) {
       uint64_t block = slot_block(old_slot);
       uint64_t end = block + slot_units(old_slot);  // within its class's end, nearly always the same word
@@ -153,7 +148,8 @@ void NoticeDrain::on_notice(Client& client, uint32_t seq, uint32_t* out) {
   uint64_t kind = load64(record + u32(Record::KIND));
   uint64_t new_slot = load64(record + u32(Record::NEW_SLOT));
   uint64_t old_slot = load64(record + u32(Record::OLD_SLOT));
-  bool put = kind == u32(RecordKind::PUT), del = kind == u32(RecordKind::DELETE);
+  bool lock = kind == u32(RecordKind::PUT_LOCK);
+  bool put = kind == u32(RecordKind::PUT) || lock, del = kind == u32(RecordKind::DELETE);
   if ((!put && !del) || !slot_in_heap(new_slot) || !slot_in_heap(old_slot)) {
     problem(out, client.ring, seq, u32(NoticeProblem::MALFORMED));
   } else {
@@ -174,12 +170,8 @@ void NoticeDrain::on_notice(Client& client, uint32_t seq, uint32_t* out) {
       uint32_t* p = out + u32(NoticeOut::PUBLISHED_AT) + 2 * out[u32(NoticeOut::PUBLISHED)]++;
       p[0] = client.ring;
       p[1] = block;
-      uint64_t item = item_offset(block);
-      if (item + u32(KvLayout::ITEM_HEADER_BYTES) <= layout_.region_bytes) {
-        uint16_t type;
-        std::memcpy(&type, layout_.region + item + u32(ItemHeader::TYPE), sizeof type);
-        if (type == u32(ItemType::LOCK)) out[u32(NoticeOut::LOCKS_AT) + out[u32(NoticeOut::LOCKS)]++] = block;
-      }
+      // The record's word, not the item's header: JS checks the item's type before acting on the index.
+      if (lock) out[u32(NoticeOut::LOCKS_AT) + out[u32(NoticeOut::LOCKS)]++] = block;
     }
     if (del) items--;
     out[u32(NoticeOut::ITEMS_DELTA)] = static_cast<uint32_t>(static_cast<int32_t>(out[u32(NoticeOut::ITEMS_DELTA)]) + items);

@@ -6,7 +6,7 @@
 import type { Logger } from 'pino';
 
 import { Opcode } from '../../native/index.js';
-import { ItemState, KvLayout } from '../../protocol/constants.js';
+import { ItemState, ItemType, KvLayout } from '../../protocol/constants.js';
 import {
   EMPTY_SLOT,
   atomicWordOffset,
@@ -56,6 +56,8 @@ export class LockRelease {
     const items: RegionAtomic[] = [];
     for (const block of this.store.lockItems) {
       const item = this.store.itemAt(block);
+      // The index is what writers' notices said (RecordKind.PUT_LOCK): only a lock's word is a lock word.
+      if (itemType(region, item) !== ItemType.LOCK) continue;
       const word = itemAtomicWord(region, item);
       const holder = lockOwner(word);
       if (holder === 0 || (owner !== 'any' && holder !== owner) || lockSealed(word)) continue; // sealed: deleted

@@ -135,6 +135,7 @@ async function rig(t: { teardown(fn: () => void): void }, scheme: 'shm' | 'rdma'
 const consumed = (r: Rig): bigint => r.region.bytes.readBigUInt64LE(LAYOUT.ringOffset + RING * RING_BYTES);
 const PUT = BigInt(RecordKind.PUT);
 const DELETE = BigInt(RecordKind.DELETE);
+const PUT_LOCK = BigInt(RecordKind.PUT_LOCK);
 const slot = (block: number, units = 1): bigint => packSlot(0x1234, units, block);
 const totals = (results: PollResult[]) => ({
   notices: results.reduce((s, r) => s + r.notices, 0),
@@ -148,12 +149,15 @@ for (const scheme of providersUnderTest()) {
   test(`${scheme}: a PUT publishes its block and retires the one it replaced, once: a repeated notice frees nothing`, async (t) => {
     const r = await rig(t, scheme, 64);
     const [a, b] = r.heap.grant(0, 2) as [number, number];
-    // b holds a lock item: the drain says so (the server learns lock items from notices).
-    r.region.bytes.writeUInt16LE(ItemType.LOCK, LAYOUT.heapOffset + b * KvLayout.UNIT_BYTES + ItemHeader.TYPE);
-    await r.notify([[0, PUT, slot(a), 0n], [1, PUT, slot(b), slot(a)], [2, PUT, slot(b), slot(a)]]);
-    const all = totals(await r.pollAll(3));
+    // b's record says it is a lock item (the server learns lock items from notices); a's header
+    // says LOCK too, but its record says a plain PUT, and the drain does not read items (v11).
+    r.region.bytes.writeUInt16LE(ItemType.LOCK, LAYOUT.heapOffset + a * KvLayout.UNIT_BYTES + ItemHeader.TYPE);
+    await r.notify([[0, PUT, slot(a), 0n], [1, PUT_LOCK, slot(b), slot(a)], [2, PUT, slot(b), slot(a)]]);
+    const results = await r.pollAll(3);
+    const all = totals(results);
     t.is(all.notices, 3);
     t.deepEqual(all.published, [[RING, a], [RING, b], [RING, b]]);
+    t.deepEqual(results.flatMap((x) => x.locks), [b], 'the PUT_LOCK record alone names a lock item');
     t.deepEqual(all.retired, [[0, a]], 'a retired once');
     t.deepEqual(all.problems, [[RING, 2, NoticeProblem.NOT_IN_USE]], 'the repeat is reported');
     t.is(all.itemsDelta, 1, 'one new key');
