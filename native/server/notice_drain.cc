@@ -108,11 +108,6 @@ void NoticeDrain::seen(Client& client, uint32_t* out) {
   out[u32(NoticeOut::SEEN_AT) + out[u32(NoticeOut::SEEN)]++] = client.ring;
 }
 
-// Where the item of heap block `block` starts, as an offset into the region.
-uint64_t NoticeDrain::item_offset(uint32_t block) const {
-  return layout_.heap_offset + static_cast<uint64_t>(block) * u32(KvLayout::UNIT_BYTES);
-}
-
 const uint8_t* NoticeDrain::record_of(const Client& client, uint32_t seq) {
   return client.ring_base + u32(KvLayout::RING_HEADER_BYTES) + (seq % u32(KvLayout::RING_RECORDS)) * u32(KvLayout::RECORD_BYTES);
 }

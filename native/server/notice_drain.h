@@ -78,7 +78,6 @@ class NoticeDrain {
     uint64_t consumed = 0;  // the ring's counter as of the notices handled, published after their reposts
   };
   static const uint8_t* record_of(const Client& client, uint32_t seq);
-  uint64_t item_offset(uint32_t block) const;
   void prefetch(int n);
   void on_notice(Client& client, uint32_t seq, uint32_t* out);
   void publish(Client& client);
