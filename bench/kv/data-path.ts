@@ -30,7 +30,7 @@ import { USAGE, parseOptions, type DataPathOptions } from './data-path/options.j
 import { PHASES, runPhase, type PhaseName, type PhaseResult } from './data-path/phases.js';
 import { hitRatePercent } from './data-path/round-trips.js';
 import { COLUMNS, buildRows, cells, type Failure } from './data-path/rows.js';
-import { load, openRdmaKv, openRedis, type Store } from './data-path/stores.js';
+import { load, openRdmaKv, openRedis, serverMemoryMiB, type Store } from './data-path/stores.js';
 import { Workload } from './data-path/workload.js';
 import { markdownTable } from './markdown-table.js';
 
@@ -122,8 +122,9 @@ async function main(): Promise<void> {
   const workload = new Workload(options.keys, options.valueBytes);
   let floor: Floor | string = 'skipped';
   if (!options.skip.has('floor')) {
-    floor = await measureFloor(options.listen ?? 'shm:', options.valueBytes, options.seconds);
+    floor = await measureFloor(options.listen ?? 'shm:', options.valueBytes, options.seconds, serverMemoryMiB(workload));
     progress(`floor (${floor.provider}): batch-1 READ 64 B ${floor.read1.usPerRead.toFixed(3)} µs, batch-64 READ ${floor.read64.bytes} B ${floor.read64.usPerRead.toFixed(3)} µs per READ`);
+    progress(`floor at random in ${floor.spreadMiB} MiB: batch-1 READ ${floor.cold1.bytes} B ${floor.cold1.usPerRead.toFixed(3)} µs, batch-64 ${floor.cold64.usPerRead.toFixed(3)} µs per READ`);
   }
   const measured = await measureStores(options, workload);
   let npmStart: NpmStart | string = 'skipped';

@@ -5,8 +5,11 @@
 // bench/kv/data-path.ts runs it for the data path's floor.
 //
 //   node dist/bench/transport/microbench.js [--url shm:///tmp/x.sock | rdma://ADDR:0]
-//        [--batch 1,16,64] [--ops READ,CAS] [--bytes 64] [--seconds 2] [--quick] [--json FILE]
+//        [--batch 1,16,64] [--ops READ,CAS] [--bytes 64] [--spread MiB] [--seconds 2] [--quick] [--json FILE]
 // (--ops takes WRITE too; --bytes up to 128 MiB: bench/kv/large-values.ts measures raw bandwidth so.)
+// --spread N: each batch goes to pseudo-random places in a remote region of N MiB (written
+// through once first, so no page is faulted in while measuring), as a GET's READ of an item
+// does, instead of to the same bytes every time, which stay in the CPU's caches on shm.
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -25,11 +28,14 @@ import {
   access,
   writeWorkRequest,
 } from '../../native/index.js';
+import { WrLayout } from '../../native/constants.generated.js';
 
 interface Result {
   op: string;
   /** bytes per request: --bytes for READ and WRITE, 8 for CAS */
   bytes: number;
+  /** MiB of remote region the requests were spread over (0: the same bytes every time) */
+  spreadMiB: number;
   batch: number;
   ops: number;
   seconds: number;
@@ -46,6 +52,7 @@ const { values } = parseArgs({
     batch: { type: 'string', default: '1,16,64' },
     ops: { type: 'string', default: 'READ,CAS' },
     bytes: { type: 'string', default: '64' },
+    spread: { type: 'string', default: '0' },
     seconds: { type: 'string', default: '2' },
     quick: { type: 'boolean', default: false },
     json: { type: 'string' },
@@ -59,6 +66,11 @@ const readBytes = Number(values.bytes);
 /** Request i of a batch uses bytes [i * stride, (i + 1) * stride) on both sides. */
 const stride = Math.max(64, readBytes);
 const batchBytes = Math.max(...batches) * stride;
+const spreadBytes = Number(values.spread) * 2 ** 20;
+if (!(Number.isInteger(spreadBytes) && spreadBytes >= 0 && spreadBytes <= 2 ** 36)) throw new Error(`--spread: ${values.spread} is not a whole number of MiB up to 65536`);
+if (spreadBytes > 0 && spreadBytes < 4 * batchBytes) throw new Error(`--spread: ${values.spread} MiB is less than four batches of --bytes`);
+/** Where a spread batch's requests may go: stride-aligned places in the region, this many. */
+const spreadPlaces = Math.floor(spreadBytes / stride);
 for (const b of batches) if (!(b >= 1 && b <= 256)) throw new Error(`--batch: ${b} is not between 1 and 256`);
 for (const op of ops) if (op !== 'READ' && op !== 'WRITE' && op !== 'CAS') throw new Error(`--ops: unknown op ${op} (READ, WRITE or CAS)`);
 if (!(seconds > 0)) throw new Error('--seconds must be positive');
@@ -75,7 +87,8 @@ function badUrl(url: string): never {
 async function connect(): Promise<{ client: Provider; server: Provider; conn: Connection; cq: CompletionQueue; close: () => void; wrFor: (op: string, i: number, last: boolean) => WorkRequest }> {
   const server = new Provider(scheme);
   const client = new Provider(scheme);
-  const region = server.allocate(Math.max(1 << 20, batchBytes), access.REMOTE_ALL);
+  const region = server.allocate(Math.max(1 << 20, batchBytes, spreadBytes), access.REMOTE_ALL);
+  if (spreadBytes > 0) region.bytes.fill(1);
   const serverCq = server.createCq(64);
   const listener = server.listen(url);
   server.on('connectRequest', (request) => request.accept({ cq: serverCq }));
@@ -102,13 +115,30 @@ async function connect(): Promise<{ client: Provider; server: Provider; conn: Co
 
 function run(ctx: Awaited<ReturnType<typeof connect>>, op: string, batch: number): Result {
   const { client, conn, cq } = ctx;
-  // The batch is written once; every iteration posts the same requests.
+  // The batch is written once; every iteration posts the same requests (--spread: to other places).
   for (let i = 0; i < batch; i++) writeWorkRequest(client.sendBuffer, i, ctx.wrFor(op, i, i === batch - 1));
+  const base = ctx.wrFor(op, 0, false).remoteAddr!;
+  const baseLo = Number(base & 0xffffffffn);
+  const baseHi = Number(base >> 32n);
+  let x = 2463534242;
+  /** Points each request of the batch at a pseudo-random place of the spread region (xorshift32). */
+  const scatter = (): void => {
+    const words = client.sendBuffer;
+    for (let i = 0, o = 0; i < batch; i++, o += WrLayout.WORDS) {
+      x ^= x << 13;
+      x ^= x >>> 17;
+      x ^= x << 5;
+      const lo = baseLo + ((x >>> 0) % spreadPlaces) * stride;
+      words[o + WrLayout.REMOTE_ADDR_LO] = lo >>> 0;
+      words[o + WrLayout.REMOTE_ADDR_HI] = baseHi + Math.floor(lo / 2 ** 32);
+    }
+  };
   const histogram = createHistogram();
   let crossings = 0;
   let batchesDone = 0;
   const warmupEnd = performance.now() + Math.min(200, seconds * 200);
   while (performance.now() < warmupEnd) {
+    if (spreadPlaces > 0) scatter();
     conn.postSendRaw(batch);
     while (cq.pollRaw(16) === 0);
   }
@@ -117,6 +147,7 @@ function run(ctx: Awaited<ReturnType<typeof connect>>, op: string, batch: number
   let now = start;
   while (now < end) {
     const t0 = now;
+    if (spreadPlaces > 0) scatter();
     conn.postSendRaw(batch);
     crossings++;
     let got = 0;
@@ -135,6 +166,7 @@ function run(ctx: Awaited<ReturnType<typeof connect>>, op: string, batch: number
   return {
     op,
     bytes: op === 'CAS' ? 8 : readBytes,
+    spreadMiB: spreadBytes / 2 ** 20,
     batch,
     ops: total,
     seconds: elapsed,

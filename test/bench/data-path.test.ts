@@ -19,6 +19,8 @@ const bench = (args: string[]) => run(SCRIPT, args, { guardMs: 110_000 });
 const ROWS = [
   /^floor: batch-1 READ 64 B \(shm\)$/,
   /^floor: batch-64 READ 1 KiB, per READ$/,
+  /^floor: batch-1 READ 1 KiB at random in 256 MiB$/,
+  /^floor: batch-64 READ 1 KiB at random, per READ$/,
   /^sequential get$/,
   /^64-in-flight get$/,
   /^getMany\(64\), per key$/,
@@ -63,12 +65,23 @@ test('data-path --quick: one table, every row measured or honestly absent, JSON 
       t.is(verdicts.length, goal === '—' ? 1 : goal.split('; ').length, `${what}: a verdict per goal`);
       for (const v of verdicts) t.regex(v, VERDICT, what);
     });
-    t.regex(rows[12]![1]!, /^not built$|%$/, 'the 1-RTT hit rate is a share, or not built');
+    t.regex(rows[14]![1]!, /^not built$|%$/, 'the 1-RTT hit rate is a share, or not built');
+    // the GET rows also say how they compare with the same READs at random (the cold floor)
+    t.regex(rows[4]![2]!, /^[\d.]+× 1 READ · [\d.]+× cold READ$/, 'sequential get against both floors');
+    t.regex(rows[6]![2]!, /^[\d.]+× 2 READs@64 · [\d.]+× cold 2 READs@64$/, 'getMany against both floors');
     if (!/^ioredis: redis-server is not installed/m.test(stdout)) t.regex(stdout, /ioredis on redis-server \d/);
 
-    const doc = JSON.parse(readFileSync(json, 'utf8')) as { rows: unknown[]; floor: { read1: { usPerRead: number } }; phases: { rdmaKv: Record<string, { keys: number; wrong: number }> } };
+    const doc = JSON.parse(readFileSync(json, 'utf8')) as {
+      rows: unknown[];
+      floor: { read1: { usPerRead: number }; spreadMiB: number; cold1: { usPerRead: number; bytes: number }; cold64: { usPerRead: number; batch: number } };
+      phases: { rdmaKv: Record<string, { keys: number; wrong: number }> };
+    };
     t.is(doc.rows.length, ROWS.length);
     t.true(doc.floor.read1.usPerRead > 0);
+    t.true(doc.floor.cold1.usPerRead > 0 && doc.floor.cold64.usPerRead > 0);
+    t.is(doc.floor.spreadMiB, 256, 'the cold floor READs across a region as large as the server child region');
+    t.is(doc.floor.cold1.bytes, 1024);
+    t.is(doc.floor.cold64.batch, 64);
     for (const [phase, r] of Object.entries(doc.phases.rdmaKv)) {
       t.true(r.keys > 0, phase);
       t.is(r.wrong, 0, `${phase}: every GET answered its key's value`);
@@ -98,6 +111,7 @@ test('data-path as the Soft-RoCE guest runs it (bench-ratio.sh: sequential gets 
     };
     t.deepEqual(row(/^floor: batch-1 READ 64 B$/).slice(2, 3), ['skipped']);
     t.deepEqual(row(/^floor: batch-64 READ 1 KiB, per READ$/).slice(2, 3), ['skipped']);
+    t.deepEqual(row(/^floor: batch-1 READ 1 KiB at random$/).slice(2, 3), ['skipped']);
     const get = row(/^sequential get$/);
     t.regex(get[1]!, /\d/, 'the sequential get was measured');
     t.is(get[5], 'skipped', 'its goal against the floor cannot be judged without one');

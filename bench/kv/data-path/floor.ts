@@ -6,6 +6,11 @@
  *
  *   read1   batch-1 READ of 64 B: one awaited round trip, the floor of a sequential op
  *   read64  batch-64 READ of a value's size, per READ: the floor of a batch, per key
+ *   cold1, cold64  the same READs of a value's size at pseudo-random places of a region as
+ *           large as the server's (microbench --spread): what the READs a GET really does
+ *           cost the substrate. read1 and read64 read the same bytes every time, which on shm
+ *           stay in the CPU's caches; an item READ at random misses them (a NIC's DMA would
+ *           not spend the CPU's time on it, so on hardware the two floors are closer)
  *
  * Each runs in a child process of its own, one after the other.
  */
@@ -29,6 +34,10 @@ export interface Floor {
   provider: string;
   read1: FloorCase;
   read64: FloorCase;
+  /** the MiB cold1 and cold64 spread their READs over (the server's region) */
+  spreadMiB: number;
+  cold1: FloorCase;
+  cold64: FloorCase;
 }
 
 interface MicrobenchResult {
@@ -46,12 +55,12 @@ function floorUrl(serverUrl: string): string[] {
   return rdma ? ['--url', `rdma://${rdma[1]}:0`] : [];
 }
 
-/** One microbenchmark case in a child process: `op` (READ or WRITE) of `bytes`, `batch` per doorbell. */
-export async function measure(serverUrl: string, bytes: number, batch: number, seconds: number, op = 'READ'): Promise<FloorCase & { provider: string }> {
+/** One microbenchmark case in a child process: `op` (READ or WRITE) of `bytes`, `batch` per doorbell (spread over `spreadMiB` of region, if not 0). */
+export async function measure(serverUrl: string, bytes: number, batch: number, seconds: number, op = 'READ', spreadMiB = 0): Promise<FloorCase & { provider: string }> {
   const dir = mkdtempSync(join(tmpdir(), 'rkv-floor-'));
   try {
     const json = join(dir, 'floor.json');
-    const args = [...floorUrl(serverUrl), '--ops', op, '--batch', String(batch), '--bytes', String(bytes), '--seconds', String(seconds), '--json', json];
+    const args = [...floorUrl(serverUrl), '--ops', op, '--batch', String(batch), '--bytes', String(bytes), '--spread', String(spreadMiB), '--seconds', String(seconds), '--json', json];
     const { code, stderr } = await runScript('dist/bench/transport/microbench.js', args, 120_000 + seconds * 10_000);
     if (code !== 0) throw new Error(`the transport microbenchmark (${op} ${bytes} B, batch ${batch}) failed (code ${code}): ${stderr.trim().split('\n').pop()}`);
     const doc = JSON.parse(readFileSync(json, 'utf8')) as { provider: string; results: MicrobenchResult[] };
@@ -63,8 +72,10 @@ export async function measure(serverUrl: string, bytes: number, batch: number, s
   }
 }
 
-export async function measureFloor(serverUrl: string, valueBytes: number, seconds: number): Promise<Floor> {
+export async function measureFloor(serverUrl: string, valueBytes: number, seconds: number, spreadMiB: number): Promise<Floor> {
   const { provider, ...read1 } = await measure(serverUrl, 64, 1, seconds);
   const { provider: _, ...read64 } = await measure(serverUrl, valueBytes, 64, seconds);
-  return { provider, read1, read64 };
+  const { provider: __, ...cold1 } = await measure(serverUrl, valueBytes, 1, seconds, 'READ', spreadMiB);
+  const { provider: ___, ...cold64 } = await measure(serverUrl, valueBytes, 64, seconds, 'READ', spreadMiB);
+  return { provider, read1, read64, spreadMiB, cold1, cold64 };
 }

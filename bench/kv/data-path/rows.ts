@@ -67,10 +67,18 @@ function rateCell(r: PhaseResult): Cell {
   return { text: `${count(r.keysPerSec)}/s · ${us(r.usPerKey)}${median}`, value: r.keysPerSec };
 }
 
+/** ` · 3.4× cold READ`: a phase's time per key over the same READs' at random, when measured. */
+function coldText(r: PhaseResult | undefined, cold: { us: number | undefined; name: string } | undefined): string {
+  return r && cold?.us !== undefined ? ` · ${times(r.usPerKey / cold.us)} ${cold.name}` : '';
+}
+
 export function buildRows(run: RunResults): Row[] {
   const { floor, valueBytes } = run;
   const read1 = typeof floor === 'string' ? undefined : floor.read1.usPerRead;
   const read64 = typeof floor === 'string' ? undefined : floor.read64.usPerRead;
+  const cold1 = typeof floor === 'string' ? undefined : floor.cold1.usPerRead;
+  const cold64 = typeof floor === 'string' ? undefined : floor.cold64.usPerRead;
+  const spread = typeof floor === 'string' ? '' : ` in ${floor.spreadMiB} MiB`;
   const size = valueBytes >= 1024 && valueBytes % 1024 === 0 ? `${valueBytes / 1024} KiB` : `${valueBytes} B`;
   const floorCell = (usPerRead: number | undefined): Cell => (usPerRead === undefined ? absent(floor as string) : { text: `${us(usPerRead)}/READ`, value: usPerRead });
   const failed = (store: string, phase: PhaseName): boolean => run.failed.some((f) => f.store === store && f.phase === phase);
@@ -81,11 +89,14 @@ export function buildRows(run: RunResults): Row[] {
   const rows: Row[] = [
     { what: `floor: batch-1 READ 64 B${typeof floor === 'string' ? '' : ` (${floor.provider})`}`, rdmaKv: NONE, floor: floorCell(read1), ioredis: NONE, goals: [] },
     { what: `floor: batch-64 READ ${size}, per READ`, rdmaKv: NONE, floor: floorCell(read64), ioredis: NONE, goals: [] },
+    { what: `floor: batch-1 READ ${size} at random${spread}`, rdmaKv: NONE, floor: floorCell(cold1), ioredis: NONE, goals: [] },
+    { what: `floor: batch-64 READ ${size} at random, per READ`, rdmaKv: NONE, floor: floorCell(cold64), ioredis: NONE, goals: [] },
   ];
 
   /** A phase's row: the floor it is held to (time per key over `floorUs`), its ioredis counterpart, its goals. */
   type Goals = (r: PhaseResult | undefined, ratioFloor: number | undefined, ratioRedis: number | undefined, why: { mine: string; floor: string; redis: string }) => Goal[];
-  const phaseRow = (phase: PhaseName, floorUs: number | undefined, floorName: string, goals: Goals): void => {
+  /** `cold`: also the ratio to the READs at random (the floor's cold rows), after the goal's. */
+  const phaseRow = (phase: PhaseName, floorUs: number | undefined, floorName: string, goals: Goals, cold?: { us: number | undefined; name: string }): void => {
     const r = run.rdmaKv.get(phase);
     const o = redis(phase);
     const missing = failed('rdma-kv', phase) ? 'failed' : 'skipped';
@@ -95,19 +106,21 @@ export function buildRows(run: RunResults): Row[] {
     rows.push({
       what: PHASES[phase].label,
       rdmaKv: r ? rateCell(r) : absent(missing),
-      floor: ratioFloor !== undefined ? { text: `${times(ratioFloor)} ${floorName}`, value: ratioFloor } : NONE,
+      floor: ratioFloor !== undefined ? { text: `${times(ratioFloor)} ${floorName}${coldText(r, cold)}`, value: ratioFloor } : NONE,
       ioredis: typeof o === 'string' ? absent(o) : { text: `${count(o.keysPerSec)}/s${ratioRedis !== undefined ? ` · ${times(ratioRedis)}` : ''}`, value: o.keysPerSec },
       goals: goals(r, ratioFloor, ratioRedis, why),
     });
   };
   const twoReads = '2 READs@64';
-  phaseRow('get', read1, '1 READ', (_, f, __, why) => [goal(`≤ ${GOALS.sequentialGetVsRead}× 1 READ`, f, GOALS.sequentialGetVsRead, true, why.floor)]);
+  const coldOne = { us: cold1, name: 'cold READ' };
+  const coldTwo = { us: cold64 === undefined ? undefined : 2 * cold64, name: `cold ${twoReads}` };
+  phaseRow('get', read1, '1 READ', (_, f, __, why) => [goal(`≤ ${GOALS.sequentialGetVsRead}× 1 READ`, f, GOALS.sequentialGetVsRead, true, why.floor)], coldOne);
   const twoRead64 = read64 === undefined ? undefined : 2 * read64;
-  phaseRow('get64', twoRead64, twoReads, (_, __, o, why) => [goal(`≥ ${GOALS.inflightGetVsRedis}× ioredis`, o, GOALS.inflightGetVsRedis, false, why.redis)]);
+  phaseRow('get64', twoRead64, twoReads, (_, __, o, why) => [goal(`≥ ${GOALS.inflightGetVsRedis}× ioredis`, o, GOALS.inflightGetVsRedis, false, why.redis)], coldTwo);
   phaseRow('getmany', twoRead64, twoReads, (_, f, o, why) => [
     goal(`≤ ${GOALS.getManyVsTwoReads}× ${twoReads}`, f, GOALS.getManyVsTwoReads, true, why.floor),
     goal(`≥ ${GOALS.getManyVsRedis}× ioredis`, o, GOALS.getManyVsRedis, false, why.redis),
-  ]);
+  ], coldTwo);
   const putGoal = GOALS.sequentialPutVsStart * START.sequentialPutPerSec;
   phaseRow('put', read1, '1 READ', (r, _, __, why) => [goal(`≥ ${count(putGoal)}/s (${GOALS.sequentialPutVsStart}× start)`, r && r.keysPerSec / START.sequentialPutPerSec, GOALS.sequentialPutVsStart, false, why.mine)]);
   phaseRow('put64', read64, '1 READ@64', () => []);

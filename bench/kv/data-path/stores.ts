@@ -29,14 +29,18 @@ export interface Store {
   close(): Promise<void>;
 }
 
+/** The rdma-kv server child's region for the workload, MiB (the cold floor READs across as much). */
+export function serverMemoryMiB(workload: { keys: number; valueBytes: number }): number {
+  return Math.max(256, Math.ceil((4 * workload.keys * (workload.valueBytes + 256)) / 2 ** 20));
+}
+
 /** The rdma-kv server child, sized for the workload, and a KvClient on it. */
 export async function openRdmaKv(workload: Workload, pollMode: 'busy' | 'event', listen: string | undefined): Promise<Store & { url: string }> {
   // Room for 4 copies of the items (value, key, header), 256 MiB at least: a PUT takes a new
   // block, and the one it replaced is free only a grace period (1 s) after the server has read
   // the PUT's notice, so the PUT phases hold seconds of writes' old blocks (with 2 copies, 64
   // PUTs in flight ran the heap out of blocks).
-  const memoryMiB = Math.max(256, Math.ceil((4 * workload.keys * (workload.valueBytes + 256)) / 2 ** 20));
-  const server: ServerChild = await startServerChild(memoryMiB, listen);
+  const server: ServerChild = await startServerChild(serverMemoryMiB(workload), listen);
   let client: KvClient;
   try {
     client = await KvClient.connect({ url: server.url, pollMode });
