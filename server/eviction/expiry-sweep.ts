@@ -24,7 +24,7 @@ import { onChain } from './evictor.js';
 import { type RemoveParts, type Victim, removeItems } from './remove.js';
 
 /** Buckets read per chunk of a pass, and per pass. */
-const SWEEP_CHUNK = 4096;
+const SWEEP_CHUNK = 512;
 const PASS_BUCKETS = 32768;
 /** Items removed per loopback batch, and per pass at most. */
 const REMOVE_BATCH = 64;
