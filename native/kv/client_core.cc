@@ -315,6 +315,8 @@ void ClientCore::settle() {
 // Returns how many the CQ gave.
 int ClientCore::drain_completions(int budget) {
   const int n = cq_->poll(completions_.data(), budget);
+  // Every completion of this batch happened before now: one clock read serves as their time.
+  if (n > 0) polled_at_ = Clock::now();
   for (int i = 0; i < n; i++) {
     const Completion& c = completions_[i];
     if (c.wr_id & kControlTag) {
@@ -457,7 +459,8 @@ bool ClientCore::reads_lapsed(const Op& op) const {
   // stricter time than the READ's own, never a laxer one. An INCR's answer is
   // its primary's word (a replicated INCR's leader; its backups answer nothing).
   const bool answers = op.type == KvOp::GET || (op.type == KvOp::INCR && !op.group.is_follower());
-  return answers && Clock::now() > link(op).reads_until;
+  // Without a lease (no replicas) there is nothing to lapse, and no clock to read.
+  return answers && link(op).reads_until != Clock::time_point::max() && Clock::now() > link(op).reads_until;
 }
 
 void ClientCore::finish(Op& op, KvStatus status, uint32_t detail) {

@@ -70,7 +70,7 @@ std::chrono::milliseconds ClientCore::location_trust(const Op& op) const { retur
 // A GET's first round trip when the cache knows where the key's item was:
 // one READ of it. False: no usable entry (a miss), the caller reads the buckets.
 bool ClientCore::get_cached(Op& op) {
-  const auto now = Clock::now();
+  const auto now = submitted_at_;  // called from submit() alone: its clock, before any READ of it is posted
   const LocationCache::Entry* e = link(op).locations.find(location_tag(op.kh));
   const uint64_t bytes = e ? static_cast<uint64_t>(e->units) * kUnit : 0;
   const bool usable = e != nullptr && slot_in_heap(op, make_slot(op.kh.fp, e->units, e->offset)) && bytes >= kHeader &&
@@ -95,7 +95,7 @@ bool ClientCore::get_cached(Op& op) {
 // it when the READ read the word; and the word is not a reused block's new
 // item's), and the READ was short enough that no reuse can have overlapped it.
 void ClientCore::get_cached_done(Op& op) {
-  const auto completed = Clock::now();  // before the checks: the READ's duration, not theirs (get.cc)
+  const auto completed = polled_at_;  // its poll's time, before the checks: the READ's duration, not theirs (get.cc)
   LookupState& s = op.lookup();
   const uint8_t* item = mem(op.item.offset);
   const uint64_t bytes = static_cast<uint64_t>(s.cached.units) * kUnit;

@@ -17,6 +17,7 @@ size_t ClientCore::submit(const OpDesc* descs, size_t count) {
   // Completions of this post are collected below: they must not wake a thread.
   if (arm_when_done_ && !closed_) cq_->disarm();
   const auto now = Clock::now();
+  submitted_at_ = now;
   size_t taken = 0;
   for (; taken < count; taken++) {
     const OpDesc& d = descs[taken];

@@ -15,9 +15,9 @@ import { KvLayout } from '../../protocol/constants.js';
 import { itemKey, itemStateOffset, readItemHeader } from '../../protocol/index-format.js';
 import type { KvServer } from '../../server/kv-server.js';
 import { readSuperblock } from '../../server/store/layout.js';
-import { connect, startServer } from '../helpers/kv.js';
+import { connect, forkKvChild, processStopped, startServer } from '../helpers/kv.js';
 import { findSlotIn, slotOfKeyIn } from '../helpers/region-file.js';
-import { providersUnderTest } from '../helpers/providers.js';
+import { eventually, providersUnderTest } from '../helpers/providers.js';
 
 /** Blocks are not reused within a case, unless it wants reuse. */
 const LONG_GRACE = { graceMs: 60_000 };
@@ -86,6 +86,32 @@ for (const scheme of providersUnderTest()) {
     t.is(await b.get('absent'), undefined);
     t.deepEqual(delta(b, before), { hits: 1, misses: 3, failures: 0 }, 'a missing key is never cached');
   });
+
+  // A hit is trusted only if its READ took less than half the grace period (a block is reused
+  // no sooner than a grace period after its item was unlinked). The client core times it from
+  // its submit's clock to its poll's: a READ held up between the two (the shm provider's test
+  // hook stops the process right before it executes) must count as long.
+  if (scheme === 'shm') {
+    for (const held of [false, true]) {
+      test.serial(`${scheme}: a hit whose READ was ${held ? 'held past half the grace period is not trusted: the full path answers' : 'not held is trusted'}`, async (t) => {
+        const server = await startServer(scheme, { graceMs: 200 });
+        t.teardown(() => server.close());
+        const value = 'v'.repeat(100);
+        const itemBytes = Math.ceil((KvLayout.ITEM_HEADER_BYTES + 'late'.length + value.length) / KvLayout.UNIT_BYTES) * KvLayout.UNIT_BYTES;
+        const env = held ? { RKV_SHM_TEST_STOP_BEFORE: `READ:${itemBytes}` } : {};
+        const child = forkKvChild(t, ['putget', server.urls[0]!, 'late', value], { env });
+        const report = new Promise<Record<string, unknown>>((resolve) => child.on('message', resolve));
+        if (held) {
+          await eventually(() => processStopped(child.pid!), 'the client stopped itself right before the READ of its hit');
+          await new Promise((resolve) => setTimeout(resolve, 300)); // past half the grace period (100 ms)
+          child.kill('SIGCONT');
+        }
+        const { value: read, locationCache } = (await report) as { value: string; locationCache: { hits: number; validationFailures: number } };
+        t.is(read, value);
+        t.deepEqual([locationCache.hits, locationCache.validationFailures], held ? [0, 1] : [1, 0]);
+      });
+    }
+  }
 
   test.serial(`${scheme}: a client's metrics count GETs by the path they took`, async (t) => {
     const server = await startServer(scheme, LONG_GRACE);
