@@ -263,6 +263,7 @@ class ClientCore {
   // Submit's steps (submit.cc).
   Op* claim(const OpDesc& d);
   void adopt(Op& op, const OpDesc& d, Clock::time_point now);
+  void prefetch_locations(const OpDesc* descs, size_t count);
   KvStatus refusal(const Op& op, const OpDesc& d) const;
   void start(Op& op, const OpDesc& d);
   // Poll's steps.
