@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <cstddef>
 
+#include "../common/prefetch.h"
 #include "layout.h"
 
 namespace rkv::kv {
@@ -80,8 +81,8 @@ class LocationCache {
   void prefetch(uint64_t tag) const {
     if (sets_ == 0) return;
     const Entry* e = &entries_[set_of(tag) * ways_];
-    touch(e);
-    touch(e + ways_ - 1);
+    prefetch_line(e);
+    prefetch_line(e + ways_ - 1);
   }
   void store(uint64_t tag, uint32_t offset, uint32_t units, uint64_t version) {
     if (sets_ == 0) return;
@@ -116,14 +117,6 @@ class LocationCache {
 
  private:
   size_t set_of(uint64_t tag) const { return mix64(tag) % sets_; }
-  // A prefetch GCC keeps: it dropped __builtin_prefetch here as dead code (no use of the line follows in the function).
-  static void touch(const void* line) {
-#if defined(__x86_64__)
-    asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(line)));
-#else
-    __builtin_prefetch(line);
-#endif
-  }
   // A full set's way to evict: the first not used since the bits were last cleared.
   uint32_t victim(size_t set) {
     const uint8_t all = static_cast<uint8_t>((1u << ways_) - 1);

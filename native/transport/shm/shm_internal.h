@@ -161,6 +161,7 @@ class ShmConnection final : public Connection, public std::enable_shared_from_th
   void complete_send(const WorkRequest& wr, WcStatus status, uint32_t byte_len);
   void error_completion(const WorkRequest& wr, WcStatus status, const std::string& why);
   const RemoteMr* find_remote(uint32_t rkey, uint64_t addr, uint64_t len, uint32_t need, WcStatus* status);
+  void prefetch_source(const WorkRequest& wr) const;
   bool local_ok(uint32_t lkey, uint64_t addr, uint64_t len, uint32_t need);
   bool ring_room(uint32_t size) const;
   void notify_peer_data();

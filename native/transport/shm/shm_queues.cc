@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "../../common/prefetch.h"
 #include "shm_internal.h"
 
 namespace rkv::transport::shm {
@@ -21,6 +22,9 @@ namespace rkv::transport::shm {
 namespace {
 
 constexpr uint32_t kAnyRemote = u32(Access::REMOTE_READ) | u32(Access::REMOTE_WRITE) | u32(Access::REMOTE_ATOMIC);
+// prefetch_source(): how many requests ahead of its copy a READ's source is touched, and how much of it.
+constexpr size_t kPrefetchAhead = 4;
+constexpr uint32_t kPrefetchBytes = 256;
 
 bool has(uint32_t flags, SendFlag f) { return (flags & u32(f)) != 0; }
 
@@ -114,6 +118,22 @@ bool ShmConnection::local_ok(uint32_t lkey, uint64_t addr, uint64_t len, uint32_
   if (len == 0) return true;
   ShmMr* mr = provider_->find_local(lkey);
   return mr != nullptr && mr->contains(addr, len) && (mr->access() & need) == need;
+}
+
+// A READ's source, touched a few requests before it is copied: a batch's READs (a getMany's
+// items) are at random places of the peer's memory, and copying them one after the other
+// stalls on each one's misses in turn; touched ahead, the misses overlap, as a NIC's DMA
+// engine keeps many reads in flight. A hint only: an rkey or range that does not check out
+// is skipped, and execute() checks everything again.
+void ShmConnection::prefetch_source(const WorkRequest& wr) const {
+  if (wr.opcode != Opcode::READ) return;
+  for (const auto& mr : remote_mrs_) {
+    if (!mr.valid || mr.rkey != wr.rkey) continue;
+    if (wr.remote_addr < mr.addr || wr.length > mr.length || wr.remote_addr - mr.addr > mr.length - wr.length) return;
+    const uint8_t* from = mr.base + (wr.remote_addr - mr.addr);
+    for (uint32_t at = 0; at < std::min(wr.length, kPrefetchBytes); at += 64) prefetch_line(from + at);
+    return;
+  }
 }
 
 const RemoteMr* ShmConnection::find_remote(uint32_t rkey, uint64_t addr, uint64_t len, uint32_t need,
@@ -328,7 +348,9 @@ int ShmConnection::post_send(const WorkRequest* wrs, size_t count, size_t* bad) 
     return EINVAL;  // as ibv_post_send on a queue pair that is not yet RTS
   }
   Executing executing(shared_, side_);
+  for (size_t i = 0; i < std::min(count, kPrefetchAhead); i++) prefetch_source(wrs[i]);
   for (size_t i = 0; i < count; i++) {
+    if (i + kPrefetchAhead < count) prefetch_source(wrs[i + kPrefetchAhead]);
     const WorkRequest& wr = wrs[i];
     // Checked before every request: a peer that fenced us (a server releasing
     // a dead client's locks) must not see later requests of a batch land.
