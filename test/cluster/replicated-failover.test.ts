@@ -86,8 +86,9 @@ test.serial('--replicas 2: five primaries SIGKILLed in turn under load, each res
   }
   // The load may run on after the rounds; then its processes exit (their clients closed), a last client reads every key
   // and the histories are checked, which under a loaded host took more than a minute.
-  step('the load ending and its histories checked', Math.max(0, load.endsAt - performance.now()) + slow(180_000));
-  await load.check(t, prefix);
+  const budget = Math.max(0, load.endsAt - performance.now()) + slow(180_000);
+  step('the load ending and its histories checked', budget);
+  await load.check(t, prefix, budget - slow(10_000));
   step('every hash slot whole again, then every replica read alone');
   // The bound of docs/replication-design.md §4.1 (the lease + 1.5 s) is measured by bench/kv/failover.ts, not asserted
   // here: a timing threshold fails under load alone (beside the other cluster files, round 0 once took 4.9 s).

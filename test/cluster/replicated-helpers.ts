@@ -149,8 +149,10 @@ export class Load {
   readonly done: Promise<Array<Record<string, unknown>>>;
   /** When the processes stop issuing operations (performance.now()). */
   readonly endsAt: number;
-  /** Each process, and when it reported and exited (ms after endsAt), for a load that does not end. */
-  private readonly processes: Array<{ proc?: ChildProcess; reported?: number; exited?: number }>;
+  /** Each process, when it reported and exited (ms after endsAt), and its last answer to 'why', for a load that does not end. */
+  private readonly processes: Array<{ proc?: ChildProcess; reported?: number; exited?: number; why?: string }>;
+  /** What check() is doing now, for a check that runs out of time. */
+  private phase = 'not checking';
 
   constructor(
     private readonly t: ExecutionContext,
@@ -168,7 +170,10 @@ export class Load {
       this.roles.map((role, p) => {
         const state = this.processes[p]!;
         const onMessage = (m: Record<string, unknown>) => {
-          if ('why' in m) t.log(`load: ${role}${p} has not exited ${since()} ms after the load's end: ${JSON.stringify(m.why)}`);
+          if ('why' in m) {
+            state.why = `${since()} ms after the end: ${JSON.stringify(m.why)}`;
+            t.log(`load: ${role}${p} has not exited ${state.why}`);
+          }
           else state.reported = since();
         };
         const ran = runKvChild(t, ['churn', target, String(p), role, String(KEYS), String(ms), this.files[p]!], onMessage, (proc) => (state.proc = proc));
@@ -211,6 +216,7 @@ export class Load {
     // reconnecting to a member restarted two rounds before after 15 s); a GET changes nothing.
     for (let k = 0; k < KEYS; k++) {
       for (let attempt = 1; ; attempt++) {
+        this.phase = `the final read of f${k}, attempt ${attempt}, from ${Math.round(performance.now() - this.endsAt)} ms after the load's end`;
         try {
           await reader.get(`f${k}`);
           break;
@@ -231,18 +237,55 @@ export class Load {
    * may-have-taken-effect. The lock's model lets a holder lose its lock (a failover to a replica it
    * was copied onto free), never a token be granted twice or go down.
    */
-  async check(t: ExecutionContext, prefix: string): Promise<Array<HistoryEvent & { process: number }>> {
+  async check(t: ExecutionContext, prefix: string, withinMs?: number): Promise<Array<HistoryEvent & { process: number }>> {
+    if (withinMs === undefined) return this.checked(t, prefix);
+    // Past `withinMs` it fails saying what it waits for: a hang's cause reaches a CI summary, which shows a failure's message only.
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_resolve, reject) => {
+      timer = setTimeout(() => reject(new Error(`the load's end and check took over ${Math.round(withinMs)} ms: ${this.progress()}`)), withinMs);
+    });
+    try {
+      return await Promise.race([this.checked(t, prefix), late]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Where check() is: its phase, and each process that has not exited with its last answer to 'why'. */
+  private progress(): string {
+    const running = this.processes.flatMap((s, p) => (s.exited === undefined ? [`${this.roles[p]}${p} ${s.reported === undefined ? 'not reported' : `reported at ${s.reported} ms`}, not exited; why: ${s.why ?? 'not asked yet'}`] : []));
+    return [this.phase, ...running].join('; ').slice(0, 4000);
+  }
+
+  private async checked(t: ExecutionContext, prefix: string): Promise<Array<HistoryEvent & { process: number }>> {
+    // Each phase's time is logged as it ends: a step that runs out of time says which phase had it.
+    let since = performance.now();
+    const took = () => {
+      const ms = Math.round(performance.now() - since);
+      since = performance.now();
+      return ms;
+    };
+    this.phase = 'waiting for the processes to exit';
     const outcomes = await this.ended();
+    took(); // ended() logs when each process exited
     t.log(`load: ${outcomes.map((o, p) => `${this.roles[p]}${p} ${o.ok as number} ok ${JSON.stringify(o.failures)}`).join('; ')}`);
     const events = await this.events(prefix);
+    t.log(`load: the final reads took ${took()} ms`);
     const byKey = registerHistories(events.filter((e) => e.key !== CHURN_LOCK), MAY_HAVE_TAKEN_EFFECT);
     t.is(byKey.size, KEYS);
-    for (const [key, ops] of byKey) t.true(isLinearizable(ops, registerModel), `history of ${key} (${ops.length} ops) is not linearizable`);
+    const checked: string[] = [];
+    for (const [key, ops] of byKey) {
+      this.phase = `checking the history of ${key} (${ops.length} ops)`;
+      t.true(isLinearizable(ops, registerModel), `history of ${key} (${ops.length} ops) is not linearizable`);
+      checked.push(`${key} ${ops.length} ops (${ops.filter((op) => op.ret === undefined).length} indeterminate) ${took()} ms`);
+    }
+    t.log(`histories checked: ${checked.join(', ')}`);
+    this.phase = 'checking the lock\'s history';
     const lock = lockHistories(events.filter((e) => e.key === CHURN_LOCK), MAY_HAVE_TAKEN_EFFECT).get(CHURN_LOCK) ?? [];
     const taken = lock.filter((op) => op.ret !== undefined && typeof op.output === 'bigint').length;
-    t.log(`lock ${CHURN_LOCK}: ${lock.length} operations, ${taken} granted`);
     t.true(taken > 0, 'the writers took the lock');
     t.true(isLinearizable(lock, lockModel({ fencing: true })), `the history of lock ${CHURN_LOCK} is not linearizable`);
+    t.log(`lock ${CHURN_LOCK}: ${lock.length} operations, ${taken} granted, checked in ${took()} ms`);
     return events;
   }
 }

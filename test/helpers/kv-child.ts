@@ -44,11 +44,14 @@ process.on('message', (m) => {
 
 /** The message 'why': what the process still holds (its client's internals read as a test may), for a child that does not exit. */
 let client: KvClient | undefined;
+/** What the process awaits now (churn: each op; any mode: the final close), for 'why'. */
+let awaiting: { what: string; since: number } | undefined;
 function whyAlive(): Record<string, unknown> {
   type Internals = { servers: Map<string, { url: string; status: string }>; hosts: { hosts: Map<string, Record<string, unknown> & { queue: { inflightCount: number } }> } };
   const kv = client as unknown as Internals | undefined;
   return {
     status: client?.status,
+    awaiting: awaiting && `${awaiting.what} for ${Date.now() - awaiting.since} ms`,
     resources: process.getActiveResourcesInfo(),
     servers: kv ? [...kv.servers.values()].map((s) => `${s.url} ${s.status}`) : [],
     hosts: kv ? [...kv.hosts.hosts].map(([scheme, h]) => ({ scheme, links: h.attached, settingUp: h.settingUp, closing: h.closing, released: h.released, inflight: h.queue.inflightCount })) : [],
@@ -182,8 +185,9 @@ async function main(): Promise<void> {
     let ok = 0;
     // Failures are in the history (fail events); the checker decides what they may mean.
     const FAILED = Symbol('failed');
-    const attempt = <T>(op: Promise<T>): Promise<T | typeof FAILED> =>
-      op.then(
+    const attempt = <T>(op: Promise<T>, what: string): Promise<T | typeof FAILED> => {
+      awaiting = { what, since: Date.now() };
+      return op.then(
         (r) => {
           ok++;
           return r;
@@ -194,20 +198,22 @@ async function main(): Promise<void> {
           return FAILED;
         },
       );
+    };
     for (let i = 0; Date.now() < end; i++) {
       const key = `f${Math.floor(random() * keys)}`;
       const dice = role === 'r' ? 0 : random();
       const value = `p${proc}-${i}`;
-      if (dice < 0.3) await attempt(kv.get(key));
-      else if (dice < 0.7) await attempt(kv.put(key, value));
-      else if (dice < 0.8) await attempt(kv.delete(key));
+      if (dice < 0.3) await attempt(kv.get(key), `get ${key}`);
+      else if (dice < 0.7) await attempt(kv.put(key, value), `put ${key}`);
+      else if (dice < 0.8) await attempt(kv.delete(key), `delete ${key}`);
       else if (dice < 0.9) {
-        const seen = await attempt(kv.getWithVersion(key));
-        if (seen !== FAILED) await attempt(kv.cas(key, seen?.version ?? 0n, value));
+        const seen = await attempt(kv.getWithVersion(key), `getWithVersion ${key}`);
+        if (seen !== FAILED) await attempt(kv.cas(key, seen?.version ?? 0n, value), `cas ${key}`);
       } else {
-        const lock = await attempt(kv.lock(CHURN_LOCK, { timeoutMs: 300 }));
-        if (lock !== FAILED) await attempt(lock.release());
+        const lock = await attempt(kv.lock(CHURN_LOCK, { timeoutMs: 300 }), 'lock');
+        if (lock !== FAILED) await attempt(lock.release(), 'unlock');
       }
+      awaiting = { what: 'the 2 ms pause', since: Date.now() };
       await new Promise((resolve) => setTimeout(resolve, 2)); // bounded histories: about 300 ops/s per process
     }
     send({ ok, failures });
@@ -298,6 +304,7 @@ async function main(): Promise<void> {
   } else {
     throw new Error(`unknown mode ${mode}`);
   }
+  awaiting = { what: 'close()', since: Date.now() };
   await kv.close();
 }
 
