@@ -1,11 +1,13 @@
 // Taking back a departed client's granted blocks: every block it held goes
 // back to the heap (through the grace period), except one it published and
-// died before announcing — its slot written, its notice never sent.
+// died before announcing — its slot written, its notice never sent. Such a
+// lock item joins the server's lock items, as its notice would have put it
+// there, so the orphan scan releases the lock it holds.
 import type { Logger } from 'pino';
 
 import { hashKey } from '../../native/index.js';
-import { KvLayout } from '../../protocol/constants.js';
-import { itemKey, lockOwner, readItemHeader } from '../../protocol/index-format.js';
+import { ItemType, KvLayout } from '../../protocol/constants.js';
+import { itemKey, itemType, lockOwner, readItemHeader } from '../../protocol/index-format.js';
 import type { Client } from '../sessions/clients.js';
 import type { ServerStats } from '../stats.js';
 import type { RegionStore } from '../store/region.js';
@@ -36,8 +38,11 @@ export class HeldBlocks {
       // Published or not, the index says: not the item's version, which need not carry this client's
       // session (a replicated write's backup item has its primary session's; a repair copy keeps the
       // version it copies, OpFlag.KEEP_VERSION).
-      if (await this.isPublished(block)) published.push(block);
-      else if (heap.retire(cls, block)) reclaimed++;
+      if (await this.isPublished(block)) {
+        published.push(block);
+        // A lock it created held is held by it still: known as a lock now, it is an orphan's (orphan-scan.ts).
+        if (itemType(this.store.bytes, this.store.itemAt(block)) === ItemType.LOCK) this.store.lockItems.add(block);
+      } else if (heap.retire(cls, block)) reclaimed++;
     }
     client.held.clear();
     this.stats.count.blocksReclaimed += reclaimed;

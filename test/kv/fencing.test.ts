@@ -69,6 +69,27 @@ if (providersUnderTest().includes('shm')) {
     await server.settled();
     t.is(await kv.incr('sealed'), 1n, 'the delete is finished: the counter starts again (not stuck on a sealed item)');
   });
+
+  test('shm: a client killed after creating a lock held, before its notice: the lock is released like any departed holder\'s', async (t) => {
+    const server = await startServer('shm', { keepaliveMs: 100 });
+    t.teardown(() => server.close());
+    const kv = await connect(server, { timeoutMs: 2000 });
+    t.teardown(() => kv.close());
+    // LOCK on an absent name writes a lock item held by its writer and publishes it; its first WRITE_WITH_IMM is that
+    // commit's notice (RecordKind.PUT_LOCK), which would have put the item on the server's list of locks.
+    const child = forkKvChild(t, ['hold', server.urls[0]!, 'mutex'], { env: { RKV_SHM_TEST_STOP_BEFORE: 'WRITE_WITH_IMM' } });
+    const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
+    await eventually(() => processStopped(child.pid!), 'the locker stopped itself before its notice');
+    await t.throwsAsync(kv.lock('mutex', { timeoutMs: 100 }), { code: 'KV_LOCK_CONTENDED' }, 'the dead-to-be holder holds it');
+    child.kill('SIGKILL');
+    await exited;
+    await eventually(() => server.stats().fencedClients >= 1, 'the server fenced the dead locker');
+    await server.settled();
+    // Released by the orphan scan (one per keepalive interval) once its departure knows the item for a lock.
+    const lock = await kv.lock('mutex', { timeoutMs: 2000 });
+    t.true(server.stats().orphanLocksReleased >= 1, 'released as an orphan\'s');
+    await lock.release();
+  });
 }
 
 for (const scheme of providersUnderTest()) {
