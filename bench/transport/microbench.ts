@@ -66,8 +66,9 @@ const readBytes = Number(values.bytes);
 /** Request i of a batch uses bytes [i * stride, (i + 1) * stride) on both sides. */
 const stride = Math.max(64, readBytes);
 const batchBytes = Math.max(...batches) * stride;
-const spreadBytes = Number(values.spread) * 2 ** 20;
-if (!(Number.isInteger(spreadBytes) && spreadBytes >= 0 && spreadBytes <= 2 ** 36)) throw new Error(`--spread: ${values.spread} is not a whole number of MiB up to 65536`);
+const spreadMiB = Number(values.spread);
+const spreadBytes = spreadMiB * 2 ** 20;
+if (!(Number.isInteger(spreadMiB) && spreadMiB >= 0 && spreadBytes <= 2 ** 36)) throw new Error(`--spread: ${values.spread} is not a whole number of MiB up to 65536`);
 if (spreadBytes > 0 && spreadBytes < 4 * batchBytes) throw new Error(`--spread: ${values.spread} MiB is less than four batches of --bytes`);
 /** Where a spread batch's requests may go: stride-aligned places in the region, this many. */
 const spreadPlaces = Math.floor(spreadBytes / stride);
@@ -166,7 +167,7 @@ function run(ctx: Awaited<ReturnType<typeof connect>>, op: string, batch: number
   return {
     op,
     bytes: op === 'CAS' ? 8 : readBytes,
-    spreadMiB: spreadBytes / 2 ** 20,
+    spreadMiB,
     batch,
     ops: total,
     seconds: elapsed,
