@@ -238,7 +238,10 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     // The last hello's role, reconnecting too: a read client's write is refused as such.
     const refused = hello && roleRefusal(hello, type, this.options.url);
     if (refused) return refused;
-    if (status !== 'ready' || !this.session) return new KvDisconnectedError(`not connected to ${this.options.url} (${status})`);
+    if (status !== 'ready' || !this.session) {
+      const failure = status === 'reconnecting' ? this.link.lastFailure : undefined;
+      return new KvDisconnectedError(`not connected to ${this.options.url} (${status}${failure ? `; the last attempt: ${failure}` : ''})`);
+    }
     return undefined;
   }
 

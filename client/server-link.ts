@@ -36,6 +36,10 @@ export class ServerLink {
   private starting = false; // start() under way: keepTrying leaves it be (KvClient asks again if it fails), so no two connects race
   private readonly timeoutMs: number;
   private reconnectTimer: NodeJS.Timeout | undefined;
+  /** The reconnect loop's attempts in progress (reconnectNow can start one while another runs). */
+  private attempts = 0;
+  /** Why the reconnect loop's last attempt failed (undefined once one succeeds): ops refused meanwhile say it. */
+  lastFailure: string | undefined;
   /** Aborted by close(): gives up any connect still in progress (else it would hold the process up to its timeout). */
   private readonly closer = new AbortController();
   private closing: Promise<void> | undefined;
@@ -110,6 +114,12 @@ export class ServerLink {
       session.close();
       throw new KvDisconnectedError('the client was closed');
     }
+    if (this.current) {
+      // Another attempt connected first (reconnectNow starts one while a reconnect's still runs): this session is
+      // surplus. Kept, it would hold a ring and blocks on the server and keep the client's core open for good.
+      session.close();
+      return;
+    }
     this.current = session;
     this._host = session.host;
     this._hello = session.hello;
@@ -138,9 +148,19 @@ export class ServerLink {
     this.reconnectTimer = setTimeout(() => {
       this.reconnectTimer = undefined;
       if (this._status !== 'reconnecting') return;
-      this.establish().catch(() => {
-        if (this._status === 'reconnecting') this.scheduleReconnect(attempt + 1);
-      });
+      this.attempts++;
+      this.establish().then(
+        () => {
+          this.attempts--;
+          this.lastFailure = undefined;
+        },
+        (error: Error) => {
+          this.attempts--;
+          this.lastFailure = error.message;
+          // One loop of attempts: another attempt still running, or one scheduled, goes on instead of this one.
+          if (this._status === 'reconnecting' && this.attempts === 0 && !this.reconnectTimer) this.scheduleReconnect(attempt + 1);
+        },
+      );
     }, delay);
   }
 

@@ -159,6 +159,7 @@ export class Acceptor {
   private hold(fabric: Fabric, request: ConnectionRequest, client: Presented): void {
     this.held.push({ fabric, request, client });
     if (this.held.length === 1) this.parts.log?.info({ peer: request.peerAddress }, 'connection requests held until recovery finishes');
+    this.parts.log?.debug({ peer: request.peerAddress, held: this.held.length }, 'connection request held');
   }
 }
 

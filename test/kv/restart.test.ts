@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import test from 'ava';
 
 import { KvClient, isRetryable } from '../../client/index.js';
-import { listenUrl, providersUnderTest, slow, testScale, testTimeoutMs } from '../helpers/providers.js';
+import { eventually, listenUrl, providersUnderTest, slow, testScale, testTimeoutMs } from '../helpers/providers.js';
 
 const serverChild = fileURLToPath(new URL('../helpers/server-child.js', import.meta.url));
 
@@ -59,6 +59,10 @@ for (const scheme of providersUnderTest()) {
     stop = true;
     await Promise.all(writers);
     t.true(acknowledged.size > 0);
+    // While the server is down, an op refused for it says why the client's last connect failed.
+    const refusal = () => kv.get('key-0').then(() => '', (error: Error) => error.message);
+    await eventually(async () => /\(reconnecting; the last attempt: .+\)/.test(await refusal()), 'a refused GET says why the last reconnect failed');
+    t.log(`refused while the server was down: ${await refusal()}`);
     const second = await startChild(url, file);
     t.teardown(() => void second.proc.kill('SIGKILL'));
     t.true(second.items >= acknowledged.size, `${second.items} items recovered, ${acknowledged.size} acknowledged`);
