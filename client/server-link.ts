@@ -38,6 +38,8 @@ export class ServerLink {
   private reconnectTimer: NodeJS.Timeout | undefined;
   /** The reconnect loop's attempts in progress (reconnectNow can start one while another runs). */
   private attempts = 0;
+  /** The reconnect loop's backoff step (scheduleReconnect). */
+  private step = 1;
   /** Why the reconnect loop's last attempt failed (undefined once one succeeds): ops refused meanwhile say it. */
   lastFailure: string | undefined;
   /** Aborted by close(): gives up any connect still in progress (else it would hold the process up to its timeout). */
@@ -71,17 +73,25 @@ export class ServerLink {
   /** Connects once; rejects with why not. */
   async start(): Promise<void> {
     this.starting = true;
-    await this.establish().finally(() => (this.starting = false));
+    try {
+      await this.establish();
+    } catch (error) {
+      this.lastFailure = (error as Error).message;
+      throw error;
+    } finally {
+      this.starting = false;
+    }
   }
 
   /** After a failed start: keep trying in the background (status 'reconnecting'), as after losing an established connection. */
   keepTrying(): void {
     if (this.starting || this._status === 'closed' || this._status === 'ready' || this._status === 'reconnecting') return; // trying already
     this.setStatus('reconnecting');
-    this.scheduleReconnect(1);
+    this.step = 1;
+    this.scheduleReconnect();
   }
 
-  /** The server is (back) at its address: try now rather than at the next backoff step. */
+  /** The server is (back) at its address: try now rather than at the next backoff step (the loop's step is kept). */
   reconnectNow(): void {
     if (this._status !== 'reconnecting') return;
     if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
@@ -139,12 +149,14 @@ export class ServerLink {
       this.setStatus('closed');
       return;
     }
+    this.lastFailure = undefined;
     this.setStatus('reconnecting');
-    this.scheduleReconnect(1);
+    this.step = 1;
+    this.scheduleReconnect();
   }
 
-  private scheduleReconnect(attempt: number): void {
-    const delay = Math.min(2000, 50 * 2 ** attempt) * (0.5 + Math.random() / 2);
+  /** An attempt of the reconnect loop after `delay` ms (by default its backoff step's: about 50 ms × 2^step, at most 2 s). */
+  private scheduleReconnect(delay = Math.min(2000, 50 * 2 ** this.step) * (0.5 + Math.random() / 2)): void {
     this.reconnectTimer = setTimeout(() => {
       this.reconnectTimer = undefined;
       if (this._status !== 'reconnecting') return;
@@ -156,9 +168,12 @@ export class ServerLink {
         },
         (error: Error) => {
           this.attempts--;
+          if (this._status !== 'reconnecting') return; // another attempt connected, or the client closed
           this.lastFailure = error.message;
           // One loop of attempts: another attempt still running, or one scheduled, goes on instead of this one.
-          if (this._status === 'reconnecting' && this.attempts === 0 && !this.reconnectTimer) this.scheduleReconnect(attempt + 1);
+          if (this.attempts > 0 || this.reconnectTimer) return;
+          this.step++;
+          this.scheduleReconnect();
         },
       );
     }, delay);

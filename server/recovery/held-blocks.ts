@@ -38,10 +38,12 @@ export class HeldBlocks {
       // Published or not, the index says: not the item's version, which need not carry this client's
       // session (a replicated write's backup item has its primary session's; a repair copy keeps the
       // version it copies, OpFlag.KEEP_VERSION).
-      if (await this.isPublished(block)) {
+      const found = await this.isPublished(block);
+      if (found !== false) {
         published.push(block);
         // A lock it created held is held by it still: known as a lock now, it is an orphan's (orphan-scan.ts).
-        if (itemType(this.store.bytes, this.store.itemAt(block)) === ItemType.LOCK) this.store.lockItems.add(block);
+        // Only one the index points to: a block kept unread may hold an earlier item's header.
+        if (found === true && itemType(this.store.bytes, this.store.itemAt(block)) === ItemType.LOCK) this.store.lockItems.add(block);
       } else if (heap.retire(cls, block)) reclaimed++;
     }
     client.held.clear();
@@ -53,8 +55,8 @@ export class HeldBlocks {
     }
   }
 
-  /** Does a slot in the buckets of the key stored at `block` point to it? (See reclaim.) */
-  private async isPublished(block: number): Promise<boolean> {
+  /** Does a slot in the buckets of the key stored at `block` point to it? (See reclaim.) 'unknown': no consistent read in time, or closing. */
+  private async isPublished(block: number): Promise<boolean | 'unknown'> {
     const { store } = this;
     const { index, layout } = store;
     const at = store.itemAt(block);
@@ -63,7 +65,7 @@ export class HeldBlocks {
     const { b1, b2 } = hashKey(itemKey(store.bytes, at, keyLength), store.seed, layout.bucketCount);
     const deadline = performance.now() + READ_TIMEOUT_MS;
     for (;;) {
-      if (this.isClosed()) return true; // the region may be gone; nothing is freed any more anyway
+      if (this.isClosed()) return 'unknown'; // the region may be gone; nothing is freed any more anyway
       for (let attempt = 0; attempt < READ_BURST; attempt++) {
         const lock1 = index.lockWord(b1);
         const lock2 = index.lockWord(b2);
@@ -72,7 +74,7 @@ export class HeldBlocks {
         // unlocked and unchanged around the read: no PUT, DELETE or displacement in between
         if (index.lockWord(b1) === lock1 && index.lockWord(b2) === lock2) return found;
       }
-      if (performance.now() > deadline) return true;
+      if (performance.now() > deadline) return 'unknown';
       await new Promise((resolve) => setImmediate(resolve));
     }
   }

@@ -6,7 +6,7 @@
 // (docs/softroce-vm.md, "Replicated clusters in the guest"). Two connects can
 // be in progress at once (a member's new registration starts one while a
 // reconnect's still runs): close() gives up both.
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
@@ -62,7 +62,9 @@ async function closeWhileConnecting(t: ExecutionContext, scheme: Scheme, attempt
  * the other: closed, the client lets its process exit, and the server has no client left.
  */
 async function bothAnswered(t: ExecutionContext, scheme: Scheme): Promise<void> {
-  const file = join(mkdtempSync(join(tmpdir(), 'rkv-twice-')), 'region');
+  const dir = mkdtempSync(join(tmpdir(), 'rkv-twice-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const file = join(dir, 'region');
   const first = await startServer(scheme, { listen: [listenUrl(scheme)], regionFile: file });
   const url = first.urls[0]!;
   const child = forkKvChild(t, ['closing', url]);

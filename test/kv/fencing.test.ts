@@ -14,7 +14,7 @@ import { KvError } from '../../client/index.js';
 import { connectData } from '../../protocol/connect.js';
 import { Access, Provider } from '../../native/index.js';
 import { connect, forkKvChild, processStopped, startServer } from '../helpers/kv.js';
-import { eventually, providersUnderTest } from '../helpers/providers.js';
+import { eventually, providersUnderTest, slow } from '../helpers/providers.js';
 
 
 if (providersUnderTest().includes('shm')) {
@@ -86,7 +86,7 @@ if (providersUnderTest().includes('shm')) {
     await eventually(() => server.stats().fencedClients >= 1, 'the server fenced the dead locker');
     await server.settled();
     // Released by the orphan scan (one per keepalive interval) once its departure knows the item for a lock.
-    const lock = await kv.lock('mutex', { timeoutMs: 2000 });
+    const lock = await kv.lock('mutex', { timeoutMs: slow(2000) });
     t.true(server.stats().orphanLocksReleased >= 1, 'released as an orphan\'s');
     await lock.release();
   });
