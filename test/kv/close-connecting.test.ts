@@ -19,6 +19,16 @@ import { Provider } from '../../native/provider.js';
 import { forkKvChild, startServer } from '../helpers/kv.js';
 import { type Scheme, eventually, listenUrl, providersUnderTest, slow } from '../helpers/providers.js';
 
+/** A kv-child in mode 'closing' connected to `url`: its messages, and its exit code once it exits. */
+async function closingChild(t: ExecutionContext, url: string) {
+  const child = forkKvChild(t, ['closing', url]);
+  const reports: Array<Record<string, unknown>> = [];
+  child.on('message', (m: Record<string, unknown>) => reports.push(m));
+  const exited = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
+  await eventually(() => reports.some((m) => m.ready), 'the child connected');
+  return { child, reports, exited };
+}
+
 /**
  * A child's client loses its server; at its address a listener takes connect requests in and never
  * answers them. Once `attempts` of the child's connects are held there, the child closes its client:
@@ -27,11 +37,7 @@ import { type Scheme, eventually, listenUrl, providersUnderTest, slow } from '..
 async function closeWhileConnecting(t: ExecutionContext, scheme: Scheme, attempts: number): Promise<void> {
   const server = await startServer(scheme);
   const url = server.urls[0]!;
-  const child = forkKvChild(t, ['closing', url]);
-  const reports: Array<Record<string, unknown>> = [];
-  child.on('message', (m: Record<string, unknown>) => reports.push(m));
-  const exited = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
-  await eventually(() => reports.some((m) => m.ready), 'the child connected');
+  const { child, reports, exited } = await closingChild(t, url);
 
   await server.close();
   const provider = new Provider(scheme);
@@ -67,11 +73,7 @@ async function bothAnswered(t: ExecutionContext, scheme: Scheme): Promise<void> 
   const file = join(dir, 'region');
   const first = await startServer(scheme, { listen: [listenUrl(scheme)], regionFile: file });
   const url = first.urls[0]!;
-  const child = forkKvChild(t, ['closing', url]);
-  const reports: Array<Record<string, unknown>> = [];
-  child.on('message', (m: Record<string, unknown>) => reports.push(m));
-  const exited = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
-  await eventually(() => reports.some((m) => m.ready), 'the child connected');
+  const { child, reports, exited } = await closingChild(t, url);
   await first.close();
 
   let held = 0;
