@@ -145,6 +145,9 @@ export class CoreHost {
     this.core = undefined;
     if (this.options.pollMode === 'event') this.cq.unwatch();
     core.close(); // scratch is safe to free once it returns
+    // What it answered as it closed (a replicated write the queue left to it while other links
+    // were attached: failInflight) is handed out now; nothing would poll this core again.
+    this.queue.closed(core);
     this.releaseIfIdle();
   }
 

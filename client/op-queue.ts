@@ -220,6 +220,19 @@ export class OpQueue implements Slots {
     }
   }
 
+  /** The core closed with its last link (CoreHost.detach): hands out what it answered as it closed, then fails what it left. */
+  closed(core: ClientCore): void {
+    for (let n = core.poll(); n > 0 || core.controlCount > 0; n = core.poll()) this.onPolled(core, n, core.controlCount);
+    const error = new KvDisconnectedError('the client closed its last connection');
+    for (let slot = 0; slot < SLOTS; slot++) {
+      const owner = this.owners[slot];
+      if (!owner) continue;
+      this.release(slot);
+      if (owner instanceof PendingOp) owner.reject(error);
+      else owner.fail(error);
+    }
+  }
+
   /** Takes the queued records `which` picks out of the queue and fails them with `error`. */
   private removeQueued(which: (work: Work) => boolean, error: Error | ((work: Work) => Error)): void {
     const kept: Work[] = [];

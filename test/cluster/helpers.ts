@@ -43,7 +43,7 @@ export async function startMember(dir: string, index: number, extra: string[] = 
   // d19df9e): another is tried.
   for (let attempt = 1; ; attempt++) {
     const metricsPort = await freePort();
-    const args = ['--listen', socket, '--memory', '64M', '--region-file', regionFile, '--metrics-port', String(metricsPort), '--log-level', process.env.RKV_TEST_LOG ?? (process.env.RKV_TEST_LOG_DIR ? 'info' : 'warn'), '--keepalive-ms', String(slow(1000)), ...extra];
+    const args = ['--listen', socket, '--memory', '64M', '--region-file', regionFile, '--metrics-port', String(metricsPort), '--log-level', process.env.RKV_TEST_LOG ?? (process.env.RKV_TEST_LOG_DIR ? 'info' : 'warn'), ...(extra.includes('--keepalive-ms') ? [] : ['--keepalive-ms', String(slow(1000))]), ...extra];
     try {
       return { url: socket, regionFile, metricsPort, args, process: await startServerProcess(args, env) };
     } catch (error) {

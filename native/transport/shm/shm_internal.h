@@ -198,6 +198,7 @@ class ShmConnection final : public Connection, public std::enable_shared_from_th
   uint32_t recv_head_ = 0, recv_count_ = 0;
   std::vector<PendingSend> pending_;  // fixed ring of sends waiting for room
   uint32_t pending_head_ = 0, pending_count_ = 0;
+  bool test_held_ = false;  // the provider's hold hook took this connection: its sends stay pending until it closes
   Clock::time_point pending_since_{};
   std::vector<RemoteMr> remote_mrs_;
   std::vector<std::weak_ptr<ShmWindow>> windows_;  // ours, by slot; invalidated when the connection breaks
@@ -251,6 +252,11 @@ class ShmProvider final : public Provider {
   // matching request stops this process with SIGSTOP after the fence check and
   // before it executes, so a test can fence a writer caught exactly there.
   bool test_stop_before(const WorkRequest& wr);
+  // Test hook (RKV_SHM_TEST_HOLD_FILE=PATH): while PATH holds a process id, the
+  // requests posted to a connection with that peer are never executed nor
+  // completed (until the connection closes: then they flush), as a NIC's to a
+  // host that stopped answering; so a test can keep an op's round trip in flight.
+  bool test_holds(int peer_pid) const;
   void emit(std::vector<ConnectionEvent>& events);  // outside the lock
 
  private:
@@ -270,6 +276,7 @@ class ShmProvider final : public Provider {
   bool windows_off_ = false;   // RKV_NO_MEMORY_WINDOWS=1: behave as a device without windows
   uint32_t max_cqe_ = 1u << 20;  // create_cq's limit (RKV_SHM_TEST_MAX_CQE lowers it)
   uint32_t test_stop_length_ = 0;
+  std::string test_hold_file_;  // empty: the hold hook is off
   std::unordered_map<uint32_t, ShmMr*> mrs_;
   std::unordered_map<int, ShmListener*> listeners_;
   std::unordered_map<int, std::shared_ptr<ShmConnection>> connections_;  // by socket

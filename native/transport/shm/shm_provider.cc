@@ -478,6 +478,7 @@ ShmProvider::ShmProvider(EventSink sink) : sink_(std::move(sink)) {
   }
   const char* no_windows = std::getenv("RKV_NO_MEMORY_WINDOWS");
   windows_off_ = no_windows != nullptr && std::strcmp(no_windows, "1") == 0;
+  if (const char* hold = std::getenv("RKV_SHM_TEST_HOLD_FILE")) test_hold_file_ = hold;
   if (const char* stop = std::getenv("RKV_SHM_TEST_STOP_BEFORE")) {
     const std::string spec(stop);
     const size_t colon = spec.find(':');
@@ -486,6 +487,16 @@ ShmProvider::ShmProvider(EventSink sink) : sink_(std::move(sink)) {
     }
     if (colon != std::string::npos) test_stop_length_ = static_cast<uint32_t>(std::strtoul(spec.c_str() + colon + 1, nullptr, 10));
   }
+}
+
+bool ShmProvider::test_holds(int peer_pid) const {
+  if (test_hold_file_.empty() || peer_pid <= 0) return false;
+  char text[32] = {};
+  const int fd = ::open(test_hold_file_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const ssize_t n = ::read(fd, text, sizeof text - 1);
+  ::close(fd);
+  return n > 0 && std::strtol(text, nullptr, 10) == peer_pid;
 }
 
 bool ShmProvider::test_stop_before(const WorkRequest& wr) {

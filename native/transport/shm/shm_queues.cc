@@ -378,7 +378,8 @@ int ShmConnection::post_send(const WorkRequest* wrs, size_t count, size_t* bad) 
     }
     const uint8_t* inline_data = inline_send ? reinterpret_cast<const uint8_t*>(wr.local_addr) : nullptr;
     if (pending_count_ == 0 && provider_->test_stop_before(wr)) raise(SIGSTOP);
-    if (pending_count_ == 0 && execute(wr, inline_data)) continue;
+    if (!test_held_ && provider_->test_holds(peer_pid_)) test_held_ = true;
+    if (pending_count_ == 0 && !test_held_ && execute(wr, inline_data)) continue;
     // Waits behind earlier requests for ring room; a connection keeps its order.
     if (pending_count_ == pending_.size()) {
       *bad = i;
@@ -396,7 +397,7 @@ int ShmConnection::post_send(const WorkRequest* wrs, size_t count, size_t* bad) 
 }
 
 void ShmConnection::progress_sends(ShmCq* cq) {
-  if (pending_count_ == 0) return;
+  if (pending_count_ == 0 || test_held_) return;
   Executing executing(shared_, side_);
   while (pending_count_ > 0 && state() == ConnState::CONNECTED) {
     if (peer_closed()) {
