@@ -324,8 +324,12 @@ export class OpQueue implements Slots {
       for (let i = count - 1; i >= taken; i--) this.giveBack(this.submitted[i]!);
     }
     if (this.head === queue.length) {
-      queue.length = 0;
-      this.head = 0;
+      // Emptied: the array keeps its storage until its head is far along (truncated to 0 it gives
+      // the storage back, and the next push allocated anew: ~150 B per sequential op).
+      if (this.head > 1024) {
+        queue.length = 0;
+        this.head = 0;
+      }
     } else if (this.head > 1024 && this.head * 2 > queue.length) {
       queue.splice(0, this.head);
       this.head = 0;
