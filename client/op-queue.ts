@@ -324,8 +324,7 @@ export class OpQueue implements Slots {
       for (let i = count - 1; i >= taken; i--) this.giveBack(this.submitted[i]!);
     }
     if (this.head === queue.length) {
-      // Emptied: the array keeps its storage until its head is far along (truncated to 0 it gives
-      // the storage back, and the next push allocated anew: ~150 B per sequential op).
+      // Kept until its head is far along: truncated to 0, V8 frees the storage and the next push allocates anew.
       if (this.head > 1024) {
         queue.length = 0;
         this.head = 0;
