@@ -396,6 +396,7 @@ void ClientCore::phase_done(Op& op) {
     case Phase::G_CONFIRM: return get_buckets_done(op);
     case Phase::G_ITEM: return get_item_done(op);
     case Phase::G_CACHED: return get_cached_done(op);
+    case Phase::G_CACHED_INTO: return get_cached_into_done(op);
     case Phase::G_LARGE: return get_large_done(op);
     case Phase::G_LARGE_LIVE: return get_large_live(op);
     case Phase::W_CREDIT: return credit_done(op);

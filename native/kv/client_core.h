@@ -311,6 +311,8 @@ class ClientCore {
   std::chrono::milliseconds location_trust(const Op& op) const;
   bool get_cached(Op& op);
   void get_cached_done(Op& op);
+  bool get_cached_into(Op& op);
+  void get_cached_into_done(Op& op);
   void location_found(const Op& op, uint64_t slot, const uint8_t* item);
   void location_after(Op& op, KvStatus status);
   // PUT, DELETE, CAS, creation (write.cc).

@@ -42,6 +42,67 @@ void ClientCore::get_large_next(Op& op, uint64_t slot) {
   link(op).sends.signal_last();
 }
 
+// getInto on a location-cache hit (location_cache.cc): the item the entry names, in two pieces
+// as above, in one doorbell. The checks are a hit's, with the checksum over both pieces; a hit
+// that fails them is forgotten and the full path reads the value into the buffer again. Only a
+// READ longer than the hit's trust (a large value on a slow link) is confirmed as the full
+// path's late READ is, by a second READ of the header (G_LARGE_LIVE).
+bool ClientCore::get_cached_into(Op& op) {
+  const LocationCache::Entry* e = link(op).locations.find(location_tag(op.kh));
+  const uint64_t bytes = e ? static_cast<uint64_t>(e->units) * kUnit : 0;
+  const uint32_t head = kHeader + op.key_len;
+  if (e == nullptr || !slot_in_heap(op, make_slot(op.kh.fp, e->units, e->offset)) || bytes < head || bytes > largest_item(op)) {
+    link(op).locations.stats.misses++;
+    return false;
+  }
+  LookupState& s = op.lookup();
+  s.started = submitted_at_;  // called from submit() alone, as get_cached
+  s.cached = *e;
+  op.begin(Phase::G_CACHED_INTO);
+  note_access(op, e->offset);
+  const uint64_t item = heap_addr(op, e->offset);
+  const uint32_t into = static_cast<uint32_t>(std::min<uint64_t>(bytes - head, op.ext.len));
+  link(op).sends.read(op.tag(), op.area(area::CAND), head, item);
+  if (into > 0) link(op).sends.read_into(op.tag(), op.ext.data, op.ext.lkey, into, item + head);
+  link(op).sends.signal_last();
+  return true;
+}
+
+void ClientCore::get_cached_into_done(Op& op) {
+  const auto completed = polled_at_;  // before the checksum, as get.cc
+  LookupState& s = op.lookup();
+  const uint8_t* head = mem(op.area(area::CAND));
+  const uint64_t bytes = static_cast<uint64_t>(s.cached.units) * kUnit;
+  const uint32_t key_len = load_le<uint16_t>(head + u32(ItemHeader::KEY_LEN));
+  const uint32_t value_len = load_le<uint32_t>(head + u32(ItemHeader::VALUE_LEN));
+  const uint64_t version = load_le<uint64_t>(head + u32(ItemHeader::VERSION));
+  // The value must have landed whole in the buffer (a longer one: the full path answers BUFFER_TOO_SMALL).
+  const bool valid =
+      key_len == op.key_len && std::memcmp(head + kHeader, op.key, key_len) == 0 && item_bytes(key_len, value_len) <= bytes &&
+      value_len <= op.ext.len && load_le<uint16_t>(head + u32(ItemHeader::TYPE)) == u32(ItemType::BYTES) &&
+      ((unchecked_ & kSkipVersion) != 0 || version == s.cached.version) && ((unchecked_ & kSkipState) != 0 || item_live(head)) &&
+      load_le<uint32_t>(head + kChecksumAt) == item_checksum_parts(head, key_len, op.ext.data, value_len);
+  if (!valid || expiry_of(head) == Expiry::BAD) {
+    link(op).locations.stats.failures++;
+    link(op).locations.forget(location_tag(op.kh));
+    op.start_lookup();
+    return get_read_buckets(op, Phase::G_BUCKETS);
+  }
+  link(op).locations.stats.hits++;
+  // From here on the full path's: its candidate is the slot the entry names.
+  s.candidates[0] = {make_slot(op.kh.fp, s.cached.units, s.cached.offset), 0, 0};
+  s.ncandidates = 1;
+  s.next = 0;
+  op.version = version;
+  if (completed - s.started >= location_trust(op)) {
+    op.begin(Phase::G_LARGE_LIVE);
+    link(op).sends.read(op.tag(), op.area(area::LIVE), kHeader, heap_addr(op, s.cached.offset));
+    link(op).sends.signal_last();
+    return;
+  }
+  answer_large(op, head, value_len);
+}
+
 void ClientCore::get_large_done(Op& op) {
   const auto completed = Clock::now();  // before the checksum, as get.cc
   LookupState& s = op.lookup();

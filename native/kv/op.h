@@ -76,11 +76,12 @@ inline ItemType type_for(KvOp op) {
 
 // Where an op is. G_*: finding the key's item (GET, and the first step of
 // INCR, LOCK, UNLOCK; G_CACHED: a GET's one READ of the item the location
-// cache names); W_*: changing a slot under the bucket locks (PUT,
+// cache names; G_CACHED_INTO: the same for a GET into a registered buffer,
+// header and key into the op's area, the value into the buffer); W_*: changing a slot under the bucket locks (PUT,
 // DELETE, CAS, creating a counter or lock); A_ATOMIC: one atomic on an item's
 // word; BACKOFF: waiting to retry (resume says where).
 enum class ClientCore::Phase : uint8_t {
-  IDLE, G_BUCKETS, G_CONFIRM, G_ITEM, G_CACHED, G_LARGE, G_LARGE_LIVE,
+  IDLE, G_BUCKETS, G_CONFIRM, G_ITEM, G_CACHED, G_CACHED_INTO, G_LARGE, G_LARGE_LIVE,
   W_CREDIT, W_READ, W_LOCK, W_VERIFY, W_ALT, W_ALT_LOCK, W_COMMIT, W_RELEASE,
   A_ATOMIC,
   BACKOFF,
@@ -111,7 +112,7 @@ struct LookupState {
   uint32_t nruled_out = 0;
   uint64_t seen_locks[2] = {0, 0};  // a miss is final when a second read agrees, unlocked
   bool confirming = false;
-  LocationCache::Entry cached;  // G_CACHED: the entry whose item is being read
+  LocationCache::Entry cached;  // G_CACHED, G_CACHED_INTO: the entry whose item is being read
 };
 
 // A bucket lock a write takes: CAS (version, 0) -> (version, us).

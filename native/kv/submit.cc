@@ -154,7 +154,7 @@ KvStatus ClientCore::refusal(const Op& op, const OpDesc& d) const {
 void ClientCore::start(Op& op, const OpDesc& d) {
   switch (d.type) {
     case KvOp::GET:
-      if (op.ext.lkey == 0 && get_cached(op)) return;  // one READ of the item the location cache names
+      if (op.ext.lkey == 0 ? get_cached(op) : get_cached_into(op)) return;  // one READ of the item the location cache names
       return get_read_buckets(op, Phase::G_BUCKETS);
     case KvOp::INCR:
     case KvOp::LOCK:

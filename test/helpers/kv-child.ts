@@ -18,6 +18,7 @@
 //   del    URL KEY                  one delete; reports { deleted } or its error, then exits
 //   putget URL KEY VALUE            a put, then a get of the key (its location cache's hit); reports
 //                                   { value, locationCache } (its stats after the get), then exits
+//   putgetinto URL KEY VALUE        the same with getInto a registered buffer
 //   large  URL KEY BYTES MS         rewrites KEY from a registered buffer, every 4 KiB page stamped with the write's number
 //   hammer URL WRITER KEYS          puts "WRITER:seq" into random keys k0..KEYS-1, 8 at a time, reporting each
 //                                   acknowledged one ({ acked: [key, value] }), until killed
@@ -255,9 +256,11 @@ async function main(): Promise<void> {
     const [key, value] = [args[0]!, args[1]!];
     const outcome = await kv.put(key, value).then(() => ({ acked: true }), (error: Error) => ({ acked: false, failed: error.name }));
     send(outcome);
-  } else if (mode === 'putget') {
+  } else if (mode === 'putget' || mode === 'putgetinto') {
     await kv.put(args[0]!, args[1]!);
-    const value = await kv.get(args[0]!);
+    const buffer = kv.allocBuffer(64 << 10);
+    const length = mode === 'putget' ? undefined : await kv.getInto(args[0]!, buffer);
+    const value = mode === 'putget' ? await kv.get(args[0]!) : length === undefined ? undefined : buffer.subarray(0, length);
     send({ value: value?.toString(), locationCache: kv.stats().locationCache });
   } else if (mode === 'hammer') {
     const [writer, keys] = [Number(args[0]), Number(args[1])];

@@ -5,7 +5,9 @@
 // write that never committed; A's next GET returns the current value or a miss, and A's
 // counters show the path it took. With a check switched off (the core's test hook,
 // RKV_TEST_UNCHECKED_LOCATIONS, read when a client connects) the same steps return the stale
-// value: the checks are what the cases test.
+// value: the checks are what the cases test. The cases of a stale or reused address run for
+// getInto (a registered buffer: header and key into the core's area, the value into the buffer)
+// as for get: its hit is a path of its own in the core.
 import test, { type ExecutionContext } from 'ava';
 import { Registry } from 'prom-client';
 
@@ -50,6 +52,19 @@ function doorbells(kv: KvClient): number {
   return server!.doorbells;
 }
 
+type Via = 'get' | 'getInto';
+const VIAS: readonly Via[] = ['get', 'getInto'];
+const buffers = new WeakMap<KvClient, Buffer>();
+
+/** `key`'s value as a string, read by `via`: get, or getInto a registered buffer of the client's. */
+async function read(kv: KvClient, key: string, via: Via): Promise<string | undefined> {
+  if (via === 'get') return (await kv.get(key))?.toString();
+  let buffer = buffers.get(kv);
+  if (!buffer) buffers.set(kv, (buffer = kv.allocBuffer(64 << 10)));
+  const length = await kv.getInto(key, buffer);
+  return length === undefined ? undefined : buffer.subarray(0, length).toString();
+}
+
 /** The key and value of the item in a heap block (whatever it holds now). */
 function blockHolds(server: KvServer, block: number): { key: string; value: string } {
   const { layout, region } = server;
@@ -61,45 +76,50 @@ function blockHolds(server: KvServer, block: number): { key: string; value: stri
 }
 
 for (const scheme of providersUnderTest()) {
-  test.serial(`${scheme}: a GET of a key the client read or wrote takes one READ; a cold one two round trips`, async (t) => {
+  for (const via of VIAS) test.serial(`${scheme}: a GET (${via}) of a key the client read or wrote takes one READ; a cold one two round trips`, async (t) => {
     const server = await startServer(scheme, LONG_GRACE);
     t.teardown(() => server.close());
     const [a, b] = await clients(t, server);
     await a.put('hot', 'value 1');
     let before = a.stats();
     let bells = doorbells(a);
-    for (let i = 0; i < 20; i++) t.is((await a.get('hot'))?.toString(), 'value 1');
+    for (let i = 0; i < 20; i++) t.is(await read(a, 'hot', via), 'value 1');
     t.deepEqual(delta(a, before), { hits: 20, misses: 0, failures: 0 }, 'its own PUT told A where the item is');
     t.is(doorbells(a) - bells, 20, 'one doorbell (one READ round trip) per GET');
     t.is(a.stats().oneRoundTripGets - before.oneRoundTripGets, 20);
 
     before = b.stats();
     bells = doorbells(b);
-    t.is((await b.get('hot'))?.toString(), 'value 1');
+    t.is(await read(b, 'hot', via), 'value 1');
     t.deepEqual(delta(b, before), { hits: 0, misses: 1, failures: 0 });
     t.is(doorbells(b) - bells, 2, 'a miss: buckets, then item');
     bells = doorbells(b);
-    t.is((await b.get('hot'))?.toString(), 'value 1');
+    t.is(await read(b, 'hot', via), 'value 1');
     t.deepEqual(delta(b, before), { hits: 1, misses: 1, failures: 0 }, 'the GET taught B the address');
     t.is(doorbells(b) - bells, 1);
-    t.is(await b.get('absent'), undefined);
-    t.is(await b.get('absent'), undefined);
+    t.is(await read(b, 'absent', via), undefined);
+    t.is(await read(b, 'absent', via), undefined);
     t.deepEqual(delta(b, before), { hits: 1, misses: 3, failures: 0 }, 'a missing key is never cached');
   });
 
   // A hit is trusted only if its READ took less than half the grace period (a block is reused
   // no sooner than a grace period after its item was unlinked). The client core times it from
   // its submit's clock to its poll's: a READ held up between the two (the shm provider's test
-  // hook stops the process right before it executes) must count as long.
+  // hook stops the process right before it executes) must count as long. A get's late hit is
+  // not trusted (the full path answers); a getInto's is confirmed as a late large READ is, by
+  // reading the header again once the value has landed (same version, still live): a hit.
   if (scheme === 'shm') {
-    for (const held of [false, true]) {
-      test.serial(`${scheme}: a hit whose READ was ${held ? 'held past half the grace period is not trusted: the full path answers' : 'not held is trusted'}`, async (t) => {
+    for (const [via, held] of [['get', false], ['get', true], ['getInto', false], ['getInto', true]] as const) {
+      const late = via === 'get' ? 'is not trusted: the full path answers' : 'is confirmed by a second READ of its header';
+      test.serial(`${scheme}: a hit (${via}) whose READ was ${held ? `held past half the grace period ${late}` : 'not held is trusted'}`, async (t) => {
         const server = await startServer(scheme, { graceMs: 200 });
         t.teardown(() => server.close());
         const value = 'v'.repeat(100);
         const itemBytes = Math.ceil((KvLayout.ITEM_HEADER_BYTES + 'late'.length + value.length) / KvLayout.UNIT_BYTES) * KvLayout.UNIT_BYTES;
-        const env = held ? { RKV_SHM_TEST_STOP_BEFORE: `READ:${itemBytes}` } : {};
-        const child = forkKvChild(t, ['putget', server.urls[0]!, 'late', value], { env });
+        // getInto's hit READs the header and key (then the value into the buffer): the first READ of that length.
+        const readBytes = via === 'get' ? itemBytes : KvLayout.ITEM_HEADER_BYTES + 'late'.length;
+        const env = held ? { RKV_SHM_TEST_STOP_BEFORE: `READ:${readBytes}` } : {};
+        const child = forkKvChild(t, [via === 'get' ? 'putget' : 'putgetinto', server.urls[0]!, 'late', value], { env });
         const report = new Promise<Record<string, unknown>>((resolve) => child.on('message', resolve));
         if (held) {
           await eventually(() => processStopped(child.pid!), 'the client stopped itself right before the READ of its hit');
@@ -108,7 +128,7 @@ for (const scheme of providersUnderTest()) {
         }
         const { value: read, locationCache } = (await report) as { value: string; locationCache: { hits: number; validationFailures: number } };
         t.is(read, value);
-        t.deepEqual([locationCache.hits, locationCache.validationFailures], held ? [0, 1] : [1, 0]);
+        t.deepEqual([locationCache.hits, locationCache.validationFailures], held && via === 'get' ? [0, 1] : [1, 0]);
       });
     }
   }
@@ -158,41 +178,41 @@ for (const scheme of providersUnderTest()) {
     t.is(doorbells(kv) - bells, 1);
   });
 
-  for (const unchecked of [undefined, 'state']) {
+  for (const via of VIAS) for (const unchecked of [undefined, 'state']) {
     const how = unchecked ? ' (STATE check off: stale, as it must be without it)' : '';
-    test.serial(`${scheme}: a key rewritten behind A's cached address${how}`, async (t) => {
+    test.serial(`${scheme}: a key rewritten behind A's cached address (${via})${how}`, async (t) => {
       const server = await startServer(scheme, LONG_GRACE);
       t.teardown(() => server.close());
       const [a, b] = await clients(t, server, unchecked);
       await b.put('k', 'old value');
-      t.is((await a.get('k'))?.toString(), 'old value'); // A learns the address
+      t.is(await read(a, 'k', via), 'old value'); // A learns the address
       await b.put('k', 'new value');
       const before = a.stats();
       if (unchecked) {
-        t.is((await a.get('k'))?.toString(), 'old value', 'without the STATE check the superseded item passes every other check');
+        t.is(await read(a, 'k', via), 'old value', 'without the STATE check the superseded item passes every other check');
         return;
       }
-      t.is((await a.get('k'))?.toString(), 'new value');
+      t.is(await read(a, 'k', via), 'new value');
       t.deepEqual(delta(a, before), { hits: 0, misses: 0, failures: 1 }, 'the hit failed its check and fell back');
-      t.is((await a.get('k'))?.toString(), 'new value');
+      t.is(await read(a, 'k', via), 'new value');
       t.deepEqual(delta(a, before), { hits: 1, misses: 0, failures: 1 }, 'the fallback taught A the new address');
     });
 
-    test.serial(`${scheme}: a key deleted behind A's cached address${how}`, async (t) => {
+    test.serial(`${scheme}: a key deleted behind A's cached address (${via})${how}`, async (t) => {
       const server = await startServer(scheme, LONG_GRACE);
       t.teardown(() => server.close());
       const [a, b] = await clients(t, server, unchecked);
       await b.put('k', 'deleted value');
-      t.is((await a.get('k'))?.toString(), 'deleted value');
+      t.is(await read(a, 'k', via), 'deleted value');
       t.true(await b.delete('k'));
       const before = a.stats();
       if (unchecked) {
-        t.is((await a.get('k'))?.toString(), 'deleted value');
+        t.is(await read(a, 'k', via), 'deleted value');
         return;
       }
-      t.is(await a.get('k'), undefined);
+      t.is(await read(a, 'k', via), undefined);
       t.deepEqual(delta(a, before), { hits: 0, misses: 0, failures: 1 });
-      t.is(await a.get('k'), undefined);
+      t.is(await read(a, 'k', via), undefined);
       t.deepEqual(delta(a, before), { hits: 0, misses: 1, failures: 1 }, 'the entry was forgotten');
     });
   }
@@ -202,25 +222,25 @@ for (const scheme of providersUnderTest()) {
   // its own version. The test puts exactly that word into the cached item (a CPU store on the
   // server's region: no atomic touches STATE) and shows the hit refuses it, and that without the
   // STATE check it would have been taken.
-  for (const unchecked of [undefined, 'state']) {
+  for (const via of VIAS) for (const unchecked of [undefined, 'state']) {
     const how = unchecked ? ' (STATE check off: taken, as it must be without it)' : '';
-    test.serial(`${scheme}: a STATE word that is another item's (a READ torn across reuse) fails the hit${how}`, async (t) => {
+    test.serial(`${scheme}: a STATE word that is another item's (a READ torn across reuse) fails the hit (${via})${how}`, async (t) => {
       const server = await startServer(scheme, LONG_GRACE);
       t.teardown(() => server.close());
       const [a, b] = await clients(t, server, unchecked);
       await b.put('k', 'value');
-      t.is((await a.get('k'))?.toString(), 'value'); // A learns the address
+      t.is(await read(a, 'k', via), 'value'); // A learns the address
       const at = server.layout.heapOffset + slotOfKeyIn(server.region, 'k').block * KvLayout.UNIT_BYTES;
       const { version } = readItemHeader(server.region, at);
       server.region.writeBigUInt64LE(version + 1n, itemStateOffset(at)); // a later write's version: another item's live STATE
       const before = a.stats();
-      t.is((await a.get('k'))?.toString(), 'value', 'the item is still linked: the value is right either way');
+      t.is(await read(a, 'k', via), 'value', 'the item is still linked: the value is right either way');
       if (unchecked) {
         t.deepEqual(delta(a, before), { hits: 1, misses: 0, failures: 0 });
         return;
       }
       t.deepEqual(delta(a, before), { hits: 0, misses: 0, failures: 1 }, 'the hit failed its check and fell back');
-      t.is((await a.get('k'))?.toString(), 'value');
+      t.is(await read(a, 'k', via), 'value');
       t.deepEqual(delta(a, before), { hits: 0, misses: 1, failures: 1 }, 'an item whose STATE is not its own is not cached again');
     });
   }
@@ -274,16 +294,16 @@ for (const scheme of providersUnderTest()) {
   // The block A cached comes back (small heap, short grace) holding B's item of the same key
   // from a CAS that failed: intact, live (its STATE is its own version), of A's key, never
   // committed. Only the version check tells it from the current item.
-  for (const unchecked of [undefined, 'version']) {
+  for (const via of VIAS) for (const unchecked of [undefined, 'version']) {
     const how = unchecked === undefined ? '' : ' (version check off: a value never written comes back, as it must without it)';
-    test.serial(`${scheme}: A's cached block reused for an uncommitted write of the key${how}`, async (t) => {
+    test.serial(`${scheme}: A's cached block reused for an uncommitted write of the key (${via})${how}`, async (t) => {
       const server = await startServer(scheme, { memoryBytes: 4 << 20, maxClients: 4, maxValueBytes: 4096, buckets: 1024, graceMs: 5 });
       t.teardown(() => server.close());
       const [a, b] = await clients(t, server, unchecked);
       // 'committed' and 'neverdone': one length, so one size class, so the CAS's block is one a PUT of k could use
       const value = (tag: 'committed' | 'neverdone', i: number) => `${tag}-${String(i).padStart(6, '0')}`;
       await b.put('k', value('committed', 0));
-      t.is((await a.get('k'))?.toString(), value('committed', 0));
+      t.is(await read(a, 'k', via), value('committed', 0));
       const cached = slotOfKeyIn(server.region, 'k').block;
       let last = 0;
       let phantom: string | undefined;
@@ -298,7 +318,7 @@ for (const scheme of providersUnderTest()) {
       t.truthy(phantom, "A's block came back holding an uncommitted write of k");
       t.not(slotOfKeyIn(server.region, 'k').block, cached, 'and no slot names it');
       const before = a.stats();
-      const got = (await a.get('k'))?.toString();
+      const got = await read(a, 'k', via);
       if (unchecked === 'version') {
         t.is(got, phantom);
         return;
