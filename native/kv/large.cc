@@ -76,10 +76,16 @@ void ClientCore::get_cached_into_done(Op& op) {
   const uint32_t key_len = load_le<uint16_t>(head + u32(ItemHeader::KEY_LEN));
   const uint32_t value_len = load_le<uint32_t>(head + u32(ItemHeader::VALUE_LEN));
   const uint64_t version = load_le<uint64_t>(head + u32(ItemHeader::VERSION));
-  // The value must have landed whole in the buffer (a longer one: the full path answers BUFFER_TOO_SMALL).
+  const bool ours = key_len == op.key_len && std::memcmp(head + kHeader, op.key, key_len) == 0 && item_bytes(key_len, value_len) <= bytes;
+  if (ours && value_len > op.ext.len) {
+    // Longer than the buffer: the full path answers BUFFER_TOO_SMALL. The entry may well be current:
+    // kept, and counted as a miss, not as a failed check (that counter says stale or damaged).
+    link(op).locations.stats.misses++;
+    op.start_lookup();
+    return get_read_buckets(op, Phase::G_BUCKETS);
+  }
   const bool valid =
-      key_len == op.key_len && std::memcmp(head + kHeader, op.key, key_len) == 0 && item_bytes(key_len, value_len) <= bytes &&
-      value_len <= op.ext.len && load_le<uint16_t>(head + u32(ItemHeader::TYPE)) == u32(ItemType::BYTES) &&
+      ours && value_len <= op.ext.len && load_le<uint16_t>(head + u32(ItemHeader::TYPE)) == u32(ItemType::BYTES) &&
       ((unchecked_ & kSkipVersion) != 0 || version == s.cached.version) && ((unchecked_ & kSkipState) != 0 || item_live(head)) &&
       load_le<uint32_t>(head + kChecksumAt) == item_checksum_parts(head, key_len, op.ext.data, value_len);
   if (!valid || expiry_of(head) == Expiry::BAD) {
@@ -88,18 +94,20 @@ void ClientCore::get_cached_into_done(Op& op) {
     op.start_lookup();
     return get_read_buckets(op, Phase::G_BUCKETS);
   }
-  link(op).locations.stats.hits++;
   // From here on the full path's: its candidate is the slot the entry names.
   s.candidates[0] = {make_slot(op.kh.fp, s.cached.units, s.cached.offset), 0, 0};
   s.ncandidates = 1;
   s.next = 0;
   op.version = version;
   if (completed - s.started >= location_trust(op)) {
+    // Two round trips after all: a miss in the counts (oneRoundTripGets is hits).
+    link(op).locations.stats.misses++;
     op.begin(Phase::G_LARGE_LIVE);
     link(op).sends.read(op.tag(), op.area(area::LIVE), kHeader, heap_addr(op, s.cached.offset));
     link(op).sends.signal_last();
     return;
   }
+  link(op).locations.stats.hits++;
   answer_large(op, head, value_len);
 }
 

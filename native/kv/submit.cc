@@ -48,7 +48,7 @@ size_t ClientCore::submit(const OpDesc* descs, size_t count) {
 void ClientCore::prefetch_locations(const OpDesc* descs, size_t count) {
   for (size_t i = 0; i < count; i++) {
     const OpDesc& d = descs[i];
-    if (d.type != KvOp::GET || d.ext_lkey != 0 || d.key_len > kMaxKey) continue;
+    if (d.type != KvOp::GET || d.key_len > kMaxKey) continue;
     Link* l = link_at(d.connection);
     if (l == nullptr) continue;
     l->locations.prefetch(location_tag(hash_key(d.key, d.key_len, l->region.seed, l->region.bucket_count)));

@@ -110,7 +110,7 @@ for (const scheme of providersUnderTest()) {
   // reading the header again once the value has landed (same version, still live): a hit.
   if (scheme === 'shm') {
     for (const [via, held] of [['get', false], ['get', true], ['getInto', false], ['getInto', true]] as const) {
-      const late = via === 'get' ? 'is not trusted: the full path answers' : 'is confirmed by a second READ of its header';
+      const late = via === 'get' ? 'is not trusted: the full path answers' : 'is confirmed by a second READ of its header (a miss in the counts)';
       test.serial(`${scheme}: a hit (${via}) whose READ was ${held ? `held past half the grace period ${late}` : 'not held is trusted'}`, async (t) => {
         const server = await startServer(scheme, { graceMs: 200 });
         t.teardown(() => server.close());
@@ -128,10 +128,24 @@ for (const scheme of providersUnderTest()) {
         }
         const { value: read, locationCache } = (await report) as { value: string; locationCache: { hits: number; validationFailures: number } };
         t.is(read, value);
-        t.deepEqual([locationCache.hits, locationCache.validationFailures], held && via === 'get' ? [0, 1] : [1, 0]);
+        t.deepEqual([locationCache.hits, locationCache.validationFailures], !held ? [1, 0] : via === 'get' ? [0, 1] : [0, 0]);
       });
     }
   }
+
+  test.serial(`${scheme}: a getInto whose buffer is too short for a cached key's value answers KV_BUFFER_TOO_SMALL and keeps the entry`, async (t) => {
+    const server = await startServer(scheme, LONG_GRACE);
+    t.teardown(() => server.close());
+    const kv = await connect(server);
+    t.teardown(() => kv.close());
+    await kv.put('k', 'v'.repeat(100));
+    const before = kv.stats();
+    const error = await t.throwsAsync(kv.getInto('k', kv.allocBuffer(64).subarray(0, 10)));
+    t.is((error as { code?: string }).code, 'KV_BUFFER_TOO_SMALL');
+    t.deepEqual(delta(kv, before), { hits: 0, misses: 1, failures: 0 }, 'not a failed check: nothing stale was read');
+    t.is(await read(kv, 'k', 'getInto'), 'v'.repeat(100));
+    t.deepEqual(delta(kv, before), { hits: 1, misses: 1, failures: 0 }, 'the entry was kept');
+  });
 
   test.serial(`${scheme}: a client's metrics count GETs by the path they took`, async (t) => {
     const server = await startServer(scheme, LONG_GRACE);
