@@ -206,10 +206,11 @@ export class OpQueue implements Slots {
     if (this.head < this.queue.length) this.scheduleFlush();
   }
 
-  private failInflight(error: Error, session: Session): void {
+  /** Fails the ops in the core of `session` (undefined: of every session). */
+  private failInflight(error: Error, session: Session | undefined): void {
     for (let slot = 0; slot < SLOTS; slot++) {
       const owner = this.owners[slot];
-      if (!owner || this.sessions[slot] !== session) continue;
+      if (!owner || (session !== undefined && this.sessions[slot] !== session)) continue;
       // A replicated write is answered by the core once its followers have ended (their
       // backups' blocks, and a registered buffer they may still read, are not free before),
       // unless this session is the core's last: the core closes with it, unpolled.
@@ -223,14 +224,7 @@ export class OpQueue implements Slots {
   /** The core closed with its last link (CoreHost.detach): hands out what it answered as it closed, then fails what it left. */
   closed(core: ClientCore): void {
     for (let n = core.poll(); n > 0 || core.controlCount > 0; n = core.poll()) this.onPolled(core, n, core.controlCount);
-    const error = new KvDisconnectedError('the client closed its last connection');
-    for (let slot = 0; slot < SLOTS; slot++) {
-      const owner = this.owners[slot];
-      if (!owner) continue;
-      this.release(slot);
-      if (owner instanceof PendingOp) owner.reject(error);
-      else owner.fail(error);
-    }
+    this.failInflight(new KvDisconnectedError('the client closed its last connection'), undefined); // no link is left: none is skipped
   }
 
   /** Takes the queued records `which` picks out of the queue and fails them with `error`. */

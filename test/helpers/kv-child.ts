@@ -257,11 +257,17 @@ async function main(): Promise<void> {
     const outcome = await kv.put(key, value).then(() => ({ acked: true }), (error: Error) => ({ acked: false, failed: error.name }));
     send(outcome);
   } else if (mode === 'putget' || mode === 'putgetinto') {
-    await kv.put(args[0]!, args[1]!);
-    const buffer = kv.allocBuffer(64 << 10);
-    const length = mode === 'putget' ? undefined : await kv.getInto(args[0]!, buffer);
-    const value = mode === 'putget' ? await kv.get(args[0]!) : length === undefined ? undefined : buffer.subarray(0, length);
-    send({ value: value?.toString(), locationCache: kv.stats().locationCache });
+    const [key, value] = [args[0]!, args[1]!];
+    await kv.put(key, value);
+    let read: Buffer | undefined;
+    if (mode === 'putget') {
+      read = await kv.get(key);
+    } else {
+      const buffer = kv.allocBuffer(64 << 10);
+      const length = await kv.getInto(key, buffer);
+      read = length === undefined ? undefined : buffer.subarray(0, length);
+    }
+    send({ value: read?.toString(), locationCache: kv.stats().locationCache });
   } else if (mode === 'hammer') {
     const [writer, keys] = [Number(args[0]), Number(args[1])];
     const random = rng(writer + 1);
