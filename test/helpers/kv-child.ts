@@ -27,7 +27,7 @@
 //                                   and reports { closed: status }, then ends by itself (the test waits for its exit)
 // URL may be etcd+http://HOST:PORT/PREFIX: the cluster registered under PREFIX in that etcd.
 import { KvClient } from '../../client/index.js';
-import { CHURN_LOCK, selfValidating, validate } from './kv.js';
+import { CHURN_LOCK, selfValidating, validate } from './values.js';
 import { loadPollMode, slow, testTimeoutMs } from './providers.js';
 import { rng } from './random.js';
 

@@ -5,12 +5,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import type { ExecutionContext } from 'ava';
+import test, { type ExecutionContext } from 'ava';
 import { destination, pino } from 'pino';
 
 import { type HistoryEvent, KvClient, type KvClientOptions } from '../../client/index.js';
 import { KvServer, type KvServerOptions } from '../../server/kv-server.js';
 import { type Scheme, eventually, listenUrl, slow, testTimeoutMs } from './providers.js';
+
+export { CHURN_LOCK, selfValidating, validate } from './values.js';
 
 /**
  * RKV_TEST_LOG=<level> (e.g. debug): the suites' servers log to stderr at that level, to
@@ -18,36 +20,56 @@ import { type Scheme, eventually, listenUrl, slow, testTimeoutMs } from './provi
  */
 const testLog = process.env.RKV_TEST_LOG ? pino({ level: process.env.RKV_TEST_LOG }, destination(2)) : undefined;
 
-/** Without RKV_TEST_LOG, each server's last warnings are kept (serverWarnings): a failing flood prints them (FailureLog). */
-const WARNINGS_KEPT = 20;
-const warnings = new WeakMap<KvServer, string[]>();
+/**
+ * Without RKV_TEST_LOG, each server's last log lines (info and up: connects, departures and
+ * why, warnings) are kept (serverLog): a failing flood prints them (FailureLog), and so does
+ * any failing test (the afterEach hook below).
+ */
+const LOG_KEPT = 20;
+const logs = new WeakMap<KvServer, string[]>();
+/** Servers started since the last test ended, with the NIC's counters at their start. */
+let started: Array<{ server: KvServer; nicBefore: Map<string, number> }> = [];
 
 export async function startServer(scheme: Scheme, options: Partial<KvServerOptions> = {}): Promise<KvServer> {
   const kept: string[] = [];
+  const nicBefore = nicCounters();
   const logger =
     testLog ??
     pino(
-      { level: 'warn' },
+      { level: 'info' },
       {
         write(line: string) {
-          if (kept.push(line.trimEnd()) > WARNINGS_KEPT) kept.shift();
+          if (kept.push(line.trimEnd()) > LOG_KEPT) kept.shift();
         },
       },
     );
   const server = await KvServer.start({ listen: [listenUrl(scheme)], memoryBytes: 64 << 20, graceMs: 200, keepaliveMs: slow(1000), logger, ...options });
-  warnings.set(server, kept);
+  logs.set(server, kept);
+  started.push({ server, nicBefore });
   return server;
 }
 
-/** The last warnings a startServer server logged (none kept under RKV_TEST_LOG: they went to stderr). */
-export function serverWarnings(server: KvServer): string[] {
-  return warnings.get(server) ?? [];
+/** The last log lines a startServer server wrote (none kept under RKV_TEST_LOG: they went to stderr). */
+export function serverLog(server: KvServer): string[] {
+  return logs.get(server) ?? [];
 }
+
+/**
+ * Every test file that starts servers here: when a test fails, what its servers logged last and
+ * the NIC counters that changed meanwhile go to stderr, which ava prints. The guest's tier
+ * cannot be stepped through, and why a connection was lost is in the server's log, not in the
+ * client's error.
+ */
+test.afterEach.always((t) => {
+  const lines = started.flatMap(({ server, nicBefore }) => [`server ${server.urls[0]}:`, ...evidence(server, nicBefore)]);
+  started = [];
+  if (!t.passed && lines.length > 0) process.stderr.write(`${t.title.replace(/^afterEach.always hook for /, '')} failed; its servers' last log lines:\n${lines.map((line) => `  ${line}`).join('\n')}\n`);
+});
 
 /**
  * The errors of a flood of operations, for one assertion whose diff says why in a few lines
  * (CI shows only the tail of a failure): the first error whole, then a count per code, then
- * the server's last warnings. `summary` is [] when nothing failed.
+ * the server's last log lines. `summary` is [] when nothing failed.
  */
 export class FailureLog {
   private first: string | undefined;
@@ -119,9 +141,9 @@ export class ReconnectingClient {
   }
 }
 
-/** What the server warned of, and the NIC counters that changed since `nicBefore`. */
+/** What the server logged last, and the NIC counters that changed since `nicBefore`. */
 function evidence(server: KvServer | undefined, nicBefore: Map<string, number>): string[] {
-  const logged = server ? serverWarnings(server).map((line) => `server: ${line}`) : [];
+  const logged = server ? serverLog(server).map((line) => `server: ${line}`) : [];
   return [...logged, `NIC counters meanwhile: ${nicChanges(nicBefore) || 'none'}`];
 }
 
@@ -188,40 +210,12 @@ export function runKvChild(t: ExecutionContext, args: string[], onMessage?: (m: 
 }
 
 /** Runs `processes` kv-child processes in `mode` (lin, linatomic) against `url`, each recording its history; all their events. */
-/** The lock kv-child's churn writers take and release (test/cluster/replicated-helpers.ts checks its history). */
-export const CHURN_LOCK = 'flock';
-
 export async function recordHistories(t: ExecutionContext, url: string, mode: string, processes: number, count: number): Promise<Array<HistoryEvent & { process: number }>> {
   const dir = mkdtempSync(join(tmpdir(), 'rkv-history-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const files = Array.from({ length: processes }, (_, p) => join(dir, `p${p}.jsonl`));
   await Promise.all(files.map((file, p) => runKvChild(t, [mode, url, String(p), String(count), file])));
   return files.flatMap((file, p) => readFileSync(file, 'utf8').trim().split('\n').map((line) => ({ ...(JSON.parse(line) as HistoryEvent), process: p })));
-}
-
-/**
- * A value that proves itself: [writer u32][seq u32][length u32] then bytes
- * derived from all three. A torn read, or bytes nobody wrote, fail validate().
- */
-export function selfValidating(writer: number, seq: number, length: number): Buffer {
-  const value = Buffer.alloc(Math.max(12, length));
-  value.writeUInt32LE(writer, 0);
-  value.writeUInt32LE(seq, 4);
-  value.writeUInt32LE(value.length, 8);
-  let x = (writer * 2654435761 + seq * 40503 + value.length) >>> 0;
-  for (let i = 12; i < value.length; i++) {
-    x = (x * 1103515245 + 12345) >>> 0;
-    value[i] = x >>> 24;
-  }
-  return value;
-}
-
-export function validate(value: Buffer): { writer: number; seq: number } | string {
-  if (value.length < 12) return `short value (${value.length} bytes)`;
-  const writer = value.readUInt32LE(0);
-  const seq = value.readUInt32LE(4);
-  if (value.readUInt32LE(8) !== value.length) return `length field ${value.readUInt32LE(8)} for ${value.length} bytes`;
-  return selfValidating(writer, seq, value.length).equals(value) ? { writer, seq } : `bytes of writer ${writer} seq ${seq} do not match`;
 }
 
 /** Whether process `pid` is stopped (SIGSTOP; the shm provider's RKV_SHM_TEST_STOP_BEFORE hook stops itself so): /proc/PID/stat's state letter. */

@@ -9,7 +9,7 @@ import { type KvClient } from '../../client/index.js';
 import { Provider } from '../../native/index.js';
 import { KvLayout } from '../../protocol/constants.js';
 import { CQ_ENTRIES_PER_CLIENT, CQ_MARGIN, RECVS_PER_CLIENT, SEND_BUFFERS, clientsFitting, cqEntriesFor } from '../../server/fabric.js';
-import { connect, serverWarnings, startServer } from '../helpers/kv.js';
+import { connect, serverLog, startServer } from '../helpers/kv.js';
 
 // The shm provider plays such a device through its test hook (read when a provider is made;
 // this file runs in a process of its own). 1300: room for 4 clients (4 × 304 + 64), and above a
@@ -41,12 +41,12 @@ test('shm: a device whose CQ holds 4 clients\' completions admits 4 of --max-cli
   t.is(admits, 4);
   const server = await startServer('shm', { maxClients: 6 });
   t.teardown(() => server.close());
-  t.true(serverWarnings(server).some((line) => line.includes('4 of --max-clients 6 can connect')), serverWarnings(server).join('\n'));
+  t.true(serverLog(server).some((line) => line.includes('4 of --max-clients 6 can connect')), serverLog(server).join('\n'));
   const clients: KvClient[] = [];
   t.teardown(() => Promise.all(clients.map((kv) => kv.close())));
   for (let i = 0; i < admits; i++) clients.push(await connect(server));
   await t.throwsAsync(connect(server), { message: /no free client ring/ });
-  t.true(serverWarnings(server).some((line) => line.includes('as many as shm\'s completion queue can serve')), serverWarnings(server).join('\n'));
+  t.true(serverLog(server).some((line) => line.includes('as many as shm\'s completion queue can serve')), serverLog(server).join('\n'));
   // Every admitted client works: a full notice ring each, while the server drains on its own schedule.
   await Promise.all(clients.map(async (kv, c) => {
     for (let i = 0; i < KvLayout.RING_RECORDS; i++) await kv.put(`c${c}-${i}`, `v${i}`);

@@ -8,7 +8,7 @@ import { ItemHeader, KvLayout } from '../../protocol/constants.js';
 import { Opcode, hashKey } from '../../native/index.js';
 import { createRegistry } from '../../server/metrics.js';
 import { readSuperblock } from '../../server/store/layout.js';
-import { connect, serverWarnings, startServer } from '../helpers/kv.js';
+import { connect, serverLog, startServer } from '../helpers/kv.js';
 import { eventually, providersUnderTest, testTimeoutMs } from '../helpers/providers.js';
 import { rawClient } from '../helpers/raw-client.js';
 import { slotOfKeyIn } from '../helpers/region-file.js';
@@ -69,7 +69,7 @@ for (const scheme of providersUnderTest()) {
     try {
       for (let i = 0; scans < 3; i++) await kv.put(`k${i % 50}`, `v${i}`);
     } catch (error) {
-      t.log(`the server's last warnings:\n${serverWarnings(server).join('\n')}`); // why the connection went (CI shows no more)
+      t.log(`the server's last log lines:\n${serverLog(server).join('\n')}`); // why the connection went (CI shows no more)
       throw error;
     }
     const contended = await other.lock('held-lock', { timeoutMs: 200 }).then(() => 'acquired', (error: { code: string }) => error.code);
