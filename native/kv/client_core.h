@@ -309,6 +309,9 @@ class ClientCore {
   static constexpr uint32_t kSkipVersion = 1, kSkipState = 2;  // test hook: checks a hit skips
   static uint32_t unchecked_locations_from_env();
   std::chrono::milliseconds location_trust(const Op& op) const;
+  const LocationCache::Entry* cached_location(Op& op, uint64_t least_bytes);
+  bool cached_item_current(uint64_t cached_version, const uint8_t* head) const;
+  void cached_location_failed(Op& op);
   bool get_cached(Op& op);
   void get_cached_done(Op& op);
   bool get_cached_into(Op& op);

@@ -48,13 +48,10 @@ void ClientCore::get_large_next(Op& op, uint64_t slot) {
 // READ longer than the hit's trust (a large value on a slow link) is confirmed as the full
 // path's late READ is, by a second READ of the header (G_LARGE_LIVE).
 bool ClientCore::get_cached_into(Op& op) {
-  const LocationCache::Entry* e = link(op).locations.find(location_tag(op.kh));
-  const uint64_t bytes = e ? static_cast<uint64_t>(e->units) * kUnit : 0;
   const uint32_t head = kHeader + op.key_len;
-  if (e == nullptr || !slot_in_heap(op, make_slot(op.kh.fp, e->units, e->offset)) || bytes < head || bytes > largest_item(op)) {
-    link(op).locations.stats.misses++;
-    return false;
-  }
+  const LocationCache::Entry* e = cached_location(op, head);
+  if (e == nullptr) return false;
+  const uint64_t bytes = static_cast<uint64_t>(e->units) * kUnit;
   LookupState& s = op.lookup();
   s.started = submitted_at_;  // called from submit() alone, as get_cached
   s.cached = *e;
@@ -86,14 +83,9 @@ void ClientCore::get_cached_into_done(Op& op) {
   }
   const bool valid =
       ours && value_len <= op.ext.len && load_le<uint16_t>(head + u32(ItemHeader::TYPE)) == u32(ItemType::BYTES) &&
-      ((unchecked_ & kSkipVersion) != 0 || version == s.cached.version) && ((unchecked_ & kSkipState) != 0 || item_live(head)) &&
+      cached_item_current(s.cached.version, head) &&
       load_le<uint32_t>(head + kChecksumAt) == item_checksum_parts(head, key_len, op.ext.data, value_len);
-  if (!valid || expiry_of(head) == Expiry::BAD) {
-    link(op).locations.stats.failures++;
-    link(op).locations.forget(location_tag(op.kh));
-    op.start_lookup();
-    return get_read_buckets(op, Phase::G_BUCKETS);
-  }
+  if (!valid || expiry_of(head) == Expiry::BAD) return cached_location_failed(op);
   // From here on the full path's: its candidate is the slot the entry names.
   s.candidates[0] = {make_slot(op.kh.fp, s.cached.units, s.cached.offset), 0, 0};
   s.ncandidates = 1;

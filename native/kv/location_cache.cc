@@ -67,15 +67,46 @@ uint32_t ClientCore::unchecked_locations_from_env() {
 // Half of it, as for GET's item READ (get.cc), is the margin.
 std::chrono::milliseconds ClientCore::location_trust(const Op& op) const { return std::chrono::milliseconds(link(op).region.grace_ms / 2); }
 
+// The cache's entry for the op's key if it can name an item of at least
+// `least_bytes` in the heap; nullptr (a miss, counted) if not.
+const LocationCache::Entry* ClientCore::cached_location(Op& op, uint64_t least_bytes) {
+  const LocationCache::Entry* e = link(op).locations.find(location_tag(op.kh));
+  const uint64_t bytes = e ? static_cast<uint64_t>(e->units) * kUnit : 0;
+  if (e != nullptr && slot_in_heap(op, make_slot(op.kh.fp, e->units, e->offset)) && bytes >= least_bytes &&
+      bytes <= largest_item(op)) {
+    return e;
+  }
+  link(op).locations.stats.misses++;
+  return nullptr;
+}
+
+// The checks that make a hit current, not just our key's bytes: the version is
+// the one cached (so not a newer item in a reused block), and its STATE still
+// equals that version (no writer marked it SUPERSEDED, so its slot still named
+// it when the READ read the word; and the word is not a reused block's new
+// item's). Each can be switched off by the test hook.
+bool ClientCore::cached_item_current(uint64_t cached_version, const uint8_t* head) const {
+  return ((unchecked_ & kSkipVersion) != 0 || load_le<uint64_t>(head + u32(ItemHeader::VERSION)) == cached_version) &&
+         ((unchecked_ & kSkipState) != 0 || item_live(head));
+}
+
+// A hit that failed a check (stale, torn, damaged): the entry is forgotten and
+// the full path decides, from the buckets.
+void ClientCore::cached_location_failed(Op& op) {
+  link(op).locations.stats.failures++;
+  link(op).locations.forget(location_tag(op.kh));
+  op.start_lookup();
+  get_read_buckets(op, Phase::G_BUCKETS);
+}
+
 // A GET's first round trip when the cache knows where the key's item was:
 // one READ of it. False: no usable entry (a miss), the caller reads the buckets.
 bool ClientCore::get_cached(Op& op) {
   const auto now = submitted_at_;  // called from submit() alone: its clock, before any READ of it is posted
-  const LocationCache::Entry* e = link(op).locations.find(location_tag(op.kh));
-  const uint64_t bytes = e ? static_cast<uint64_t>(e->units) * kUnit : 0;
-  const bool usable = e != nullptr && slot_in_heap(op, make_slot(op.kh.fp, e->units, e->offset)) && bytes >= kHeader &&
-                      bytes <= largest_item(op);
-  if (!usable || !take_item(op, bytes)) {
+  const LocationCache::Entry* e = cached_location(op, kHeader);
+  if (e == nullptr) return false;
+  const uint64_t bytes = static_cast<uint64_t>(e->units) * kUnit;
+  if (!take_item(op, bytes)) {
     link(op).locations.stats.misses++;
     return false;
   }
@@ -89,11 +120,9 @@ bool ClientCore::get_cached(Op& op) {
   return true;
 }
 
-// The hit's checks: the bytes are an intact item of our key, the version is
-// the one cached (so not a newer item in a reused block), its STATE still
-// equals that version (no writer marked it SUPERSEDED, so its slot still named
-// it when the READ read the word; and the word is not a reused block's new
-// item's), and the READ was short enough that no reuse can have overlapped it.
+// The hit's checks: the bytes are an intact item of our key, current
+// (cached_item_current), and the READ was short enough that no reuse can have
+// overlapped it.
 void ClientCore::get_cached_done(Op& op) {
   const auto completed = polled_at_;  // its poll's time, before the checks: the READ's duration, not theirs (get.cc)
   LookupState& s = op.lookup();
@@ -103,18 +132,13 @@ void ClientCore::get_cached_done(Op& op) {
   const uint32_t value_len = load_le<uint32_t>(item + u32(ItemHeader::VALUE_LEN));
   const bool valid =
       item_bytes(key_len, value_len) <= bytes && load_le<uint16_t>(item + u32(ItemHeader::TYPE)) == u32(ItemType::BYTES) &&
-      key_len == op.key_len && std::memcmp(item + kHeader, op.key, key_len) == 0 &&
-      ((unchecked_ & kSkipVersion) != 0 || load_le<uint64_t>(item + u32(ItemHeader::VERSION)) == s.cached.version) &&
-      ((unchecked_ & kSkipState) != 0 || item_live(item)) &&
+      key_len == op.key_len && std::memcmp(item + kHeader, op.key, key_len) == 0 && cached_item_current(s.cached.version, item) &&
       load_le<uint32_t>(item + kChecksumAt) == item_checksum(item, key_len, value_len) &&
       completed - s.started < location_trust(op);
   const Expiry expiry = valid ? expiry_of(item) : Expiry::BAD;
-  if (expiry == Expiry::BAD) {  // a failed check, or an expiry no writer writes: the full path decides
-    link(op).locations.stats.failures++;
-    link(op).locations.forget(location_tag(op.kh));
+  if (expiry == Expiry::BAD) {  // a failed check, or an expiry no writer writes
     free_item(op);
-    op.start_lookup();
-    return get_read_buckets(op, Phase::G_BUCKETS);
+    return cached_location_failed(op);
   }
   link(op).locations.stats.hits++;
   // The key's current item, expired: the key is absent (finish forgets the entry).
