@@ -1,5 +1,5 @@
 // A KvServer on a fresh URL of the provider under test, and clients for it.
-import { type ChildProcess, fork } from 'node:child_process';
+import { type ChildProcess, fork, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -63,8 +63,17 @@ export function serverLog(server: KvServer): string[] {
 test.afterEach.always((t) => {
   const lines = started.flatMap(({ server, nicBefore }) => [`server ${server.urls[0]}:`, ...evidence(server, nicBefore)]);
   started = [];
-  if (!t.passed && lines.length > 0) process.stderr.write(`${t.title.replace(/^afterEach.always hook for /, '')} failed; its servers' last log lines:\n${lines.map((line) => `  ${line}`).join('\n')}\n`);
+  if (t.passed || lines.length === 0) return;
+  lines.push(...busiestProcesses());
+  process.stderr.write(`${t.title.replace(/^afterEach.always hook for /, '')} failed; its servers' last log lines:\n${lines.map((line) => `  ${line}`).join('\n')}\n`);
 });
+
+/** The machine's uptime and its busiest processes (a stray busy-polling child starves the guest's two vCPUs). */
+function busiestProcesses(): string[] {
+  const ps = spawnSync('ps', ['-eo', 'pid,stat,pcpu,etimes,args', '--sort=-pcpu'], { encoding: 'utf8' });
+  const uptime = existsSync('/proc/uptime') ? readFileSync('/proc/uptime', 'utf8').split(' ')[0] : '?';
+  return [`uptime ${uptime} s; busiest processes:`, ...(ps.stdout ?? '').split('\n').slice(0, 8).map((line) => line.slice(0, 160))];
+}
 
 /**
  * The errors of a flood of operations, for one assertion whose diff says why in a few lines
