@@ -25,11 +25,15 @@ import { Status, type MaybePromise, type Record } from '../db/db.js';
 import type { DBWrapper, Lane } from '../client/db-wrapper.js';
 
 /**
- * Empties a reused result map. Map.prototype.clear allocates a fresh table even when the map is
- * empty (~60 ns, as much as the no-op binding's whole read), and the basic binding never fills it.
+ * Gives the lane an empty result map: a fresh one when the last read filled it. Not
+ * Map.prototype.clear: a cleared table points to its successor (for live iterators), so once one
+ * table of a long-lived map is promoted every later table, and the strings it held, survives the
+ * scavenges behind it until a full GC (measured: 2 MB promoted per scavenge, a scavenge 10x as
+ * long). A fresh map per read is what YCSB does; the basic binding never fills it, so it allocates none.
  */
-function clearRecord(record: Record): void {
-  if (record.size !== 0) record.clear();
+function emptyResult(lane: Lane): Record {
+  if (lane.result.size !== 0) lane.result = new Map();
+  return lane.result;
 }
 
 const OP_READ = 0;
@@ -223,8 +227,7 @@ export class CoreWorkload {
   doTransactionRead(db: DBWrapper, lane: Lane): MaybePromise<boolean | Status> {
     const key = this.keys.name(this.nextKeynum());
     const fields = this.readFields();
-    clearRecord(lane.result);
-    const s = db.read(lane, this.config.table, key, fields, lane.result);
+    const s = db.read(lane, this.config.table, key, fields, emptyResult(lane));
     if (!this.config.dataIntegrity) return s instanceof Status ? true : s;
     return s instanceof Status ? this.verifyRow(db, key, lane.result) : s.then(() => this.verifyRow(db, key, lane.result));
   }
@@ -282,7 +285,7 @@ export class CoreWorkload {
     const fields = this.config.readAllFields ? null : this.singleFields[this.fieldChooser.nextValue()]!;
     if (this.config.writeAllFields) this.buildValues(lane.values, key);
     else this.buildSingleValue(lane.values, key);
-    clearRecord(lane.result);
+    emptyResult(lane);
     const ist = db.intendedStartTime(lane);
     const st = db.now();
     const finish = (): boolean => {
