@@ -18,7 +18,7 @@ import { splitOperationCount } from './split.js';
 import { runClientThread } from './client-thread.js';
 import { GcStats, mergeGc } from './gc-stats.js';
 import { statusLine } from './status.js';
-import { tuneJitForClientThreads } from './jit.js';
+import { tuneGcForClientThreads, tuneJitForClientThreads } from './jit.js';
 import { CONTROL_EPOCH, CONTROL_SLOTS, requestStop, type ClientThreadData, type GcCollector, type ThreadMessage } from './protocol.js';
 
 export type Phase = 'load' | 'run';
@@ -141,6 +141,7 @@ interface ThreadHandle {
 export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
   const settings = resolvePhaseSettings(options);
   tuneJitForClientThreads();
+  if (!options.inProcess) tuneGcForClientThreads(settings.threads);
   const stderr = options.stderr ?? ((t: string) => void process.stderr.write(t));
   const stdout = options.stdout ?? ((t: string) => void process.stdout.write(t));
   const config = parseCoreWorkloadConfig(options.props);
