@@ -34,8 +34,8 @@ export function historyRecorder(history: string | ((event: HistoryEvent) => void
   return { record, nextId: () => ++id };
 }
 
-/** submit(op), with the invocation and the completion written to the history. */
-export function recorded(recorder: HistoryRecorder, op: OpRequest, submit: (op: OpRequest) => Submission): Promise<OpResult> {
+/** submit() of `op`, with the invocation and the completion written to the history. */
+export function recorded(recorder: HistoryRecorder, op: OpRequest, submit: () => Submission): Promise<OpResult> {
   const { type, key, value, arg } = op;
   const base = { id: recorder.nextId(), f: opName(type), key: text(key) };
   const invoke: HistoryEvent = { ...base, type: 'invoke', time: now() };
@@ -45,7 +45,7 @@ export function recorded(recorder: HistoryRecorder, op: OpRequest, submit: (op: 
   if (type === KvOp.UNLOCK) invoke.token = arg.toString();
   if (op.expiry) invoke.expiry = String(op.expiry);
   recorder.record(invoke);
-  const submitted = submit(op);
+  const submitted = submit();
   return submitted.result.then(
     (r) => {
       const done: HistoryEvent = { ...base, type: 'ok', time: now() };

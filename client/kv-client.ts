@@ -245,7 +245,8 @@ export class KvClient extends EventEmitter<ClientEvents> {
 
   /** The value with its version (a CAS token), or undefined. */
   getWithVersion(key: Key): Promise<VersionedValue | undefined> {
-    return this.call(KvOp.GET, key).then((r) => (r.status === KvStatus.OK ? { value: r.value!, version: r.version } : undefined));
+    const pending = this.direct(KvOp.GET, key, undefined, getVersioned);
+    return this.metrics ? this.metrics.observeValue(KvOp.GET, pending) : pending;
   }
 
   /** Writes the value; with `ttlMs` (whole ms, 1 to 100 years) the key expires that long after the call: reads miss it from then on. */
@@ -303,7 +304,8 @@ export class KvClient extends EventEmitter<ClientEvents> {
   cas(key: Key, expectedVersion: bigint | number, value: Value): Promise<boolean> {
     const expected = attempt(casVersion, expectedVersion, undefined);
     if (expected instanceof Error) return Promise.reject(expected);
-    return this.call(KvOp.CAS, key, value, expected, true).then((r) => r.status === KvStatus.OK);
+    const pending = this.direct(KvOp.CAS, key, value, (server, k, v) => server.casApplied(k, expected, v!));
+    return this.metrics ? this.metrics.observeValue(KvOp.CAS, pending) : pending;
   }
 
   /**
@@ -443,4 +445,5 @@ export class KvClient extends EventEmitter<ClientEvents> {
 export { KvError };
 
 const getValue = (server: ServerClient, key: Bytes) => server.getValue(key);
+const getVersioned = (server: ServerClient, key: Bytes) => server.getVersioned(key);
 const putValue = (server: ServerClient, key: Bytes, value: Value | undefined) => server.putValue(key, value!);

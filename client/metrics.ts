@@ -116,14 +116,14 @@ export class ClientMetrics {
     };
   }
 
-  /** A get or put on its fast path: what it resolves says its result (a GET's undefined: not_found). */
-  observeValue<T extends Buffer | undefined | void>(type: KvOp, pending: Promise<T>): Promise<T> {
+  /** An op on its fast path: what it resolves says its result (a GET's undefined: not_found; a CAS's false: mismatch). */
+  observeValue<T>(type: KvOp, pending: Promise<T>): Promise<T> {
     const op = opName(type);
     const start = performance.now();
     return pending.then(
       (value) => {
         this.latency.observe({ op }, (performance.now() - start) / 1e3);
-        this.operations.inc({ op, result: type === KvOp.GET && value === undefined ? 'not_found' : 'ok' });
+        this.operations.inc({ op, result: type === KvOp.GET && value === undefined ? 'not_found' : value === false ? 'mismatch' : 'ok' });
         if (type === KvOp.GET) this.gets.inc({ result: value === undefined ? 'miss' : 'hit' });
         return value;
       },

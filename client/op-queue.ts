@@ -112,8 +112,7 @@ export class OpQueue implements Slots {
   }
 
   /** Queues one operation on `session` for the next flush (in this tick's microtasks). */
-  add(session: Session, request: OpRequest, answer: Answer = Answer.FULL): Submission {
-    const op = new PendingOp(request, answer);
+  add(session: Session, op: PendingOp): Submission {
     op.session = session;
     this.queue.push(op);
     this.scheduleFlush();

@@ -25,6 +25,10 @@ export const Answer = {
   NONE: 2,
   /** A GET into a registered buffer (getInto): the value's length, or null when the key does not exist. */
   LENGTH: 3,
+  /** A GET's `{ value, version }` (getWithVersion), or undefined when the key does not exist. */
+  VERSIONED: 4,
+  /** A CAS: true when it wrote (false: the version did not match). */
+  APPLIED: 5,
 } as const;
 export type Answer = (typeof Answer)[keyof typeof Answer];
 
@@ -89,22 +93,9 @@ type Settle = (value: never) => void;
 export const NOT_SENT = Symbol('rdma-kv.notSent');
 
 export class PendingOp implements OpRequest, Submission {
-  readonly type: KvOp;
-  readonly key: Bytes;
-  readonly keyBytes: number;
-  readonly value: Bytes | undefined;
-  readonly valueBytes: number;
-  readonly arg: bigint;
-  readonly cls: number;
-  readonly mismatchResolves: boolean;
-  readonly ext: ExtRef | undefined;
-  readonly large: LargeFallback | undefined;
-  readonly expiry: number;
-  readonly backups: readonly Session[] | undefined;
-  readonly backupClasses: readonly number[] | undefined;
-  readonly epoch: number;
-  readonly keepVersion: boolean;
-  readonly answer: Answer;
+  /** A replicated write's backups and their blocks' size classes (ServerClient.replicate sets them before the op is queued). */
+  backups: readonly Session[] | undefined = undefined;
+  backupClasses: readonly number[] | undefined = undefined;
   /** When it must have been submitted by (performance.now() ms); 0 until the queue first keeps it waiting. */
   deadline = 0;
   readonly result: Promise<OpResult>;
@@ -114,23 +105,23 @@ export class PendingOp implements OpRequest, Submission {
   /** The session (member) it runs on: set when queued. */
   session: Session | undefined = undefined;
 
-  constructor(r: OpRequest, answer: Answer) {
-    this.type = r.type;
-    this.key = r.key;
-    this.keyBytes = r.keyBytes;
-    this.value = r.value;
-    this.valueBytes = r.valueBytes;
-    this.arg = r.arg;
-    this.cls = r.cls;
-    this.mismatchResolves = r.mismatchResolves;
-    this.ext = r.ext;
-    this.large = r.large;
-    this.expiry = r.expiry ?? 0;
-    this.backups = r.backups;
-    this.backupClasses = r.backupClasses;
-    this.epoch = r.epoch ?? 0;
-    this.keepVersion = r.keepVersion === true;
-    this.answer = answer;
+  /** The fields as OpRequest's (positional: one object per op, not a request object copied into this one). */
+  constructor(
+    readonly type: KvOp,
+    readonly key: Bytes,
+    readonly keyBytes: number,
+    readonly value: Bytes | undefined,
+    readonly valueBytes: number,
+    readonly arg: bigint,
+    readonly cls: number,
+    readonly mismatchResolves: boolean,
+    readonly ext: ExtRef | undefined,
+    readonly large: LargeFallback | undefined,
+    readonly expiry: number,
+    readonly epoch: number,
+    readonly keepVersion: boolean,
+    readonly answer: Answer,
+  ) {
     this.result = new Promise<OpResult>((resolve, reject) => {
       this.resolve = resolve as Settle as (value: unknown) => void;
       this.rejectPromise = reject;

@@ -83,8 +83,10 @@ export function deliverResults(q: Slots, core: ClientCore, n: number, handout: n
       }
       if (owner.answer === Answer.VALUE || owner.answer === Answer.NONE) owner.resolve(value); // undefined but for a GET's value
       else if (owner.answer === Answer.LENGTH) owner.resolve(status === KvStatus.OK ? words[o + ResultLayout.VALUE_LEN]! : undefined); // in the registered buffer
+      else if (owner.answer === Answer.APPLIED) owner.resolve(status === KvStatus.OK);
+      else if (owner.answer === Answer.VERSIONED) owner.resolve(value ? { value, version: versionAt(words, o) } : undefined);
       else {
-        const version = BigInt(words[o + ResultLayout.VERSION_LO]!) | (BigInt(words[o + ResultLayout.VERSION_HI]!) << 32n);
+        const version = versionAt(words, o);
         const retries = words[o + ResultLayout.DETAIL]!;
         const expiry = words[o + ResultLayout.EXPIRY_LO]! + words[o + ResultLayout.EXPIRY_HI]! * 0x100000000;
         owner.resolve(value ? { status, value, version, retries, expiry } : { status, version, retries, expiry, length: words[o + ResultLayout.VALUE_LEN]! });
@@ -93,4 +95,11 @@ export function deliverResults(q: Slots, core: ClientCore, n: number, handout: n
       owner.reject(errorForStatus(status, words[o + ResultLayout.DETAIL]!, `${opName(owner.type)} ${describe(owner.key)}`, lost));
     }
   }
+}
+
+/** The 64-bit version of the result at word `o`. */
+function versionAt(words: Uint32Array, o: number): bigint {
+  const lo = words[o + ResultLayout.VERSION_LO]!;
+  const hi = words[o + ResultLayout.VERSION_HI]!;
+  return hi === 0 ? BigInt(lo) : BigInt(lo) | (BigInt(hi) << 32n);
 }

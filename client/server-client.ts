@@ -15,10 +15,11 @@ import { type HistoryRecorder, recorded } from './history.js';
 import { measureKey, toBuffer } from './keys.js';
 import { roleRefusal } from './roles.js';
 import { type ExtRef, extOf, freedError, holding, withBounce } from './large-values.js';
-import { Answer, Batch, type Bytes, type OpRequest, type OpResult } from './op-queue.js';
+import { Answer, Batch, type Bytes, type OpResult } from './op-queue.js';
+import { PendingOp } from './op-records.js';
 import { ServerLink, type ServerLinkOptions } from './server-link.js';
 import type { Session } from './session.js';
-import type { KvStatusName, Value } from './types.js';
+import type { KvStatusName, Value, VersionedValue } from './types.js';
 
 export type { HistoryRecorder } from './history.js';
 export type { Bytes, OpResult } from './op-queue.js';
@@ -131,6 +132,16 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   /** A GET that resolves the value (or undefined): no result object, no version. */
   getValue(key: Bytes): Promise<Buffer | undefined> {
     return this.request(KvOp.GET, key, undefined, 0n, false, Answer.VALUE) as Promise<Buffer | undefined>;
+  }
+
+  /** A GET that resolves `{ value, version }` (or undefined), without the full result object. */
+  getVersioned(key: Bytes): Promise<VersionedValue | undefined> {
+    return this.request(KvOp.GET, key, undefined, 0n, false, Answer.VERSIONED) as Promise<VersionedValue | undefined>;
+  }
+
+  /** A CAS that resolves whether it wrote (a version mismatch: false). */
+  casApplied(key: Bytes, expectedVersion: bigint, value: Value): Promise<boolean> {
+    return this.request(KvOp.CAS, key, value, expectedVersion, true, Answer.APPLIED) as Promise<boolean>;
   }
 
   /**
@@ -276,10 +287,10 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       if (ext === 'freed') return Promise.reject(freedError('value'));
       if (ext) {
         // Written from the caller's registered buffer, without a copy.
-        const request: OpRequest = { type, key, keyBytes, value: undefined, valueBytes: 0, arg, cls, mismatchResolves, ext, expiry, epoch: this.epoch, keepVersion };
-        const refused = this.replicated ? this.replicate(request, session) : undefined;
+        const op = new PendingOp(type, key, keyBytes, undefined, 0, arg, cls, mismatchResolves, ext, undefined, expiry, this.epoch, keepVersion, answer);
+        const refused = this.replicated ? this.replicate(op, session) : undefined;
         if (refused) return Promise.reject(refused);
-        return holding(ext, () => queue.add(session, request, answer).result);
+        return holding(ext, () => queue.add(session, op).result);
       }
       if (KvLayout.ITEM_HEADER_BYTES + keyBytes + valueBytes > session.itemLimit) {
         // Larger than the core's scratch holds: through a registered bounce buffer (one copy).
@@ -294,24 +305,25 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       cls = classFor(classes, itemUnits(keyBytes, 0)); // in case it must be created
     }
     const large = type === KvOp.GET && answer === Answer.VALUE ? this : undefined; // a value past scratch: getLarge
-    const request: OpRequest = { type, key, keyBytes, value: bytes, valueBytes, arg, cls, mismatchResolves, ext: into, large, expiry, epoch: type === KvOp.GET ? 0 : this.epoch, keepVersion };
+    // A recorded op resolves the full result (the history needs its version); what it answers is mapped after.
+    const recorder = into === undefined ? this.options.recorder : undefined; // a getInto is not recorded: its answer is a length, not a value
+    const op = new PendingOp(type, key, keyBytes, bytes, valueBytes, arg, cls, mismatchResolves, into, large, expiry, type === KvOp.GET ? 0 : this.epoch, keepVersion, recorder ? Answer.FULL : answer);
     if (this.replicated && type !== KvOp.GET) {
-      const replicated = this.replicate(request, session);
+      const replicated = this.replicate(op, session);
       if (replicated) return Promise.reject(replicated);
     }
-    const { recorder } = this.options;
-    if (recorder && into === undefined) { // a getInto is not recorded: its answer is a length, not a value
-      const r = recorded(recorder, request, (op) => queue.add(session, op));
-      return answer === Answer.FULL ? r : r.then((x) => (answer === Answer.VALUE && x.status === KvStatus.OK ? x.value : undefined));
+    if (recorder) {
+      const r = recorded(recorder, op, () => queue.add(session, op));
+      return answer === Answer.FULL ? r : r.then((x) => answerOf(answer, x));
     }
-    return queue.add(session, request, answer).result;
+    return queue.add(session, op).result;
   }
 
   /**
    * Names the view's backups in a write's request: their sessions and, for a new item, the size class
    * of its block on each (their heaps have their own). Returns why the write cannot go (undefined: it can).
    */
-  private replicate(request: OpRequest, session: Session): KvError | undefined {
+  private replicate(request: PendingOp, session: Session): KvError | undefined {
     const { type } = request;
     if (this.backupsMissing && type !== KvOp.UNLOCK) return this.backupsMissing;
     const backups: Session[] = [];
@@ -337,4 +349,13 @@ export class ServerClient extends EventEmitter<ClientEvents> {
   close(): Promise<void> {
     return this.link.close();
   }
+}
+
+/** A recorded op's result as its answer asks (the queue gives recorded ops the full result). */
+function answerOf(answer: Answer, x: OpResult): unknown {
+  const ok = x.status === KvStatus.OK;
+  if (answer === Answer.VALUE) return ok ? x.value : undefined;
+  if (answer === Answer.VERSIONED) return ok ? { value: x.value!, version: x.version } : undefined;
+  if (answer === Answer.APPLIED) return ok;
+  return undefined;
 }

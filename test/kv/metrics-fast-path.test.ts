@@ -70,4 +70,36 @@ for (const scheme of providersUnderTest()) {
     t.is(value_('rdmakv_client_get_location_cache_total{result="hit"}'), 2, "both clients' hits");
     t.is(value_('rdmakv_client_operations_total{op="get",result="ok"}'), 2);
   });
+
+  test.serial(`${scheme}: with metrics, getWithVersion and cas answer on the fast path and are counted as get and put are (ok, not_found, mismatch, a bad value's error)`, async (t) => {
+    const server = await startServer(scheme);
+    t.teardown(() => server.close());
+    const registry = new Registry();
+    const kv = await connect(server, { metrics: registry });
+    t.teardown(() => kv.close());
+    await kv.put('k', 'one');
+    const first = (await kv.getWithVersion('k'))!;
+    t.is(first.value.toString(), 'one');
+    t.is(typeof first.version, 'bigint');
+    t.is(await kv.getWithVersion('absent'), undefined);
+    t.true(await kv.cas('k', first.version, 'two'));
+    t.false(await kv.cas('k', first.version, 'stale'), 'the version moved: a mismatch, not an error');
+    t.false(await kv.cas('k', 0n, 'only if absent'));
+    t.true(await kv.cas('new', 0n, 'created'));
+    const second = (await kv.getWithVersion('k'))!;
+    t.is(second.value.toString(), 'two');
+    t.not(second.version, first.version);
+    await t.throwsAsync(kv.cas('k', -1n, 'x'), { code: 'KV_INVALID_ARGUMENT' });
+    await t.throwsAsync(kv.cas('k', second.version, 42 as unknown as string), { code: 'KV_INVALID_ARGUMENT' });
+    t.is((await kv.get('k'))?.toString(), 'two', 'a refused cas wrote nothing');
+
+    const value_ = seriesReader(await registry.metrics());
+    t.is(value_('rdmakv_client_operations_total{op="get",result="ok"}'), 3);
+    t.is(value_('rdmakv_client_operations_total{op="get",result="not_found"}'), 1);
+    t.is(value_('rdmakv_client_operations_total{op="cas",result="ok"}'), 2);
+    t.is(value_('rdmakv_client_operations_total{op="cas",result="mismatch"}'), 2);
+    // As put's: a bad value fails inside the call and is counted; a bad version is refused before it.
+    t.is(value_('rdmakv_client_operations_total{op="cas",result="KV_INVALID_ARGUMENT"}'), 1);
+    t.is(value_('rdmakv_client_operation_seconds_count{op="cas"}'), 5);
+  });
 }
