@@ -56,3 +56,22 @@ export function avaFailures(output) {
   const text = output.replace(ANSI, '').replace(/\r/g, '');
   return [...new Set([...text.matchAll(/^\s*[✘×] (.+)$/gm)].map((match) => match[1].trim()))];
 }
+
+/**
+ * Relays a child's output `stream` to `sink` as it comes and collects it as text. Decoded as one
+ * stream (setEncoding), not chunk by chunk: the guest's serial console delivers output a few
+ * bytes at a time, and a "✔" split between two chunks turned into two replacement characters,
+ * so a failing tier's passed tests (counted from their lines) were undercounted.
+ * @param {import('node:stream').Readable} stream
+ * @param {{ write(text: string): unknown }} sink
+ * @returns {() => string} the text so far
+ */
+export function relayText(stream, sink) {
+  let text = '';
+  stream.setEncoding('utf8');
+  stream.on('data', (chunk) => {
+    text += chunk;
+    sink.write(chunk);
+  });
+  return () => text;
+}

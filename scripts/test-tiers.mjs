@@ -12,7 +12,7 @@
 // show only its end), then one line "tests: N passed, N failed[, N skipped, ...]" over all tiers.
 import { spawn } from 'node:child_process';
 
-import { avaCounts, avaFailures } from './ava-summary.mjs';
+import { avaCounts, avaFailures, relayText } from './ava-summary.mjs';
 
 const tiers = [
   { name: 'shm', command: 'npx', args: ['ava', 'dist/test/**/*.test.js'] },
@@ -21,16 +21,10 @@ const tiers = [
 
 function run(tier) {
   return new Promise((resolve) => {
-    let output = '';
     const child = spawn(tier.command, tier.args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, RKV_QUIET: '1' } });
-    const relay = (stream, sink) =>
-      stream.on('data', (chunk) => {
-        output += chunk;
-        sink.write(chunk);
-      });
-    relay(child.stdout, process.stdout);
-    relay(child.stderr, process.stderr);
-    child.on('close', (code) => resolve({ code: code ?? 1, output }));
+    const stdout = relayText(child.stdout, process.stdout);
+    const stderr = relayText(child.stderr, process.stderr);
+    child.on('close', (code) => resolve({ code: code ?? 1, output: `${stdout()}\n${stderr()}` }));
   });
 }
 

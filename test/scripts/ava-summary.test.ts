@@ -62,3 +62,23 @@ test('the failure lines are named once each, without colour, for the summary at 
   t.true(avaFailures(sample('some-fail-term-linux')).some((line) => line.startsWith('[fail]: a › fails')), 'TERM=linux: ×');
   t.true(avaFailures(sample('crash')).some((line) => line.includes('process.exit()')));
 });
+
+test('relayText: a character split between two chunks stays one character, so a passed line still counts', async (t) => {
+  const { relayText: relay } = (await import(new URL('scripts/ava-summary.mjs', ROOT).href)) as {
+    relayText(stream: NodeJS.ReadableStream, sink: { write(text: string): unknown }): () => string;
+  };
+  const { PassThrough } = await import('node:stream');
+  const stream = new PassThrough();
+  const relayed: string[] = [];
+  const text = relay(stream, { write: (s: string) => relayed.push(s) });
+  const bytes = Buffer.from('  ✔ kv › one\n  ✔ kv › two\n');
+  // The guest's console hands output over a few bytes at a time: cut inside the first "✔" (3 bytes in UTF-8).
+  for (const [from, to] of [[0, 3], [3, 17], [17, bytes.length]] as const) {
+    stream.write(bytes.subarray(from, to));
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  stream.end();
+  t.is(text(), '  ✔ kv › one\n  ✔ kv › two\n');
+  t.is(relayed.join(''), text(), 'the sink gets the same text');
+  t.is(avaCounts(text()).passed, 2);
+});
