@@ -39,9 +39,8 @@ const announced = new Set<Tool>();
 /**
  * `test` itself when every tool is installed. Otherwise the same chain
  * (test, test.serial, test.before, ...), whose tests are skipped, or under
- * CI=true fail with the missing line, and whose hooks never start a missing
- * program: ava runs no hook in a file whose tests are all skipped, and under
- * CI the hooks are dropped.
+ * CI=true fail with the missing line, and whose hooks are dropped, so they never
+ * start a missing program (ava runs a file's hooks when any of its tests runs).
  */
 export function needing<Context>(test: TestFn<Context>, ...tools: Tool[]): TestFn<Context> {
   const missing = tools.filter((tool) => findBinary(tool) === undefined);
@@ -67,7 +66,9 @@ export function needing<Context>(test: TestFn<Context>, ...tools: Tool[]): TestF
         return typeof value === 'function' && key !== 'macro' && !fixed ? chain(value, [...path, String(key)]) : value;
       },
       apply(target, thisArg, args: unknown[]) {
-        if (path.some((step) => HOOKS.has(step))) return ci ? undefined : Reflect.apply(target as () => void, thisArg, args);
+        // Its hooks serve only its tests, which are skipped or fail: never declared (ava would run a
+        // hook in a file whose other tests, plain ones, still run, and the hook would start the missing program).
+        if (path.some((step) => HOOKS.has(step))) return undefined;
         if (path.includes('todo') || path.includes('skip')) return Reflect.apply(target as () => void, thisArg, args);
         return declare(args);
       },
