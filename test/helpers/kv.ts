@@ -165,7 +165,7 @@ function nicChanges(before: Map<string, number>): string {
 }
 
 /** The RDMA devices' hardware counters (rxe's retransmits, RNR NAKs, errors...), by device/name; empty without RDMA devices. */
-function nicCounters(): Map<string, number> {
+export function nicCounters(): Map<string, number> {
   const counters = new Map<string, number>();
   const root = '/sys/class/infiniband';
   if (!existsSync(root)) return counters;

@@ -42,6 +42,16 @@ bool may_inline(Opcode opcode) {
   return opcode == Opcode::SEND || opcode == Opcode::WRITE || opcode == Opcode::WRITE_WITH_IMM;
 }
 
+// RKV_RDMA_ACK_TIMEOUT: rdma_cm programs the QP with it on the way to RTS,
+// so it must be set on the id before rdma_connect / rdma_accept.
+bool set_ack_timeout(rdma_cm_id* id, int exponent, std::string* error) {
+  if (exponent < 0) return true;
+  uint8_t timeout = static_cast<uint8_t>(exponent);
+  if (rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof(timeout)) == 0) return true;
+  *error = errno_text("rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT, " + std::to_string(exponent) + ")", errno);
+  return false;
+}
+
 }  // namespace
 
 VerbsConnection::VerbsConnection(std::shared_ptr<VerbsCore> core, uint64_t token, QueuePairOptions options,
@@ -245,8 +255,9 @@ bool VerbsConnection::accept(const QueuePairOptions& options, const std::vector<
   param.retry_count = kRetryCount;
   param.rnr_retry_count = kRnrRetryCount;
   answered_ = true;
-  if (rdma_accept(id_, &param) != 0) {
-    *error = errno_text("rdma_accept", errno);
+  std::string option_error;
+  if (!set_ack_timeout(id_, core_->ack_timeout, &option_error) || rdma_accept(id_, &param) != 0) {
+    *error = option_error.empty() ? errno_text("rdma_accept", errno) : option_error;
     note_error(*error, false);
     state_.store(ConnState::ERROR, std::memory_order_release);
     phase_ = Phase::DONE;
@@ -327,7 +338,11 @@ void VerbsConnection::on_route_resolved(std::vector<ConnectionEvent>* events) {
   param.retry_count = kRetryCount;
   param.rnr_retry_count = kRnrRetryCount;
   phase_ = Phase::CONNECTING;
-  if (rdma_connect(id_, &param) != 0) emit_failure_locked(errno_text("rdma_connect to " + url_, errno), events);
+  if (!set_ack_timeout(id_, core_->ack_timeout, &error)) {
+    emit_failure_locked(error, events);
+  } else if (rdma_connect(id_, &param) != 0) {
+    emit_failure_locked(errno_text("rdma_connect to " + url_, errno), events);
+  }
 }
 
 // ---- both sides ----------------------------------------------------------------------------------
@@ -609,7 +624,7 @@ int VerbsConnection::post_send(const WorkRequest* wrs, size_t count, size_t* bad
       }
       flags |= IBV_SEND_INLINE;
     }
-    if ((wr.send_flags & u32(SendFlag::FENCE)) != 0) flags |= IBV_SEND_FENCE;
+    if ((wr.send_flags & u32(SendFlag::FENCE)) != 0 && core_->post_fences) flags |= IBV_SEND_FENCE;
     const bool user_signaled = (wr.send_flags & u32(SendFlag::SIGNALED)) != 0;
     // Never more than signal_interval_ unsignaled requests in a row: we signal
     // one ourselves, and its completion (swallowed in translate) returns the

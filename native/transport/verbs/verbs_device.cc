@@ -351,6 +351,8 @@ std::shared_ptr<VerbsCore> open_core(std::string* error) {
     return nullptr;
   }
   core->rxe = core->attr.vendor_id == 0xffffff && core->attr.vendor_part_id == 0;  // RXE_VENDOR_ID
+  const char* rxe_fence = std::getenv("RKV_VERBS_RXE_FENCE");
+  core->post_fences = !core->rxe || (rxe_fence != nullptr && std::strcmp(rxe_fence, "1") == 0);
   core->pd = ibv_alloc_pd(core->context);
   if (core->pd == nullptr) {
     *error = errno_text("ibv_alloc_pd on " + core->name, errno);
@@ -404,13 +406,25 @@ std::shared_ptr<VerbsCore> open_core(std::string* error) {
     cores.erase(std::remove_if(cores.begin(), cores.end(), [](auto& weak) { return weak.expired(); }), cores.end());
     cores.push_back(core);
   }
+  if (const char* ack = std::getenv("RKV_RDMA_ACK_TIMEOUT"); ack != nullptr && *ack != '\0') {
+    char* end = nullptr;
+    long value = std::strtol(ack, &end, 10);
+    if (*end != '\0' || value < 1 || value > 31) {
+      *error = std::string("RKV_RDMA_ACK_TIMEOUT=") + ack +
+               ": expected an exponent from 1 to 31 (the local ACK timeout is 4.096 us x 2^n; 20 is about 4.3 s)";
+      return nullptr;
+    }
+    core->ack_timeout = static_cast<int>(value);
+  }
   const char* trace = std::getenv("RKV_VERBS_TRACE");
   core->trace = trace != nullptr && *trace == '1';
   if (core->trace) {
-    trace_line("device %s, max_qp_rd_atom %d, max_qp_init_rd_atom %d, atomic_cap %s, max_inline %u, %s; windows: %s",
-                 core->name.c_str(), core->attr.max_qp_rd_atom, core->attr.max_qp_init_rd_atom,
-                 core->atomic_cap_name(), core->max_inline, core->atomic_probe.c_str(),
-                 core->memory_windows_note.c_str());
+    trace_line("device %s, max_qp_rd_atom %d, max_qp_init_rd_atom %d, atomic_cap %s, max_inline %u, %s; windows: %s; "
+               "local ACK timeout exponent %d (-1: rdma_cm's); fences %s",
+               core->name.c_str(), core->attr.max_qp_rd_atom, core->attr.max_qp_init_rd_atom,
+               core->atomic_cap_name(), core->max_inline, core->atomic_probe.c_str(),
+               core->memory_windows_note.c_str(), core->ack_timeout,
+               core->post_fences ? "posted" : "not posted (rxe orders without them)");
   }
   return core;
 }

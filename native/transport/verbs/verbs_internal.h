@@ -97,7 +97,17 @@ struct VerbsCore {
   // Soft-RoCE (vendor 0xffffff) reports a receive buffer too short for the
   // message as LOC_QP_OP_ERR, the spec says LOC_LEN_ERR (see translate()).
   bool rxe = false;
+  // IBV_SEND_FENCE is posted as asked, except on rxe: its requester fences on a
+  // count of outstanding READs/atomics that a retransmit leaves wrong, so the
+  // first fenced request after a retry waits forever (docs/softroce-vm.md). Its
+  // responder executes a QP's requests in PSN order, and replays a retried
+  // atomic from its cache, so the order a fence promises holds there without
+  // it. RKV_VERBS_RXE_FENCE=1 posts fences on rxe too (to show the stall).
+  bool post_fences = true;
   bool trace = false;  // RKV_VERBS_TRACE=1: the probes' results and every rdma_cm event on stderr
+  // RKV_RDMA_ACK_TIMEOUT=n: every connection's local ACK timeout is 4.096 us x 2^n
+  // (rdma_set_option before connect/accept); -1 keeps rdma_cm's, derived from the path.
+  int ack_timeout = -1;
   // Under `mutex`: does [addr, addr+length) lie in a region of ours with LOCAL_WRITE?
   bool writable_locally(uint32_t lkey, uint64_t addr, uint64_t length);
 
