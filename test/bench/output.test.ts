@@ -19,6 +19,7 @@ import { LatencyRecorder } from '../../bench/ycsb/measurements/recorder.js';
 import { main } from '../../bench/ycsb/cli.js';
 import BasicDB from '../../bench/ycsb/db/basic.js';
 import { Status } from '../../bench/ycsb/db/db.js';
+import { ReadResult } from '../../bench/ycsb/db/read-result.js';
 import { LazyFieldValues } from '../../bench/ycsb/workload/field-values.js';
 import { Random } from '../../bench/ycsb/random.js';
 import * as hdr from 'hdr-histogram-js';
@@ -226,8 +227,8 @@ test('basic binding prints operations as BasicDB does', (t) => {
   values.reset('user1');
   values.add('field1', 4);
   values.add('field0', 2);
-  t.is(db.read('usertable', 'user1', null, new Map()), Status.OK);
-  db.read('usertable', 'user1', ['field3'], new Map());
+  t.is(db.read('usertable', 'user1', null, new ReadResult()), Status.OK);
+  db.read('usertable', 'user1', ['field3'], new ReadResult());
   db.scan('usertable', 'user1', 7, null, []);
   db.update('usertable', 'user1', values);
   db.delete('usertable', 'user1');

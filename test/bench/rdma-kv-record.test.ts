@@ -8,6 +8,7 @@ import { join } from 'node:path';
 
 import { KvServer } from '../../server/kv-server.js';
 import { Status, type FieldValues } from '../../bench/ycsb/db/db.js';
+import { ReadResult } from '../../bench/ycsb/db/read-result.js';
 import RdmaKvClient from '../../bench/ycsb/db/rdma-kv.js';
 import { decodeRecord, encodeFields, encodeInto, encodeRecord, encodedBytes, mergeInto, mergeRecord, mergedBytesBound } from '../../bench/ycsb/db/rdma-kv-record.js';
 import { Properties } from '../../bench/ycsb/properties.js';
@@ -122,11 +123,11 @@ test.serial('binding: writes in flight at once each keep their own record buffer
     const updates = Array.from({ length: 32 }, (_, i) => lazy(200 + i, `user${i}`, [[`field${i % 10}`, 100]]));
     t.true((await Promise.all(updates.map((v, i) => db.update('usertable', `user${i}`, v)))).every((s) => s === Status.OK));
     for (let i = 0; i < 32; i++) {
-      const result = new Map<string, string>();
+      const result = new ReadResult();
       t.is(await db.read('usertable', `user${i}`, null, result), Status.OK);
-      const want = new Map<string, string>();
+      const want = new ReadResult();
       t.true(decodeRecord(mergeRecord(encodeRecord(inserted[i]!), updates[i]!)!, null, want));
-      t.deepEqual(result, want, `user${i}`);
+      t.deepEqual(result.toObject(), want.toObject(), `user${i}`);
     }
   } finally {
     await db.cleanup();
@@ -145,7 +146,7 @@ test.serial('binding: plain field values take the string path', async (t) => {
     await db.init(new Properties([['rdmakv.url', server.urls[0]!]]));
     t.is(await db.insert('t', 'k', plain([['n\u00e4me', 'v\u00e4lue'], ['b', 'x']])), Status.OK);
     t.is(await db.update('t', 'k', lazy(1, 'k', [['b', 10]])), Status.OK, 'a non-ASCII record merges through mergeRecord');
-    const result = new Map<string, string>();
+    const result = new ReadResult();
     t.is(await db.read('t', 'k', null, result), Status.OK);
     t.is(result.get('n\u00e4me'), 'v\u00e4lue');
     t.is(result.get('b')!.length, 10);

@@ -13,6 +13,7 @@ import { KvClient } from '../../client/index.js';
 import { KvServer } from '../../server/kv-server.js';
 import { main } from '../../bench/ycsb/cli.js';
 import { Status, type FieldValues } from '../../bench/ycsb/db/db.js';
+import { ReadResult } from '../../bench/ycsb/db/read-result.js';
 import { createBinding } from '../../bench/ycsb/db/registry.js';
 import RdmaKvClient, { decodeFields, decodeRecord, encodeFields, encodeRecord, mergeRecord, qualifiedKey } from '../../bench/ycsb/db/rdma-kv.js';
 import { Properties } from '../../bench/ycsb/properties.js';
@@ -27,9 +28,9 @@ function fields(...pairs: [string, string][]): FieldValues {
 }
 
 function decoded(bytes: Buffer, subset: string[] | null = null): Map<string, string> {
-  const result = new Map<string, string>();
+  const result = new ReadResult();
   if (!decodeRecord(bytes, subset, result)) throw new Error('not a well-formed record');
-  return result;
+  return new Map(result);
 }
 
 // ---- encoding ---------------------------------------------------------------------------------
@@ -113,27 +114,27 @@ test.serial('binding: insert, read, update of a subset, delete, scan, and their 
     t.true(db instanceof RdmaKvClient);
     await db.init(new Properties([['rdmakv.url', url], ['fieldcount', '3']]));
     try {
-      const result = new Map<string, string>();
+      const result = new ReadResult();
       t.is(await db.read('usertable', 'user1', null, result), Status.NOT_FOUND);
       t.is(await db.update('usertable', 'user1', fields(['field0', 'x'])), Status.NOT_FOUND, 'a subset update needs the record');
       t.is(await db.insert('usertable', 'user1', fields(['field0', 'a'], ['field1', 'b'], ['field2', 'c'])), Status.OK);
       t.is(await db.update('usertable', 'user1', fields(['field1', 'B'])), Status.OK);
       t.is(await db.read('usertable', 'user1', null, result), Status.OK);
-      t.deepEqual(Object.fromEntries(result), { field0: 'a', field1: 'B', field2: 'c' });
+      t.deepEqual(result.toObject(), { field0: 'a', field1: 'B', field2: 'c' });
       result.clear();
       t.is(await db.read('usertable', 'user1', ['field2'], result), Status.OK);
-      t.deepEqual(Object.fromEntries(result), { field2: 'c' });
+      t.deepEqual(result.toObject(), { field2: 'c' });
       // every field of the schema: a plain PUT
       t.is(await db.update('usertable', 'user1', fields(['field2', 'C'], ['field0', 'A'], ['field1', 'BB'])), Status.OK);
       result.clear();
       await db.read('usertable', 'user1', null, result);
-      t.deepEqual(Object.fromEntries(result), { field0: 'A', field1: 'BB', field2: 'C' });
+      t.deepEqual(result.toObject(), { field0: 'A', field1: 'BB', field2: 'C' });
       // the table is part of the key
-      t.is(await db.read('othertable', 'user1', null, new Map()), Status.NOT_FOUND);
+      t.is(await db.read('othertable', 'user1', null, new ReadResult()), Status.NOT_FOUND);
       t.is(await db.scan('usertable', 'user1', 10, null, []), Status.NOT_IMPLEMENTED);
       t.is(await db.delete('usertable', 'user1'), Status.OK);
       t.is(await db.delete('usertable', 'user1'), Status.NOT_FOUND);
-      t.is(await db.read('usertable', 'user1', null, new Map()), Status.NOT_FOUND);
+      t.is(await db.read('usertable', 'user1', null, new ReadResult()), Status.NOT_FOUND);
     } finally {
       await db.cleanup();
     }
@@ -151,9 +152,9 @@ test.serial('binding: concurrent subset updates of one record lose nothing (cas)
       // each update sets one field; both clients race on the same record
       const statuses = await Promise.all(names.map((n, i) => writers[i % 2]!.update('t', 'k', fields([n, `v${i}`]))));
       t.true(statuses.every((s) => s === Status.OK));
-      const result = new Map<string, string>();
+      const result = new ReadResult();
       t.is(await writers[0]!.read('t', 'k', null, result), Status.OK);
-      t.deepEqual(Object.fromEntries(result), Object.fromEntries(names.map((n, i) => [n, `v${i}`])));
+      t.deepEqual(result.toObject(), Object.fromEntries(names.map((n, i) => [n, `v${i}`])));
     } finally {
       await Promise.all(writers.map((w) => w.cleanup()));
     }
@@ -221,5 +222,39 @@ test.serial('kv-bench load + run of workloada through the binding, two worker th
     } finally {
       await client.close();
     }
+  });
+});
+
+test.serial('dataintegrity: the values read (decoded from their bytes only to check them) verify; a changed record fails VERIFY', async (t) => {
+  await withServer(async (url) => {
+    const common = ['-db', 'rdma-kv', '-threads', '1', '-p', `rdmakv.url=${url}`, '-p', 'recordcount=50', '-p', 'operationcount=200',
+      '-p', 'dataintegrity=true', '-p', 'kvbench.report=false', '--seed', '5'];
+    let out = '';
+    let err = '';
+    const io = { stdout: (s: string) => void (out += s), stderr: (s: string) => void (err += s) };
+    t.is(await main(['load', '-P', join(WORKLOADS, 'workloada'), ...common], io), 0, err);
+    out = '';
+    t.is(await main(['run', '-P', join(WORKLOADS, 'workloada'), ...common], io), 0, err);
+    let run = ycsbLines(out);
+    const reads = Number(run.get('READ/Return=OK') ?? 0);
+    t.true(reads > 0);
+    t.is(run.get('VERIFY/Return=OK'), String(reads), out);
+    t.is(run.get('VERIFY/Return=UNEXPECTED_STATE'), undefined);
+
+    // Every record rewritten with the right field names and lengths but other bytes: each read fails its check.
+    const client = await KvClient.connect({ url });
+    try {
+      const { buildKeyName } = await import('../../bench/ycsb/workload/keys.js');
+      const names = Array.from({ length: 10 }, (_, i) => `field${i}`);
+      for (let k = 0; k < 50; k++) await client.put(qualifiedKey('usertable', buildKeyName(k, 1, false)), encodeFields(names, names.map(() => 'x'.repeat(100))));
+    } finally {
+      await client.close();
+    }
+    out = '';
+    t.is(await main(['run', '-P', join(WORKLOADS, 'workloadc'), ...common], io), 0, err);
+    run = ycsbLines(out);
+    t.is(run.get('READ/Return=OK'), '200');
+    t.is(run.get('VERIFY/Return=UNEXPECTED_STATE'), '200', out);
+    t.is(run.get('VERIFY/Return=OK'), undefined);
   });
 });

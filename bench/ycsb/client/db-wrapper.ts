@@ -7,7 +7,8 @@
 // The module's `performance`, not the global one: the global is a lazy accessor that costs a
 // getter call on every read (~15 ns of a ~45 ns clock read on the reference machine).
 import { performance } from 'node:perf_hooks';
-import { Status, type DB, type FieldValues, type MaybePromise, type Record } from '../db/db.js';
+import { Status, type DB, type FieldValues, type MaybePromise } from '../db/db.js';
+import { ReadResult } from '../db/read-result.js';
 import type { Properties } from '../properties.js';
 import type { OpMeasurement, ThreadMeasurements } from '../measurements/thread-measurements.js';
 import type { LazyFieldValues } from '../workload/field-values.js';
@@ -15,8 +16,9 @@ import type { LazyFieldValues } from '../workload/field-values.js';
 /** Per in-flight-operation scratch state (YCSB keeps the intended start time per thread). */
 export interface Lane {
   values: LazyFieldValues;
-  result: Record;
-  scanResult: Record[];
+  /** The lane's read result, emptied before each read (ReadResult.clear). */
+  result: ReadResult;
+  scanResult: ReadResult[];
   /** performance.now() of the throttle deadline for this lane's next operation; 0 = none */
   intendedStart: number;
   /** The lane's operation in flight (one at a time): its intended and actual start. */
@@ -27,7 +29,7 @@ export interface Lane {
 }
 
 export function newLane(values: LazyFieldValues): Lane {
-  return { values, result: new Map(), scanResult: [], intendedStart: 0, opIntended: 0, opStart: 0, finishers: [] };
+  return { values, result: new ReadResult(), scanResult: [], intendedStart: 0, opIntended: 0, opStart: 0, finishers: [] };
 }
 
 const READ = 0;
@@ -67,7 +69,7 @@ export class DBWrapper {
     return lane.intendedStart === 0 ? performance.now() : lane.intendedStart;
   }
 
-  read(lane: Lane, table: string, key: string, fields: readonly string[] | null, result: Record): MaybePromise<Status> {
+  read(lane: Lane, table: string, key: string, fields: readonly string[] | null, result: ReadResult): MaybePromise<Status> {
     const ist = this.intendedStartTime(lane);
     const st = performance.now();
     const res = this.db.read(table, key, fields, result);
@@ -75,7 +77,7 @@ export class DBWrapper {
     return this.later(lane, READ, res, ist, st);
   }
 
-  scan(lane: Lane, table: string, startKey: string, recordCount: number, fields: readonly string[] | null, result: Record[]): MaybePromise<Status> {
+  scan(lane: Lane, table: string, startKey: string, recordCount: number, fields: readonly string[] | null, result: ReadResult[]): MaybePromise<Status> {
     const ist = this.intendedStartTime(lane);
     const st = performance.now();
     const res = this.db.scan(table, startKey, recordCount, fields, result);

@@ -6,7 +6,8 @@
  */
 import type { Properties } from '../properties.js';
 import { Random } from '../random.js';
-import { Status, type DB, type FieldValues, type Record } from './db.js';
+import { Status, type DB, type FieldValues } from './db.js';
+import { ReadResult } from './read-result.js';
 
 const sleeper = new Int32Array(new SharedArrayBuffer(4));
 
@@ -41,13 +42,13 @@ export default class BasicDB implements DB {
     if (ms > 0) Atomics.wait(sleeper, 0, 0, ms);
   }
 
-  read(table: string, key: string, fields: readonly string[] | null, _result: Record): Status {
+  read(table: string, key: string, fields: readonly string[] | null, _result: ReadResult): Status {
     this.delay();
     if (this.verbose) this.out(`READ ${table} ${key} [ ${fieldList(fields)}]`);
     return Status.OK;
   }
 
-  scan(table: string, startKey: string, recordCount: number, fields: readonly string[] | null, _result: Record[]): Status {
+  scan(table: string, startKey: string, recordCount: number, fields: readonly string[] | null, _result: ReadResult[]): Status {
     this.delay();
     if (this.verbose) this.out(`SCAN ${table} ${startKey} ${recordCount} [ ${fieldList(fields)}]`);
     return Status.OK;

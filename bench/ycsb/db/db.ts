@@ -8,6 +8,7 @@
  */
 import type { Properties } from '../properties.js';
 import { javaStringHashCode } from '../hash.js';
+import type { ReadResult } from './read-result.js';
 
 /** YCSB's Status: a name and a description; OK and BATCHED_OK count as success. */
 export class Status {
@@ -62,8 +63,6 @@ export interface FieldValues {
 
 export type MaybePromise<T> = T | Promise<T>;
 
-/** A record read back: field name -> value. */
-export type Record = Map<string, string>;
 
 export interface DB {
   /** Called once per client thread before the first operation. */
@@ -71,9 +70,9 @@ export interface DB {
   /** Called once per client thread after the last operation. */
   cleanup(): MaybePromise<void>;
   /** `fields` null means all fields; fill `result`. */
-  read(table: string, key: string, fields: readonly string[] | null, result: Record): MaybePromise<Status>;
-  /** Up to `recordCount` records in key order from `startKey`; push one Record per record. */
-  scan(table: string, startKey: string, recordCount: number, fields: readonly string[] | null, result: Record[]): MaybePromise<Status>;
+  read(table: string, key: string, fields: readonly string[] | null, result: ReadResult): MaybePromise<Status>;
+  /** Up to `recordCount` records in key order from `startKey`; push one ReadResult per record. */
+  scan(table: string, startKey: string, recordCount: number, fields: readonly string[] | null, result: ReadResult[]): MaybePromise<Status>;
   update(table: string, key: string, values: FieldValues): MaybePromise<Status>;
   insert(table: string, key: string, values: FieldValues): MaybePromise<Status>;
   delete(table: string, key: string): MaybePromise<Status>;

@@ -8,7 +8,8 @@
 import memjs from 'memjs';
 import { UsageError } from '../../../protocol/operator-input.js';
 import type { Properties } from '../properties.js';
-import { Status, fieldValuesToObject, type DB, type FieldValues, type Record } from './db.js';
+import { Status, fieldValuesToObject, type DB, type FieldValues } from './db.js';
+import { ReadResult } from './read-result.js';
 
 const DEFAULT_PORT = 11211;
 /** memcached treats expirations above 30 days as absolute Unix times; YCSB's Integer.MAX_VALUE means "2038". */
@@ -47,7 +48,7 @@ export default class MemcachedClient implements DB {
     return this.client;
   }
 
-  async read(table: string, key: string, fields: readonly string[] | null, result: Record): Promise<Status> {
+  async read(table: string, key: string, fields: readonly string[] | null, result: ReadResult): Promise<Status> {
     try {
       const { value } = await this.mc.get(qualifiedKey(table, key));
       if (value !== null) {

@@ -1,13 +1,13 @@
 /**
  * The rdma-kv binding's record format (bench/README.md documents it): one YCSB record as one
- * value. encodeFields / decodeFields / mergeRecord work on strings and allocate; encodeInto and
- * mergeInto are the binding's per-operation paths, which write into a caller's buffer and make
- * no string: names are ASCII and values write their own bytes (FieldValues.writeValue), and a
- * merge copies the current record's unchanged bytes as they are.
+ * value. encodeFields / decodeFields / mergeRecord work on strings and allocate; encodeInto,
+ * mergeInto and decodeRecord are the binding's per-operation paths, which make no string: names
+ * are ASCII and values write their own bytes (FieldValues.writeValue), a merge copies the current
+ * record's unchanged bytes as they are, and a read hands its values over as ranges of the bytes
+ * read (ReadResult.setBytes), decoded only when asked for.
  */
-import type { FieldValues, Record } from './db.js';
-
-
+import type { FieldValues } from './db.js';
+import { ReadResult } from './read-result.js';
 
 const HEADER_BYTES = 3; // u16le field count, u8 flags
 const ENTRY_BYTES = 6; // per field: u16le name bytes, u32le value bytes
@@ -23,9 +23,9 @@ let scratch = Buffer.allocUnsafe(16 << 10);
  *
  *   u16le count | u8 flags | count x (u16le name bytes, u32le value bytes) | name0 value0 name1 ...
  *
- * Names and values are UTF-8. Flag bit 0 says every one of them is ASCII; the decoder then
- * turns the whole body into one string and slices it (YCSB's values are printable ASCII, so
- * that is the path every record takes: one native write to encode, one to decode).
+ * Names and values are UTF-8. Flag bit 0 says every one of them is ASCII, so byte lengths are
+ * string lengths and a value decodes as latin1 (YCSB's values are printable ASCII, so that is
+ * the path every record takes).
  */
 export function encodeFields(names: readonly string[], values: readonly string[]): Buffer {
   const n = names.length;
@@ -75,60 +75,61 @@ const nameCache: string[] = [];
  * the bytes are not a well-formed record.
  */
 export function decodeFields(bytes: Uint8Array, names: string[], values: string[]): boolean {
-  const n = decodeAt(bytes, names, values);
-  names.length = values.length = Math.max(0, n);
-  return n >= 0;
+  names.length = values.length = 0;
+  const fields = new ReadResult();
+  if (!decodeRecord(bytes, null, fields)) return false;
+  for (let i = 0; i < fields.size; i++) {
+    names.push(fields.nameAt(i));
+    values.push(fields.valueAt(i));
+  }
+  return true;
+}
+
+/** `bytes` as a Buffer (a view, not a copy). */
+function asBuffer(bytes: Uint8Array): Buffer {
+  return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
+
+/** The name at buf[at, end), field i of its record: the cached string when the bytes are its (ASCII). */
+function fieldName(buf: Buffer, i: number, at: number, end: number, ascii: boolean): string {
+  const cached = nameCache[i];
+  if (ascii && cached !== undefined && cached.length === end - at) {
+    let k = 0;
+    while (k < cached.length && cached.charCodeAt(k) === buf[at + k]) k++;
+    if (k === cached.length) return cached;
+  }
+  const name = buf.toString(ascii ? 'latin1' : 'utf8', at, end);
+  if (ascii) nameCache[i] = name;
+  return name;
 }
 
 /**
- * decodeFields' work: names and values written at [0, n) of the arrays, whose lengths it does not
- * touch (emptying an array gives its storage back, and refilling it allocates anew). Returns n,
- * or -1 when the bytes are not a well-formed record.
+ * Decodes a record into `result`: every field, or only those named in `fields`, each value as
+ * its range of `bytes` (decoded only if someone reads it: ReadResult.setBytes), so `bytes` must
+ * stay unchanged while the result is in use. Returns false, and sets nothing, when the bytes are
+ * not a well-formed record.
  */
-function decodeAt(bytes: Uint8Array, names: string[], values: string[]): number {
-  const buf = Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+export function decodeRecord(bytes: Uint8Array, fields: readonly string[] | null, result: ReadResult): boolean {
+  const buf = asBuffer(bytes);
   const length = buf.length;
-  if (length < HEADER_BYTES) return -1;
+  if (length < HEADER_BYTES) return false;
   const n = buf[0]! | (buf[1]! << 8);
   const ascii = (buf[2]! & FLAG_ASCII) !== 0;
   const bodyAt = HEADER_BYTES + ENTRY_BYTES * n;
-  if (bodyAt > length) return -1;
-  const body = ascii ? buf.toString('latin1', bodyAt) : '';
-  let at = ascii ? 0 : bodyAt;
-  const end = ascii ? body.length : length;
+  if (bodyAt > length) return false;
+  let at = bodyAt;
+  for (let i = 0, e = HEADER_BYTES; i < n; i++, e += ENTRY_BYTES) {
+    at += (buf[e]! | (buf[e + 1]! << 8)) + (buf[e + 2]! | (buf[e + 3]! << 8) | (buf[e + 4]! << 16)) + buf[e + 5]! * 0x1000000;
+    if (at > length) return false;
+  }
+  if (at !== length) return false;
+  at = bodyAt;
   for (let i = 0, e = HEADER_BYTES; i < n; i++, e += ENTRY_BYTES) {
     const nameEnd = at + (buf[e]! | (buf[e + 1]! << 8));
     const valueEnd = nameEnd + (buf[e + 2]! | (buf[e + 3]! << 8) | (buf[e + 4]! << 16)) + buf[e + 5]! * 0x1000000;
-    if (valueEnd > end) return -1;
-    let name: string;
-    const cached = nameCache[i];
-    if (ascii) {
-      if (cached !== undefined && cached.length === nameEnd - at && body.startsWith(cached, at)) name = cached;
-      else name = nameCache[i] = body.slice(at, nameEnd);
-      values[i] = body.slice(nameEnd, valueEnd);
-    } else {
-      name = buf.toString('utf8', at, nameEnd);
-      values[i] = buf.toString('utf8', nameEnd, valueEnd);
-    }
-    names[i] = name;
+    const name = fieldName(buf, i, at, nameEnd, ascii);
+    if (fields === null || fields.includes(name)) result.setBytes(name, buf, nameEnd, valueEnd, ascii);
     at = valueEnd;
-  }
-  return at === end ? n : -1;
-}
-
-const decodedNames: string[] = [];
-const decodedValues: string[] = [];
-
-/**
- * Decodes a record into `result`: every field, or only those named in `fields`. Returns false
- * when the bytes are not a well-formed record.
- */
-export function decodeRecord(bytes: Uint8Array, fields: readonly string[] | null, result: Record): boolean {
-  const n = decodeAt(bytes, decodedNames, decodedValues);
-  if (n < 0) return false;
-  for (let i = 0; i < n; i++) {
-    const name = decodedNames[i]!;
-    if (fields === null || fields.includes(name)) result.set(name, decodedValues[i]!);
   }
   return true;
 }

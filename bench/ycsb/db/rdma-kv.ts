@@ -28,7 +28,8 @@
 import { KvClient, KvDisconnectedError, type KvClientOptions } from '../../../client/index.js';
 import { UsageError } from '../../../protocol/operator-input.js';
 import type { Properties } from '../properties.js';
-import { Status, type DB, type FieldValues, type Record } from './db.js';
+import { Status, type DB, type FieldValues } from './db.js';
+import { ReadResult } from './read-result.js';
 import { decodeRecord, encodeInto, encodeRecord, encodedBytes, mergeInto, mergeRecord, mergedBytesBound } from './rdma-kv-record.js';
 
 export { decodeFields, decodeRecord, encodeFields, encodeRecord, mergeRecord } from './rdma-kv-record.js';
@@ -55,7 +56,9 @@ export default class RdmaKvClient implements DB {
   private schema: ReadonlySet<string> | undefined;
   /** Record buffers not in use; one is taken per write in flight (kvbench.inflight of them). */
   private readonly spare: RecordBuffer[] = [];
-  private readonly seen = new Set<string>();
+  /** writesWholeRecord's marks: field name -> the number of the call that saw it last. */
+  private readonly seen = new Map<string, number>();
+  private seenCall = 0;
 
   async init(props: Properties): Promise<void> {
     const pollMode = props.get('rdmakv.pollmode', 'busy');
@@ -99,7 +102,7 @@ export default class RdmaKvClient implements DB {
     return this.client;
   }
 
-  async read(table: string, key: string, fields: readonly string[] | null, result: Record): Promise<Status> {
+  async read(table: string, key: string, fields: readonly string[] | null, result: ReadResult): Promise<Status> {
     try {
       const value = await this.kv.get(this.keyBytes(table, key));
       if (value === undefined) return Status.NOT_FOUND;
@@ -170,12 +173,14 @@ export default class RdmaKvClient implements DB {
   private writesWholeRecord(values: FieldValues): boolean {
     const schema = this.schema;
     if (schema === undefined || values.size !== schema.size) return false;
+    // Marked with this call's number, not cleared: a Set emptied per call keeps its old tables alive
+    // through the scavenges (ReadResult's comment); only schema names are ever marked.
     const seen = this.seen;
-    seen.clear();
+    const call = ++this.seenCall;
     for (let i = 0; i < values.size; i++) {
       const name = values.fieldName(i);
-      if (!schema.has(name) || seen.has(name)) return false;
-      seen.add(name);
+      if (!schema.has(name) || seen.get(name) === call) return false;
+      seen.set(name, call);
     }
     return true;
   }

@@ -7,7 +7,8 @@
 import { Redis } from 'ioredis';
 import { javaStringHashCode } from '../hash.js';
 import type { Properties } from '../properties.js';
-import { Status, type DB, type FieldValues, type Record } from './db.js';
+import { Status, type DB, type FieldValues } from './db.js';
+import { ReadResult } from './read-result.js';
 
 export const INDEX_KEY = '_indices';
 
@@ -39,7 +40,7 @@ export default class RedisClient implements DB {
     return this.client;
   }
 
-  async read(_table: string, key: string, fields: readonly string[] | null, result: Record): Promise<Status> {
+  async read(_table: string, key: string, fields: readonly string[] | null, result: ReadResult): Promise<Status> {
     try {
       if (fields === null) {
         const all = await this.redis.hgetall(key);
@@ -87,11 +88,11 @@ export default class RedisClient implements DB {
     }
   }
 
-  async scan(table: string, startKey: string, recordCount: number, fields: readonly string[] | null, result: Record[]): Promise<Status> {
+  async scan(table: string, startKey: string, recordCount: number, fields: readonly string[] | null, result: ReadResult[]): Promise<Status> {
     try {
       const keys = await this.redis.zrangebyscore(INDEX_KEY, javaStringHashCode(startKey), '+inf', 'LIMIT', 0, recordCount);
       for (const key of keys) {
-        const record: Record = new Map();
+        const record = new ReadResult();
         await this.read(table, key, fields, record);
         result.push(record);
       }

@@ -21,18 +21,13 @@ import { javaHashOrderOfStrings } from '../java-format.js';
 import { KeyNameCache } from './keys.js';
 import { LazyFieldValues, buildDeterministicValue } from './field-values.js';
 import type { CoreWorkloadConfig, WorkloadSharedState } from './core-config.js';
-import { Status, type MaybePromise, type Record } from '../db/db.js';
+import { Status, type MaybePromise } from '../db/db.js';
+import type { ReadResult } from '../db/read-result.js';
 import type { DBWrapper, Lane } from '../client/db-wrapper.js';
 
-/**
- * Gives the lane an empty result map: a fresh one when the last read filled it. Not
- * Map.prototype.clear: a cleared table points to its successor (for live iterators), so once one
- * table of a long-lived map is promoted every later table, and the strings it held, survives the
- * scavenges behind it until a full GC (measured: 2 MB promoted per scavenge, a scavenge 10x as
- * long). A fresh map per read is what YCSB does; the basic binding never fills it, so it allocates none.
- */
-function emptyResult(lane: Lane): Record {
-  if (lane.result.size !== 0) lane.result = new Map();
+/** The lane's result, emptied for the next read (one per lane: see ReadResult on why not a Map). */
+function emptyResult(lane: Lane): ReadResult {
+  lane.result.clear();
   return lane.result;
 }
 
@@ -304,12 +299,12 @@ export class CoreWorkload {
   }
 
   /** CoreWorkload.verifyRow (dataintegrity=true): measured as VERIFY. */
-  private verifyRow(db: DBWrapper, key: string, cells: Record): boolean {
+  private verifyRow(db: DBWrapper, key: string, cells: ReadResult): boolean {
     let status = Status.OK;
     const st = db.now();
     if (cells.size > 0) {
-      for (const [field, value] of cells) {
-        if (value !== buildDeterministicValue(key, field, toJavaInt(this.fieldLengthGenerator.nextValue()))) {
+      for (let i = 0; i < cells.size; i++) {
+        if (cells.valueAt(i) !== buildDeterministicValue(key, cells.nameAt(i), toJavaInt(this.fieldLengthGenerator.nextValue()))) {
           status = Status.UNEXPECTED_STATE;
           break;
         }
