@@ -32,7 +32,6 @@ export interface Slots {
 /** Delivers the `n` results the core left in resultWords (`handout`: this call's number, new each call). */
 export function deliverResults(q: Slots, core: ClientCore, n: number, handout: number): void {
   const words = core.resultWords;
-  const scratch = core.scratch;
   // First the bytes each batch's values take in this hand-out: one Buffer each.
   for (let i = 0, o = 0; i < n; i++, o += ResultLayout.WORDS) {
     const slot = q.slotOf(words[o + ResultLayout.ID]!);
@@ -64,7 +63,7 @@ export function deliverResults(q: Slots, core: ClientCore, n: number, handout: n
         const at = words[o + ResultLayout.VALUE_OFFSET]!;
         const len = words[o + ResultLayout.VALUE_LEN]!;
         const chunk = (owner.chunk ??= Buffer.allocUnsafe(owner.chunkBytes));
-        scratch.copy(chunk, owner.chunkUsed, at, at + len); // a copy: scratch is reused
+        core.copyScratch(chunk, owner.chunkUsed, at, len); // a copy: scratch is reused
         owner.out![owner.positions ? owner.positions[k]! : k] = chunk.subarray(owner.chunkUsed, (owner.chunkUsed += len));
       } else if (status !== KvStatus.OK && status !== KvStatus.NOT_FOUND) {
         owner.fail(errorForStatus(status, words[o + ResultLayout.DETAIL]!, `${opName(owner.type)} ${describe(owner.keys[k]!)}`, lost));
@@ -79,7 +78,7 @@ export function deliverResults(q: Slots, core: ClientCore, n: number, handout: n
         const at = words[o + ResultLayout.VALUE_OFFSET]!;
         const len = words[o + ResultLayout.VALUE_LEN]!;
         value = Buffer.allocUnsafe(len); // a copy: scratch is reused
-        scratch.copy(value, 0, at, at + len);
+        core.copyScratch(value, 0, at, len);
       }
       if (owner.answer === Answer.VALUE || owner.answer === Answer.NONE) owner.resolve(value); // undefined but for a GET's value
       else if (owner.answer === Answer.LENGTH) owner.resolve(status === KvStatus.OK ? words[o + ResultLayout.VALUE_LEN]! : undefined); // in the registered buffer

@@ -150,6 +150,7 @@ export interface NativeClientCore {
   closeConnection(connection: number, waitMs?: number): boolean;
   connectionItemLimit(connection: number): number;
   permitReads(connection: number, ms: number): void;
+  copyScratch(target: Uint8Array, targetStart: number, at: number, length: number): void;
   readonly connections: number;
   /** [hits, misses, validation failures] of the location cache since the core was made. */
   locationStats(): [number, number, number];

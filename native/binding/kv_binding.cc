@@ -131,6 +131,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
                         InstanceMethod<&ClientCoreWrap::close_connection>("closeConnection"),
                         InstanceMethod<&ClientCoreWrap::connection_item_limit>("connectionItemLimit"),
                         InstanceMethod<&ClientCoreWrap::permit_reads>("permitReads"),
+                        InstanceMethod<&ClientCoreWrap::copy_scratch>("copyScratch"),
                         InstanceAccessor<&ClientCoreWrap::connections>("connections"),
                         InstanceMethod<&ClientCoreWrap::location_stats>("locationStats"),
                         InstanceAccessor<&ClientCoreWrap::inflight>("inflight"),
@@ -393,6 +394,28 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
                                       [](Napi::Env, uint8_t*, std::shared_ptr<std::vector<uint8_t>>* p) { delete p; },
                                       new std::shared_ptr<std::vector<uint8_t>>(arena_));
   }
+  // copyScratch(target, targetStart, at, length): scratch[at, at + length) to target[targetStart...].
+  // A GET's value leaves scratch this way: Buffer.copy from a range makes a Uint8Array view of it
+  // each time, garbage on every GET.
+  Napi::Value copy_scratch(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!info[0].IsTypedArray() || !info[1].IsNumber() || !info[2].IsNumber() || !info[3].IsNumber()) {
+      throw_error(env, "ERR_INVALID_ARG_TYPE", "copyScratch(target: Buffer, targetStart: number, at: number, length: number)");
+    }
+    auto target = info[0].As<Napi::Uint8Array>();
+    const int64_t target_start = info[1].As<Napi::Number>().Int64Value();
+    const int64_t at = info[2].As<Napi::Number>().Int64Value();
+    const int64_t length = info[3].As<Napi::Number>().Int64Value();
+    const auto scratch_length = static_cast<int64_t>(core_->scratch_length());
+    const auto target_length = static_cast<int64_t>(target.ByteLength());
+    if (at < 0 || length < 0 || target_start < 0 || at > scratch_length || length > scratch_length - at ||
+        target_start > target_length || length > target_length - target_start) {
+      throw_error(env, "ERR_OUT_OF_RANGE", "copyScratch: the range is not inside scratch, or does not fit the target");
+    }
+    std::memcpy(target.Data() + target_start, core_->scratch() + at, static_cast<size_t>(length));
+    return env.Undefined();
+  }
+
   // The core's scratch memory: the view shares the core, so it never outlives it.
   Napi::Value scratch(const Napi::CallbackInfo& info) {
     return Napi::Buffer<uint8_t>::New(info.Env(), core_->scratch(), core_->scratch_length(),

@@ -29,6 +29,7 @@ type NativeCore = {
   readonly controlWords: Uint32Array;
   readonly arena: Buffer;
   readonly scratch: Buffer;
+  copyScratch(target: Uint8Array, targetStart: number, at: number, length: number): void;
 };
 const addon = createRequire(import.meta.url)('node-gyp-build')(fileURLToPath(new URL('../../..', import.meta.url))) as {
   ClientCore: new (provider: unknown, connection: unknown, cq: unknown, region: object, options: object) => NativeCore;
@@ -159,6 +160,25 @@ for (const scheme of providersUnderTest()) {
     t.true(collected, 'the wrapper was collected');
     scratch.fill(0xa5);
     t.is(scratch[scratch.length - 1], 0xa5);
+  });
+
+  test(`${scheme}: copyScratch copies a range of scratch into a Buffer, and refuses a range outside either`, async (t) => {
+    const p = await connectPair(scheme);
+    t.teardown(() => p.close());
+    const core = newCore(p);
+    t.teardown(() => void core.close());
+    const n = core.scratch.length;
+    core.scratch.write('0123456789', n - 10, 'latin1');
+    const target = Buffer.alloc(12, 0x2e);
+    core.copyScratch(target, 1, n - 10, 10);
+    t.is(target.toString('latin1'), '.0123456789.');
+    core.copyScratch(target, 12, 0, 0); // empty, at either end
+    core.copyScratch(target, 0, n, 0);
+    for (const [start, at, length] of [[0, n - 9, 10], [3, 0, 10], [-1, 0, 1], [0, -1, 1], [0, 0, -1], [13, 0, 0], [0, n + 1, 0]]) {
+      t.throws(() => core.copyScratch(target, start!, at!, length!), { code: 'ERR_OUT_OF_RANGE' }, `start ${start}, at ${at}, length ${length}`);
+    }
+    t.throws(() => core.copyScratch('no buffer' as unknown as Buffer, 0, 0, 1), { code: 'ERR_INVALID_ARG_TYPE' });
+    t.is(target.toString('latin1'), '.0123456789.', 'a refused copy wrote nothing');
   });
 
   test(`${scheme}: the completions of control requests come back in controlWords, as posted, apart from op results`, async (t) => {
