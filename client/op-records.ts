@@ -89,6 +89,15 @@ export interface Submission {
 
 type Settle = (value: never) => void;
 
+// One executor for every PendingOp's promise (not a closure per op): the Promise constructor calls it
+// synchronously, and the constructor takes the resolving functions from here at once.
+let capturedResolve: Settle | undefined;
+let capturedReject: ((error: Error) => void) | undefined;
+function captureSettlers(resolve: Settle, reject: (error: Error) => void): void {
+  capturedResolve = resolve;
+  capturedReject = reject;
+}
+
 /** On the error of an op that failed before the core had it: it cannot have taken effect. */
 export const NOT_SENT = Symbol('rdma-kv.notSent');
 
@@ -99,8 +108,8 @@ export class PendingOp implements OpRequest, Submission {
   /** When it must have been submitted by (performance.now() ms); 0 until the queue first keeps it waiting. */
   deadline = 0;
   readonly result: Promise<OpResult>;
-  resolve!: (value: unknown) => void;
-  private rejectPromise!: (error: Error) => void;
+  readonly resolve: (value: unknown) => void;
+  private readonly rejectPromise: (error: Error) => void;
   sent = false;
   /** The session (member) it runs on: set when queued. */
   session: Session | undefined = undefined;
@@ -122,10 +131,9 @@ export class PendingOp implements OpRequest, Submission {
     readonly keepVersion: boolean,
     readonly answer: Answer,
   ) {
-    this.result = new Promise<OpResult>((resolve, reject) => {
-      this.resolve = resolve as Settle as (value: unknown) => void;
-      this.rejectPromise = reject;
-    });
+    this.result = new Promise<OpResult>(captureSettlers);
+    this.resolve = capturedResolve as (value: unknown) => void;
+    this.rejectPromise = capturedReject!;
   }
 
   /**

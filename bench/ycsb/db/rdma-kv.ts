@@ -102,14 +102,14 @@ export default class RdmaKvClient implements DB {
     return this.client;
   }
 
-  async read(table: string, key: string, fields: readonly string[] | null, result: ReadResult): Promise<Status> {
-    try {
-      const value = await this.kv.get(this.keyBytes(table, key));
-      if (value === undefined) return Status.NOT_FOUND;
-      return decodeRecord(value, fields !== null && fields.length > 0 ? fields : null, result) ? Status.OK : Status.UNEXPECTED_STATE;
-    } catch (error) {
-      return statusOf(error);
-    }
+  // A then(), not an async function: a suspended async call costs twice the garbage, on every read.
+  read(table: string, key: string, fields: readonly string[] | null, result: ReadResult): Promise<Status> {
+    if (!this.client) return Promise.resolve(statusOf(new Error('rdma-kv binding used before init')));
+    const wanted = fields !== null && fields.length > 0 ? fields : null;
+    return this.client.get(this.keyBytes(table, key)).then(
+      (value) => (value === undefined ? Status.NOT_FOUND : decodeRecord(value, wanted, result) ? Status.OK : Status.UNEXPECTED_STATE),
+      statusOf,
+    );
   }
 
   scan(): Status {

@@ -19,6 +19,8 @@ export class LazyFieldValues implements FieldValues {
   private readonly made: boolean[] = [];
   private readonly cache: (string | undefined)[] = [];
   private bytes = Buffer.allocUnsafe(1024);
+  /** viewOf's views, by field. */
+  private readonly views: (Buffer | undefined)[] = [];
   private used = 0;
   private key = '';
 
@@ -73,10 +75,21 @@ export class LazyFieldValues implements FieldValues {
 
   writeValue(i: number, target: Buffer, offset: number): number {
     this.make(i);
+    this.viewOf(i).copy(target, offset);
+    return this.lengths[i]!;
+  }
+
+  /**
+   * Field i's bytes as a view of `bytes`, kept while its place stays the same (a run's sets have
+   * one layout). Buffer.copy of a whole view copies as it is; of a range it makes a new view of
+   * that range first, garbage on every write.
+   */
+  private viewOf(i: number): Buffer {
     const at = this.offsets[i]!;
     const length = this.lengths[i]!;
-    this.bytes.copy(target, offset, at, at + length);
-    return length;
+    const view = this.views[i];
+    if (view !== undefined && view.buffer === this.bytes.buffer && view.byteOffset === this.bytes.byteOffset + at && view.length === length) return view;
+    return (this.views[i] = this.bytes.subarray(at, at + length));
   }
 
   /** Draws field i's value (once per set, in the order fields are first asked for, as YCSB does). */
