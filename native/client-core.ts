@@ -114,11 +114,11 @@ export class ClientCore {
   closeConnection(connection: number, waitMs?: number): boolean {
     return waitMs === undefined ? this.#native.closeConnection(connection) : this.#native.closeConnection(connection, waitMs);
   }
-  /** The connection's read lease ends `ms` from now (negative: it has ended); GET and INCR answers handed over later end READ_LEASE_LAPSED. */
   /** scratch[at, at + length) to target[targetStart...] (a GET's value out of scratch, without the view Buffer.copy makes per call). */
   copyScratch(target: Uint8Array, targetStart: number, at: number, length: number): void {
     this.#native.copyScratch(target, targetStart, at, length);
   }
+  /** The connection's read lease ends `ms` from now (negative: it has ended); GET and INCR answers handed over later end READ_LEASE_LAPSED. */
   permitReads(connection: number, ms: number): void {
     this.#native.permitReads(connection, Math.trunc(ms));
   }
