@@ -63,7 +63,6 @@ export interface FieldValues {
 
 export type MaybePromise<T> = T | Promise<T>;
 
-
 export interface DB {
   /** Called once per client thread before the first operation. */
   init(props: Properties): MaybePromise<void>;

@@ -90,14 +90,20 @@ function asBuffer(bytes: Uint8Array): Buffer {
   return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }
 
+/** The name length of the entry at record[e…] (u16le). */
+function nameBytesAt(record: Uint8Array, e: number): number {
+  return record[e]! | (record[e + 1]! << 8);
+}
+
+/** The value length of the entry at record[e…] (u32le after the name length). */
+function valueBytesAt(record: Uint8Array, e: number): number {
+  return (record[e + 2]! | (record[e + 3]! << 8) | (record[e + 4]! << 16)) + record[e + 5]! * 0x1000000;
+}
+
 /** The name at buf[at, end), field i of its record: the cached string when the bytes are its (ASCII). */
 function fieldName(buf: Buffer, i: number, at: number, end: number, ascii: boolean): string {
   const cached = nameCache[i];
-  if (ascii && cached !== undefined && cached.length === end - at) {
-    let k = 0;
-    while (k < cached.length && cached.charCodeAt(k) === buf[at + k]) k++;
-    if (k === cached.length) return cached;
-  }
+  if (ascii && cached !== undefined && bytesEqual(buf, at, end - at, cached)) return cached;
   const name = buf.toString(ascii ? 'latin1' : 'utf8', at, end);
   if (ascii) nameCache[i] = name;
   return name;
@@ -119,14 +125,14 @@ export function decodeRecord(bytes: Uint8Array, fields: readonly string[] | null
   if (bodyAt > length) return false;
   let at = bodyAt;
   for (let i = 0, e = HEADER_BYTES; i < n; i++, e += ENTRY_BYTES) {
-    at += (buf[e]! | (buf[e + 1]! << 8)) + (buf[e + 2]! | (buf[e + 3]! << 8) | (buf[e + 4]! << 16)) + buf[e + 5]! * 0x1000000;
+    at += nameBytesAt(buf, e) + valueBytesAt(buf, e);
     if (at > length) return false;
   }
   if (at !== length) return false;
   at = bodyAt;
   for (let i = 0, e = HEADER_BYTES; i < n; i++, e += ENTRY_BYTES) {
-    const nameEnd = at + (buf[e]! | (buf[e + 1]! << 8));
-    const valueEnd = nameEnd + (buf[e + 2]! | (buf[e + 3]! << 8) | (buf[e + 4]! << 16)) + buf[e + 5]! * 0x1000000;
+    const nameEnd = at + nameBytesAt(buf, e);
+    const valueEnd = nameEnd + valueBytesAt(buf, e);
     const name = fieldName(buf, i, at, nameEnd, ascii);
     if (fields === null || fields.includes(name)) result.setBytes(name, buf, nameEnd, valueEnd, ascii);
     at = valueEnd;
@@ -251,8 +257,8 @@ export function mergeInto(current: Uint8Array, values: FieldValues, out: Buffer)
   // Which entry each value replaces (the first of that name, as mergeRecord), checking bounds.
   let appended = m;
   for (let j = 0, e = HEADER_BYTES, at = bodyAt; j < n; j++, e += ENTRY_BYTES) {
-    const nameBytes = current[e]! | (current[e + 1]! << 8);
-    const valueEnd = at + nameBytes + (current[e + 2]! | (current[e + 3]! << 8) | (current[e + 4]! << 16)) + current[e + 5]! * 0x1000000;
+    const nameBytes = nameBytesAt(current, e);
+    const valueEnd = at + nameBytes + valueBytesAt(current, e);
     if (valueEnd > length) return -2;
     for (let i = 0; i < m; i++) {
       if (match[i] === -1 && bytesEqual(current, at, nameBytes, values.fieldName(i))) {
@@ -265,7 +271,7 @@ export function mergeInto(current: Uint8Array, values: FieldValues, out: Buffer)
     if (j === n - 1 && at !== length) return -2;
   }
   if (n === 0 && bodyAt !== length) return -2;
-  const src = Buffer.isBuffer(current) ? current : Buffer.from(current.buffer, current.byteOffset, current.byteLength);
+  const src = asBuffer(current);
   const total = n + appended;
   if (total > MAX_FIELDS) return -2;
   out.writeUInt16LE(total, 0);
@@ -274,8 +280,8 @@ export function mergeInto(current: Uint8Array, values: FieldValues, out: Buffer)
   let to = HEADER_BYTES + ENTRY_BYTES * total;
   let from = bodyAt;
   for (let j = 0, e = HEADER_BYTES; j < n; j++, e += ENTRY_BYTES) {
-    const nameBytes = current[e]! | (current[e + 1]! << 8);
-    const valueBytes = (current[e + 2]! | (current[e + 3]! << 8) | (current[e + 4]! << 16)) + current[e + 5]! * 0x1000000;
+    const nameBytes = nameBytesAt(current, e);
+    const valueBytes = valueBytesAt(current, e);
     const oldValueAt = from + nameBytes;
     let i = 0;
     while (i < m && match[i] !== j) i++;

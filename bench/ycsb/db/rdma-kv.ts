@@ -104,7 +104,7 @@ export default class RdmaKvClient implements DB {
 
   // A then(), not an async function: a suspended async call costs twice the garbage, on every read.
   read(table: string, key: string, fields: readonly string[] | null, result: ReadResult): Promise<Status> {
-    if (!this.client) return Promise.resolve(statusOf(new Error('rdma-kv binding used before init')));
+    if (!this.client) return Promise.resolve(Status.ERROR); // used before init (what `kv` throws, as a status)
     const wanted = fields !== null && fields.length > 0 ? fields : null;
     return this.client.get(this.keyBytes(table, key)).then(
       (value) => (value === undefined ? Status.NOT_FOUND : decodeRecord(value, wanted, result) ? Status.OK : Status.UNEXPECTED_STATE),
