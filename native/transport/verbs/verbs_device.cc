@@ -318,6 +318,17 @@ VerbsCore::~VerbsCore() {
 
 std::shared_ptr<VerbsCore> open_core(std::string* error) {
   auto core = std::make_shared<VerbsCore>();
+  // Read first: a bad value refuses the provider before any device is opened.
+  if (const char* ack = std::getenv("RKV_RDMA_ACK_TIMEOUT"); ack != nullptr && *ack != '\0') {
+    char* end = nullptr;
+    long value = std::strtol(ack, &end, 10);
+    if (*end != '\0' || value < 1 || value > 31) {
+      *error = std::string("RKV_RDMA_ACK_TIMEOUT=") + ack +
+               ": expected an exponent from 1 to 31 (the local ACK timeout is 4.096 us x 2^n; 20 is about 4.3 s)";
+      return nullptr;
+    }
+    core->ack_timeout = static_cast<int>(value);
+  }
   auto* devices = new DeviceList();
   core->device_list = devices;
   int count = 0;
@@ -405,16 +416,6 @@ std::shared_ptr<VerbsCore> open_core(std::string* error) {
     std::lock_guard<std::mutex> guard(cores_mutex);
     cores.erase(std::remove_if(cores.begin(), cores.end(), [](auto& weak) { return weak.expired(); }), cores.end());
     cores.push_back(core);
-  }
-  if (const char* ack = std::getenv("RKV_RDMA_ACK_TIMEOUT"); ack != nullptr && *ack != '\0') {
-    char* end = nullptr;
-    long value = std::strtol(ack, &end, 10);
-    if (*end != '\0' || value < 1 || value > 31) {
-      *error = std::string("RKV_RDMA_ACK_TIMEOUT=") + ack +
-               ": expected an exponent from 1 to 31 (the local ACK timeout is 4.096 us x 2^n; 20 is about 4.3 s)";
-      return nullptr;
-    }
-    core->ack_timeout = static_cast<int>(value);
   }
   const char* trace = std::getenv("RKV_VERBS_TRACE");
   core->trace = trace != nullptr && *trace == '1';
