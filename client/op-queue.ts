@@ -50,9 +50,10 @@ const runsOn = (work: Work, session: Session | undefined): boolean =>
 export class OpQueue implements Slots {
   /** The sessions whose ops it takes (attach() to lose() or close()). */
   private readonly attached = new Set<Session>();
-  /** Waiting records, from `head` on (a batch stays until all its keys are in the core). */
+  /** Waiting records, from `head` to `tail` (a batch stays until all its keys are in the core). Emptied, it keeps its storage. */
   private queue: Array<Work | undefined> = [];
   private head = 0;
+  private tail = 0;
   /** By slot: the record of the op in the core, its key index (batches), its block and size class. */
   readonly owners: Array<Work | undefined> = new Array<Work | undefined>(SLOTS).fill(undefined);
   private readonly ids = new Uint32Array(SLOTS);
@@ -114,7 +115,7 @@ export class OpQueue implements Slots {
   /** Queues one operation on `session` for the next flush (in this tick's microtasks). */
   add(session: Session, op: PendingOp): Submission {
     op.session = session;
-    this.queue.push(op);
+    this.queue[this.tail++] = op;
     this.scheduleFlush();
     return op;
   }
@@ -122,7 +123,7 @@ export class OpQueue implements Slots {
   /** Queues a batch on `session`; its keys go to the core as slots allow. */
   addBatch(session: Session, batch: Batch): void {
     batch.session = session;
-    this.queue.push(batch);
+    this.queue[this.tail++] = batch;
     this.scheduleFlush();
   }
 
@@ -132,7 +133,7 @@ export class OpQueue implements Slots {
     const add = (cls: number) => {
       if (cls >= 0) needed.set(cls, (needed.get(cls) ?? 0) + 1);
     };
-    for (let i = this.head; i < this.queue.length; i++) {
+    for (let i = this.head; i < this.tail; i++) {
       const work = this.queue[i]!;
       if (work.session !== session) continue;
       if (work instanceof PendingOp) add(work.cls);
@@ -163,7 +164,7 @@ export class OpQueue implements Slots {
       if (n === 0 && controls === 0) break;
       this.onPolled(core, n, controls);
     }
-    if (this.head < this.queue.length) this.flush();
+    if (this.head < this.tail) this.flush();
     else this.watchBackoffs(core);
   }
 
@@ -180,7 +181,7 @@ export class OpQueue implements Slots {
     // A queued replicated write naming it as a backup goes too: its link may soon be another server's.
     this.removeQueued((work) => runsOn(work, session), error);
     this.attached.delete(session);
-    if (this.head < this.queue.length) this.scheduleFlush(); // the other members' ops may have slots now
+    if (this.head < this.tail) this.scheduleFlush(); // the other members' ops may have slots now
   }
 
   /** Fails what is queued on `session` (its server client is closing). */
@@ -202,7 +203,7 @@ export class OpQueue implements Slots {
     }
     this.failInflight(error, session);
     this.attached.delete(session);
-    if (this.head < this.queue.length) this.scheduleFlush();
+    if (this.head < this.tail) this.scheduleFlush();
   }
 
   /** Fails the ops in the core of `session` (undefined: of every session). */
@@ -230,13 +231,13 @@ export class OpQueue implements Slots {
   private removeQueued(which: (work: Work) => boolean, error: Error | ((work: Work) => Error)): void {
     const kept: Work[] = [];
     const queued = this.queue;
-    const head = this.head;
+    const { head, tail } = this;
     this.queue = kept;
-    this.head = 0;
-    for (let i = head; i < queued.length; i++) {
+    this.head = this.tail = 0;
+    for (let i = head; i < tail; i++) {
       const work = queued[i]!;
       const why = () => (typeof error === 'function' ? error(work) : error);
-      if (!which(work)) kept.push(work);
+      if (!which(work)) kept[this.tail++] = work;
       else if (work instanceof PendingOp) work.reject(why());
       else work.fail(why());
     }
@@ -252,14 +253,14 @@ export class OpQueue implements Slots {
   /** Submits what fits (slots, arena, granted blocks) with one crossing. */
   private flush(): void {
     const core = this.host.core;
-    if (!core || this.head === this.queue.length) return;
+    if (!core || this.head === this.tail) return;
     const words = core.opWords;
     const arena = core.arena;
     let count = 0;
     let arenaUsed = 0;
     let waiting: Work[] | undefined; // no block yet: until the grant arrives
     const queue = this.queue;
-    fill: while (this.head < queue.length && this.freeCount > 0) {
+    fill: while (this.head < this.tail && this.freeCount > 0) {
       const work = queue[this.head]!;
       const session = work.session!;
       const pools = session.pools;
@@ -316,23 +317,21 @@ export class OpQueue implements Slots {
       // What the core could not take goes back to the front, in order.
       for (let i = count - 1; i >= taken; i--) this.giveBack(this.submitted[i]!);
     }
-    if (this.head === queue.length) {
-      // Kept until its head is far along: truncated to 0, V8 frees the storage and the next push allocates anew.
-      if (this.head > 1024) {
-        queue.length = 0;
-        this.head = 0;
-      }
-    } else if (this.head > 1024 && this.head * 2 > queue.length) {
-      queue.splice(0, this.head);
+    if (this.head === this.tail) {
+      this.head = this.tail = 0; // every entry taken was cleared; the array keeps its storage (truncated, V8 frees it)
+    } else if (this.head > 1024 && this.head * 2 > this.tail) {
+      queue.copyWithin(0, this.head, this.tail);
+      queue.fill(undefined, this.tail - this.head, this.tail);
+      this.tail -= this.head;
       this.head = 0;
     }
     // Ops left queued start their deadline now (no clock read for the ones that went at once).
-    for (let i = queue.length - 1; i >= this.head && queue[i]!.deadline === 0; i--) queue[i]!.deadline = performance.now() + this.timeoutMs;
+    for (let i = this.tail - 1; i >= this.head && queue[i]!.deadline === 0; i--) queue[i]!.deadline = performance.now() + this.timeoutMs;
     if (count > 0) this.onPolled(core, core.submittedResults, core.controlCount);
     if (this.host.core === core && this.inflightCount > 0 && this.pollMode === 'busy' && this.spinsLeft > 0) this.spin(core);
     // Ops that finished inside the submit freed their slots: the rest goes next (not after a refusal:
     // an op in flight holds the item buffer, and its completion flushes).
-    if (count > 0 && this.freeCount > 0 && this.head < this.queue.length && (taken === count || this.inflightCount === 0)) this.scheduleFlush();
+    if (count > 0 && this.freeCount > 0 && this.head < this.tail && (taken === count || this.inflightCount === 0)) this.scheduleFlush();
     this.startPolling();
     this.watchBackoffs(core);
     this.armTimer();
@@ -373,8 +372,9 @@ export class OpQueue implements Slots {
 
   private unshift(work: Work): void {
     if (work.deadline === 0) work.deadline = performance.now() + this.timeoutMs;
-    if (this.head > 0) this.queue[--this.head] = work;
-    else this.queue.unshift(work);
+    if (this.head > 0) return void (this.queue[--this.head] = work);
+    this.queue.unshift(work);
+    this.tail++;
   }
 
   /** Polls right after posting, a few µs: a NIC's round trip often ends within that, saving a turn of the event loop. */
@@ -395,16 +395,18 @@ export class OpQueue implements Slots {
 
   private startPolling(): void {
     if (this.polling || this.pollMode === 'event') return;
-    if (!this.host.core || (this.inflightCount === 0 && !this.awaitingGrants() && this.head === this.queue.length)) return;
+    if (!this.host.core || (this.inflightCount === 0 && !this.awaitingGrants() && this.head === this.tail)) return;
     this.polling = true;
-    const loop = () => {
-      this.pollOnce();
-      // Queued ops count too: a grant may be all they wait for.
-      if (this.host.core && (this.inflightCount > 0 || this.awaitingGrants() || this.head < this.queue.length)) setImmediate(loop);
-      else this.polling = false;
-    };
-    setImmediate(loop);
+    setImmediate(this.pollLoop);
   }
+
+  // Made once, as failLate: a closure made in startPolling or armTimer costs its context per call (both run per flush).
+  private readonly pollLoop = (): void => {
+    this.pollOnce();
+    // Queued ops count too: a grant may be all they wait for.
+    if (this.host.core && (this.inflightCount > 0 || this.awaitingGrants() || this.head < this.tail)) setImmediate(this.pollLoop);
+    else this.polling = false;
+  };
 
   /** One call's output: `n` op results, then `controls` control completions. */
   private onPolled(core: ClientCore, n: number, controls: number): void {
@@ -428,16 +430,18 @@ export class OpQueue implements Slots {
 
   /** Fails queued ops whose deadline passed (a grant that never came, a stuck server). */
   private armTimer(): void {
-    if (this.timer || this.head === this.queue.length) return;
-    this.timer = setTimeout(() => {
-      this.timer = undefined;
-      const now = performance.now();
-      const late = (work: Work) => work.deadline !== 0 && work.deadline <= now;
-      if (this.queue.some((work, i) => i >= this.head && late(work!))) {
-        this.removeQueued(late, (work) => new KvTimeoutError(`${describe(work instanceof PendingOp ? work.key : work.keys[work.next]!)}: not started within ${this.timeoutMs} ms`));
-      }
-      this.armTimer();
-    }, 100);
+    if (this.timer || this.head === this.tail) return;
+    this.timer = setTimeout(this.failLate, 100);
     this.timer.unref();
   }
+
+  private readonly failLate = (): void => {
+    this.timer = undefined;
+    const now = performance.now();
+    const late = (work: Work) => work.deadline !== 0 && work.deadline <= now;
+    if (this.queue.some((work, i) => i >= this.head && i < this.tail && late(work!))) {
+      this.removeQueued(late, (work) => new KvTimeoutError(`${describe(work instanceof PendingOp ? work.key : work.keys[work.next]!)}: not started within ${this.timeoutMs} ms`));
+    }
+    this.armTimer();
+  };
 }
