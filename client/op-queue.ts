@@ -8,8 +8,9 @@
 // setImmediate; event mode waits for the CQ's event (the core re-arms it). Each
 // call also hands back control completions (the host routes them by qpNum). A
 // batch (getMany, putMany) is one record with one promise. Nothing is allocated
-// per op beyond its record and promise and a GET's value; ops in the core are
-// found by slot (the op id's low bits), not in a Map.
+// per op beyond its promise and a GET's value (a single op's record is taken
+// again once it resolved: PendingOp.of); ops in the core are found by slot (the
+// op id's low bits), not in a Map.
 //
 // Ownership: a record is the queue's from add() until its promise settles; an
 // op's heap block is its own once taken from its session's pools, and goes

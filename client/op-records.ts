@@ -101,39 +101,88 @@ function captureSettlers(resolve: Settle, reject: (error: Error) => void): void 
 /** On the error of an op that failed before the core had it: it cannot have taken effect. */
 export const NOT_SENT = Symbol('rdma-kv.notSent');
 
+/** An idle op's promise: it never settles, and holds nothing. */
+const IDLE_RESULT = new Promise<OpResult>(() => {});
+const ignore = (): void => {};
+/** Ops kept for the next request (PendingOp.of), at most one per slot the core has. */
+const idleOps: PendingOp[] = [];
+const MAX_IDLE_OPS = 64;
+
 export class PendingOp implements OpRequest, Submission {
   /** A replicated write's backups and their blocks' size classes (ServerClient.replicate sets them before the op is queued). */
   backups: readonly Session[] | undefined = undefined;
   backupClasses: readonly number[] | undefined = undefined;
   /** When it must have been submitted by (performance.now() ms); 0 until the queue first keeps it waiting. */
   deadline = 0;
-  readonly result: Promise<OpResult>;
-  readonly resolve: (value: unknown) => void;
-  private readonly rejectPromise: (error: Error) => void;
+  result: Promise<OpResult> = IDLE_RESULT;
+  resolve: (value: unknown) => void = ignore;
+  private rejectPromise: (error: Error) => void = ignore;
   sent = false;
   /** The session (member) it runs on: set when queued. */
   session: Session | undefined = undefined;
+  // The request, as OpRequest's fields (set by of(); positional: one object per op, not a request object copied into this one).
+  type: KvOp = KvOp.GET;
+  key: Bytes = '';
+  keyBytes = 0;
+  value: Bytes | undefined = undefined;
+  valueBytes = 0;
+  arg = 0n;
+  cls = -1;
+  mismatchResolves = false;
+  ext: ExtRef | undefined = undefined;
+  large: LargeFallback | undefined = undefined;
+  expiry = 0;
+  epoch = 0;
+  keepVersion = false;
+  answer: Answer = Answer.NONE;
 
-  /** The fields as OpRequest's (positional: one object per op, not a request object copied into this one). */
-  constructor(
-    readonly type: KvOp,
-    readonly key: Bytes,
-    readonly keyBytes: number,
-    readonly value: Bytes | undefined,
-    readonly valueBytes: number,
-    readonly arg: bigint,
-    readonly cls: number,
-    readonly mismatchResolves: boolean,
-    readonly ext: ExtRef | undefined,
-    readonly large: LargeFallback | undefined,
-    readonly expiry: number,
-    readonly epoch: number,
-    readonly keepVersion: boolean,
-    readonly answer: Answer,
-  ) {
-    this.result = new Promise<OpResult>(captureSettlers);
-    this.resolve = capturedResolve as (value: unknown) => void;
-    this.rejectPromise = capturedReject!;
+  /**
+   * An op for this request with a new promise: one that recycle() kept if there is one (a PendingOp
+   * is ~200 B, a tenth of what a YCSB operation allocated), else a new one.
+   */
+  static of(type: KvOp, key: Bytes, keyBytes: number, value: Bytes | undefined, valueBytes: number, arg: bigint, cls: number, mismatchResolves: boolean, ext: ExtRef | undefined, large: LargeFallback | undefined, expiry: number, epoch: number, keepVersion: boolean, answer: Answer): PendingOp {
+    const op = idleOps.pop() ?? new PendingOp();
+    op.type = type;
+    op.key = key;
+    op.keyBytes = keyBytes;
+    op.value = value;
+    op.valueBytes = valueBytes;
+    op.arg = arg;
+    op.cls = cls;
+    op.mismatchResolves = mismatchResolves;
+    op.ext = ext;
+    op.large = large;
+    op.expiry = expiry;
+    op.epoch = epoch;
+    op.keepVersion = keepVersion;
+    op.answer = answer;
+    op.result = new Promise<OpResult>(captureSettlers);
+    op.resolve = capturedResolve as (value: unknown) => void;
+    op.rejectPromise = capturedReject!;
+    return op;
+  }
+
+  private constructor() {}
+
+  /**
+   * Keeps the op for the next request, once its promise has resolved and nothing holds it (the
+   * queue and the core's slot let go of it before; deliverResults calls this last). Not an op whose
+   * record someone may still read: a recorded one (Answer.FULL: the history reads `sent`), a
+   * replicated write, one of a registered buffer. Everything it referred to is let go of.
+   */
+  recycle(): void {
+    if (this.answer === Answer.FULL || this.backups !== undefined || this.ext !== undefined || idleOps.length >= MAX_IDLE_OPS) return;
+    this.result = IDLE_RESULT;
+    this.resolve = ignore;
+    this.rejectPromise = ignore;
+    this.key = '';
+    this.value = undefined;
+    this.large = undefined;
+    this.session = undefined;
+    this.deadline = 0;
+    this.sent = false;
+    this.arg = 0n;
+    idleOps.push(this);
   }
 
   /**

@@ -90,6 +90,7 @@ export function deliverResults(q: Slots, core: ClientCore, n: number, handout: n
         const expiry = words[o + ResultLayout.EXPIRY_LO]! + words[o + ResultLayout.EXPIRY_HI]! * 0x100000000;
         owner.resolve(value ? { status, value, version, retries, expiry } : { status, version, retries, expiry, length: words[o + ResultLayout.VALUE_LEN]! });
       }
+      owner.recycle(); // nothing holds it now: its slot was released above
     } else {
       owner.reject(errorForStatus(status, words[o + ResultLayout.DETAIL]!, `${opName(owner.type)} ${describe(owner.key)}`, lost));
     }

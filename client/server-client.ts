@@ -287,7 +287,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       if (ext === 'freed') return Promise.reject(freedError('value'));
       if (ext) {
         // Written from the caller's registered buffer, without a copy.
-        const op = new PendingOp(type, key, keyBytes, undefined, 0, arg, cls, mismatchResolves, ext, undefined, expiry, this.epoch, keepVersion, answer);
+        const op = PendingOp.of(type, key, keyBytes, undefined, 0, arg, cls, mismatchResolves, ext, undefined, expiry, this.epoch, keepVersion, answer);
         const refused = this.replicated ? this.replicate(op, session) : undefined;
         if (refused) return Promise.reject(refused);
         return holding(ext, () => queue.add(session, op).result);
@@ -307,7 +307,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     const large = type === KvOp.GET && answer === Answer.VALUE ? this : undefined; // a value past scratch: getLarge
     // A recorded op resolves the full result (the history needs its version); what it answers is mapped after.
     const recorder = into === undefined ? this.options.recorder : undefined; // a getInto is not recorded: its answer is a length, not a value
-    const op = new PendingOp(type, key, keyBytes, bytes, valueBytes, arg, cls, mismatchResolves, into, large, expiry, type === KvOp.GET ? 0 : this.epoch, keepVersion, recorder ? Answer.FULL : answer);
+    const op = PendingOp.of(type, key, keyBytes, bytes, valueBytes, arg, cls, mismatchResolves, into, large, expiry, type === KvOp.GET ? 0 : this.epoch, keepVersion, recorder ? Answer.FULL : answer);
     if (this.replicated && type !== KvOp.GET) {
       const replicated = this.replicate(op, session);
       if (replicated) return Promise.reject(replicated);
