@@ -27,6 +27,8 @@ export interface ExtRef {
 }
 
 const registry = new WeakMap<ArrayBufferLike, Registered>();
+/** Whether allocBuffer ever ran: until then no value can be registered, and extOf skips the lookup (every PUT asks). */
+let anyRegistered = false;
 
 /** A registered, reusable buffer of `bytes` (1 byte to 4 GiB - 1). */
 export function allocBuffer(bytes: number): Buffer {
@@ -35,6 +37,7 @@ export function allocBuffer(bytes: number): Buffer {
   }
   const { id, buffer } = registeredBuffer(bytes);
   registry.set(buffer.buffer, { id, freed: false, uses: 0 });
+  anyRegistered = true;
   return buffer;
 }
 
@@ -48,6 +51,7 @@ export function freeBuffer(buffer: Buffer): void {
 
 /** The registered range `buffer` views; 'freed' for a freed one; undefined for a plain Buffer. */
 export function extOf(buffer: Buffer): ExtRef | 'freed' | undefined {
+  if (!anyRegistered) return undefined;
   const entry = registry.get(buffer.buffer);
   if (!entry) return undefined;
   if (entry.freed) return 'freed';
