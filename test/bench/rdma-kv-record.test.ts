@@ -76,6 +76,9 @@ test('mergeInto writes the bytes mergeRecord makes: replaced, kept and appended 
     [['field0', 1]],
     [['field3', 0]],
     [['field2', 9], ['field0', 2]],
+    // values of the lengths they replace: the record keeps its layout (copied whole, then written over)
+    [['field3', 4], ['field1', 2]],
+    [['field2', 0]],
     [['field9', 5]],
     [['field9', 5], ['field1', 50], ['field8', 0]],
     [],

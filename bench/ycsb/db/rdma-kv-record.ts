@@ -256,6 +256,7 @@ export function mergeInto(current: Uint8Array, values: FieldValues, out: Buffer)
   const valueAt = valueAtScratch;
   // Which entry each value replaces (the first of that name, as mergeRecord), checking bounds.
   let appended = m;
+  let sameLengths = true; // every value replaces one of its own length: the record keeps its layout
   for (let j = 0, e = HEADER_BYTES, at = bodyAt; j < n; j++, e += ENTRY_BYTES) {
     const nameBytes = nameBytesAt(current, e);
     const valueEnd = at + nameBytes + valueBytesAt(current, e);
@@ -263,6 +264,8 @@ export function mergeInto(current: Uint8Array, values: FieldValues, out: Buffer)
     for (let i = 0; i < m; i++) {
       if (match[i] === -1 && bytesEqual(current, at, nameBytes, values.fieldName(i))) {
         match[i] = j;
+        valueAt[i] = at + nameBytes;
+        if (valueBytesAt(current, e) !== values.valueLength!(i)) sameLengths = false;
         appended--;
         break;
       }
@@ -272,6 +275,14 @@ export function mergeInto(current: Uint8Array, values: FieldValues, out: Buffer)
   }
   if (n === 0 && bodyAt !== length) return -2;
   const src = asBuffer(current);
+  if (appended === 0 && sameLengths) {
+    // YCSB's case (fields of one length): the record copied whole, then the new values written
+    // over the old. Whole, since Buffer.copy of a range makes a view of its source each time.
+    src.copy(out, 0);
+    out[2] = FLAG_ASCII;
+    for (let i = 0; i < m; i++) values.writeValue!(i, out, valueAt[i]!);
+    return length;
+  }
   const total = n + appended;
   if (total > MAX_FIELDS) return -2;
   out.writeUInt16LE(total, 0);

@@ -25,7 +25,7 @@
  * rdmakv.timeoutms (KvClient's default, 5000).
  * Each client thread (worker_thread) has its own binding instance and so its own KvClient.
  */
-import { KvClient, KvDisconnectedError, type KvClientOptions } from '../../../client/index.js';
+import { KvClient, KvDisconnectedError, type KvClientOptions, type VersionedValue } from '../../../client/index.js';
 import { UsageError } from '../../../protocol/operator-input.js';
 import type { Properties } from '../properties.js';
 import { Status, type DB, type FieldValues } from './db.js';
@@ -48,6 +48,64 @@ interface RecordBuffer {
   view: Buffer | undefined;
 }
 
+/**
+ * An update of some of a record's fields, in flight: getWithVersion, merge the bytes, cas with
+ * that version, and again while another writer gets in between. A chain of then()s whose
+ * callbacks are made once per object, and the object is kept for the next update: as an async
+ * function (a suspended frame and two awaits a call) it made ~500 B of garbage per update.
+ * The binding's own while idle; the update's from run() to the status it settles with.
+ */
+class FieldsUpdate {
+  private kv: KvClient | undefined;
+  private key: string | undefined;
+  private values: FieldValues | undefined;
+  private attempt = 0;
+  /** The merged record's bytes (its own: the client copies them when the cas is submitted). */
+  private readonly out: RecordBuffer = { bytes: Buffer.allocUnsafe(0), view: undefined };
+
+  constructor(private readonly idle: FieldsUpdate[]) {}
+
+  run(kv: KvClient, key: string, values: FieldValues): Promise<Status> {
+    this.kv = kv;
+    this.key = key;
+    this.values = values;
+    this.attempt = 0;
+    return kv.getWithVersion(key).then(this.onCurrent, this.onError);
+  }
+
+  private readonly onCurrent = (current: VersionedValue | undefined): Status | Promise<Status> => {
+    if (current === undefined) return this.end(Status.NOT_FOUND);
+    let merged: Buffer | undefined;
+    try {
+      const bound = mergedBytesBound(current.value, this.values!);
+      if (bound >= 0) {
+        const n = mergeInto(current.value, this.values!, capacity(this.out, bound));
+        merged = n >= 0 ? viewOf(this.out, n) : undefined;
+      } else {
+        merged = mergeRecord(current.value, this.values!);
+      }
+    } catch (error) {
+      return this.onError(error);
+    }
+    if (merged === undefined) return this.end(Status.UNEXPECTED_STATE);
+    return this.kv!.cas(this.key!, current.version, merged).then(this.onApplied, this.onError);
+  };
+
+  private readonly onApplied = (applied: boolean): Status | Promise<Status> => {
+    if (applied) return this.end(Status.OK);
+    if (++this.attempt >= MAX_UPDATE_ATTEMPTS) return this.end(Status.ERROR);
+    return this.kv!.getWithVersion(this.key!).then(this.onCurrent, this.onError);
+  };
+
+  private readonly onError = (error: unknown): Status => this.end(statusOf(error));
+
+  private end(status: Status): Status {
+    this.kv = this.key = this.values = undefined;
+    this.idle.push(this);
+    return status;
+  }
+}
+
 // ---- the binding ------------------------------------------------------------------------------
 
 export default class RdmaKvClient implements DB {
@@ -56,6 +114,8 @@ export default class RdmaKvClient implements DB {
   private schema: ReadonlySet<string> | undefined;
   /** Record buffers not in use; one is taken per write in flight (kvbench.inflight of them). */
   private readonly spare: RecordBuffer[] = [];
+  /** Partial updates not in use (one per update in flight). */
+  private readonly updates: FieldsUpdate[] = [];
   /** writesWholeRecord's marks: field name -> the number of the call that saw it last. */
   private readonly seen = new Map<string, number>();
   private seenCall = 0;
@@ -106,7 +166,7 @@ export default class RdmaKvClient implements DB {
   read(table: string, key: string, fields: readonly string[] | null, result: ReadResult): Promise<Status> {
     if (!this.client) return Promise.resolve(Status.ERROR); // used before init (what `kv` throws, as a status)
     const wanted = fields !== null && fields.length > 0 ? fields : null;
-    return this.client.get(this.keyBytes(table, key)).then(
+    return this.client.get(this.keyOf(table, key)).then(
       (value) => (value === undefined ? Status.NOT_FOUND : decodeRecord(value, wanted, result) ? Status.OK : Status.UNEXPECTED_STATE),
       statusOf,
     );
@@ -116,39 +176,19 @@ export default class RdmaKvClient implements DB {
     return Status.NOT_IMPLEMENTED;
   }
 
-  async update(table: string, key: string, values: FieldValues): Promise<Status> {
-    const k = this.keyBytes(table, key);
+  update(table: string, key: string, values: FieldValues): Promise<Status> {
+    if (!this.client) return Promise.resolve(Status.ERROR); // used before init (what `kv` throws, as a status)
+    const k = this.keyOf(table, key);
     if (this.writesWholeRecord(values)) return this.put(k, values);
-    const out = this.spare.pop() ?? { bytes: Buffer.allocUnsafe(0), view: undefined };
-    try {
-      for (let attempt = 0; attempt < MAX_UPDATE_ATTEMPTS; attempt++) {
-        const current = await this.kv.getWithVersion(k);
-        if (current === undefined) return Status.NOT_FOUND;
-        let merged: Buffer | undefined;
-        const bound = mergedBytesBound(current.value, values);
-        if (bound >= 0) {
-          const n = mergeInto(current.value, values, capacity(out, bound));
-          merged = n >= 0 ? viewOf(out, n) : undefined;
-        } else {
-          merged = mergeRecord(current.value, values);
-        }
-        if (merged === undefined) return Status.UNEXPECTED_STATE;
-        if (await this.kv.cas(k, current.version, merged)) return Status.OK;
-      }
-      return Status.ERROR;
-    } catch (error) {
-      return statusOf(error);
-    } finally {
-      this.spare.push(out);
-    }
+    return (this.updates.pop() ?? new FieldsUpdate(this.updates)).run(this.client, k, values);
   }
 
   insert(table: string, key: string, values: FieldValues): Promise<Status> {
-    return this.put(this.keyBytes(table, key), values);
+    return this.put(this.keyOf(table, key), values);
   }
 
   /** PUT of the record `values` encode (insert, and an update that writes every field). */
-  private async put(k: Buffer, values: FieldValues): Promise<Status> {
+  private async put(k: string, values: FieldValues): Promise<Status> {
     const bytes = encodedBytes(values);
     const out = bytes >= 0 ? (this.spare.pop() ?? { bytes: Buffer.allocUnsafe(0), view: undefined }) : undefined;
     try {
@@ -163,7 +203,7 @@ export default class RdmaKvClient implements DB {
 
   async delete(table: string, key: string): Promise<Status> {
     try {
-      return (await this.kv.delete(this.keyBytes(table, key))) ? Status.OK : Status.NOT_FOUND;
+      return (await this.kv.delete(this.keyOf(table, key))) ? Status.OK : Status.NOT_FOUND;
     } catch (error) {
       return statusOf(error);
     }
@@ -186,12 +226,14 @@ export default class RdmaKvClient implements DB {
   }
 
   /**
-   * The key's bytes. Not cached: a Map of key -> bytes (tried) made a worker's median READ about
-   * a microsecond slower in the main job (a run touches most of its 10,000 keys for the first
-   * time, and the map's lookups miss the cache), for ~150 B of garbage saved per operation.
+   * The store's key, as a string: the client writes a string key straight into its arena, so a
+   * Buffer of it (tried: ~100 B a call, and a share of Buffer's pool) is garbage for nothing. Not
+   * cached either: a Map of key -> bytes (tried) made a worker's median READ about a microsecond
+   * slower in the main job (a run touches most of its 10,000 keys for the first time, and the
+   * map's lookups miss the cache).
    */
-  private keyBytes(table: string, key: string): Buffer {
-    return Buffer.from(qualifiedKey(table, key), 'utf8');
+  private keyOf(table: string, key: string): string {
+    return qualifiedKey(table, key);
   }
 }
 
