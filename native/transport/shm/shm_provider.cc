@@ -583,12 +583,19 @@ bool ShmProvider::announce_all(ShmConnection* connection) {
 }
 
 ShmMr* ShmProvider::find_local(uint32_t lkey) const {
+  ShmMr*& recent = recent_mrs_[lkey & (kRecentMrs - 1)];
+  if (recent != nullptr && recent->lkey() == lkey) return recent;
   auto it = mrs_.find(lkey);
-  return it == mrs_.end() ? nullptr : it->second;
+  if (it == mrs_.end()) return nullptr;
+  recent = it->second;
+  return recent;
 }
 
 void ShmProvider::forget_mr(ShmMr* mr) {
   mrs_.erase(mr->lkey());
+  for (ShmMr*& recent : recent_mrs_) {
+    if (recent == mr) recent = nullptr;
+  }
   if (!mr->remote()) return;
   MrAnnouncement a{};
   a.rkey = mr->rkey();
