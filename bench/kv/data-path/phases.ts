@@ -70,15 +70,6 @@ export async function runPhase(spec: PhaseSpec, store: Store, workload: Workload
   let calls = 0;
   let wrong = 0;
 
-  const one = async (): Promise<void> => {
-    const k = workload.keyAt(cursor++);
-    if (spec.op === 'put') {
-      await store.put(names[k]!, values[k]!);
-    } else {
-      const v = await store.get(names[k]!);
-      if (measuring && !workload.isValueOf(k, v, (calls & 1023) === 0)) wrong++;
-    }
-  };
   const batch = async (): Promise<void> => {
     const at = cursor;
     cursor += spec.batch;
@@ -90,17 +81,34 @@ export async function runPhase(spec: PhaseSpec, store: Store, workload: Workload
       if (measuring) for (let j = 0; j < ks.length; j++) if (!workload.isValueOf(ks[j]!, vs[j], j === 0 && (calls & 63) === 0)) wrong++;
     }
   };
-  const call = spec.batch === 1 ? one : batch;
+  // A single key's call is written out in the lane, not in a function of its own: an async layer
+  // per call cost ~0.1 µs here (measured against a store that does nothing), and one clock read
+  // per call both ends one call's latency and starts the next's.
+  const single = spec.batch === 1;
+  const put = spec.op === 'put';
   let failure: unknown;
   const lane = async (): Promise<void> => {
     try {
-      while (performance.now() < stopAt) {
-        const t = performance.now();
-        await call();
-        if (!measuring) continue;
-        histogram.record(Math.max(1, Math.round((performance.now() - t) * 1e6)));
-        calls++;
-        keys += spec.batch;
+      let t = performance.now();
+      while (t < stopAt) {
+        if (single) {
+          const k = workload.keyAt(cursor++);
+          if (put) {
+            await store.put(names[k]!, values[k]!);
+          } else {
+            const v = await store.get(names[k]!);
+            if (measuring && !workload.isValueOf(k, v, (calls & 1023) === 0)) wrong++;
+          }
+        } else {
+          await batch();
+        }
+        const end = performance.now();
+        if (measuring) {
+          histogram.record(Math.max(1, Math.round((end - t) * 1e6)));
+          calls++;
+          keys += spec.batch;
+        }
+        t = end;
       }
     } catch (error) {
       failure ??= error;
