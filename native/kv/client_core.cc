@@ -315,8 +315,8 @@ void ClientCore::settle() {
 // Returns how many the CQ gave.
 int ClientCore::drain_completions(int budget) {
   const int n = cq_->poll(completions_.data(), budget);
-  // Every completion of this batch happened before now: one clock read serves as their time.
-  if (n > 0) polled_at_ = Clock::now();
+  // Every completion of this batch happened before now: one clock read, at its first use, serves as their time.
+  if (n > 0) polled_at_read_ = false;
   for (int i = 0; i < n; i++) {
     const Completion& c = completions_[i];
     if (c.wr_id & kControlTag) {

@@ -379,11 +379,20 @@ class ClientCore {
   size_t busy_ = 0;
   uint32_t backoffs_ = 0;  // ops in BACKOFF
   // One clock read per pass instead of several per op: submit()'s (before it posts anything: a
-  // READ's start no later than its post) and the last poll's (when it returned: no earlier
-  // than any completion it gave). The READ-duration bounds of get.cc and location_cache.cc
-  // only grow with them, never shrink.
+  // READ's start no later than its post) and the last poll's (read when a GET's check first
+  // asks for it after that poll returned: no earlier than any completion it gave; a poll whose
+  // completions are writes' reads no clock). The READ-duration bounds of get.cc and
+  // location_cache.cc only grow with them, never shrink.
   Clock::time_point submitted_at_{};
   Clock::time_point polled_at_{};
+  bool polled_at_read_ = false;
+  Clock::time_point polled_at() {
+    if (!polled_at_read_) {
+      polled_at_ = Clock::now();
+      polled_at_read_ = true;
+    }
+    return polled_at_;
+  }
   BufferPool buffers_;
   std::vector<transport::Completion> completions_;
   std::vector<Ready> ready_;                  // finished, waiting for poll() to hand them out

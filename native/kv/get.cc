@@ -74,7 +74,7 @@ void ClientCore::get_item_next(Op& op) {
 void ClientCore::get_item_done(Op& op) {
   // When the READ's bytes were ours: before the checksum, whose own time says
   // nothing of reuse (a 1 MiB CRC32C took over 25 ms under the guest's emulated CPU).
-  const auto completed = polled_at_;  // taken when the poll returned: after the READ completed
+  const auto completed = polled_at();  // after the poll returned: after the READ completed
   LookupState& s = op.lookup();
   const SlotRef& c = s.candidates[s.next];
   const uint8_t* item = mem(op.item.offset);

@@ -66,7 +66,7 @@ bool ClientCore::get_cached_into(Op& op) {
 }
 
 void ClientCore::get_cached_into_done(Op& op) {
-  const auto completed = polled_at_;  // before the checksum, as get.cc
+  const auto completed = polled_at();  // before the checksum, as get.cc
   LookupState& s = op.lookup();
   const uint8_t* head = mem(op.area(area::CAND));
   const uint64_t bytes = static_cast<uint64_t>(s.cached.units) * kUnit;

@@ -124,7 +124,7 @@ bool ClientCore::get_cached(Op& op) {
 // (cached_item_current), and the READ was short enough that no reuse can have
 // overlapped it.
 void ClientCore::get_cached_done(Op& op) {
-  const auto completed = polled_at_;  // its poll's time, before the checks: the READ's duration, not theirs (get.cc)
+  const auto completed = polled_at();  // its poll's time, before the checks: the READ's duration, not theirs (get.cc)
   LookupState& s = op.lookup();
   const uint8_t* item = mem(op.item.offset);
   const uint64_t bytes = static_cast<uint64_t>(s.cached.units) * kUnit;
