@@ -7,7 +7,7 @@
 // Ownership: a record is the queue's from add() until its promise settles.
 // A Batch's result array is the caller's once it resolves; the values in it
 // are views of one Buffer per hand-out (one copy out of the core's scratch).
-import { KvOp, OpFlag, OpLayout } from '../protocol/constants.js';
+import { KvLayout, KvOp, OpFlag, OpLayout } from '../protocol/constants.js';
 import { KvBufferTooSmallError, KvDisconnectedError } from '../protocol/errors.js';
 import type { ExtRef } from './large-values.js';
 import type { Session } from './session.js';
@@ -106,7 +106,6 @@ const IDLE_RESULT = new Promise<OpResult>(() => {});
 const ignore = (): void => {};
 /** Ops kept for the next request (PendingOp.of), at most one per slot the core has. */
 const idleOps: PendingOp[] = [];
-const MAX_IDLE_OPS = 64;
 
 export class PendingOp implements OpRequest, Submission {
   /** A replicated write's backups and their blocks' size classes (ServerClient.replicate sets them before the op is queued). */
@@ -171,7 +170,7 @@ export class PendingOp implements OpRequest, Submission {
    * replicated write, one of a registered buffer. Everything it referred to is let go of.
    */
   recycle(): void {
-    if (this.answer === Answer.FULL || this.backups !== undefined || this.ext !== undefined || idleOps.length >= MAX_IDLE_OPS) return;
+    if (this.answer === Answer.FULL || this.backups !== undefined || this.ext !== undefined || idleOps.length >= KvLayout.MAX_INFLIGHT) return;
     this.result = IDLE_RESULT;
     this.resolve = ignore;
     this.rejectPromise = ignore;

@@ -46,7 +46,7 @@ size_t ClientCore::submit(const OpDesc* descs, size_t count) {
 // megabytes: a cache miss each, one after the other in the loop above. Touched for the whole
 // batch first (a hash per key, computed again by adopt()), the misses overlap. A write's entry
 // is stored (PUT, CAS) or forgotten (DELETE) when it ends: touched now, its miss overlaps the
-// write's round trips instead of coming after them (~4 % of a sequential PUT's time on shm).
+// write's round trips instead of coming after them (~3 % of a sequential PUT's time on shm).
 void ClientCore::prefetch_locations(const OpDesc* descs, size_t count) {
   for (size_t i = 0; i < count; i++) {
     const OpDesc& d = descs[i];
