@@ -69,7 +69,6 @@ export class OpQueue implements Slots {
   /** The slot of each descriptor of the batch being submitted. */
   private readonly submitted = new Int32Array(SLOTS);
   private uses = 0;
-  private handouts = 0;
   private flushScheduled = false;
   private polling = false;
   private timer: NodeJS.Timeout | undefined;
@@ -411,7 +410,7 @@ export class OpQueue implements Slots {
 
   /** One call's output: `n` op results, then `controls` control completions. */
   private onPolled(core: ClientCore, n: number, controls: number): void {
-    if (n > 0) deliverResults(this, core, n, ++this.handouts);
+    if (n > 0) deliverResults(this, core, n);
     if (controls > 0) this.onControls(core, controls);
   }
 

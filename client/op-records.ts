@@ -9,6 +9,7 @@
 // are views of one Buffer per hand-out (one copy out of the core's scratch).
 import { KvLayout, KvOp, OpFlag, OpLayout } from '../protocol/constants.js';
 import { KvBufferTooSmallError, KvDisconnectedError } from '../protocol/errors.js';
+import { writeText } from './keys.js';
 import type { ExtRef } from './large-values.js';
 import type { Session } from './session.js';
 
@@ -219,11 +220,6 @@ export class Batch {
   readonly promise: Promise<Array<Buffer | undefined> | undefined>;
   resolve!: (out: Array<Buffer | undefined> | undefined) => void;
   reject!: (error: Error) => void;
-  /** The hand-out being copied: its number, and the one Buffer of this batch's values in it. */
-  handout = 0;
-  chunk: Buffer | undefined;
-  chunkBytes = 0;
-  chunkUsed = 0;
 
   /**
    * `out[positions[i]]` (or `out[i]`) gets key i's value (GET); `classes[i]`
@@ -273,13 +269,13 @@ export function writeDescriptor(words: Uint32Array, arena: Buffer, o: number, at
   words[o + OpLayout.ID] = id;
   words[o + OpLayout.KEY_OFFSET] = at;
   words[o + OpLayout.KEY_LEN] = keyBytes;
-  if (typeof key === 'string') arena.write(key, at, keyBytes);
+  if (typeof key === 'string') writeText(arena, key, at, keyBytes);
   else key.copy(arena, at);
   at += keyBytes;
   words[o + OpLayout.VALUE_OFFSET] = at;
   words[o + OpLayout.VALUE_LEN] = valueBytes;
   if (value !== undefined) {
-    if (typeof value === 'string') arena.write(value, at, valueBytes);
+    if (typeof value === 'string') writeText(arena, value, at, valueBytes);
     else value.copy(arena, at);
     at += valueBytes;
   }

@@ -1,9 +1,9 @@
 // The results of one poll() or submit() of the client core, delivered to the
 // records they belong to (found by the op id's slot): a single op's promise
-// settles, a batch's value is copied into its one Buffer of this hand-out, and
+// settles, the batches' values are copied into one Buffer of this hand-out, and
 // a block the core did not use goes back to the pools of the op's session.
 import type { ClientCore } from '../native/index.js';
-import { KvOp, KvStatus, ResultLayout } from '../protocol/constants.js';
+import { CopyLayout, KvOp, KvStatus, ResultLayout } from '../protocol/constants.js';
 import { errorForStatus } from '../protocol/errors.js';
 import { describe } from './keys.js';
 import { opName } from './op-names.js';
@@ -29,21 +29,24 @@ export interface Slots {
   readonly backups: BackupBlocks;
 }
 
-/** Delivers the `n` results the core left in resultWords (`handout`: this call's number, new each call). */
-export function deliverResults(q: Slots, core: ClientCore, n: number, handout: number): void {
+/**
+ * Delivers the `n` results the core left in resultWords. The batches' GET values of this hand-out
+ * share one Buffer (each value a view of it), filled by one copyValues() at the end, before any
+ * promise reaction can run.
+ */
+export function deliverResults(q: Slots, core: ClientCore, n: number): void {
   const words = core.resultWords;
-  // First the bytes each batch's values take in this hand-out: one Buffer each.
+  // First the bytes the batches' values take.
+  let batchBytes = 0;
   for (let i = 0, o = 0; i < n; i++, o += ResultLayout.WORDS) {
     const slot = q.slotOf(words[o + ResultLayout.ID]!);
     const owner = slot < 0 ? undefined : q.owners[slot];
-    if (!(owner instanceof Batch) || owner.type !== KvOp.GET || words[o + ResultLayout.STATUS] !== KvStatus.OK) continue;
-    if (owner.handout !== handout) {
-      owner.handout = handout;
-      owner.chunk = undefined;
-      owner.chunkBytes = owner.chunkUsed = 0;
-    }
-    owner.chunkBytes += words[o + ResultLayout.VALUE_LEN]!;
+    if (owner instanceof Batch && owner.type === KvOp.GET && words[o + ResultLayout.STATUS] === KvStatus.OK) batchBytes += words[o + ResultLayout.VALUE_LEN]!;
   }
+  const chunk = batchBytes > 0 ? Buffer.allocUnsafe(batchBytes) : undefined;
+  const copies = core.copyWords;
+  let chunkUsed = 0;
+  let copied = 0;
   for (let i = 0, o = 0; i < n; i++, o += ResultLayout.WORDS) {
     const slot = q.slotOf(words[o + ResultLayout.ID]!);
     if (slot < 0) continue;
@@ -60,11 +63,12 @@ export function deliverResults(q: Slots, core: ClientCore, n: number, handout: n
     if (owner instanceof Batch) {
       if (owner.failed) continue;
       if (status === KvStatus.OK && owner.type === KvOp.GET) {
-        const at = words[o + ResultLayout.VALUE_OFFSET]!;
         const len = words[o + ResultLayout.VALUE_LEN]!;
-        const chunk = (owner.chunk ??= Buffer.allocUnsafe(owner.chunkBytes));
-        core.copyScratch(chunk, owner.chunkUsed, at, len); // a copy: scratch is reused
-        owner.out![owner.positions ? owner.positions[k]! : k] = chunk.subarray(owner.chunkUsed, (owner.chunkUsed += len));
+        const c = copied++ * CopyLayout.WORDS; // its bytes come with copyValues() below
+        copies[c + CopyLayout.AT] = words[o + ResultLayout.VALUE_OFFSET]!;
+        copies[c + CopyLayout.LENGTH] = len;
+        copies[c + CopyLayout.TARGET_START] = chunkUsed;
+        owner.out![owner.positions ? owner.positions[k]! : k] = chunk!.subarray(chunkUsed, (chunkUsed += len));
       } else if (status !== KvStatus.OK && status !== KvStatus.NOT_FOUND) {
         owner.fail(errorForStatus(status, words[o + ResultLayout.DETAIL]!, `${opName(owner.type)} ${describe(owner.keys[k]!)}`, lost));
         continue;
@@ -95,6 +99,7 @@ export function deliverResults(q: Slots, core: ClientCore, n: number, handout: n
       owner.reject(errorForStatus(status, words[o + ResultLayout.DETAIL]!, `${opName(owner.type)} ${describe(owner.key)}`, lost));
     }
   }
+  if (copied > 0) core.copyValues(chunk!, copied); // scratch is reused: the values leave it now
 }
 
 /** The 64-bit version of the result at word `o`. */

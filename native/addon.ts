@@ -151,6 +151,7 @@ export interface NativeClientCore {
   connectionItemLimit(connection: number): number;
   permitReads(connection: number, ms: number): void;
   copyScratch(target: Uint8Array, targetStart: number, at: number, length: number): void;
+  copyValues(target: Uint8Array, count: number): void;
   readonly connections: number;
   /** [hits, misses, validation failures] of the location cache since the core was made. */
   locationStats(): [number, number, number];
@@ -160,6 +161,7 @@ export interface NativeClientCore {
   // Each read of these makes a new external ArrayBuffer: read them once.
   readonly opWords: Uint32Array;
   readonly resultWords: Uint32Array;
+  readonly copyWords: Uint32Array;
   readonly controlWords: Uint32Array;
   readonly arena: Buffer;
   /** Shares the core: the core's memory goes only with the last view of it. */

@@ -53,6 +53,8 @@ export class ClientCore {
   readonly opWords: Uint32Array;
   /** Results of the last poll(), ResultLayout words. */
   readonly resultWords: Uint32Array;
+  /** copyValues()' list: CopyLayout words, Limit.MAX_POST_BATCH entries. */
+  readonly copyWords: Uint32Array;
   /** Control completions of the last poll(): their count at ControlWords.COUNT, then WcLayout words from ControlWords.ENTRIES. */
   readonly controlWords: Uint32Array;
   /** Keys and values of the ops being submitted (OpLayout's offsets point here). */
@@ -67,6 +69,7 @@ export class ClientCore {
     this.#native = new addon.ClientCore(provider.native, connection.native, cq.native, region, options);
     this.opWords = this.#native.opWords;
     this.resultWords = this.#native.resultWords;
+    this.copyWords = this.#native.copyWords;
     this.controlWords = this.#native.controlWords;
     this.arena = this.#native.arena;
     this.scratch = this.#native.scratch;
@@ -117,6 +120,10 @@ export class ClientCore {
   /** scratch[at, at + length) to target[targetStart...] (a GET's value out of scratch, without the view Buffer.copy makes per call). */
   copyScratch(target: Uint8Array, targetStart: number, at: number, length: number): void {
     this.#native.copyScratch(target, targetStart, at, length);
+  }
+  /** copyScratch for the first `count` entries of copyWords, in one call; every range is checked before any is copied. */
+  copyValues(target: Uint8Array, count: number): void {
+    this.#native.copyValues(target, count);
   }
   /** The connection's read lease ends `ms` from now (negative: it has ended); GET and INCR answers handed over later end READ_LEASE_LAPSED. */
   permitReads(connection: number, ms: number): void {

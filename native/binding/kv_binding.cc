@@ -132,6 +132,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
                         InstanceMethod<&ClientCoreWrap::connection_item_limit>("connectionItemLimit"),
                         InstanceMethod<&ClientCoreWrap::permit_reads>("permitReads"),
                         InstanceMethod<&ClientCoreWrap::copy_scratch>("copyScratch"),
+                        InstanceMethod<&ClientCoreWrap::copy_values>("copyValues"),
                         InstanceAccessor<&ClientCoreWrap::connections>("connections"),
                         InstanceMethod<&ClientCoreWrap::location_stats>("locationStats"),
                         InstanceAccessor<&ClientCoreWrap::inflight>("inflight"),
@@ -140,6 +141,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
                         InstanceAccessor<&ClientCoreWrap::item_limit>("itemLimit"),
                         InstanceAccessor<&ClientCoreWrap::op_words>("opWords"),
                         InstanceAccessor<&ClientCoreWrap::result_words>("resultWords"),
+                        InstanceAccessor<&ClientCoreWrap::copy_words>("copyWords"),
                         InstanceAccessor<&ClientCoreWrap::control_words>("controlWords"),
                         InstanceAccessor<&ClientCoreWrap::arena>("arena"),
                         InstanceAccessor<&ClientCoreWrap::scratch>("scratch")});
@@ -168,6 +170,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
     core_->set_arm_when_done(arm_when_done);
     op_words_ = std::make_shared<std::vector<uint32_t>>(kMaxBatch * u32(OpLayout::WORDS));
     result_words_ = std::make_shared<std::vector<uint32_t>>(kMaxBatch * u32(ResultLayout::WORDS));
+    copy_words_ = std::make_shared<std::vector<uint32_t>>(kMaxBatch * u32(CopyLayout::WORDS));
     control_words_ = std::make_shared<std::vector<uint32_t>>(u32(ControlWords::ENTRIES) +
                                                              kMaxControls * u32(WcLayout::WORDS));
     arena_ = std::make_shared<std::vector<uint8_t>>(arena_bytes_);
@@ -389,6 +392,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
   Napi::Value op_words(const Napi::CallbackInfo& info) { return words_view(info.Env(), op_words_); }
   Napi::Value result_words(const Napi::CallbackInfo& info) { return words_view(info.Env(), result_words_); }
   Napi::Value control_words(const Napi::CallbackInfo& info) { return words_view(info.Env(), control_words_); }
+  Napi::Value copy_words(const Napi::CallbackInfo& info) { return words_view(info.Env(), copy_words_); }
   Napi::Value arena(const Napi::CallbackInfo& info) {
     return Napi::Buffer<uint8_t>::New(info.Env(), arena_->data(), arena_->size(),
                                       [](Napi::Env, uint8_t*, std::shared_ptr<std::vector<uint8_t>>* p) { delete p; },
@@ -416,6 +420,37 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
     return env.Undefined();
   }
 
+  // copyValues(target, count): the first `count` CopyLayout entries of copyWords, each
+  // scratch[AT, AT + LENGTH) to target[TARGET_START...]: every batch value of a hand-out in one
+  // call. Every range is checked before anything is copied.
+  Napi::Value copy_values(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!info[0].IsTypedArray() || !info[1].IsNumber()) {
+      throw_error(env, "ERR_INVALID_ARG_TYPE", "copyValues(target: Buffer, count: number)");
+    }
+    auto target = info[0].As<Napi::Uint8Array>();
+    const int64_t count = info[1].As<Napi::Number>().Int64Value();
+    if (count < 0 || count > static_cast<int64_t>(kMaxBatch)) {
+      throw_error(env, "ERR_OUT_OF_RANGE", "copyValues: count is not in [0, copyWords' entries]");
+    }
+    const uint64_t scratch_length = core_->scratch_length();
+    const uint64_t target_length = target.ByteLength();
+    const uint32_t* w = copy_words_->data();
+    for (int64_t i = 0; i < count; i++, w += u32(CopyLayout::WORDS)) {
+      const uint64_t at = w[u32(CopyLayout::AT)], length = w[u32(CopyLayout::LENGTH)];
+      const uint64_t target_start = w[u32(CopyLayout::TARGET_START)];
+      if (at + length > scratch_length || target_start + length > target_length) {
+        throw_error(env, "ERR_OUT_OF_RANGE", "copyValues: a range is not inside scratch, or does not fit the target");
+      }
+    }
+    w = copy_words_->data();
+    for (int64_t i = 0; i < count; i++, w += u32(CopyLayout::WORDS)) {
+      std::memcpy(target.Data() + w[u32(CopyLayout::TARGET_START)], core_->scratch() + w[u32(CopyLayout::AT)],
+                  w[u32(CopyLayout::LENGTH)]);
+    }
+    return env.Undefined();
+  }
+
   // The core's scratch memory: the view shares the core, so it never outlives it.
   Napi::Value scratch(const Napi::CallbackInfo& info) {
     return Napi::Buffer<uint8_t>::New(info.Env(), core_->scratch(), core_->scratch_length(),
@@ -430,7 +465,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
   std::shared_ptr<transport::Provider> provider_;  // before external_: registrations go first
   std::unordered_map<uint32_t, External> external_;  // registered buffers, registered here
   std::shared_ptr<ClientCore> core_;
-  std::shared_ptr<std::vector<uint32_t>> op_words_, result_words_, control_words_;
+  std::shared_ptr<std::vector<uint32_t>> op_words_, result_words_, control_words_, copy_words_;
   std::shared_ptr<std::vector<uint8_t>> arena_;
   size_t arena_bytes_ = 0;
   std::vector<OpDesc> descs_;

@@ -40,6 +40,22 @@ for (const scheme of providersUnderTest()) {
       await kv.putMany([]);
     });
 
+    test(`${scheme} (${pollMode}): getMany calls and gets of one tick, whose answers share a hand-out, each get their own values`, async (t) => {
+      const server = await startServer(scheme);
+      t.teardown(() => server.close());
+      const kv = await connect(server, { pollMode });
+      t.teardown(() => kv.close());
+      const value = (i: number) => `v${i}-`.repeat(1 + (i % 5));
+      const keys = Array.from({ length: 40 }, (_, i) => `k${i}`);
+      await kv.putMany(keys.map((k, i): [string, string] => [k, value(i)]));
+      for (let round = 0; round < 5; round++) {
+        const parts = [keys.slice(0, 10), keys.slice(10, 11), [], keys.slice(11, 30).reverse(), ['absent', ...keys.slice(30)]];
+        const [many, singles] = await Promise.all([Promise.all(parts.map((part) => kv.getMany(part))), Promise.all(keys.map((k) => kv.get(k)))]);
+        many.forEach((got, p) => t.deepEqual(got.map((v) => v?.toString()), parts[p]!.map((k) => (k === 'absent' ? undefined : value(Number(k.slice(1))))), `round ${round}, part ${p}`));
+        t.deepEqual(singles.map((v) => v?.toString()), keys.map((_, i) => value(i)));
+      }
+    });
+
     test(`${scheme} (${pollMode}): a bad key or value rejects the whole batch before anything is sent; a failed read rejects with its typed error`, async (t) => {
       const server = await startServer(scheme, { maxValueBytes: 4096 });
       t.teardown(() => server.close());

@@ -12,7 +12,7 @@ import { runInNewContext } from 'node:vm';
 
 import test from 'ava';
 
-import { ControlWords, KvLayout, KvOp, KvStatus, OpLayout, Opcode, ResultLayout, SendFlag, WcStatus } from '../../native/constants.generated.js';
+import { ControlWords, CopyLayout, KvLayout, Limit, KvOp, KvStatus, OpLayout, Opcode, ResultLayout, SendFlag, WcStatus } from '../../native/constants.generated.js';
 import { type Completion, hashKey, nativeBuildItem, readCompletion } from '../../native/index.js';
 import { ItemType } from '../../protocol/constants.js';
 import { packSlot } from '../../protocol/index-format.js';
@@ -30,6 +30,8 @@ type NativeCore = {
   readonly arena: Buffer;
   readonly scratch: Buffer;
   copyScratch(target: Uint8Array, targetStart: number, at: number, length: number): void;
+  readonly copyWords: Uint32Array;
+  copyValues(target: Uint8Array, count: number): void;
 };
 const addon = createRequire(import.meta.url)('node-gyp-build')(fileURLToPath(new URL('../../..', import.meta.url))) as {
   ClientCore: new (provider: unknown, connection: unknown, cq: unknown, region: object, options: object) => NativeCore;
@@ -179,6 +181,40 @@ for (const scheme of providersUnderTest()) {
     }
     t.throws(() => core.copyScratch('no buffer' as unknown as Buffer, 0, 0, 1), { code: 'ERR_INVALID_ARG_TYPE' });
     t.is(target.toString('latin1'), '.0123456789.', 'a refused copy wrote nothing');
+  });
+
+  test(`${scheme}: copyValues copies copyWords' ranges of scratch into one Buffer, and refuses the whole list if one range is outside either`, async (t) => {
+    const p = await connectPair(scheme);
+    t.teardown(() => p.close());
+    const core = newCore(p);
+    t.teardown(() => void core.close());
+    const n = core.scratch.length;
+    core.scratch.write('abc', 100, 'latin1');
+    core.scratch.write('XYZW', n - 4, 'latin1');
+    const words = core.copyWords;
+    t.is(words.length, Limit.MAX_POST_BATCH * CopyLayout.WORDS);
+    const entry = (i: number, at: number, length: number, targetStart: number): void => {
+      words[i * CopyLayout.WORDS + CopyLayout.AT] = at;
+      words[i * CopyLayout.WORDS + CopyLayout.LENGTH] = length;
+      words[i * CopyLayout.WORDS + CopyLayout.TARGET_START] = targetStart;
+    };
+    const target = Buffer.alloc(9, 0x2e);
+    entry(0, n - 4, 4, 4); // out of order in the target, and up to both ends
+    entry(1, 100, 3, 0);
+    entry(2, 0, 0, 9);
+    core.copyValues(target, 3);
+    t.is(target.toString('latin1'), 'abc.XYZW.');
+    core.copyValues(target, 0);
+    target.fill(0x2e);
+    for (const [at, length, start] of [[n - 3, 4, 0], [0, 4, 6], [n + 1, 0, 0], [0, 0, 10]]) {
+      entry(0, 100, 3, 0); // a good entry first: nothing of the list is copied
+      entry(1, at!, length!, start!);
+      t.throws(() => core.copyValues(target, 2), { code: 'ERR_OUT_OF_RANGE' }, `at ${at}, length ${length}, start ${start}`);
+    }
+    t.throws(() => core.copyValues(target, Limit.MAX_POST_BATCH + 1), { code: 'ERR_OUT_OF_RANGE' });
+    t.throws(() => core.copyValues(target, -1), { code: 'ERR_OUT_OF_RANGE' });
+    t.throws(() => core.copyValues('no buffer' as unknown as Buffer, 0), { code: 'ERR_INVALID_ARG_TYPE' });
+    t.is(target.toString('latin1'), '.........', 'a refused list wrote nothing');
   });
 
   test(`${scheme}: the completions of control requests come back in controlWords, as posted, apart from op results`, async (t) => {
