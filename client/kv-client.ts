@@ -339,7 +339,8 @@ export class KvClient extends EventEmitter<ClientEvents> {
 
   /**
    * Reads many keys in order (a missing key: undefined): one batch per server, one
-   * promise; values are views of one Buffer per KvLayout.MAX_INFLIGHT keys. A bad key
+   * promise; values are views of one Buffer per hand-out of the core's results (the keys of
+   * one poll, at most KvLayout.MAX_INFLIGHT; getMany calls of the same tick may share it). A bad key
    * rejects the call before anything is sent; a failed read rejects it with its error.
    */
   getMany(keys: Key[]): Promise<Array<Buffer | undefined>> {
