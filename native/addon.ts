@@ -162,6 +162,8 @@ export interface NativeClientCore {
   readonly opWords: Uint32Array;
   readonly resultWords: Uint32Array;
   readonly copyWords: Uint32Array;
+  /** This core in coreSubmit & co. (a slot of the thread's table and its generation). */
+  readonly handle: number;
   readonly controlWords: Uint32Array;
   readonly arena: Buffer;
   /** Shares the core: the core's memory goes only with the last view of it. */
@@ -193,6 +195,11 @@ export interface Addon {
   /** Forgets a registered buffer: ops naming it fail with BAD_BUFFER. False if it was not registered. */
   freeRegistered(id: number): boolean;
   ClientCore: new (provider: NativeProvider, connection: NativeConnection, cq: NativeCq, region: CoreRegion, options: CoreOptions) => NativeClientCore;
+  /** A core's submit, poll, copyScratch and copyValues by its handle: calls without an instance method's unwrap (kv_binding.cc). */
+  coreSubmit(handle: number, count: number): number;
+  corePoll(handle: number): number;
+  coreCopyScratch(handle: number, target: Uint8Array, targetStart: number, at: number, length: number): void;
+  coreCopyValues(handle: number, target: Uint8Array, count: number): void;
   hashKey(key: Buffer, seed: bigint, bucketCount: number): [number, number, number];
   NoticeDrain: new (region: Buffer, layout: NoticeDrainLayout, classes: readonly number[], recv: Buffer, recvLkey: number, recvBytes: number, provider: NativeProvider, cq: NativeCq) => NativeNoticeDrain;
   indexWords(fp: number, units: number, block: number, version: number, owner: number, counter: bigint): [bigint, bigint, bigint, bigint, number, number, number];

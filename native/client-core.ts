@@ -64,6 +64,7 @@ export class ClientCore {
   /** The largest item (header + key + value) scratch holds: larger values move only through registered buffers. */
   readonly itemLimit: number;
   readonly #native: NativeClientCore;
+  readonly #handle: number; // the hot calls go by it (addon.coreSubmit & co.), the rest by #native
 
   constructor(provider: Provider, connection: Connection, cq: CompletionQueue, region: CoreRegion, options: CoreOptions) {
     this.#native = new addon.ClientCore(provider.native, connection.native, cq.native, region, options);
@@ -74,6 +75,7 @@ export class ClientCore {
     this.arena = this.#native.arena;
     this.scratch = this.#native.scratch;
     this.itemLimit = this.#native.itemLimit;
+    this.#handle = this.#native.handle;
   }
 
   /** Results the last submit() left in resultWords (its control completions: controlCount). */
@@ -85,13 +87,13 @@ export class ClientCore {
    * call are in resultWords (submittedResults of them). One doorbell per pass.
    */
   submit(count: number): number {
-    const r = this.#native.submit(count);
+    const r = addon.coreSubmit(this.#handle, count);
     this.submittedResults = r >>> 16;
     return r & 0xffff;
   }
   /** Leaves finished ops' results in resultWords and returns how many; the control completions it took are in controlWords (controlCount). */
   poll(): number {
-    return this.#native.poll();
+    return addon.corePoll(this.#handle);
   }
   /** Control completions the last poll() left in controlWords. */
   get controlCount(): number {
@@ -119,11 +121,11 @@ export class ClientCore {
   }
   /** scratch[at, at + length) to target[targetStart...] (a GET's value out of scratch, without the view Buffer.copy makes per call). */
   copyScratch(target: Uint8Array, targetStart: number, at: number, length: number): void {
-    this.#native.copyScratch(target, targetStart, at, length);
+    addon.coreCopyScratch(this.#handle, target, targetStart, at, length);
   }
   /** copyScratch for the first `count` entries of copyWords, in one call; every range is checked before any is copied. */
   copyValues(target: Uint8Array, count: number): void {
-    this.#native.copyValues(target, count);
+    addon.coreCopyValues(this.#handle, target, count);
   }
   /** The connection's read lease ends `ms` from now (negative: it has ended); GET and INCR answers handed over later end READ_LEASE_LAPSED. */
   permitReads(connection: number, ms: number): void {

@@ -142,6 +142,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
                         InstanceAccessor<&ClientCoreWrap::op_words>("opWords"),
                         InstanceAccessor<&ClientCoreWrap::result_words>("resultWords"),
                         InstanceAccessor<&ClientCoreWrap::copy_words>("copyWords"),
+                        InstanceAccessor<&ClientCoreWrap::handle>("handle"),
                         InstanceAccessor<&ClientCoreWrap::control_words>("controlWords"),
                         InstanceAccessor<&ClientCoreWrap::arena>("arena"),
                         InstanceAccessor<&ClientCoreWrap::scratch>("scratch")});
@@ -177,18 +178,66 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
     descs_.resize(kMaxBatch);
     results_.resize(kMaxBatch);
     controls_.resize(kMaxControls);
+    handle_ = register_handle(this);
   }
   ~ClientCoreWrap() override {
+    unregister_handle(handle_);
     if (core_) core_->close();
   }
 
+  // The hot calls as module functions of a handle (coreSubmit(handle, count), corePoll(handle),
+  // coreCopyScratch(handle, ...), coreCopyValues(handle, ...)): an instance method's
+  // napi_unwrap is a private-symbol lookup in V8's runtime, ~60 ns of a ~150 ns call. A handle
+  // is a slot of this thread's table and the slot's generation, so a stale one never names a
+  // later core; the JS wrapper holds its native object, so its own handle stays live.
+  static Napi::Value submit_of(const Napi::CallbackInfo& info) { return of(info).submit_at(info, 1); }
+  static Napi::Value poll_of(const Napi::CallbackInfo& info) { return of(info).poll_now(info); }
+  static Napi::Value copy_scratch_of(const Napi::CallbackInfo& info) { return of(info).copy_scratch_at(info, 1); }
+  static Napi::Value copy_values_of(const Napi::CallbackInfo& info) { return of(info).copy_values_at(info, 1); }
+
  private:
+  static constexpr uint32_t kSlotBits = 20;  // a handle: generation << kSlotBits | slot
+  struct Slot {
+    ClientCoreWrap* wrap = nullptr;
+    uint32_t generation = 0;
+  };
+  static inline thread_local std::vector<Slot> slots_;  // the cores of this thread's addon
+
+  static double register_handle(ClientCoreWrap* wrap) {
+    size_t slot = 0;
+    while (slot < slots_.size() && slots_[slot].wrap != nullptr) slot++;
+    if (slot == (size_t{1} << kSlotBits)) return -1;  // a million live cores: calls by handle refuse
+    if (slot == slots_.size()) slots_.emplace_back();
+    Slot& s = slots_[slot];
+    s.wrap = wrap;
+    s.generation++;
+    return static_cast<double>(s.generation) * (1u << kSlotBits) + static_cast<double>(slot);
+  }
+  static void unregister_handle(double handle) {
+    if (handle < 0) return;
+    const auto slot = static_cast<size_t>(static_cast<uint64_t>(handle) & ((1u << kSlotBits) - 1));
+    if (slot < slots_.size()) slots_[slot].wrap = nullptr;
+  }
+  static ClientCoreWrap& of(const Napi::CallbackInfo& info) {
+    const double h = info[0].IsNumber() ? info[0].As<Napi::Number>().DoubleValue() : -1;
+    const auto bits = h >= 0 && h < 9007199254740992.0 ? static_cast<uint64_t>(h) : ~uint64_t{0};
+    const size_t slot = bits & ((1u << kSlotBits) - 1);
+    if (static_cast<double>(bits) != h || slot >= slots_.size() || slots_[slot].wrap == nullptr ||
+        slots_[slot].generation != (bits >> kSlotBits)) {
+      throw_error(info.Env(), "ERR_INVALID_STATE", "no client core has this handle (its core is gone, or it is of another thread)");
+    }
+    return *slots_[slot].wrap;
+  }
+  Napi::Value handle(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), handle_); }
+
   // submit(count) -> taken + results * 65536: how many ops were taken (the
   // rest stay with the caller), and how many results it left in resultWords
   // (both at most MAX_POST_BATCH); control completions are in controlWords.
-  Napi::Value submit(const Napi::CallbackInfo& info) {
+  Napi::Value submit(const Napi::CallbackInfo& info) { return submit_at(info, 0); }
+  // The calls' bodies, their arguments from info[first] (0: the method; 1: the handle's function).
+  Napi::Value submit_at(const Napi::CallbackInfo& info, size_t first) {
     Napi::Env env = info.Env();
-    const uint32_t count = std::min<uint32_t>(info[0].As<Napi::Number>().Uint32Value(), kMaxBatch);
+    const uint32_t count = std::min<uint32_t>(info[first].As<Napi::Number>().Uint32Value(), kMaxBatch);
     uint32_t* w = op_words_->data();
     const uint8_t* arena = arena_->data();
     for (uint32_t i = 0; i < count; i++, w += u32(OpLayout::WORDS)) {
@@ -231,7 +280,8 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
 
   // poll() -> how many op results it left in resultWords; the control
   // completions it took are in controlWords, their count first.
-  Napi::Value poll(const Napi::CallbackInfo& info) {
+  Napi::Value poll(const Napi::CallbackInfo& info) { return poll_now(info); }
+  Napi::Value poll_now(const Napi::CallbackInfo& info) {
     return Napi::Number::New(info.Env(), static_cast<double>(write_out(core_->poll(results_.data(), kMaxBatch))));
   }
 
@@ -401,15 +451,16 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
   // copyScratch(target, targetStart, at, length): scratch[at, at + length) to target[targetStart...].
   // A GET's value leaves scratch this way: Buffer.copy from a range makes a Uint8Array view of it
   // each time, garbage on every GET.
-  Napi::Value copy_scratch(const Napi::CallbackInfo& info) {
+  Napi::Value copy_scratch(const Napi::CallbackInfo& info) { return copy_scratch_at(info, 0); }
+  Napi::Value copy_scratch_at(const Napi::CallbackInfo& info, size_t first) {
     Napi::Env env = info.Env();
-    if (!info[0].IsTypedArray() || !info[1].IsNumber() || !info[2].IsNumber() || !info[3].IsNumber()) {
+    if (!info[first].IsTypedArray() || !info[first + 1].IsNumber() || !info[first + 2].IsNumber() || !info[first + 3].IsNumber()) {
       throw_error(env, "ERR_INVALID_ARG_TYPE", "copyScratch(target: Buffer, targetStart: number, at: number, length: number)");
     }
-    auto target = info[0].As<Napi::Uint8Array>();
-    const int64_t target_start = info[1].As<Napi::Number>().Int64Value();
-    const int64_t at = info[2].As<Napi::Number>().Int64Value();
-    const int64_t length = info[3].As<Napi::Number>().Int64Value();
+    auto target = info[first].As<Napi::Uint8Array>();
+    const int64_t target_start = info[first + 1].As<Napi::Number>().Int64Value();
+    const int64_t at = info[first + 2].As<Napi::Number>().Int64Value();
+    const int64_t length = info[first + 3].As<Napi::Number>().Int64Value();
     const auto scratch_length = static_cast<int64_t>(core_->scratch_length());
     const auto target_length = static_cast<int64_t>(target.ByteLength());
     if (at < 0 || length < 0 || target_start < 0 || at > scratch_length || length > scratch_length - at ||
@@ -423,13 +474,14 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
   // copyValues(target, count): the first `count` CopyLayout entries of copyWords, each
   // scratch[AT, AT + LENGTH) to target[TARGET_START...]: every batch value of a hand-out in one
   // call. Every range is checked before anything is copied.
-  Napi::Value copy_values(const Napi::CallbackInfo& info) {
+  Napi::Value copy_values(const Napi::CallbackInfo& info) { return copy_values_at(info, 0); }
+  Napi::Value copy_values_at(const Napi::CallbackInfo& info, size_t first) {
     Napi::Env env = info.Env();
-    if (!info[0].IsTypedArray() || !info[1].IsNumber()) {
+    if (!info[first].IsTypedArray() || !info[first + 1].IsNumber()) {
       throw_error(env, "ERR_INVALID_ARG_TYPE", "copyValues(target: Buffer, count: number)");
     }
-    auto target = info[0].As<Napi::Uint8Array>();
-    const int64_t count = info[1].As<Napi::Number>().Int64Value();
+    auto target = info[first].As<Napi::Uint8Array>();
+    const int64_t count = info[first + 1].As<Napi::Number>().Int64Value();
     if (count < 0 || count > static_cast<int64_t>(kMaxBatch)) {
       throw_error(env, "ERR_OUT_OF_RANGE", "copyValues: count is not in [0, copyWords' entries]");
     }
@@ -468,6 +520,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
   std::shared_ptr<std::vector<uint32_t>> op_words_, result_words_, control_words_, copy_words_;
   std::shared_ptr<std::vector<uint8_t>> arena_;
   size_t arena_bytes_ = 0;
+  double handle_ = -1;
   std::vector<OpDesc> descs_;
   std::vector<OpResult> results_;
   std::vector<transport::Completion> controls_;
@@ -479,6 +532,10 @@ void init_kv(Napi::Env env, Napi::Object exports, AddonData* data) {
   Napi::Function fn = ClientCoreWrap::define(env);
   data->client_core = Napi::Persistent(fn);
   exports.Set("ClientCore", fn);
+  exports.Set("coreSubmit", Napi::Function::New(env, ClientCoreWrap::submit_of, "coreSubmit"));
+  exports.Set("corePoll", Napi::Function::New(env, ClientCoreWrap::poll_of, "corePoll"));
+  exports.Set("coreCopyScratch", Napi::Function::New(env, ClientCoreWrap::copy_scratch_of, "coreCopyScratch"));
+  exports.Set("coreCopyValues", Napi::Function::New(env, ClientCoreWrap::copy_values_of, "coreCopyValues"));
   exports.Set("registeredBuffer", Napi::Function::New(env, registered_buffer, "registeredBuffer"));
   exports.Set("freeRegistered", Napi::Function::New(env, free_registered, "freeRegistered"));
 }

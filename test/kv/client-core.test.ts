@@ -32,9 +32,13 @@ type NativeCore = {
   copyScratch(target: Uint8Array, targetStart: number, at: number, length: number): void;
   readonly copyWords: Uint32Array;
   copyValues(target: Uint8Array, count: number): void;
+  readonly handle: number;
 };
 const addon = createRequire(import.meta.url)('node-gyp-build')(fileURLToPath(new URL('../../..', import.meta.url))) as {
   ClientCore: new (provider: unknown, connection: unknown, cq: unknown, region: object, options: object) => NativeCore;
+  corePoll(handle: unknown): number;
+  coreSubmit(handle: unknown, count: number): number;
+  coreCopyScratch(handle: unknown, target: Uint8Array, targetStart: number, at: number, length: number): void;
 };
 
 setFlagsFromString('--expose-gc');
@@ -215,6 +219,53 @@ for (const scheme of providersUnderTest()) {
     t.throws(() => core.copyValues(target, -1), { code: 'ERR_OUT_OF_RANGE' });
     t.throws(() => core.copyValues('no buffer' as unknown as Buffer, 0), { code: 'ERR_INVALID_ARG_TYPE' });
     t.is(target.toString('latin1'), '.........', 'a refused list wrote nothing');
+  });
+
+  test(`${scheme}: the calls by handle reach their own core, and refuse a handle that names none (a closed-and-collected core's, made up, not a number)`, async (t) => {
+    const p = await connectPair(scheme);
+    t.teardown(() => p.close());
+    const first = newCore(p);
+    t.teardown(() => void first.close());
+    first.scratch.write('first', 0, 'latin1');
+    const target = Buffer.alloc(5);
+    addon.coreCopyScratch(first.handle, target, 0, 0, 5);
+    t.is(target.toString('latin1'), 'first');
+    const submitted = submitGets(first, 1, 1);
+    t.is(submitted.taken, 1);
+    const deadline = performance.now() + slow(2000);
+    let finished = submitted.done.length;
+    while (finished === 0 && performance.now() < deadline) {
+      finished += addon.corePoll(first.handle);
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    t.is(finished, 1, 'the GET finished, in submit or in a poll by handle');
+    // A second core gets another handle; once it is gone (closed, then collected), its handle names nothing,
+    // even after a later core takes its slot.
+    let second: NativeCore | undefined = newCore(p);
+    const stale = second.handle;
+    t.not(stale, first.handle);
+    second.close();
+    second = undefined;
+    const refused = (): boolean => {
+      try {
+        addon.corePoll(stale);
+        return false;
+      } catch {
+        return true;
+      }
+    };
+    let gone = false;
+    for (let i = 0; i < 50 && !(gone = refused()); i++) {
+      gc();
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    t.true(gone, 'the collected core\'s handle was refused');
+    const third = newCore(p);
+    t.teardown(() => void third.close());
+    for (const handle of [stale, first.handle + 2 ** 40, -1, 0.5, 'h', undefined]) {
+      t.throws(() => addon.corePoll(handle), { code: 'ERR_INVALID_STATE' }, `handle ${String(handle)}`);
+    }
+    t.is(addon.corePoll(first.handle), 0, 'the live core still answers by its handle');
   });
 
   test(`${scheme}: the completions of control requests come back in controlWords, as posted, apart from op results`, async (t) => {
