@@ -3,7 +3,7 @@
 // settles, the batches' values are copied into one Buffer of this hand-out, and
 // a block the core did not use goes back to the pools of the op's session.
 import type { ClientCore } from '../native/index.js';
-import { CopyLayout, KvOp, KvStatus, ResultLayout } from '../protocol/constants.js';
+import { CopyLayout, KvLayout, KvOp, KvStatus, ResultLayout } from '../protocol/constants.js';
 import { errorForStatus } from '../protocol/errors.js';
 import { describe } from './keys.js';
 import { opName } from './op-names.js';
@@ -29,9 +29,14 @@ export interface Slots {
   readonly backups: BackupBlocks;
 }
 
+// copyWords' entries: a hand-out's batch values from 0, its single GETs' values from SINGLES.
+const SINGLES = KvLayout.MAX_INFLIGHT;
+
 /**
  * Delivers the `n` results the core left in resultWords. The batches' GET values of this hand-out
- * share one Buffer (each value a view of it), filled by one copyValues() at the end, before any
+ * share one Buffer (each value a view of it); a single GET's value is its own Buffer, as
+ * Buffer.allocUnsafe cuts it (small ones from Node's pool). Every value is copied out of scratch
+ * with one copyValues() per target Buffer or pool, before this returns and so before any
  * promise reaction can run.
  */
 export function deliverResults(q: Slots, core: ClientCore, n: number): void {
@@ -45,8 +50,11 @@ export function deliverResults(q: Slots, core: ClientCore, n: number): void {
   }
   const chunk = batchBytes > 0 ? Buffer.allocUnsafe(batchBytes) : undefined;
   const copies = core.copyWords;
+  const entries = copies.length / CopyLayout.WORDS;
   let chunkUsed = 0;
   let copied = 0;
+  let pool: ArrayBufferLike | undefined; // the single values' target now: entries [SINGLES, singles)
+  let singles: number = SINGLES;
   for (let i = 0, o = 0; i < n; i++, o += ResultLayout.WORDS) {
     const slot = q.slotOf(words[o + ResultLayout.ID]!);
     if (slot < 0) continue;
@@ -64,6 +72,7 @@ export function deliverResults(q: Slots, core: ClientCore, n: number): void {
       if (owner.failed) continue;
       if (status === KvStatus.OK && owner.type === KvOp.GET) {
         const len = words[o + ResultLayout.VALUE_LEN]!;
+        if (copied === SINGLES) copied = copyOut(core, chunk!, 0, copied); // more results than slots: never so far
         const c = copied++ * CopyLayout.WORDS; // its bytes come with copyValues() below
         copies[c + CopyLayout.AT] = words[o + ResultLayout.VALUE_OFFSET]!;
         copies[c + CopyLayout.LENGTH] = len;
@@ -82,7 +91,14 @@ export function deliverResults(q: Slots, core: ClientCore, n: number): void {
         const at = words[o + ResultLayout.VALUE_OFFSET]!;
         const len = words[o + ResultLayout.VALUE_LEN]!;
         value = Buffer.allocUnsafe(len); // a copy: scratch is reused
-        core.copyScratch(value, 0, at, len);
+        if (value.buffer !== pool || singles === entries) {
+          singles = copyOut(core, pool, SINGLES, singles);
+          pool = value.buffer;
+        }
+        const c = singles++ * CopyLayout.WORDS;
+        copies[c + CopyLayout.AT] = at;
+        copies[c + CopyLayout.LENGTH] = len;
+        copies[c + CopyLayout.TARGET_START] = value.byteOffset;
       }
       if (owner.answer === Answer.VALUE || owner.answer === Answer.NONE) owner.resolve(value); // undefined but for a GET's value
       else if (owner.answer === Answer.LENGTH) owner.resolve(status === KvStatus.OK ? words[o + ResultLayout.VALUE_LEN]! : undefined); // in the registered buffer
@@ -99,7 +115,15 @@ export function deliverResults(q: Slots, core: ClientCore, n: number): void {
       owner.reject(errorForStatus(status, words[o + ResultLayout.DETAIL]!, `${opName(owner.type)} ${describe(owner.key)}`, lost));
     }
   }
-  if (copied > 0) core.copyValues(chunk!, copied); // scratch is reused: the values leave it now
+  // Scratch is reused: the values leave it now.
+  copyOut(core, chunk, 0, copied);
+  copyOut(core, pool, SINGLES, singles);
+}
+
+/** Copies copyWords' entries [first, end) into `target`; returns `first` (the entries are free again). */
+function copyOut(core: ClientCore, target: Uint8Array | ArrayBufferLike | undefined, first: number, end: number): number {
+  if (end > first) core.copyValues(target as Uint8Array | ArrayBuffer, first, end - first);
+  return first;
 }
 
 /** The 64-bit version of the result at word `o`. */

@@ -150,8 +150,7 @@ export interface NativeClientCore {
   closeConnection(connection: number, waitMs?: number): boolean;
   connectionItemLimit(connection: number): number;
   permitReads(connection: number, ms: number): void;
-  copyScratch(target: Uint8Array, targetStart: number, at: number, length: number): void;
-  copyValues(target: Uint8Array, count: number): void;
+  copyValues(target: Uint8Array | ArrayBuffer, first: number, count: number): void;
   readonly connections: number;
   /** [hits, misses, validation failures] of the location cache since the core was made. */
   locationStats(): [number, number, number];
@@ -195,11 +194,10 @@ export interface Addon {
   /** Forgets a registered buffer: ops naming it fail with BAD_BUFFER. False if it was not registered. */
   freeRegistered(id: number): boolean;
   ClientCore: new (provider: NativeProvider, connection: NativeConnection, cq: NativeCq, region: CoreRegion, options: CoreOptions) => NativeClientCore;
-  /** A core's submit, poll, copyScratch and copyValues by its handle: calls without an instance method's unwrap (kv_binding.cc). */
+  /** A core's submit, poll and copyValues by its handle: calls without an instance method's unwrap (kv_binding.cc). */
   coreSubmit(handle: number, count: number): number;
   corePoll(handle: number): number;
-  coreCopyScratch(handle: number, target: Uint8Array, targetStart: number, at: number, length: number): void;
-  coreCopyValues(handle: number, target: Uint8Array, count: number): void;
+  coreCopyValues(handle: number, target: Uint8Array | ArrayBuffer, first: number, count: number): void;
   hashKey(key: Buffer, seed: bigint, bucketCount: number): [number, number, number];
   NoticeDrain: new (region: Buffer, layout: NoticeDrainLayout, classes: readonly number[], recv: Buffer, recvLkey: number, recvBytes: number, provider: NativeProvider, cq: NativeCq) => NativeNoticeDrain;
   indexWords(fp: number, units: number, block: number, version: number, owner: number, counter: bigint): [bigint, bigint, bigint, bigint, number, number, number];

@@ -119,13 +119,13 @@ export class ClientCore {
   closeConnection(connection: number, waitMs?: number): boolean {
     return waitMs === undefined ? this.#native.closeConnection(connection) : this.#native.closeConnection(connection, waitMs);
   }
-  /** scratch[at, at + length) to target[targetStart...] (a GET's value out of scratch, without the view Buffer.copy makes per call). */
-  copyScratch(target: Uint8Array, targetStart: number, at: number, length: number): void {
-    addon.coreCopyScratch(this.#handle, target, targetStart, at, length);
-  }
-  /** copyScratch for the first `count` entries of copyWords, in one call; every range is checked before any is copied. */
-  copyValues(target: Uint8Array, count: number): void {
-    addon.coreCopyValues(this.#handle, target, count);
+  /**
+   * Entries [first, first + count) of copyWords (CopyLayout), each scratch[AT, AT + LENGTH) to
+   * target[TARGET_START...]: a hand-out's GET values leave scratch in one call per target. The
+   * target may be the ArrayBuffer of Buffers cut from one pool. Every range is checked before any is copied.
+   */
+  copyValues(target: Uint8Array | ArrayBuffer, first: number, count: number): void {
+    addon.coreCopyValues(this.#handle, target, first, count);
   }
   /** The connection's read lease ends `ms` from now (negative: it has ended); GET and INCR answers handed over later end READ_LEASE_LAPSED. */
   permitReads(connection: number, ms: number): void {

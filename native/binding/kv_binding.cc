@@ -131,7 +131,6 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
                         InstanceMethod<&ClientCoreWrap::close_connection>("closeConnection"),
                         InstanceMethod<&ClientCoreWrap::connection_item_limit>("connectionItemLimit"),
                         InstanceMethod<&ClientCoreWrap::permit_reads>("permitReads"),
-                        InstanceMethod<&ClientCoreWrap::copy_scratch>("copyScratch"),
                         InstanceMethod<&ClientCoreWrap::copy_values>("copyValues"),
                         InstanceAccessor<&ClientCoreWrap::connections>("connections"),
                         InstanceMethod<&ClientCoreWrap::location_stats>("locationStats"),
@@ -186,13 +185,12 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
   }
 
   // The hot calls as module functions of a handle (coreSubmit(handle, count), corePoll(handle),
-  // coreCopyScratch(handle, ...), coreCopyValues(handle, ...)): an instance method's
-  // napi_unwrap is a private-symbol lookup in V8's runtime, ~60 ns of a ~150 ns call. A handle
+  // coreCopyValues(handle, target, first, count)): an instance method's napi_unwrap is a
+  // private-symbol lookup in V8's runtime, ~50 ns of a ~115-150 ns call. A handle
   // is a slot of this thread's table and the slot's generation, so a stale one never names a
   // later core; the JS wrapper holds its native object, so its own handle stays live.
   static Napi::Value submit_of(const Napi::CallbackInfo& info) { return of(info).submit_at(info, 1); }
   static Napi::Value poll_of(const Napi::CallbackInfo& info) { return of(info).poll_now(info); }
-  static Napi::Value copy_scratch_of(const Napi::CallbackInfo& info) { return of(info).copy_scratch_at(info, 1); }
   static Napi::Value copy_values_of(const Napi::CallbackInfo& info) { return of(info).copy_values_at(info, 1); }
 
  private:
@@ -448,56 +446,46 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
                                       [](Napi::Env, uint8_t*, std::shared_ptr<std::vector<uint8_t>>* p) { delete p; },
                                       new std::shared_ptr<std::vector<uint8_t>>(arena_));
   }
-  // copyScratch(target, targetStart, at, length): scratch[at, at + length) to target[targetStart...].
-  // A GET's value leaves scratch this way: Buffer.copy from a range makes a Uint8Array view of it
-  // each time, garbage on every GET.
-  Napi::Value copy_scratch(const Napi::CallbackInfo& info) { return copy_scratch_at(info, 0); }
-  Napi::Value copy_scratch_at(const Napi::CallbackInfo& info, size_t first) {
-    Napi::Env env = info.Env();
-    if (!info[first].IsTypedArray() || !info[first + 1].IsNumber() || !info[first + 2].IsNumber() || !info[first + 3].IsNumber()) {
-      throw_error(env, "ERR_INVALID_ARG_TYPE", "copyScratch(target: Buffer, targetStart: number, at: number, length: number)");
-    }
-    auto target = info[first].As<Napi::Uint8Array>();
-    const int64_t target_start = info[first + 1].As<Napi::Number>().Int64Value();
-    const int64_t at = info[first + 2].As<Napi::Number>().Int64Value();
-    const int64_t length = info[first + 3].As<Napi::Number>().Int64Value();
-    const auto scratch_length = static_cast<int64_t>(core_->scratch_length());
-    const auto target_length = static_cast<int64_t>(target.ByteLength());
-    if (at < 0 || length < 0 || target_start < 0 || at > scratch_length || length > scratch_length - at ||
-        target_start > target_length || length > target_length - target_start) {
-      throw_error(env, "ERR_OUT_OF_RANGE", "copyScratch: the range is not inside scratch, or does not fit the target");
-    }
-    std::memcpy(target.Data() + target_start, core_->scratch() + at, static_cast<size_t>(length));
-    return env.Undefined();
-  }
-
-  // copyValues(target, count): the first `count` CopyLayout entries of copyWords, each
-  // scratch[AT, AT + LENGTH) to target[TARGET_START...]: every batch value of a hand-out in one
-  // call. Every range is checked before anything is copied.
+  // copyValues(target, first, count): CopyLayout entries [first, first + count) of copyWords,
+  // each scratch[AT, AT + LENGTH) to target[TARGET_START...]: the GET values of a hand-out
+  // leave scratch in a call per target, not one per value. The target is a Buffer or an
+  // ArrayBuffer (the pool of the Buffers Buffer.allocUnsafe cut from it). Every range is
+  // checked before anything is copied.
   Napi::Value copy_values(const Napi::CallbackInfo& info) { return copy_values_at(info, 0); }
-  Napi::Value copy_values_at(const Napi::CallbackInfo& info, size_t first) {
+  Napi::Value copy_values_at(const Napi::CallbackInfo& info, size_t arg) {
     Napi::Env env = info.Env();
-    if (!info[first].IsTypedArray() || !info[first + 1].IsNumber()) {
-      throw_error(env, "ERR_INVALID_ARG_TYPE", "copyValues(target: Buffer, count: number)");
+    const bool typed = info[arg].IsTypedArray();
+    if ((!typed && !info[arg].IsArrayBuffer()) || !info[arg + 1].IsNumber() || !info[arg + 2].IsNumber()) {
+      throw_error(env, "ERR_INVALID_ARG_TYPE", "copyValues(target: Buffer | ArrayBuffer, first: number, count: number)");
     }
-    auto target = info[first].As<Napi::Uint8Array>();
-    const int64_t count = info[first + 1].As<Napi::Number>().Int64Value();
-    if (count < 0 || count > static_cast<int64_t>(kMaxBatch)) {
-      throw_error(env, "ERR_OUT_OF_RANGE", "copyValues: count is not in [0, copyWords' entries]");
+    uint8_t* target_data;
+    uint64_t target_length;
+    if (typed) {
+      auto target = info[arg].As<Napi::Uint8Array>();
+      target_data = target.Data();
+      target_length = target.ByteLength();
+    } else {
+      auto target = info[arg].As<Napi::ArrayBuffer>();
+      target_data = static_cast<uint8_t*>(target.Data());
+      target_length = target.ByteLength();
+    }
+    const int64_t first = info[arg + 1].As<Napi::Number>().Int64Value();
+    const int64_t count = info[arg + 2].As<Napi::Number>().Int64Value();
+    if (first < 0 || count < 0 || first > static_cast<int64_t>(kMaxBatch) || count > static_cast<int64_t>(kMaxBatch) - first) {
+      throw_error(env, "ERR_OUT_OF_RANGE", "copyValues: [first, first + count) is not inside copyWords' entries");
     }
     const uint64_t scratch_length = core_->scratch_length();
-    const uint64_t target_length = target.ByteLength();
-    const uint32_t* w = copy_words_->data();
-    for (int64_t i = 0; i < count; i++, w += u32(CopyLayout::WORDS)) {
+    const uint32_t* begin = copy_words_->data() + first * u32(CopyLayout::WORDS);
+    const uint32_t* end = begin + count * u32(CopyLayout::WORDS);
+    for (const uint32_t* w = begin; w < end; w += u32(CopyLayout::WORDS)) {
       const uint64_t at = w[u32(CopyLayout::AT)], length = w[u32(CopyLayout::LENGTH)];
       const uint64_t target_start = w[u32(CopyLayout::TARGET_START)];
       if (at + length > scratch_length || target_start + length > target_length) {
         throw_error(env, "ERR_OUT_OF_RANGE", "copyValues: a range is not inside scratch, or does not fit the target");
       }
     }
-    w = copy_words_->data();
-    for (int64_t i = 0; i < count; i++, w += u32(CopyLayout::WORDS)) {
-      std::memcpy(target.Data() + w[u32(CopyLayout::TARGET_START)], core_->scratch() + w[u32(CopyLayout::AT)],
+    for (const uint32_t* w = begin; w < end; w += u32(CopyLayout::WORDS)) {
+      std::memcpy(target_data + w[u32(CopyLayout::TARGET_START)], core_->scratch() + w[u32(CopyLayout::AT)],
                   w[u32(CopyLayout::LENGTH)]);
     }
     return env.Undefined();
@@ -534,7 +522,6 @@ void init_kv(Napi::Env env, Napi::Object exports, AddonData* data) {
   exports.Set("ClientCore", fn);
   exports.Set("coreSubmit", Napi::Function::New(env, ClientCoreWrap::submit_of, "coreSubmit"));
   exports.Set("corePoll", Napi::Function::New(env, ClientCoreWrap::poll_of, "corePoll"));
-  exports.Set("coreCopyScratch", Napi::Function::New(env, ClientCoreWrap::copy_scratch_of, "coreCopyScratch"));
   exports.Set("coreCopyValues", Napi::Function::New(env, ClientCoreWrap::copy_values_of, "coreCopyValues"));
   exports.Set("registeredBuffer", Napi::Function::New(env, registered_buffer, "registeredBuffer"));
   exports.Set("freeRegistered", Napi::Function::New(env, free_registered, "freeRegistered"));

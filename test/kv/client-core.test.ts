@@ -29,16 +29,15 @@ type NativeCore = {
   readonly controlWords: Uint32Array;
   readonly arena: Buffer;
   readonly scratch: Buffer;
-  copyScratch(target: Uint8Array, targetStart: number, at: number, length: number): void;
   readonly copyWords: Uint32Array;
-  copyValues(target: Uint8Array, count: number): void;
+  copyValues(target: Uint8Array | ArrayBuffer, first: number, count: number): void;
   readonly handle: number;
 };
 const addon = createRequire(import.meta.url)('node-gyp-build')(fileURLToPath(new URL('../../..', import.meta.url))) as {
   ClientCore: new (provider: unknown, connection: unknown, cq: unknown, region: object, options: object) => NativeCore;
   corePoll(handle: unknown): number;
   coreSubmit(handle: unknown, count: number): number;
-  coreCopyScratch(handle: unknown, target: Uint8Array, targetStart: number, at: number, length: number): void;
+  coreCopyValues(handle: unknown, target: Uint8Array | ArrayBuffer, first: number, count: number): void;
 };
 
 setFlagsFromString('--expose-gc');
@@ -168,26 +167,7 @@ for (const scheme of providersUnderTest()) {
     t.is(scratch[scratch.length - 1], 0xa5);
   });
 
-  test(`${scheme}: copyScratch copies a range of scratch into a Buffer, and refuses a range outside either`, async (t) => {
-    const p = await connectPair(scheme);
-    t.teardown(() => p.close());
-    const core = newCore(p);
-    t.teardown(() => void core.close());
-    const n = core.scratch.length;
-    core.scratch.write('0123456789', n - 10, 'latin1');
-    const target = Buffer.alloc(12, 0x2e);
-    core.copyScratch(target, 1, n - 10, 10);
-    t.is(target.toString('latin1'), '.0123456789.');
-    core.copyScratch(target, 12, 0, 0); // empty, at either end
-    core.copyScratch(target, 0, n, 0);
-    for (const [start, at, length] of [[0, n - 9, 10], [3, 0, 10], [-1, 0, 1], [0, -1, 1], [0, 0, -1], [13, 0, 0], [0, n + 1, 0]]) {
-      t.throws(() => core.copyScratch(target, start!, at!, length!), { code: 'ERR_OUT_OF_RANGE' }, `start ${start}, at ${at}, length ${length}`);
-    }
-    t.throws(() => core.copyScratch('no buffer' as unknown as Buffer, 0, 0, 1), { code: 'ERR_INVALID_ARG_TYPE' });
-    t.is(target.toString('latin1'), '.0123456789.', 'a refused copy wrote nothing');
-  });
-
-  test(`${scheme}: copyValues copies copyWords' ranges of scratch into one Buffer, and refuses the whole list if one range is outside either`, async (t) => {
+  test(`${scheme}: copyValues copies copyWords' ranges of scratch into a Buffer or an ArrayBuffer, and refuses the whole list if one range is outside either`, async (t) => {
     const p = await connectPair(scheme);
     t.teardown(() => p.close());
     const core = newCore(p);
@@ -203,21 +183,27 @@ for (const scheme of providersUnderTest()) {
       words[i * CopyLayout.WORDS + CopyLayout.TARGET_START] = targetStart;
     };
     const target = Buffer.alloc(9, 0x2e);
-    entry(0, n - 4, 4, 4); // out of order in the target, and up to both ends
-    entry(1, 100, 3, 0);
-    entry(2, 0, 0, 9);
-    core.copyValues(target, 3);
+    entry(5, n - 4, 4, 4); // out of order in the target, and up to both ends
+    entry(6, 100, 3, 0);
+    entry(7, 0, 0, 9);
+    core.copyValues(target, 5, 3);
     t.is(target.toString('latin1'), 'abc.XYZW.');
-    core.copyValues(target, 0);
+    core.copyValues(target, 0, 0);
+    // An ArrayBuffer: TARGET_START counts from its start (a pooled Buffer's byteOffset).
+    const memory = new ArrayBuffer(16);
+    entry(Limit.MAX_POST_BATCH - 1, 100, 3, 13);
+    core.copyValues(memory, Limit.MAX_POST_BATCH - 1, 1);
+    t.is(Buffer.from(memory, 13, 3).toString('latin1'), 'abc');
     target.fill(0x2e);
     for (const [at, length, start] of [[n - 3, 4, 0], [0, 4, 6], [n + 1, 0, 0], [0, 0, 10]]) {
       entry(0, 100, 3, 0); // a good entry first: nothing of the list is copied
       entry(1, at!, length!, start!);
-      t.throws(() => core.copyValues(target, 2), { code: 'ERR_OUT_OF_RANGE' }, `at ${at}, length ${length}, start ${start}`);
+      t.throws(() => core.copyValues(target, 0, 2), { code: 'ERR_OUT_OF_RANGE' }, `at ${at}, length ${length}, start ${start}`);
     }
-    t.throws(() => core.copyValues(target, Limit.MAX_POST_BATCH + 1), { code: 'ERR_OUT_OF_RANGE' });
-    t.throws(() => core.copyValues(target, -1), { code: 'ERR_OUT_OF_RANGE' });
-    t.throws(() => core.copyValues('no buffer' as unknown as Buffer, 0), { code: 'ERR_INVALID_ARG_TYPE' });
+    for (const [first, count] of [[0, Limit.MAX_POST_BATCH + 1], [Limit.MAX_POST_BATCH, 1], [Limit.MAX_POST_BATCH + 1, 0], [-1, 1], [0, -1]]) {
+      t.throws(() => core.copyValues(target, first!, count!), { code: 'ERR_OUT_OF_RANGE' }, `first ${first}, count ${count}`);
+    }
+    t.throws(() => core.copyValues('no buffer' as unknown as Buffer, 0, 0), { code: 'ERR_INVALID_ARG_TYPE' });
     t.is(target.toString('latin1'), '.........', 'a refused list wrote nothing');
   });
 
@@ -228,7 +214,10 @@ for (const scheme of providersUnderTest()) {
     t.teardown(() => void first.close());
     first.scratch.write('first', 0, 'latin1');
     const target = Buffer.alloc(5);
-    addon.coreCopyScratch(first.handle, target, 0, 0, 5);
+    first.copyWords[CopyLayout.AT] = 0;
+    first.copyWords[CopyLayout.LENGTH] = 5;
+    first.copyWords[CopyLayout.TARGET_START] = 0;
+    addon.coreCopyValues(first.handle, target, 0, 1);
     t.is(target.toString('latin1'), 'first');
     const submitted = submitGets(first, 1, 1);
     t.is(submitted.taken, 1);
