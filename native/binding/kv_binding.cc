@@ -216,16 +216,27 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
     const auto slot = static_cast<size_t>(static_cast<uint64_t>(handle) & ((1u << kSlotBits) - 1));
     if (slot < slots_.size()) slots_[slot].wrap = nullptr;
   }
+  // By the table the function was made with (the init thread's: a TLS lookup per call costs more).
   static ClientCoreWrap& of(const Napi::CallbackInfo& info) {
+    const std::vector<Slot>& slots = *static_cast<const std::vector<Slot>*>(info.Data());
     const double h = info[0].IsNumber() ? info[0].As<Napi::Number>().DoubleValue() : -1;
     const auto bits = h >= 0 && h < 9007199254740992.0 ? static_cast<uint64_t>(h) : ~uint64_t{0};
     const size_t slot = bits & ((1u << kSlotBits) - 1);
-    if (static_cast<double>(bits) != h || slot >= slots_.size() || slots_[slot].wrap == nullptr ||
-        slots_[slot].generation != (bits >> kSlotBits)) {
+    if (static_cast<double>(bits) != h || slot >= slots.size() || slots[slot].wrap == nullptr ||
+        slots[slot].generation != (bits >> kSlotBits)) {
       throw_error(info.Env(), "ERR_INVALID_STATE", "no client core has this handle (its core is gone, or it is of another thread)");
     }
-    return *slots_[slot].wrap;
+    return *slots[slot].wrap;
   }
+
+ public:
+  static void define_by_handle(Napi::Env env, Napi::Object exports) {
+    exports.Set("coreSubmit", Napi::Function::New(env, submit_of, "coreSubmit", &slots_));
+    exports.Set("corePoll", Napi::Function::New(env, poll_of, "corePoll", &slots_));
+    exports.Set("coreCopyValues", Napi::Function::New(env, copy_values_of, "coreCopyValues", &slots_));
+  }
+
+ private:
   Napi::Value handle(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), handle_); }
 
   // submit(count) -> taken + results * 65536: how many ops were taken (the
@@ -520,9 +531,7 @@ void init_kv(Napi::Env env, Napi::Object exports, AddonData* data) {
   Napi::Function fn = ClientCoreWrap::define(env);
   data->client_core = Napi::Persistent(fn);
   exports.Set("ClientCore", fn);
-  exports.Set("coreSubmit", Napi::Function::New(env, ClientCoreWrap::submit_of, "coreSubmit"));
-  exports.Set("corePoll", Napi::Function::New(env, ClientCoreWrap::poll_of, "corePoll"));
-  exports.Set("coreCopyValues", Napi::Function::New(env, ClientCoreWrap::copy_values_of, "coreCopyValues"));
+  ClientCoreWrap::define_by_handle(env, exports);
   exports.Set("registeredBuffer", Napi::Function::New(env, registered_buffer, "registeredBuffer"));
   exports.Set("freeRegistered", Napi::Function::New(env, free_registered, "freeRegistered"));
 }
