@@ -1,4 +1,5 @@
 // Keys and values as bytes, and how they are shown in errors and histories.
+import { Buffer } from 'node:buffer'; // the global Buffer is a getter: a call per use
 import { KvLayout } from '../protocol/constants.js';
 import { KvInvalidArgumentError, KvKeyTooLargeError } from '../protocol/errors.js';
 

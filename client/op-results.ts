@@ -2,6 +2,7 @@
 // records they belong to (found by the op id's slot): a single op's promise
 // settles, the batches' values are copied into one Buffer of this hand-out, and
 // a block the core did not use goes back to the pools of the op's session.
+import { Buffer } from 'node:buffer'; // the global Buffer is a getter: a call per use
 import type { ClientCore } from '../native/index.js';
 import { CopyLayout, KvLayout, KvOp, KvStatus, ResultLayout } from '../protocol/constants.js';
 import { errorForStatus } from '../protocol/errors.js';

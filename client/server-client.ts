@@ -6,6 +6,7 @@
 // is its ServerLink's (server-link.ts). The operations themselves run in the
 // op queue of the session's host, shared with the KvClient's other servers
 // (core-host.ts). KvClient routes keys to these.
+import { Buffer } from 'node:buffer'; // the global Buffer is a getter: a call per use
 import { EventEmitter } from 'node:events';
 
 import { KvLayout, KvOp, KvStatus } from '../protocol/constants.js';
