@@ -25,7 +25,7 @@ import type { RepairAccess } from './repair.js';
 import { takeLock } from './locks.js';
 import { type HistoryRecorder, historyRecorder } from './history.js';
 import type { OpResult } from './op-queue.js';
-import { type Bytes, ServerClient } from './server-client.js';
+import { type Bytes, runCas, runGet, runGetVersioned, runPut, ServerClient } from './server-client.js';
 import type { ClientEvents, ClientStats, HistoryEvent, Key, KvClientOptions, KvStatusName, MemberLayout, Value, VersionedValue } from './types.js';
 
 export type { PutOptions } from './expiry.js';
@@ -239,13 +239,13 @@ export class KvClient extends EventEmitter<ClientEvents> {
 
   /** The value, or undefined when the key does not exist. */
   get(key: Key): Promise<Buffer | undefined> {
-    const pending = this.direct(KvOp.GET, key, undefined, getValue);
+    const pending = this.direct(KvOp.GET, key, undefined, runGet);
     return this.metrics ? this.metrics.observeValue(KvOp.GET, pending) : pending;
   }
 
   /** The value with its version (a CAS token), or undefined. */
   getWithVersion(key: Key): Promise<VersionedValue | undefined> {
-    const pending = this.direct(KvOp.GET, key, undefined, getVersioned);
+    const pending = this.direct(KvOp.GET, key, undefined, runGetVersioned);
     return this.metrics ? this.metrics.observeValue(KvOp.GET, pending) : pending;
   }
 
@@ -253,7 +253,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
   put(key: Key, value: Value, options?: PutOptions): Promise<void> {
     const expiry = options === undefined ? 0 : attempt(putExpiry, options, 'put');
     if (expiry instanceof Error) return Promise.reject(expiry);
-    const pending = this.direct(KvOp.PUT, key, value, expiry === 0 ? putValue : (server, k, v) => server.putValue(k, v!, expiry));
+    const pending = this.direct(KvOp.PUT, key, value, runPut, expiry);
     return this.metrics ? this.metrics.observeValue(KvOp.PUT, pending) : pending;
   }
 
@@ -304,7 +304,7 @@ export class KvClient extends EventEmitter<ClientEvents> {
   cas(key: Key, expectedVersion: bigint | number, value: Value): Promise<boolean> {
     const expected = attempt(casVersion, expectedVersion, undefined);
     if (expected instanceof Error) return Promise.reject(expected);
-    const pending = this.direct(KvOp.CAS, key, value, (server, k, v) => server.casApplied(k, expected, v!));
+    const pending = this.direct(KvOp.CAS, key, value, runCas, expected);
     return this.metrics ? this.metrics.observeValue(KvOp.CAS, pending) : pending;
   }
 
@@ -372,17 +372,18 @@ export class KvClient extends EventEmitter<ClientEvents> {
   }
 
   /** get and put without a result object or a then() between caller and queue (`type`: what the op is, for a failover's retries). */
-  private direct<T>(type: KvOp, key: Key, value: Value | undefined, run: (server: ServerClient, key: Bytes, value: Value | undefined) => Promise<T>): Promise<T> {
+  // `run` gets `arg` (an expiry, a version) as a parameter: a closure over it would cost every call a context.
+  private direct<T, A = undefined>(type: KvOp, key: Key, value: Value | undefined, run: (server: ServerClient, key: Bytes, value: Value | undefined, arg: A) => Promise<T>, arg?: A): Promise<T> {
     let bytes: Bytes;
     let server: ServerClient | KvError;
     try {
       bytes = keyBytes(key, 'key');
-      if (this.replicaSets) return this.failover.run(type, bytes, value, this.routeKey, run);
+      if (this.replicaSets) return this.failover.run(type, bytes, value, this.routeKey, run, arg);
       server = this.route(bytes);
     } catch (error) {
       return Promise.reject(error);
     }
-    return server instanceof ServerClient ? run(server, bytes, value) : Promise.reject(server);
+    return server instanceof ServerClient ? run(server, bytes, value, arg!) : Promise.reject(server);
   }
 
   /** route(), made once: FailoverWaits calls it per op. */
@@ -444,7 +445,3 @@ export class KvClient extends EventEmitter<ClientEvents> {
 }
 
 export { KvError };
-
-const getValue = (server: ServerClient, key: Bytes) => server.getValue(key);
-const getVersioned = (server: ServerClient, key: Bytes) => server.getVersioned(key);
-const putValue = (server: ServerClient, key: Bytes, value: Value | undefined) => server.putValue(key, value!);

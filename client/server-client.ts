@@ -16,7 +16,7 @@ import { type HistoryRecorder, recorded } from './history.js';
 import { measureKey, toBuffer } from './keys.js';
 import { roleRefusal } from './roles.js';
 import { type ExtRef, extOf, freedError, holding, withBounce } from './large-values.js';
-import { Answer, Batch, type Bytes, type OpResult } from './op-queue.js';
+import { Answer, Batch, type Bytes, type OpQueue, type OpResult } from './op-queue.js';
 import { PendingOp } from './op-records.js';
 import { ServerLink, type ServerLinkOptions } from './server-link.js';
 import type { Session } from './session.js';
@@ -291,16 +291,11 @@ export class ServerClient extends EventEmitter<ClientEvents> {
         const op = PendingOp.of(type, key, keyBytes, undefined, 0, arg, cls, mismatchResolves, ext, undefined, expiry, this.epoch, keepVersion, answer);
         const refused = this.replicated ? this.replicate(op, session) : undefined;
         if (refused) return Promise.reject(refused);
-        return holding(ext, () => queue.add(session, op).result);
+        return queueHolding(queue, session, op, ext);
       }
       if (KvLayout.ITEM_HEADER_BYTES + keyBytes + valueBytes > session.itemLimit) {
         // Larger than the core's scratch holds: through a registered bounce buffer (one copy).
-        const from = bytes!;
-        return withBounce(valueBytes, (bounce) => {
-          if (typeof from === 'string') bounce.write(from, 0, valueBytes);
-          else from.copy(bounce, 0);
-          return this.request(type, key, bounce.subarray(0, valueBytes), arg, mismatchResolves, answer, undefined, expiry, keepVersion);
-        });
+        return this.requestBounced(type, key, bytes!, valueBytes, arg, mismatchResolves, answer, expiry, keepVersion);
       }
     } else if (type === KvOp.INCR || type === KvOp.LOCK) {
       cls = classFor(classes, itemUnits(keyBytes, 0)); // in case it must be created
@@ -313,11 +308,19 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       const replicated = this.replicate(op, session);
       if (replicated) return Promise.reject(replicated);
     }
-    if (recorder) {
-      const r = recorded(recorder, op, () => queue.add(session, op));
-      return answer === Answer.FULL ? r : r.then((x) => answerOf(answer, x));
-    }
+    if (recorder) return queueRecorded(recorder, queue, session, op, answer);
     return queue.add(session, op).result;
+  }
+
+  // request()'s slow paths, apart: a closure inside request() would give every call a context.
+
+  /** A write larger than scratch holds, through a registered bounce buffer (one copy). */
+  private requestBounced(type: KvOp, key: Bytes, from: Bytes, valueBytes: number, arg: bigint, mismatchResolves: boolean, answer: Answer, expiry: number, keepVersion: boolean): Promise<unknown> {
+    return withBounce(valueBytes, (bounce) => {
+      if (typeof from === 'string') bounce.write(from, 0, valueBytes);
+      else from.copy(bounce, 0);
+      return this.request(type, key, bounce.subarray(0, valueBytes), arg, mismatchResolves, answer, undefined, expiry, keepVersion);
+    });
   }
 
   /**
@@ -360,3 +363,20 @@ function answerOf(answer: Answer, x: OpResult): unknown {
   if (answer === Answer.APPLIED) return ok;
   return undefined;
 }
+
+/** Queues an op of a registered buffer, which stays registered until the op has ended. */
+function queueHolding(queue: OpQueue, session: Session, op: PendingOp, ext: ExtRef): Promise<unknown> {
+  return holding(ext, () => queue.add(session, op).result);
+}
+
+/** Queues a recorded op: the history gets its invoke now and its answer when it ends. */
+function queueRecorded(recorder: HistoryRecorder, queue: OpQueue, session: Session, op: PendingOp, answer: Answer): Promise<unknown> {
+  const r = recorded(recorder, op, () => queue.add(session, op));
+  return answer === Answer.FULL ? r : r.then((x) => answerOf(answer, x));
+}
+
+// KvClient's runs of an op on its server: functions made once, so no call makes a closure.
+export const runGet = (server: ServerClient, key: Bytes): Promise<Buffer | undefined> => server.getValue(key);
+export const runGetVersioned = (server: ServerClient, key: Bytes): Promise<VersionedValue | undefined> => server.getVersioned(key);
+export const runPut = (server: ServerClient, key: Bytes, value: Value | undefined, expiry: number): Promise<void> => server.putValue(key, value!, expiry);
+export const runCas = (server: ServerClient, key: Bytes, value: Value | undefined, expected: bigint): Promise<boolean> => server.casApplied(key, expected, value!);

@@ -37,12 +37,12 @@ export class FailoverWaits {
    * routed again until it runs or the timeout. `route` and `op` are meant to be long-lived
    * functions: the common case (routed, run once) allocates only the rejection handler.
    */
-  run<T, V>(type: KvOp, key: Bytes, value: V, route: (key: Bytes) => ServerClient | KvError, op: (server: ServerClient, key: Bytes, value: V) => Promise<T>): Promise<T> {
+  run<T, V, A>(type: KvOp, key: Bytes, value: V, route: (key: Bytes) => ServerClient | KvError, op: (server: ServerClient, key: Bytes, value: V, arg: A) => Promise<T>, arg?: A): Promise<T> {
     const server = route(key);
     if (server instanceof ServerClient && server.routeRefusal(type) === undefined) {
-      return op(server, key, value).catch((failed: unknown) => (nothingHappened(failed, type) ? this.again(type, () => route(key), (s) => op(s, key, value), failed) : Promise.reject(failed)));
+      return op(server, key, value, arg!).catch((failed: unknown) => (nothingHappened(failed, type) ? this.again(type, () => route(key), (s) => op(s, key, value, arg!), failed) : Promise.reject(failed)));
     }
-    return this.again(type, () => route(key), (s) => op(s, key, value), undefined);
+    return this.again(type, () => route(key), (s) => op(s, key, value, arg!), undefined);
   }
 
   /** The slow path: route and run (after waiting, when `failed` says why the last try failed), until the timeout, which rejects with the last error. */
