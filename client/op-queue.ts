@@ -340,8 +340,10 @@ export class OpQueue implements Slots {
   /** Event mode: ops waiting out a backoff (a held lock, a full ring) are retried by the next poll, a millisecond on. */
   private watchBackoffs(core: ClientCore): void {
     if (this.pollMode !== 'event' || this.backoffTimer || this.host.core !== core || core.backoffs === 0) return;
-    this.backoffTimer = setTimeout(() => ((this.backoffTimer = undefined), this.pollOnce()), 1);
+    this.backoffTimer = setTimeout(this.backoffOver, 1);
   }
+  // Made once: an arrow inside watchBackoffs (run per flush) would cost every call a context for `this`.
+  private readonly backoffOver = (): void => void ((this.backoffTimer = undefined), this.pollOnce());
 
   /** Writes descriptor `i` (and its key and value into the arena) for key `k` of `owner` on `session` in a free slot; returns the arena used. */
   private describe(words: Uint32Array, arena: Buffer, i: number, at: number, session: Session, owner: Work, k: number, type: KvOp, key: Bytes, keyBytes: number, value: Bytes | undefined, valueBytes: number, cls: number, block: number): number {
