@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // npm test: runs every test tier this machine can run and says which it
 // skipped and why.
-//   shm  the whole suite on the host, shm provider (always). Suites whose
+//   shm  the whole suite on the host, shm provider (always; the files in ALONE
+//        first, by themselves). Suites whose
 //        program is missing here (etcd, redis-server, ...) are skipped with one
 //        line each, "skipped: WHY" (test/helpers/tools.ts); under CI=true they
 //        fail instead.
@@ -14,10 +15,22 @@ import { spawn } from 'node:child_process';
 
 import { avaCounts, avaFailures, relayText } from './ava-summary.mjs';
 
+// Test files that need the host to themselves, run first and alone: huge-pages.test.js needs a
+// few hugetlb pages free, and every server another file starts on an anonymous region takes
+// what is free (all or nothing, for its whole region).
+const ALONE = ['dist/test/server/huge-pages.test.js'];
+
 const tiers = [
-  { name: 'shm', command: 'npx', args: ['ava', 'dist/test/**/*.test.js'] },
+  { name: 'shm (alone)', command: 'npx', args: ['ava', ...ALONE] },
+  { name: 'shm', command: 'npx', args: ['ava', 'dist/test/**/*.test.js', ...ALONE.map((file) => `!${file}`)] },
   { name: 'rxe', command: 'bash', args: ['deploy/softroce-vm/run-tier.sh'] },
 ];
+// `node scripts/test-tiers.mjs shm`: only the tiers of that name (npm run test:shm).
+const only = process.argv[2];
+if (only !== undefined && !tiers.some((tier) => tier.name.split(' ')[0] === only)) {
+  console.error(`test-tiers: no tier '${only}' (the tiers: ${[...new Set(tiers.map((tier) => tier.name.split(' ')[0]))].join(', ')})`);
+  process.exit(2);
+}
 
 function run(tier) {
   return new Promise((resolve) => {
@@ -32,6 +45,7 @@ const summary = [];
 const total = { passed: 0, failed: 0, skipped: 0, todo: 0, knownFailures: 0 };
 let failed = false;
 for (const tier of tiers) {
+  if (only !== undefined && tier.name.split(' ')[0] !== only) continue;
   console.log(`\n=== tier ${tier.name} ===`);
   const { code, output } = await run(tier);
   if (code === 77) {
