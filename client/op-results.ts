@@ -49,7 +49,7 @@ export function deliverResults(q: Slots, core: ClientCore, n: number): void {
     const owner = slot < 0 ? undefined : q.owners[slot];
     if (owner instanceof Batch && owner.type === KvOp.GET && words[o + ResultLayout.STATUS] === KvStatus.OK) batchBytes += words[o + ResultLayout.VALUE_LEN]!;
   }
-  const chunk = batchBytes > 0 ? Buffer.allocUnsafe(batchBytes) : undefined;
+  let chunk: Buffer | undefined; // made with the first batch value, even an empty one
   const copies = core.copyWords;
   const entries = copies.length / CopyLayout.WORDS;
   let chunkUsed = 0;
@@ -76,12 +76,13 @@ export function deliverResults(q: Slots, core: ClientCore, n: number): void {
         if (owner.failed) continue;
         if (status === KvStatus.OK && owner.type === KvOp.GET) {
           const len = words[o + ResultLayout.VALUE_LEN]!;
-          if (copied === SINGLES) copied = copyOut(core, chunk!, 0, copied); // more results than slots: never so far
+          chunk ??= Buffer.allocUnsafe(batchBytes);
+          if (copied === SINGLES) copied = copyOut(core, chunk, 0, copied); // more results than slots: never so far
           const c = copied++ * CopyLayout.WORDS; // its bytes come with copyValues() below
           copies[c + CopyLayout.AT] = words[o + ResultLayout.VALUE_OFFSET]!;
           copies[c + CopyLayout.LENGTH] = len;
           copies[c + CopyLayout.TARGET_START] = chunkUsed;
-          owner.out![owner.positions ? owner.positions[k]! : k] = chunk!.subarray(chunkUsed, (chunkUsed += len));
+          owner.out![owner.positions ? owner.positions[k]! : k] = chunk.subarray(chunkUsed, (chunkUsed += len));
         } else if (status !== KvStatus.OK && status !== KvStatus.NOT_FOUND) {
           owner.fail(errorForStatus(status, words[o + ResultLayout.DETAIL]!, `${opName(owner.type)} ${describe(owner.keys[k]!)}`, lost));
           continue;

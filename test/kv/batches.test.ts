@@ -56,6 +56,19 @@ for (const scheme of providersUnderTest()) {
       }
     });
 
+    test(`${scheme} (${pollMode}): getMany of empty values, alone and beside other values, gives empty Buffers`, async (t) => {
+      const server = await startServer(scheme);
+      t.teardown(() => server.close());
+      const kv = await connect(server, { pollMode });
+      t.teardown(() => kv.close());
+      await kv.putMany([['e0', ''], ['e1', Buffer.alloc(0)], ['full', 'value']]);
+      t.deepEqual((await kv.getMany(['e0', 'e1'])).map((v) => v?.toString()), ['', '']);
+      const [many, single] = await Promise.all([kv.getMany(['e1', 'full', 'absent', 'e0']), kv.get('e0')]);
+      t.deepEqual(many.map((v) => v?.toString()), ['', 'value', undefined, '']);
+      t.is(single?.length, 0);
+      t.is((await kv.get('full'))?.toString(), 'value', 'the client goes on');
+    });
+
     test(`${scheme} (${pollMode}): a bad key or value rejects the whole batch before anything is sent; a failed read rejects with its typed error`, async (t) => {
       const server = await startServer(scheme, { maxValueBytes: 4096 });
       t.teardown(() => server.close());
