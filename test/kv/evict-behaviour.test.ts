@@ -172,9 +172,12 @@ for (const scheme of providersUnderTest()) {
       t.true(lostCold > cold / 2, `unread keys evicted: ${lostCold} of ${cold}`);
       // lfu: the read keys count 4 reads against the others' 1 and stay (measured: 0-6 of them go; before the pool
       // 141-277 against 396-536 unread). lru: once the unread keys grow scarce in a sample, the read ones are the
-      // next oldest (the fresh keys are newer): 137-233 against 545-778 unread; before the pool 322-383 against 407-435.
+      // next oldest (the fresh keys are newer): 117-252 against 468-778 unread; before the pool 322-383 against 407-435.
+      // Compared as shares of each kind (there are 1.67 times as many read keys): an unread key is at least twice
+      // (lru) or ten times (lfu) as likely to go. Counts compared as counts failed a loaded CI run at 252 against 468
+      // (shares 18 % and 56 %).
       const ratio = eviction === 'lfu' ? 10 : 2;
-      t.true(ratio * lostWarm < lostCold, `read keys evicted: ${lostWarm}, unread: ${lostCold}`);
+      t.true(ratio * (lostWarm / warm) < lostCold / cold, `read keys evicted: ${lostWarm} of ${warm}, unread: ${lostCold} of ${cold}`);
     });
   }
 }
