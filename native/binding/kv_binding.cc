@@ -190,7 +190,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
   // is a slot of this thread's table and the slot's generation, so a stale one never names a
   // later core; the JS wrapper holds its native object, so its own handle stays live.
   static Napi::Value submit_of(const Napi::CallbackInfo& info) { return of(info).submit_at(info, 1); }
-  static Napi::Value poll_of(const Napi::CallbackInfo& info) { return of(info).poll_now(info); }
+  static Napi::Value poll_of(const Napi::CallbackInfo& info) { return of(info).poll(info); }
   static Napi::Value copy_values_of(const Napi::CallbackInfo& info) { return of(info).copy_values_at(info, 1); }
 
  private:
@@ -289,8 +289,7 @@ class ClientCoreWrap : public Napi::ObjectWrap<ClientCoreWrap> {
 
   // poll() -> how many op results it left in resultWords; the control
   // completions it took are in controlWords, their count first.
-  Napi::Value poll(const Napi::CallbackInfo& info) { return poll_now(info); }
-  Napi::Value poll_now(const Napi::CallbackInfo& info) {
+  Napi::Value poll(const Napi::CallbackInfo& info) {
     return Napi::Number::New(info.Env(), static_cast<double>(write_out(core_->poll(results_.data(), kMaxBatch))));
   }
 
