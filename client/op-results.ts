@@ -5,7 +5,7 @@
 import { Buffer } from 'node:buffer'; // the global Buffer is a getter: a call per use
 import type { ClientCore } from '../native/index.js';
 import { CopyLayout, KvLayout, KvOp, KvStatus, ResultLayout } from '../protocol/constants.js';
-import { errorForStatus } from '../protocol/errors.js';
+import { errorForStatus, KvInternalError } from '../protocol/errors.js';
 import { describe } from './keys.js';
 import { opName } from './op-names.js';
 import { Answer, Batch, type PendingOp } from './op-records.js';
@@ -63,67 +63,86 @@ export function deliverResults(q: Slots, core: ClientCore, n: number): void {
       const slot = q.slotOf(words[o + ResultLayout.ID]!);
       if (slot < 0) continue;
       const owner = q.owners[slot]!;
-      const k = q.members[slot]!;
-      const session = q.sessions[slot];
-      if (words[o + ResultLayout.BLOCK_UNUSED] && q.blocks[slot]! >= 0) session!.pools.giveBack(q.classes[slot]!, q.blocks[slot]!);
-      if (words[o + ResultLayout.BACKUP_BLOCKS_UNUSED]) q.backups.giveBack(slot, words[o + ResultLayout.BACKUP_BLOCKS_UNUSED]!);
-      q.release(slot);
-      const status = words[o + ResultLayout.STATUS]!;
-      // Why its connection went, for the error: the keepalive's reason, or the transport's first error.
-      const lost = status === KvStatus.DISCONNECTED ? session?.lostReason ?? (session?.connection.firstError || undefined) : undefined;
-      if (status === KvStatus.OK || status === KvStatus.NOT_FOUND || status === KvStatus.VERSION_MISMATCH) q.retried[owner.type] += words[o + ResultLayout.DETAIL]!;
-      if (owner instanceof Batch) {
-        if (owner.failed) continue;
-        if (status === KvStatus.OK && owner.type === KvOp.GET) {
-          const len = words[o + ResultLayout.VALUE_LEN]!;
-          chunk ??= Buffer.allocUnsafe(batchBytes);
-          if (copied === SINGLES) copied = copyOut(core, chunk, 0, copied); // more results than slots: never so far
-          const c = copied++ * CopyLayout.WORDS; // its bytes come with copyValues() below
-          copies[c + CopyLayout.AT] = words[o + ResultLayout.VALUE_OFFSET]!;
-          copies[c + CopyLayout.LENGTH] = len;
-          copies[c + CopyLayout.TARGET_START] = chunkUsed;
-          owner.out![owner.positions ? owner.positions[k]! : k] = chunk.subarray(chunkUsed, (chunkUsed += len));
-        } else if (status !== KvStatus.OK && status !== KvStatus.NOT_FOUND) {
-          owner.fail(errorForStatus(status, words[o + ResultLayout.DETAIL]!, `${opName(owner.type)} ${describe(owner.keys[k]!)}`, lost));
+      try {
+        const k = q.members[slot]!;
+        const session = q.sessions[slot];
+        if (words[o + ResultLayout.BLOCK_UNUSED] && q.blocks[slot]! >= 0) session!.pools.giveBack(q.classes[slot]!, q.blocks[slot]!);
+        if (words[o + ResultLayout.BACKUP_BLOCKS_UNUSED]) q.backups.giveBack(slot, words[o + ResultLayout.BACKUP_BLOCKS_UNUSED]!);
+        q.release(slot);
+        const status = words[o + ResultLayout.STATUS]!;
+        // Why its connection went, for the error: the keepalive's reason, or the transport's first error.
+        const lost = status === KvStatus.DISCONNECTED ? session?.lostReason ?? (session?.connection.firstError || undefined) : undefined;
+        if (status === KvStatus.OK || status === KvStatus.NOT_FOUND || status === KvStatus.VERSION_MISMATCH) q.retried[owner.type] += words[o + ResultLayout.DETAIL]!;
+        if (owner instanceof Batch) {
+          if (owner.failed) continue;
+          if (status === KvStatus.OK && owner.type === KvOp.GET) {
+            const len = words[o + ResultLayout.VALUE_LEN]!;
+            chunk ??= Buffer.allocUnsafe(batchBytes);
+            if (copied === SINGLES) copied = copyOut(core, chunk, 0, copied); // more results than slots: never so far
+            const c = copied++ * CopyLayout.WORDS; // its bytes come with copyValues() below
+            copies[c + CopyLayout.AT] = words[o + ResultLayout.VALUE_OFFSET]!;
+            copies[c + CopyLayout.LENGTH] = len;
+            copies[c + CopyLayout.TARGET_START] = chunkUsed;
+            owner.out![owner.positions ? owner.positions[k]! : k] = chunk.subarray(chunkUsed, (chunkUsed += len));
+          } else if (status !== KvStatus.OK && status !== KvStatus.NOT_FOUND) {
+            owner.fail(errorForStatus(status, words[o + ResultLayout.DETAIL]!, `${opName(owner.type)} ${describe(owner.keys[k]!)}`, lost));
+            continue;
+          }
+          if (--owner.left === 0) owner.resolve(owner.out);
           continue;
         }
-        if (--owner.left === 0) owner.resolve(owner.out);
-        continue;
-      }
-      if (status === KvStatus.OK || status === KvStatus.NOT_FOUND || (status === KvStatus.VERSION_MISMATCH && owner.mismatchResolves)) {
-        let value: Buffer | undefined;
-        if (owner.type === KvOp.GET && status === KvStatus.OK && owner.ext === undefined) {
-          const at = words[o + ResultLayout.VALUE_OFFSET]!;
-          const len = words[o + ResultLayout.VALUE_LEN]!;
-          value = Buffer.allocUnsafe(len); // a copy: scratch is reused
-          if (value.buffer !== pool || singles === entries) {
-            singles = copyOut(core, pool, SINGLES, singles);
-            pool = value.buffer;
+        if (status === KvStatus.OK || status === KvStatus.NOT_FOUND || (status === KvStatus.VERSION_MISMATCH && owner.mismatchResolves)) {
+          let value: Buffer | undefined;
+          if (owner.type === KvOp.GET && status === KvStatus.OK && owner.ext === undefined) {
+            const at = words[o + ResultLayout.VALUE_OFFSET]!;
+            const len = words[o + ResultLayout.VALUE_LEN]!;
+            value = Buffer.allocUnsafe(len); // a copy: scratch is reused
+            if (value.buffer !== pool || singles === entries) {
+              singles = copyOut(core, pool, SINGLES, singles);
+              pool = value.buffer;
+            }
+            const c = singles++ * CopyLayout.WORDS;
+            copies[c + CopyLayout.AT] = at;
+            copies[c + CopyLayout.LENGTH] = len;
+            copies[c + CopyLayout.TARGET_START] = value.byteOffset;
           }
-          const c = singles++ * CopyLayout.WORDS;
-          copies[c + CopyLayout.AT] = at;
-          copies[c + CopyLayout.LENGTH] = len;
-          copies[c + CopyLayout.TARGET_START] = value.byteOffset;
+          if (owner.answer === Answer.VALUE || owner.answer === Answer.NONE) owner.resolve(value); // undefined but for a GET's value
+          else if (owner.answer === Answer.LENGTH) owner.resolve(status === KvStatus.OK ? words[o + ResultLayout.VALUE_LEN]! : undefined); // in the registered buffer
+          else if (owner.answer === Answer.APPLIED) owner.resolve(status === KvStatus.OK);
+          else if (owner.answer === Answer.VERSIONED) owner.resolve(value ? { value, version: versionAt(words, o) } : undefined);
+          else {
+            const version = versionAt(words, o);
+            const retries = words[o + ResultLayout.DETAIL]!;
+            const expiry = words[o + ResultLayout.EXPIRY_LO]! + words[o + ResultLayout.EXPIRY_HI]! * 0x100000000;
+            owner.resolve(value ? { status, value, version, retries, expiry } : { status, version, retries, expiry, length: words[o + ResultLayout.VALUE_LEN]! });
+          }
+          owner.recycle(); // nothing holds it now: its slot was released above
+        } else {
+          owner.reject(errorForStatus(status, words[o + ResultLayout.DETAIL]!, `${opName(owner.type)} ${describe(owner.key)}`, lost));
         }
-        if (owner.answer === Answer.VALUE || owner.answer === Answer.NONE) owner.resolve(value); // undefined but for a GET's value
-        else if (owner.answer === Answer.LENGTH) owner.resolve(status === KvStatus.OK ? words[o + ResultLayout.VALUE_LEN]! : undefined); // in the registered buffer
-        else if (owner.answer === Answer.APPLIED) owner.resolve(status === KvStatus.OK);
-        else if (owner.answer === Answer.VERSIONED) owner.resolve(value ? { value, version: versionAt(words, o) } : undefined);
-        else {
-          const version = versionAt(words, o);
-          const retries = words[o + ResultLayout.DETAIL]!;
-          const expiry = words[o + ResultLayout.EXPIRY_LO]! + words[o + ResultLayout.EXPIRY_HI]! * 0x100000000;
-          owner.resolve(value ? { status, value, version, retries, expiry } : { status, version, retries, expiry, length: words[o + ResultLayout.VALUE_LEN]! });
-        }
-        owner.recycle(); // nothing holds it now: its slot was released above
-      } else {
-        owner.reject(errorForStatus(status, words[o + ResultLayout.DETAIL]!, `${opName(owner.type)} ${describe(owner.key)}`, lost));
+      } catch (error) {
+        failHandOut(q, slot, owner, error); // the hand-out's other results are still delivered
       }
     }
   } finally {
     // Scratch is reused: the values leave it now.
     copyOut(core, chunk, 0, copied);
     copyOut(core, pool, SINGLES, singles);
+  }
+}
+
+/**
+ * Handing out `owner`'s result threw: a defect. The op fails with KvInternalError (the throw its
+ * cause) instead of never settling, and its slot is free again.
+ */
+function failHandOut(q: Slots, slot: number, owner: PendingOp | Batch, error: unknown): void {
+  const failure = new KvInternalError(`handing out the result of a ${opName(owner.type)} threw (a defect of the client): ${error instanceof Error ? error.message : String(error)}`, error);
+  if (owner instanceof Batch) owner.fail(failure);
+  else owner.reject(failure);
+  try {
+    if (q.owners[slot] === owner) q.release(slot);
+  } catch {
+    // The release itself is what threw: the slot stays taken, the op has its error.
   }
 }
 

@@ -27,6 +27,7 @@ export type KvErrorCode =
   | 'KV_BAD_BUFFER'
   | 'KV_EPOCH_MOVED'
   | 'KV_READ_LEASE_LAPSED'
+  | 'KV_INTERNAL'
   | `RDMA_${string}`;
 
 export class KvError extends Error {
@@ -142,6 +143,18 @@ export class KvBufferTooSmallError extends KvError {
 export class KvBadBufferError extends KvError {
   constructor(message: string) {
     super('KV_BAD_BUFFER', message);
+  }
+}
+
+/**
+ * A defect of the client itself: handing out an op's result threw. The op fails with this (its
+ * `cause` is what was thrown) instead of never settling; the other ops of that hand-out are
+ * delivered as usual. Worth a bug report.
+ */
+export class KvInternalError extends KvError {
+  constructor(message: string, cause: unknown) {
+    super('KV_INTERNAL', message);
+    this.cause = cause;
   }
 }
 
