@@ -40,8 +40,10 @@ export interface NativeCq {
   poll(max: number): number;
   arm(): void;
   ackEvent(): void;
-  watch(callback: () => number | void, moderationUs?: number): void;
+  watch(callback: () => number | void, moderationUs?: number, onEventsFailed?: (reason: string) => void): void;
   unwatch(): void;
+  /** For tests: the watch's event fd fails as on POLLERR. */
+  failEventsForTest(): void;
   readonly completions: Uint32Array;
   readonly eventFd: number;
   readonly depth: number;

@@ -38,9 +38,12 @@ export class CompletionQueue {
    * how many completions it took: after an event it is called again every moderationUs while
    * it finds some, the CQ left unarmed; when it finds none the CQ is armed and it is called
    * once more. A steady stream costs one timer wake-up per moderationUs and no events.
+   * Should the event fd fail (POLLERR: an RDMA device that went away, as in a NIC's reset), a
+   * timer calls `onReady` every millisecond from then on, and `onEventsFailed` is told why, once
+   * (by default a process warning, code RKV_CQ_EVENTS_FAILED).
    */
-  watch(onReady: () => number | void, moderationUs?: number): void {
-    this.native.watch(onReady, moderationUs);
+  watch(onReady: () => number | void, moderationUs?: number, onEventsFailed: (reason: string) => void = warnEventsFailed): void {
+    this.native.watch(onReady, moderationUs, onEventsFailed);
   }
   unwatch(): void {
     this.native.unwatch();
@@ -92,4 +95,8 @@ export class CompletionQueue {
     }
     return out;
   }
+}
+
+function warnEventsFailed(reason: string): void {
+  process.emitWarning(reason, { code: 'RKV_CQ_EVENTS_FAILED' });
 }

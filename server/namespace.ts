@@ -159,7 +159,8 @@ export class Namespace {
     this.fabrics.set(scheme, fabric);
     this.counters.memoryWindows.set(scheme, fabric.windows ? 1 : 0);
     if (readTokens) registerReadOnly(fabric, this.store);
-    fabric.cq.watch(() => this.completions.drain(fabric), CQ_MODERATION_US);
+    const log = this.log;
+    fabric.cq.watch(() => this.completions.drain(fabric), CQ_MODERATION_US, log ? (reason) => log.error({ provider: scheme }, reason) : undefined);
     fabric.cq.arm();
     return fabric;
   }

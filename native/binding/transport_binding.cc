@@ -272,10 +272,18 @@ class WindowWrap : public Napi::ObjectWrap<WindowWrap> {
 // and, with moderation, one on a timerfd (libuv's own timers count whole milliseconds). JS
 // thread only. Owned by its CqWrap and, until libuv has closed both handles, by itself; the
 // environment's teardown stops it like unwatch() does.
+//
+// Should the event fd fail (POLLERR: an ibverbs completion channel says so once its device is
+// gone, as in a NIC's reset), libuv stops polling it and calls back with UV_EBADF. The CQ is
+// then polled by the timerfd every kFallbackPollUs instead, so its completions (the flush
+// errors that tell the connections are gone among them) are still taken, and `on_failure` is
+// called once with the reason. Without it the watch went silent and its ops never finished.
 class CqWatcher {
  public:
+  static constexpr uint32_t kFallbackPollUs = 1000;
+
   static std::shared_ptr<CqWatcher> start(Napi::Env env, State state, std::shared_ptr<CompletionQueue> cq,
-                                          Napi::Function callback, uint32_t moderation_us) {
+                                          Napi::Function callback, Napi::Function on_failure, uint32_t moderation_us) {
     std::shared_ptr<CqWatcher> self(new CqWatcher(env, std::move(state), std::move(cq), moderation_us));
     uv_loop_t* loop = nullptr;
     if (napi_get_uv_event_loop(env, &loop) != napi_ok) throw_error(env, "ERR_RKV_STATE", "no event loop to watch the CQ on");
@@ -284,6 +292,7 @@ class CqWatcher {
       if (self->timer_fd_ < 0) throw_error(env, "ERR_RKV_STATE", "cannot make a timer to moderate the CQ's wake-ups");
     }
     self->callback_ = Napi::Persistent(callback);
+    if (!on_failure.IsEmpty()) self->on_failure_ = Napi::Persistent(on_failure);
     napi_value name = Napi::String::New(env, "rdma-kv cq");
     napi_async_init(env, nullptr, name, &self->context_);
     self->self_ = self;  // until the handles are closed
@@ -300,11 +309,20 @@ class CqWatcher {
 
   bool stopped() const { return stopped_; }
 
+  // For tests: what libuv does when the event fd reports POLLERR (uv__poll_io stops the handle,
+  // then calls back with UV_EBADF).
+  void fail_events_for_test() {
+    if (stopped_) return;
+    uv_poll_stop(&event_poll_);
+    on_event(&event_poll_, UV_EBADF, 0);
+  }
+
   // Idempotent. May run inside the callback (an unwatch from it).
   void stop() {
     if (stopped_) return;
     stopped_ = true;
     callback_.Reset();
+    on_failure_.Reset();
     if (context_ != nullptr) napi_async_destroy(env_, context_);
     context_ = nullptr;
     for (uv_poll_t* handle : {&event_poll_, &timer_poll_}) {
@@ -320,15 +338,20 @@ class CqWatcher {
       : env_(env), state_(std::move(state)), cq_(std::move(cq)), moderation_us_(moderation_us) {}
 
   void open(uv_loop_t* loop, uv_poll_t* handle, int fd, uv_poll_cb cb) {
-    if (uv_poll_init(loop, handle, fd) != 0) throw_error(Napi::Env(env_), "ERR_RKV_STATE", "cannot poll the CQ's event fd");
+    if (!try_open(loop, handle, fd, cb)) throw_error(Napi::Env(env_), "ERR_RKV_STATE", "cannot poll the CQ's event fd");
+  }
+  bool try_open(uv_loop_t* loop, uv_poll_t* handle, int fd, uv_poll_cb cb) {
+    if (uv_poll_init(loop, handle, fd) != 0) return false;
     handle->data = this;
     open_handles_++;
     uv_poll_start(handle, UV_READABLE, cb);
+    return true;
   }
 
   static void on_event(uv_poll_t* handle, int status, int) {
     auto* self = static_cast<CqWatcher*>(handle->data);
-    if (self->stopped_ || status < 0) return;
+    if (self->stopped_) return;
+    if (status < 0) return self->events_failed(handle->loop, status);
     self->cq_->ack_event();
     if (!self->busy_) self->run();  // busy: the timer drains
   }
@@ -344,8 +367,35 @@ class CqWatcher {
     self->run();
   }
 
+  // The event fd failed (libuv has stopped its poll): the timerfd, made now if moderation did
+  // not make one, ticks every kFallbackPollUs and each tick calls back.
+  void events_failed(uv_loop_t* loop, int status) {
+    if (events_failed_) return;
+    events_failed_ = true;
+    uv_poll_stop(&event_poll_);  // libuv's error path has stopped it already
+    if (timer_fd_ < 0) {
+      timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+      if (timer_fd_ >= 0 && !try_open(loop, &timer_poll_, timer_fd_, &CqWatcher::on_timer)) {
+        ::close(timer_fd_);
+        timer_fd_ = -1;
+      }
+    }
+    itimerspec every{};
+    every.it_interval.tv_nsec = every.it_value.tv_nsec = static_cast<long>(kFallbackPollUs) * 1000;
+    const bool ticking = timer_fd_ >= 0 && timerfd_settime(timer_fd_, 0, &every, nullptr) == 0;
+    std::string reason = std::string("the CQ's event fd failed (") + uv_strerror(status) + "): " +
+                         (ticking ? "polling the CQ every " + std::to_string(kFallbackPollUs) + " µs instead"
+                                  : "no timer could replace it, so nothing polls the CQ now");
+    if (!on_failure_.IsEmpty()) call(on_failure_, &reason);
+    if (!stopped_) call(callback_);  // what may have arrived since the last call
+  }
+
   void run() {
-    bool found = call();
+    if (events_failed_) {
+      call(callback_);  // a tick of the fallback timer: no arming, no moderation
+      return;
+    }
+    bool found = call(callback_);
     if (moderation_us_ == 0 || stopped_) return;
     if (found && !timer_broken_) {
       itimerspec in{};
@@ -358,19 +408,22 @@ class CqWatcher {
       timer_broken_ = true;  // never busy without a timer to end it: events from now on
     }
     cq_->arm();
-    call();  // completions that raced with arm() bring no event (any found now raise one: the CQ is armed)
+    call(callback_);  // completions that raced with arm() bring no event (any found now raise one: the CQ is armed)
   }
 
-  // The callback through node's MakeCallback, so promises it settles run their reactions after
+  // A callback through node's MakeCallback, so promises it settles run their reactions after
   // it; true when it returned a positive count. Raw N-API: no C++ exception crosses libuv, and
   // the null "exception" of a worker being terminated is not reported as an uncaught one.
-  bool call() {
+  // `text`: the one (string) argument, if any.
+  bool call(const Napi::FunctionReference& fn, const std::string* text = nullptr) {
+    if (fn.IsEmpty()) return false;
     napi_handle_scope scope;
     if (napi_open_handle_scope(env_, &scope) != napi_ok) return false;
-    napi_value global, result;
+    napi_value global, result, arg = nullptr;
     double found = 0;
     napi_status status = napi_get_global(env_, &global);
-    if (status == napi_ok) status = napi_make_callback(env_, context_, global, callback_.Value(), 0, nullptr, &result);
+    if (status == napi_ok && text != nullptr) status = napi_create_string_utf8(env_, text->data(), text->size(), &arg);
+    if (status == napi_ok) status = napi_make_callback(env_, context_, global, fn.Value(), arg ? 1 : 0, arg ? &arg : nullptr, &result);
     if (status == napi_ok) {
       if (napi_get_value_double(env_, result, &found) != napi_ok) found = 0;
     } else if (status == napi_pending_exception) {
@@ -401,12 +454,13 @@ class CqWatcher {
   std::shared_ptr<CompletionQueue> cq_;
   uint32_t moderation_us_;
   Napi::FunctionReference callback_;
+  Napi::FunctionReference on_failure_;  // may be empty
   napi_async_context context_ = nullptr;
   napi_async_cleanup_hook_handle teardown_ = nullptr;
   uv_poll_t event_poll_{}, timer_poll_{};
   int timer_fd_ = -1;
   int open_handles_ = 0;
-  bool busy_ = false, stopped_ = false, timer_broken_ = false;
+  bool busy_ = false, stopped_ = false, timer_broken_ = false, events_failed_ = false;
   std::shared_ptr<CqWatcher> self_;
 };
 
@@ -421,6 +475,7 @@ class CqWrap : public Napi::ObjectWrap<CqWrap> {
                        {InstanceMethod<&CqWrap::poll>("poll"), InstanceMethod<&CqWrap::arm>("arm"),
                         InstanceMethod<&CqWrap::ack_event>("ackEvent"), InstanceMethod<&CqWrap::watch>("watch"),
                         InstanceMethod<&CqWrap::unwatch>("unwatch"),
+                        InstanceMethod<&CqWrap::fail_events_for_test>("failEventsForTest"),
                         InstanceAccessor<&CqWrap::completions>("completions"),
                         InstanceAccessor<&CqWrap::event_fd>("eventFd"), InstanceAccessor<&CqWrap::depth>("depth")});
   }
@@ -469,7 +524,18 @@ class CqWrap : public Napi::ObjectWrap<CqWrap> {
     if (watcher_ && !watcher_->stopped()) throw_error(info.Env(), "ERR_RKV_STATE", "this CQ is already watched");
     if (!info[0].IsFunction()) throw_error(info.Env(), "ERR_INVALID_ARG_TYPE", "watch needs a callback");
     uint32_t moderation_us = info.Length() > 1 && !info[1].IsUndefined() ? u32_arg(info, 1, "moderationUs") : 0;
-    watcher_ = CqWatcher::start(info.Env(), state_, cq_, info[0].As<Napi::Function>(), moderation_us);
+    Napi::Function on_failure;
+    if (info.Length() > 2 && !info[2].IsUndefined()) {
+      if (!info[2].IsFunction()) throw_error(info.Env(), "ERR_INVALID_ARG_TYPE", "watch's onEventsFailed must be a function");
+      on_failure = info[2].As<Napi::Function>();
+    }
+    watcher_ = CqWatcher::start(info.Env(), state_, cq_, info[0].As<Napi::Function>(), on_failure, moderation_us);
+    return info.Env().Undefined();
+  }
+  // For tests: the watch's event fd fails as on POLLERR (CqWatcher::fail_events_for_test).
+  Napi::Value fail_events_for_test(const Napi::CallbackInfo& info) {
+    if (!watcher_ || watcher_->stopped()) throw_error(info.Env(), "ERR_RKV_STATE", "this CQ is not watched");
+    watcher_->fail_events_for_test();
     return info.Env().Undefined();
   }
   Napi::Value unwatch(const Napi::CallbackInfo& info) {

@@ -109,6 +109,47 @@ for (const scheme of providersUnderTest()) {
     p.serverCq.watch(() => 0); // and the CQ can be watched again
     p.serverCq.unwatch();
   });
+
+  for (const moderationUs of [0, 1000]) {
+    test(`${scheme}: ${moderationUs ? 'moderated' : 'plain'} watch: when its event fd fails (POLLERR), a timer polls the CQ instead: every completion still calls back, and the failure is told once`, async (t) => {
+      const p = await connectPair(scheme, { serverRecvs: 64, recvBytes: 64 });
+      t.teardown(() => p.close());
+      let taken = 0;
+      const failures: string[] = [];
+      p.serverCq.watch(
+        () => {
+          const found = p.serverCq.pollRaw();
+          taken += found;
+          if (!moderationUs) p.serverCq.arm(); // as the client's callback does
+          return found;
+        },
+        moderationUs,
+        (reason) => failures.push(reason),
+      );
+      t.teardown(() => p.serverCq.unwatch());
+      p.serverCq.arm();
+      send(p, 1);
+      const until = async (n: number): Promise<void> => {
+        const deadline = Date.now() + slow(10_000);
+        while (taken < n && Date.now() < deadline) await sleep(1);
+      };
+      await until(1);
+      t.is(taken, 1, 'called back by its event');
+      // What libuv does on POLLERR: stops polling the fd, calls back with UV_EBADF. The fd's
+      // events are gone from then on (an event now would not call back).
+      p.serverCq.native.failEventsForTest();
+      t.is(failures.length, 1);
+      t.regex(failures[0]!, /event fd failed \(bad file descriptor\): polling the CQ every 1000 µs instead/);
+      for (let i = 0; i < 20; i++) send(p, 100 + i);
+      await until(21);
+      t.is(taken, 21, 'every completion after the failure was taken');
+      await sleep(slow(20)); // a moderated watch's own timer has gone quiet by now: only the fallback's ticks are left
+      send(p, 200); // later, alone: the timer still ticks
+      await until(22);
+      t.is(taken, 22);
+      t.is(failures.length, 1, 'told once');
+    });
+  }
 }
 
 test('shm: a watch callback that throws reaches process "uncaughtException", and the next event still calls back', (t) => {
