@@ -133,7 +133,8 @@ export function deliverResults(q: Slots, core: ClientCore, n: number): void {
 
 /**
  * Handing out `owner`'s result threw: a defect. The op fails with KvInternalError (the throw its
- * cause) instead of never settling, and its slot is free again.
+ * cause) instead of never settling (a batch's op: the whole batch), and its slot is free again.
+ * A block it did not use stays out of the pools if the throw came before it was given back.
  */
 function failHandOut(q: Slots, slot: number, owner: PendingOp | Batch, error: unknown): void {
   const failure = new KvInternalError(`handing out the result of a ${opName(owner.type)} threw (a defect of the client): ${error instanceof Error ? error.message : String(error)}`, error);

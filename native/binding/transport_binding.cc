@@ -373,16 +373,22 @@ class CqWatcher {
     if (events_failed_) return;
     events_failed_ = true;
     uv_poll_stop(&event_poll_);  // libuv's error path has stopped it already
+    bool polled = false;  // the timerfd's poll runs
     if (timer_fd_ < 0) {
       timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-      if (timer_fd_ >= 0 && !try_open(loop, &timer_poll_, timer_fd_, &CqWatcher::on_timer)) {
+      polled = timer_fd_ >= 0 && try_open(loop, &timer_poll_, timer_fd_, &CqWatcher::on_timer);
+      if (timer_fd_ >= 0 && !polled) {
         ::close(timer_fd_);
         timer_fd_ = -1;
       }
+    } else {
+      // Moderation's: started again, as an error of its own may have stopped it (timer_broken_).
+      polled = uv_poll_start(&timer_poll_, UV_READABLE, &CqWatcher::on_timer) == 0;
     }
     itimerspec every{};
-    every.it_interval.tv_nsec = every.it_value.tv_nsec = static_cast<long>(kFallbackPollUs) * 1000;
-    const bool ticking = timer_fd_ >= 0 && timerfd_settime(timer_fd_, 0, &every, nullptr) == 0;
+    every.it_interval.tv_sec = every.it_value.tv_sec = kFallbackPollUs / 1000000;
+    every.it_interval.tv_nsec = every.it_value.tv_nsec = static_cast<long>(kFallbackPollUs % 1000000) * 1000;
+    const bool ticking = polled && timerfd_settime(timer_fd_, 0, &every, nullptr) == 0;
     std::string reason = std::string("the CQ's event fd failed (") + uv_strerror(status) + "): " +
                          (ticking ? "polling the CQ every " + std::to_string(kFallbackPollUs) + " µs instead"
                                   : "no timer could replace it, so nothing polls the CQ now");

@@ -87,6 +87,23 @@ test('a throw while handing out one result fails that op with KV_INTERNAL; the v
   t.deepEqual(q.released, [0, 2]); // the failing slot's release threw: tried once more, and it threw again
 });
 
+test('a throw before the slot was released (giving back an unused block): the op fails with KV_INTERNAL and its slot is released', async (t) => {
+  const scratch = Buffer.from('first-value.second-value');
+  const core = fakeCore(scratch, 2);
+  const ops = [getOp('a'), getOp('b')];
+  okResults(core, [[0, 11], [12, 12]]);
+  core.resultWords[ResultLayout.WORDS + ResultLayout.BLOCK_UNUSED] = 1; // op b had a block it did not use...
+  const q = slots(ops, -1);
+  q.blocks[1] = 7; // ...and the session to give it back to is missing: a TypeError
+  const results = ops.map((op) => op.result);
+  deliverResults(q, core as unknown as ClientCore, 2);
+  const [first, second] = await outcomes(results);
+  t.is(first, 'first-value');
+  t.true(second instanceof KvInternalError, `the failed op: ${second}`);
+  t.true(((second as KvInternalError).cause as Error) instanceof TypeError);
+  t.deepEqual(q.released, [0, 1]);
+});
+
 test('single values of one hand-out each get their own bytes, however many share a pool', async (t) => {
   const n = KvLayout.MAX_INFLIGHT;
   const scratch = Buffer.alloc(n * 100);
@@ -121,7 +138,8 @@ for (const scheme of providersUnderTest()) {
     };
     let seen: Array<PromiseSettledResult<Buffer | undefined>>;
     try {
-      // Issued in one tick: one hand-out. Before the fix the odd GET never settled (a timeout here).
+      // Before the fix the odd GET never settled (a timeout here). Issued in one tick, the three
+      // usually share a hand-out; the unit tests above are what pin that case down.
       seen = await Promise.allSettled([kv.get('ok-1'), kv.get('odd'), kv.get('ok-2')]);
     } finally {
       Buffer.allocUnsafe = allocUnsafe;
@@ -130,7 +148,7 @@ for (const scheme of providersUnderTest()) {
     const failure = (seen[1] as PromiseRejectedResult).reason as Error;
     t.true(failure instanceof KvInternalError, `the odd GET: ${failure}`);
     t.regex(failure.message, /allocUnsafe failed \(injected\)/);
-    // Its slot is free again: many more ops than the core has slots still complete.
+    // And the client goes on: many more ops than the core has slots.
     const n = 3 * KvLayout.MAX_INFLIGHT;
     const values = await Promise.all(Array.from({ length: n }, () => kv.get('odd')));
     t.true(values.every((v) => v?.toString() === odd));
