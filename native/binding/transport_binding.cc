@@ -386,14 +386,21 @@ class CqWatcher {
       polled = uv_poll_start(&timer_poll_, UV_READABLE, &CqWatcher::on_timer) == 0;
     }
     itimerspec every{};
-    every.it_interval.tv_sec = every.it_value.tv_sec = kFallbackPollUs / 1000000;
-    every.it_interval.tv_nsec = every.it_value.tv_nsec = static_cast<long>(kFallbackPollUs % 1000000) * 1000;
+    every.it_interval = every.it_value = after_us(kFallbackPollUs);
     const bool ticking = polled && timerfd_settime(timer_fd_, 0, &every, nullptr) == 0;
     std::string reason = std::string("the CQ's event fd failed (") + uv_strerror(status) + "): " +
                          (ticking ? "polling the CQ every " + std::to_string(kFallbackPollUs) + " µs instead"
                                   : "no timer could replace it, so nothing polls the CQ now");
     if (!on_failure_.IsEmpty()) call(on_failure_, &reason);
     if (!stopped_) call(callback_);  // what may have arrived since the last call
+  }
+
+  // A timerfd interval of `us` microseconds (its nanoseconds field must stay below a second).
+  static timespec after_us(uint32_t us) {
+    timespec at{};
+    at.tv_sec = us / 1000000;
+    at.tv_nsec = static_cast<long>(us % 1000000) * 1000;
+    return at;
   }
 
   void run() {
@@ -405,8 +412,7 @@ class CqWatcher {
     if (moderation_us_ == 0 || stopped_) return;
     if (found && !timer_broken_) {
       itimerspec in{};
-      in.it_value.tv_sec = moderation_us_ / 1000000;
-      in.it_value.tv_nsec = static_cast<long>(moderation_us_ % 1000000) * 1000;
+      in.it_value = after_us(moderation_us_);
       if (timerfd_settime(timer_fd_, 0, &in, nullptr) == 0) {
         busy_ = true;
         return;
