@@ -315,6 +315,11 @@ export interface LoadRecord {
   slots: number[];
   keys: number[];
   bytes: number[];
+  /**
+   * Present (true) once the member answered a block grant: a write may follow at once, so it may hold
+   * keys its counts do not show yet (the controller counts it as holding some: load-guard.ts).
+   */
+  granted?: true;
 }
 
 /** A load record read from etcd, or undefined when it is not one (then the member counts as not having reported). */
@@ -326,7 +331,7 @@ export function parseLoadRecord(text: string): LoadRecord | undefined {
     if (keys.length !== slots.length || bytes.length !== slots.length) return undefined;
     const count = (n: unknown) => typeof n === 'number' && Number.isSafeInteger(n) && n >= 0;
     if (!slots.every((slot) => count(slot) && slot < SLOT_COUNT) || !keys.every(count) || !bytes.every(count)) return undefined;
-    return { at: r.at, slots, keys, bytes };
+    return { at: r.at, slots, keys, bytes, ...(r.granted === true ? { granted: true as const } : {}) };
   } catch {
     return undefined;
   }

@@ -20,6 +20,7 @@ import { EtcdRegistration } from './membership.js';
 import type { ReplicationController } from './replication/controller.js';
 import { Copier } from './replication/copier.js';
 import { SlotLoad } from './replication/slot-load.js';
+import { beforeFirstGrant } from './replication/first-grant.js';
 import { Quiesce } from './replication/quiesce.js';
 import { EpochFollower } from './replication/epoch-follower.js';
 import { SelfFence } from './replication/self-fence.js';
@@ -191,6 +192,12 @@ async function startServices(config: ServerConfig, logger: Logger): Promise<Runn
       if (old) throw new StartupError(`--etcd: ${config.regionFile} (namespace '${old.name}') is of region format ${old.format}, which has no epoch table; a cluster member needs format 5 (hash slots move with their keys by copying, at every --replicas): serve it without --etcd, or copy its data into a new region`);
       // No write lands here until the config says which hash slots are ours (replication/epoch-follower.ts).
       for (const { table } of server.epochTables()) table!.fenceAll();
+      // Nor is a block granted before this member's load record says it may hold keys (replication/first-grant.ts).
+      // RKV_TEST_GRANTS_UNRECORDED (tests only): grants go at once, as before 2026-12-05.
+      if (!process.env.RKV_TEST_GRANTS_UNRECORDED) {
+        const prefix = config.etcd!.prefix;
+        server.checkBeforeFirstGrant(() => beforeFirstGrant({ prefix, client: registration?.client, load, follower }));
+      }
     }
     // With --replicas > 1 a replica cut off from etcd fences itself before its lease can lapse (its hash
     // slots then fail over), and its read leases end by then. With 1 nothing fails over: no fence.

@@ -15,6 +15,60 @@ import type { ItemUse } from './eviction/item-use.js';
 import type { ServerStats } from './stats.js';
 import type { RegionStore } from './store/region.js';
 
+/**
+ * What must happen before this server answers its first block grant (a write may follow any grant at
+ * once). kv-server --etcd sets it (replication/first-grant.ts); without one, grants go at once. A check
+ * that fails is tried again (every RETRY_MS, logged after FAIL_LOG_MS): the grants wait meanwhile.
+ * One per server, shared by its namespaces.
+ */
+export class GrantGate {
+  private check: (() => Promise<void>) | undefined;
+  private passing: Promise<void> | undefined;
+  private closed = false;
+  /** No grant waits any more (no check was set, or it passed once). */
+  passed = true;
+
+  constructor(private readonly log: Logger | undefined) {}
+
+  set(check: () => Promise<void>): void {
+    this.check = check;
+    this.passed = false;
+  }
+
+  /** Resolves once the check passed (once: later calls share it); never rejects, never resolves after close. */
+  wait(): Promise<void> {
+    return (this.passing ??= this.run());
+  }
+
+  close(): void {
+    this.closed = true;
+  }
+
+  private async run(): Promise<void> {
+    const since = performance.now();
+    let logged = 0;
+    for (;;) {
+      try {
+        await this.check!();
+        this.passed = true;
+        return;
+      } catch (error) {
+        if (this.closed) return new Promise<void>(() => {});
+        const now = performance.now();
+        if (now - since >= GATE_FAIL_LOG_MS && now - logged >= GATE_FAIL_LOG_MS) {
+          logged = now;
+          this.log?.warn({ err: (error as Error).message, waitedMs: Math.round(now - since) }, 'grants: the first block grant waits: the check before it fails; trying again');
+        }
+        await new Promise((resolve) => setTimeout(resolve, GATE_RETRY_MS));
+      }
+    }
+  }
+}
+
+/** A failed GrantGate check is tried again this much later, and logged at most this often. */
+const GATE_RETRY_MS = 200;
+const GATE_FAIL_LOG_MS = 5000;
+
 interface WaitingGrant {
   client: Client;
   c: number;
@@ -40,6 +94,7 @@ export class Grants {
     /** --eviction lru|lfu: a grant short of memory evicts and waits, never KV_OUT_OF_MEMORY while eviction frees memory */
     private readonly evictor?: Evictor,
     private readonly graceMs = 0,
+    private readonly gate?: GrantGate,
   ) {}
 
   /** A grant message: checked, then sized by bytes (an older client asks for GRANT_BATCH of any size class). */
@@ -49,7 +104,16 @@ export class Grants {
       complain(this.log, client, 'grant', `bad grant request ${JSON.stringify({ c, n })}`);
       return send(client, { t: 'granted', c: Number.isInteger(c) ? c : -1, blocks: [], error: 'KV_OUT_OF_MEMORY' });
     }
-    this.request(client, c, Math.min(n, grantBatch(classes[c]! * KvLayout.UNIT_BYTES, heapBytes)));
+    const count = Math.min(n, grantBatch(classes[c]! * KvLayout.UNIT_BYTES, heapBytes));
+    if (this.gate === undefined || this.gate.passed) return this.request(client, c, count);
+    void this.gate.wait().then(() => {
+      if (!this.clients.has(client)) return; // departed meanwhile
+      try {
+        this.request(client, c, count);
+      } catch (error) {
+        this.log?.warn({ clientId: client.id, err: (error as Error).message }, 'cannot answer a grant');
+      }
+    });
   }
 
   /** A return message: blocks granted to the client and unused go back to the heap at once (no reader saw them). */

@@ -18,6 +18,7 @@ import { RejectReason, parseConnectData } from '../protocol/connect.js';
 import { KvLayout } from '../protocol/constants.js';
 import { DEFAULT_NAMESPACE, type TokenEntry } from '../protocol/tokens.js';
 import { listenOn, listenScheme, openProvider } from './fabric.js';
+import { GrantGate } from './grants.js';
 import { Namespace } from './namespace.js';
 import type { EpochBarrierReport } from './replication/epoch-barrier.js';
 import type { EpochTable } from './store/epoch-table.js';
@@ -47,6 +48,7 @@ export class KvServer extends EventEmitter {
   private readonly listening: Listener[] = [];
   private readonly tokens: TokenTable;
   private readonly leases = new ReadLeases();
+  private readonly grantGate: GrantGate;
   private replication: (() => ReplicationView) | undefined;
   private closed = false;
 
@@ -54,6 +56,7 @@ export class KvServer extends EventEmitter {
     super();
     this.settings = checkOptions(options);
     this.log = options.logger;
+    this.grantGate = new GrantGate(this.log);
     const { token, tokens, regionFile } = this.settings;
     this.tokens = new TokenTable(token !== undefined ? [{ token, role: 'write', namespace: DEFAULT_NAMESPACE }] : tokens);
     const sizes = [{ name: DEFAULT_NAMESPACE, memoryBytes: this.settings.memoryBytes, buckets: this.settings.buckets }, ...(this.settings.namespaces ?? []).map((n) => ({ ...n, buckets: undefined }))];
@@ -62,7 +65,7 @@ export class KvServer extends EventEmitter {
       const settings = { ...this.settings, memoryBytes, buckets, regionFile: namespaceRegionFile(regionFile, name) };
       // With one namespace the logs stay as they were; with more, each line names its namespace.
       const log = named ? this.log?.child({ namespace: name }) : this.log;
-      this.hosted.set(name, new Namespace(name, settings, this.tokens, log, this, this.leases));
+      this.hosted.set(name, new Namespace(name, settings, this.tokens, log, this, this.leases, this.grantGate));
     }
   }
 
@@ -229,6 +232,14 @@ export class KvServer extends EventEmitter {
   }
 
   /**
+   * From now on no namespace answers a block grant until `check` has resolved once (tried again while
+   * it rejects): kv-server --etcd calls it before it serves (replication/first-grant.ts).
+   */
+  checkBeforeFirstGrant(check: () => Promise<void>): void {
+    this.grantGate.set(check);
+  }
+
+  /**
    * Each namespace's region (repair's copier reads it: replication/copier.ts; so does slot-load.ts), its
    * live item count, its counters of what was copied from it, and a key's bucket locks.
    */
@@ -269,6 +280,7 @@ export class KvServer extends EventEmitter {
 
   private shutdownNow(): void {
     this.closed = true;
+    this.grantGate.close();
     for (const listener of this.listening) listener.close();
     for (const ns of this.hosted.values()) ns.shutdownNow();
     for (const provider of this.providers.values()) provider.close();

@@ -19,7 +19,7 @@ import { AccessBits } from './eviction/access-bits.js';
 import { Evictor } from './eviction/evictor.js';
 import { ExpirySweep } from './eviction/expiry-sweep.js';
 import { ItemUse } from './eviction/item-use.js';
-import { Grants } from './grants.js';
+import { type GrantGate, Grants } from './grants.js';
 import { KeepaliveSweeps } from './keepalive.js';
 import { Notices } from './notices.js';
 import type { ServerSettings } from './options.js';
@@ -79,6 +79,7 @@ export class Namespace {
     private readonly log: Logger | undefined,
     events: EventEmitter,
     leases: ReadLeases,
+    grantGate: GrantGate,
   ) {
     this.store = RegionStore.open(settings);
     this.layout = this.store.layout;
@@ -107,7 +108,7 @@ export class Namespace {
       return false;
     };
     this.expiry = new ExpirySweep({ ...removal, unannounced });
-    this.grants = new Grants(store, this.clients, stats, settings.keepaliveMs, log, this.use, evictor, graceMs);
+    this.grants = new Grants(store, this.clients, stats, settings.keepaliveMs, log, this.use, evictor, graceMs, grantGate);
     const control = new ControlMessages(this.grants, stats, log, leases);
     this.completions = new Completions(this.clients, notices, control, stats, log);
     this.locks = new LockRelease(store, stats, log, isClosed);

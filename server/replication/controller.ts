@@ -186,8 +186,10 @@ export class ReplicationController {
     const registered = new Set(placed.map((member) => member.name));
     const next = nextConfig(stored?.config, replicas > 1 ? placed.filter((member) => alive.has(member.name)) : placed, replicas, stored?.epoch ?? 0);
     if (next === undefined) return;
-    if (stored?.config && (await this.loadGuard.holdsBack(stored.config, next, alive, registered))) return;
-    if (await writeConfig(client, keys, next, stored?.modRevision, leaseId)) {
+    const guard = stored?.config ? await this.loadGuard.check(stored.config, next, alive, registered) : { hold: false as const, unchanged: new Map<string, string>() };
+    if (guard.hold) return;
+    // Only while placement is not frozen and the holders' load records are as read (a first grant since changes them).
+    if (await writeConfig(client, keys, next, stored?.modRevision, leaseId, [keys.frozen], guard.unchanged)) {
       logger.info({ epoch: next.epoch, replicas: next.replicas, members: next.members, ranges: next.slots.length }, 'controller: config written');
     } else {
       this.rounds.runAgain(); // someone else wrote it, or we lost the controller key: look again

@@ -180,6 +180,19 @@ export class EpochFollower {
     return this.applied;
   }
 
+  /**
+   * Resolves once a config of `epoch` or later is applied here (first-grant.ts); rejects when the follower
+   * closes first. A round that cannot apply (self-fenced, etcd unreachable) is tried again.
+   */
+  async appliedAtLeast(epoch: number): Promise<void> {
+    while (this.applied < epoch) {
+      if (this.closed) throw new Error('the epoch follower closed');
+      // A round running (the watch's) reads the config after it started waiting: it may apply this one. Poke only when none runs.
+      if (!this.rounds.busy) await this.poke().catch(() => undefined);
+      if (this.applied < epoch) await new Promise((resolve) => setTimeout(resolve, RETRY_MS / 10));
+    }
+  }
+
   /** Our etcd lease was lost, or claimed anew: until a config read after this is applied, we are named in none. */
   forgetConfig(): void {
     this.generation++;

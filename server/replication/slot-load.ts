@@ -12,7 +12,12 @@
 // holds keys at all changed, or its lease did, or its bytes moved by more than
 // MATERIAL of them since the last put (a relative step: a load from empty to
 // any size takes a few hundred puts at most), or anything changed at least
-// REFRESH_MS since (etcd keeps every revision until it compacts). The CPU only reads: each index slot is read whole (its 64-bit
+// REFRESH_MS since (etcd keeps every revision until it compacts). Before this
+// member answers its first block grant, its record says `granted` (and every
+// record after it: recordGranted): a write may land the moment after, long
+// before a walk counts it, and the controller must not place a member directly
+// over it (load-guard.ts conditions its config write on the records it read).
+// The CPU only reads: each index slot is read whole (its 64-bit
 // word, as RDMA atomics change it), its item must lie in the heap within the
 // slot's length before its key is hashed; an entry that moves while the walk
 // passes (a displacement) may be missed or counted twice: the counts are an
@@ -53,6 +58,7 @@ export interface SlotLoadOptions {
 interface Put {
   leaseId: string;
   heldKeys: boolean;
+  granted: boolean;
   bytes: number;
   counts: string;
   at: number;
@@ -70,6 +76,12 @@ export class SlotLoad {
   private lastWalk = { end: 0, took: 0 };
   /** The lease an early walk was asked for already (once per lease, whether its put succeeds or not). */
   private earlyFor: string | undefined;
+  /** Whether this member granted blocks (recordGranted): every record from then on says so. */
+  private granted = false;
+  /** The counts of the last walk, which a put for `granted` alone repeats. */
+  private lastCounts: Pick<LoadRecord, 'slots' | 'keys' | 'bytes'> = { slots: [], keys: [], bytes: [] };
+  /** Puts one after another: a walk's put that started before recordGranted must not land after its put. */
+  private putting: Promise<void> = Promise.resolve();
 
   private constructor(private readonly options: SlotLoadOptions) {}
 
@@ -145,20 +157,39 @@ export class SlotLoad {
     await this.put({ slots, keys: slots.map((s) => keys[s]!), bytes: slots.map((s) => bytes[s]!) });
   }
 
-  /** Puts `counts` under the lease, if it matters (due). */
-  private async put(counts: Pick<LoadRecord, 'slots' | 'keys' | 'bytes'>): Promise<void> {
+  /**
+   * Before this member's first block grant (kv-server --etcd waits for it: replication/first-grant.ts):
+   * its record says `granted` from now on, put under its lease. Rejects when there is no lease to put it
+   * under (lost: the caller tries again) or the put fails.
+   */
+  async recordGranted(): Promise<void> {
+    this.granted = true;
+    await this.put(this.lastCounts);
+    if (this.lastPut?.granted !== true) throw new Error('no etcd lease to put the load record under');
+  }
+
+  /** Puts `counts` under the lease, if it matters (due), after any put still running. */
+  private put(counts: Pick<LoadRecord, 'slots' | 'keys' | 'bytes'>): Promise<void> {
+    this.lastCounts = counts;
+    const done = this.putting.then(() => this.putNow(counts));
+    this.putting = done.catch(() => undefined);
+    return done;
+  }
+
+  private async putNow(counts: Pick<LoadRecord, 'slots' | 'keys' | 'bytes'>): Promise<void> {
     const leaseId = this.options.leaseId();
     if (leaseId === undefined) return;
-    const next: Put = { leaseId, heldKeys: counts.slots.length > 0, bytes: counts.bytes.reduce((a, b) => a + b, 0), counts: JSON.stringify(counts), at: performance.now() };
+    const { granted } = this;
+    const next: Put = { leaseId, heldKeys: counts.slots.length > 0, granted, bytes: counts.bytes.reduce((a, b) => a + b, 0), counts: JSON.stringify(counts), at: performance.now() };
     if (!this.due(next)) return;
-    const record: LoadRecord = { at: new Date().toISOString(), ...counts };
+    const record: LoadRecord = { at: new Date().toISOString(), ...counts, ...(granted ? { granted: true as const } : {}) };
     await this.options.client.put(etcdKeys(this.options.prefix).loadKey(this.options.name)).value(JSON.stringify(record)).lease(leaseId);
     this.lastPut = next;
   }
 
   private due(next: Put): boolean {
     const last = this.lastPut;
-    if (last === undefined || last.leaseId !== next.leaseId || last.heldKeys !== next.heldKeys) return true;
+    if (last === undefined || last.leaseId !== next.leaseId || last.heldKeys !== next.heldKeys || last.granted !== next.granted) return true;
     if (last.counts === next.counts) return false;
     return Math.abs(next.bytes - last.bytes) > MATERIAL * Math.max(last.bytes, 1) || next.at - last.at >= REFRESH_MS;
   }

@@ -160,7 +160,8 @@ if (onHost) etcdTest.serial('a client whose config is stale never reads the prim
   t.teardown(() => stale.close());
   stale.on('error', () => undefined); // its etcd watch fails once cut: it keeps the config it has
   await eventually(async () => kv.status === 'ready' && stale.status === 'ready', 'both clients reach every member');
-  await kv.put(key, 'before');
+  // m0's first block grant waits until it applied the config in etcd (server/replication/first-grant.ts): up to its lag.
+  await eventually(() => kv.put(key, 'before').then(() => true, (error: { code?: string }) => (error.code === 'KV_TIMEOUT' ? false : Promise.reject(error))), 'the first PUT through m0', slow(30_000));
   t.is(String(await stale.get(key)), 'before', 'through m0, its primary');
 
   // A target without m0 (what kvctl rebalance writes, for another member set): m0 gives every hash slot away.
@@ -311,10 +312,12 @@ for (const [victim, replicas] of kills) {
 if (onHost) etcdTest.serial('--replicas 1, placement frozen: kvctl forget of a dead member gives its hash slots to the live members without keys; what they held of them from before a direct placement does not come back', async (t) => {
   const prefix = '/test-forget-frozen-1';
   const target = ['--etcd', etcd.url, '--etcd-prefix', prefix];
-  // m0 and m1 walk their index once, at start (RKV_TEST_LOAD_INTERVAL_MS): their load records keep saying they hold
-  // no key, as a record does in the moment after a member's first keys, before its walk; the controller then places
-  // a joining member directly (it freezes placement instead once a record shows keys: join-loaded.test.ts).
-  const lagging = { RKV_TEST_LOAD_INTERVAL_MS: '600000' };
+  // m0 and m1 walk their index once, at start (RKV_TEST_LOAD_INTERVAL_MS), and grant blocks without saying so first
+  // (RKV_TEST_GRANTS_UNRECORDED), as members did before 2026-12-05: their load records keep saying they hold no key, and
+  // the controller places a joining member directly over their keys (now a record says `granted` before a member's
+  // first grant, and placement freezes instead: join-loaded.test.ts). That leaves the state this test needs: keys
+  // held, fenced, from before a direct placement.
+  const lagging = { RKV_TEST_LOAD_INTERVAL_MS: '600000', RKV_TEST_GRANTS_UNRECORDED: '1' };
   const { members, dir } = await replicatedMembers(t, etcd, prefix, 1, 2, 'shm', [], CALM_TTL, lagging);
   const kv = await KvClient.connect({ etcd: { hosts: etcd.url, prefix }, timeoutMs: testTimeoutMs() });
   t.teardown(() => kv.close());
