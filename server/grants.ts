@@ -18,7 +18,7 @@ import type { RegionStore } from './store/region.js';
 /**
  * What must happen before this server answers its first block grant (a write may follow any grant at
  * once). kv-server --etcd sets it (replication/first-grant.ts); without one, grants go at once. A check
- * that fails is tried again (every RETRY_MS, logged after FAIL_LOG_MS): the grants wait meanwhile.
+ * that fails is tried again (every GATE_RETRY_MS, logged every GATE_FAIL_LOG_MS): the grants wait meanwhile.
  * One per server, shared by its namespaces.
  */
 export class GrantGate {
