@@ -12,8 +12,7 @@
 // the controller's next round sees `granted` and freezes placement instead.
 import type { Etcd3 } from 'etcd3';
 
-import { etcdKeys } from '../../protocol/registry.js';
-import { readStoredConfig } from './config-store.js';
+import { readConfig } from './config-store.js';
 import type { EpochFollower } from './epoch-follower.js';
 import type { SlotLoad } from './slot-load.js';
 
@@ -29,6 +28,5 @@ export interface FirstGrantParts {
 export async function beforeFirstGrant({ prefix, client, load, follower }: FirstGrantParts): Promise<void> {
   if (client === undefined || load === undefined || follower === undefined) throw new Error('the member is still joining its cluster');
   await load.recordGranted();
-  const stored = await readStoredConfig(client, etcdKeys(prefix));
-  await follower.appliedAtLeast(stored?.config?.epoch ?? 0);
+  await follower.appliedAtLeast((await readConfig(client, prefix))?.epoch ?? 0);
 }

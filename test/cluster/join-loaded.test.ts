@@ -37,6 +37,7 @@ const test = needing(ava, 'etcd');
 const etcd = etcdForFile(test);
 const CALM_TTL = Math.round(slow(6000) / 1000);
 const KEYS = 600;
+const memberArgs = (prefix: string, name: string, replicas: number) => ['--etcd', etcd.url, '--etcd-prefix', prefix, '--etcd-ttl', `${CALM_TTL}s`, '--name', name, '--replicas', String(replicas)];
 
 for (const replicas of [1, 2]) {
   test.serial(`--replicas ${replicas}: a member joining a loaded cluster whose placement was never frozen gets no hash slot without its keys; kvctl rebalance moves its share in`, async (t) => {
@@ -53,8 +54,7 @@ for (const replicas of [1, 2]) {
       return records.filter((r) => r !== undefined && r.keys.some((n) => n > 0)).length === 2;
     }, 'both members\' load records show keys', slow(30_000));
 
-    const args = ['--etcd', etcd.url, '--etcd-prefix', prefix, '--etcd-ttl', `${CALM_TTL}s`, '--name', 'm2', '--replicas', String(replicas)];
-    members.push(await startMember(dir, 2, args, undefined, REPLICAS_ON));
+    members.push(await startMember(dir, 2, memberArgs(prefix, 'm2', replicas), undefined, REPLICAS_ON));
     await eventually(async () => (await etcd.client.get(keys.aliveKey('m2')).string()) !== null, 'm2 registered', slow(30_000));
     await eventually(async () => (await etcd.client.get(keys.frozen).string()) !== null, 'the controller froze placement', slow(30_000));
     const why = parseFrozenRecord((await etcd.client.get(keys.frozen).string())!);
@@ -93,8 +93,7 @@ for (const replicas of [1, 2]) {
     const records = Object.values(await etcd.client.getAll().prefix(keys.load).strings()).map(parseLoadRecord);
     t.deepEqual(records.map((r) => r?.keys.length), [0, 0], 'no walk counted a key');
 
-    const args = ['--etcd', etcd.url, '--etcd-prefix', prefix, '--etcd-ttl', `${CALM_TTL}s`, '--name', 'm2', '--replicas', String(replicas)];
-    members.push(await startMember(dir, 2, args, undefined, { ...REPLICAS_ON, ...lagging }));
+    members.push(await startMember(dir, 2, memberArgs(prefix, 'm2', replicas), undefined, { ...REPLICAS_ON, ...lagging }));
     const acted = async () => (await etcd.client.get(keys.frozen).string()) !== null || slotsHeld((await readConfig(etcd.client, prefix))!, 'm2') > 0;
     await eventually(acted, 'the controller froze placement or placed m2', slow(30_000));
     await eventually(async () => (await kv.getMany(names)).every((v, i) => String(v) === `v:${names[i]}`), 'every key reads back', slow(10_000));
@@ -111,11 +110,10 @@ test.serial('--replicas 1: a member given a direct placement while it had grante
   const dir = clusterDir(t);
   const members: Member[] = [];
   t.teardown(() => stopAll(members));
-  const args = (name: string) => ['--etcd', etcd.url, '--etcd-prefix', prefix, '--etcd-ttl', `${CALM_TTL}s`, '--name', name, '--replicas', '1'];
   // m0 applies every config LAG ms late: the window in which it still serves what a new config moved away.
   const LAG = slow(5000);
-  members.push(await startMember(dir, 0, args('m0'), undefined, { ...REPLICAS_ON, RKV_TEST_APPLY_DELAY_MS: String(LAG) }));
-  members.push(await startMember(dir, 1, args('m1'), undefined, REPLICAS_ON));
+  members.push(await startMember(dir, 0, memberArgs(prefix, 'm0', 1), undefined, { ...REPLICAS_ON, RKV_TEST_APPLY_DELAY_MS: String(LAG) }));
+  members.push(await startMember(dir, 1, memberArgs(prefix, 'm1', 1), undefined, REPLICAS_ON));
   await eventually(() => placedAll(etcd.client, prefix, 2), 'm0 and m1 placed', slow(30_000));
   const before = slotReplicaNames((await readConfig(etcd.client, prefix))!).names;
   // A client that keeps this config: its etcd is cut before m2 joins. No key written yet: every record says none.
@@ -127,7 +125,7 @@ test.serial('--replicas 1: a member given a direct placement while it had grante
   await eventually(async () => stale.status === 'ready', 'the stale client reaches both members');
   proxy.cut();
 
-  members.push(await startMember(dir, 2, args('m2'), undefined, REPLICAS_ON));
+  members.push(await startMember(dir, 2, memberArgs(prefix, 'm2', 1), undefined, REPLICAS_ON));
   await eventually(async () => slotsHeld((await readConfig(etcd.client, prefix))!, 'm2') > 0, 'm2 is placed directly', slow(30_000));
   const placedAt = performance.now(); // m0 applies that config LAG ms after it was written, at the earliest after this
   t.is(await etcd.client.get(keys.frozen).string(), null, 'placement is not frozen: no member had granted a block');
