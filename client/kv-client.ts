@@ -25,7 +25,7 @@ import type { RepairAccess } from './repair.js';
 import { takeLock } from './locks.js';
 import { type HistoryRecorder, historyRecorder } from './history.js';
 import type { OpResult } from './op-queue.js';
-import { type Bytes, runCas, runGet, runGetVersioned, runPut, ServerClient } from './server-client.js';
+import { type Bytes, runCas, runGet, runGetInto, runGetVersioned, runPut, ServerClient } from './server-client.js';
 import type { ClientEvents, ClientStats, HistoryEvent, Key, KvClientOptions, KvStatusName, MemberLayout, Value, VersionedValue } from './types.js';
 
 export type { PutOptions } from './expiry.js';
@@ -276,7 +276,8 @@ export class KvClient extends EventEmitter<ClientEvents> {
 
   /** The value into `buffer` (no copy if allocBuffer's): its length, or undefined if absent (as get); too long: KV_BUFFER_TOO_SMALL with `needed`. */
   getInto(key: Key, buffer: Buffer): Promise<number | undefined> {
-    return this.direct(KvOp.GET, key, buffer, (server, k) => server.getInto(k, buffer));
+    const pending = this.direct(KvOp.GET, key, buffer, runGetInto);
+    return this.metrics ? this.metrics.observeValue(KvOp.GET, pending) : pending;
   }
   /** A registered, reusable buffer for large values: getInto() reads into it, put() writes from it (or a subarray), no copy. */
   allocBuffer = allocBuffer;

@@ -24,7 +24,7 @@ export const Answer = {
   VALUE: 1,
   /** undefined (a PUT). */
   NONE: 2,
-  /** A GET into a registered buffer (getInto): the value's length, or null when the key does not exist. */
+  /** A GET into a buffer (getInto: `ext`'s registered one, or `target`): the value's length, or undefined when the key does not exist. */
   LENGTH: 3,
   /** A GET's `{ value, version }` (getWithVersion), or undefined when the key does not exist. */
   VERSIONED: 4,
@@ -65,6 +65,8 @@ export interface OpRequest {
   ext?: ExtRef | undefined;
   /** A GET of a value too large for the core's scratch gets it this way instead (get() of a large value). */
   large?: LargeFallback | undefined;
+  /** getInto of a plain Buffer (Answer.LENGTH): the value is copied into it out of scratch, as a get's into a new Buffer. */
+  target?: Buffer | undefined;
   /** PUT, CAS: the new item's expiry (absolute Unix ms; 0 or undefined: never). */
   expiry?: number | undefined;
   /** A replicated write (PUT, DELETE, CAS): the backups' sessions, links of the same core, and the size class of the block each needs (-1: none). */
@@ -131,6 +133,7 @@ export class PendingOp implements OpRequest, Submission {
   mismatchResolves = false;
   ext: ExtRef | undefined = undefined;
   large: LargeFallback | undefined = undefined;
+  target: Buffer | undefined = undefined;
   expiry = 0;
   epoch = 0;
   keepVersion = false;
@@ -140,7 +143,7 @@ export class PendingOp implements OpRequest, Submission {
    * An op for this request with a new promise: one that recycle() kept if there is one (a PendingOp
    * is ~200 B, a tenth of what a YCSB operation allocated), else a new one.
    */
-  static of(type: KvOp, key: Bytes, keyBytes: number, value: Bytes | undefined, valueBytes: number, arg: bigint, cls: number, mismatchResolves: boolean, ext: ExtRef | undefined, large: LargeFallback | undefined, expiry: number, epoch: number, keepVersion: boolean, answer: Answer): PendingOp {
+  static of(type: KvOp, key: Bytes, keyBytes: number, value: Bytes | undefined, valueBytes: number, arg: bigint, cls: number, mismatchResolves: boolean, ext: ExtRef | undefined, large: LargeFallback | undefined, expiry: number, epoch: number, keepVersion: boolean, answer: Answer, target: Buffer | undefined): PendingOp {
     const op = idleOps.pop() ?? new PendingOp();
     op.type = type;
     op.key = key;
@@ -152,6 +155,7 @@ export class PendingOp implements OpRequest, Submission {
     op.mismatchResolves = mismatchResolves;
     op.ext = ext;
     op.large = large;
+    op.target = target;
     op.expiry = expiry;
     op.epoch = epoch;
     op.keepVersion = keepVersion;
@@ -178,6 +182,7 @@ export class PendingOp implements OpRequest, Submission {
     this.key = '';
     this.value = undefined;
     this.large = undefined;
+    this.target = undefined;
     this.session = undefined;
     this.deadline = 0;
     this.sent = false;

@@ -5,7 +5,7 @@
 import { Buffer } from 'node:buffer'; // the global Buffer is a getter: a call per use
 import type { ClientCore } from '../native/index.js';
 import { CopyLayout, KvLayout, KvOp, KvStatus, ResultLayout } from '../protocol/constants.js';
-import { errorForStatus, KvInternalError } from '../protocol/errors.js';
+import { errorForStatus, KvBufferTooSmallError, KvInternalError } from '../protocol/errors.js';
 import { describe } from './keys.js';
 import { opName } from './op-names.js';
 import { Answer, Batch, type PendingOp } from './op-records.js';
@@ -93,7 +93,20 @@ export function deliverResults(q: Slots, core: ClientCore, n: number): void {
         }
         if (status === KvStatus.OK || status === KvStatus.NOT_FOUND || (status === KvStatus.VERSION_MISMATCH && owner.mismatchResolves)) {
           let value: Buffer | undefined;
-          if (owner.type === KvOp.GET && status === KvStatus.OK && owner.ext === undefined) {
+          if (owner.type === KvOp.GET && status === KvStatus.OK && owner.target !== undefined) {
+            // getInto a plain Buffer: the value's bytes go there now, in a copyValues() of their own.
+            const len = words[o + ResultLayout.VALUE_LEN]!;
+            if (len > owner.target.length) {
+              owner.reject(new KvBufferTooSmallError(len, `${opName(owner.type)} ${describe(owner.key)}: the value is ${len} bytes, the buffer ${owner.target.length}`));
+              continue;
+            }
+            if (singles === entries) singles = copyOut(core, pool, SINGLES, singles);
+            const c = singles * CopyLayout.WORDS; // taken for this one copy, and free again after it
+            copies[c + CopyLayout.AT] = words[o + ResultLayout.VALUE_OFFSET]!;
+            copies[c + CopyLayout.LENGTH] = len;
+            copies[c + CopyLayout.TARGET_START] = 0;
+            core.copyValues(owner.target, singles, 1);
+          } else if (owner.type === KvOp.GET && status === KvStatus.OK && owner.ext === undefined) {
             const at = words[o + ResultLayout.VALUE_OFFSET]!;
             const len = words[o + ResultLayout.VALUE_LEN]!;
             value = Buffer.allocUnsafe(len); // a copy: scratch is reused

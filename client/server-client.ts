@@ -147,13 +147,20 @@ export class ServerClient extends EventEmitter<ClientEvents> {
 
   /**
    * A GET into `buffer` (large-values.ts): the value's length, or undefined when the key does not exist. A
-   * registered buffer's bytes are READ straight into it; a plain Buffer's go through a registered bounce buffer (one copy).
+   * registered buffer's bytes are READ straight into it. A plain Buffer's are copied into it out of scratch (one copy,
+   * nothing allocated), or, for a buffer larger than scratch holds, out of a registered bounce buffer.
    */
   getInto(key: Bytes, buffer: Buffer): Promise<number | undefined> {
     if (!Buffer.isBuffer(buffer)) return Promise.reject(new KvInvalidArgumentError('getInto: the buffer must be a Buffer'));
     const ext = extOf(buffer);
     if (ext === 'freed') return Promise.reject(freedError('getInto'));
     if (ext) return holding(ext, () => this.request(KvOp.GET, key, undefined, 0n, false, Answer.LENGTH, ext) as Promise<number | undefined>);
+    // Any item whose value this buffer can take fits scratch, whatever its key: the value is copied out of scratch into
+    // the buffer, as get()'s into a new one (a longer value: KV_BUFFER_TOO_SMALL, as for a registered buffer).
+    const session = this.session;
+    if (session === undefined || KvLayout.ITEM_HEADER_BYTES + KvLayout.MAX_KEY_BYTES + buffer.length <= session.itemLimit) { // (no session: request() refuses)
+      return this.request(KvOp.GET, key, undefined, 0n, false, Answer.LENGTH, undefined, 0, false, buffer) as Promise<number | undefined>;
+    }
     return withBounce(buffer.length, async (bounce) => {
       const len = (await this.getInto(key, bounce.subarray(0, buffer.length))) as number | undefined;
       if (len !== undefined) bounce.copy(buffer, 0, 0, len);
@@ -257,7 +264,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     return undefined;
   }
 
-  private request(type: KvOp, key: Bytes, value: Value | undefined, arg: bigint, mismatchResolves: boolean, answer: Answer, into?: ExtRef, expiry = 0, keepVersion = false): Promise<unknown> {
+  private request(type: KvOp, key: Bytes, value: Value | undefined, arg: bigint, mismatchResolves: boolean, answer: Answer, into?: ExtRef, expiry = 0, keepVersion = false, target?: Buffer): Promise<unknown> {
     const refused = this.refusal(type);
     if (refused) return Promise.reject(refused);
     const keyBytes = typeof key === 'string' ? Buffer.byteLength(key) : key.length;
@@ -288,7 +295,7 @@ export class ServerClient extends EventEmitter<ClientEvents> {
       if (ext === 'freed') return Promise.reject(freedError('value'));
       if (ext) {
         // Written from the caller's registered buffer, without a copy.
-        const op = PendingOp.of(type, key, keyBytes, undefined, 0, arg, cls, mismatchResolves, ext, undefined, expiry, this.epoch, keepVersion, answer);
+        const op = PendingOp.of(type, key, keyBytes, undefined, 0, arg, cls, mismatchResolves, ext, undefined, expiry, this.epoch, keepVersion, answer, undefined);
         const refused = this.replicated ? this.replicate(op, session) : undefined;
         if (refused) return Promise.reject(refused);
         return queueHolding(queue, session, op, ext);
@@ -302,8 +309,8 @@ export class ServerClient extends EventEmitter<ClientEvents> {
     }
     const large = type === KvOp.GET && answer === Answer.VALUE ? this : undefined; // a value past scratch: getLarge
     // A recorded op resolves the full result (the history needs its version); what it answers is mapped after.
-    const recorder = into === undefined ? this.options.recorder : undefined; // a getInto is not recorded: its answer is a length, not a value
-    const op = PendingOp.of(type, key, keyBytes, bytes, valueBytes, arg, cls, mismatchResolves, into, large, expiry, type === KvOp.GET ? 0 : this.epoch, keepVersion, recorder ? Answer.FULL : answer);
+    const recorder = into === undefined && target === undefined ? this.options.recorder : undefined; // a getInto is not recorded: its answer is a length, not a value
+    const op = PendingOp.of(type, key, keyBytes, bytes, valueBytes, arg, cls, mismatchResolves, into, large, expiry, type === KvOp.GET ? 0 : this.epoch, keepVersion, recorder ? Answer.FULL : answer, target);
     if (this.replicated && type !== KvOp.GET) {
       const replicated = this.replicate(op, session);
       if (replicated) return Promise.reject(replicated);
@@ -377,6 +384,7 @@ function queueRecorded(recorder: HistoryRecorder, queue: OpQueue, session: Sessi
 
 // KvClient's runs of an op on its server: functions made once, so no call makes a closure.
 export const runGet = (server: ServerClient, key: Bytes): Promise<Buffer | undefined> => server.getValue(key);
+export const runGetInto = (server: ServerClient, key: Bytes, buffer: Value | undefined): Promise<number | undefined> => server.getInto(key, buffer as Buffer);
 export const runGetVersioned = (server: ServerClient, key: Bytes): Promise<VersionedValue | undefined> => server.getVersioned(key);
 export const runPut = (server: ServerClient, key: Bytes, value: Value | undefined, expiry: number): Promise<void> => server.putValue(key, value!, expiry);
 export const runCas = (server: ServerClient, key: Bytes, value: Value | undefined, expected: bigint): Promise<boolean> => server.casApplied(key, expected, value!);

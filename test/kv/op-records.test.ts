@@ -12,7 +12,7 @@ import { connect, startServer } from '../helpers/kv.js';
 import { providersUnderTest } from '../helpers/providers.js';
 
 const get = (key: string, answer: Answer = Answer.VALUE): PendingOp =>
-  PendingOp.of(KvOp.GET, key, key.length, undefined, 0, 0n, -1, false, undefined, undefined, 0, 0, false, answer);
+  PendingOp.of(KvOp.GET, key, key.length, undefined, 0, 0n, -1, false, undefined, undefined, 0, 0, false, answer, undefined);
 
 test('a resolved op is taken by the next request: the first promise keeps its answer, the next starts clean', async (t) => {
   const first = get('one');
@@ -46,14 +46,14 @@ test('a recorded op, a replicated write and an op of a registered buffer are nev
   recordedOp.recycle();
   t.not(get('next'), recordedOp);
 
-  const replicated = PendingOp.of(KvOp.PUT, 'k', 1, 'v', 1, 0n, 0, false, undefined, undefined, 0, 0, false, Answer.NONE);
+  const replicated = PendingOp.of(KvOp.PUT, 'k', 1, 'v', 1, 0n, 0, false, undefined, undefined, 0, 0, false, Answer.NONE, undefined);
   replicated.backups = [];
   replicated.resolve(undefined);
   replicated.recycle();
   t.not(get('next'), replicated);
 
   const ext = { id: 1, offset: 0, length: 1, entry: { id: 1, freed: false, uses: 0 } };
-  const registered = PendingOp.of(KvOp.GET, 'k', 1, undefined, 0, 0n, -1, false, ext, undefined, 0, 0, false, Answer.LENGTH);
+  const registered = PendingOp.of(KvOp.GET, 'k', 1, undefined, 0, 0n, -1, false, ext, undefined, 0, 0, false, Answer.LENGTH, undefined);
   registered.resolve(1);
   registered.recycle();
   t.not(get('next'), registered);

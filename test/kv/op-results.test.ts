@@ -49,7 +49,7 @@ function slots(ops: PendingOp[], releaseThrowsAt: number): Slots & { released: n
   };
 }
 
-const getOp = (key: string) => PendingOp.of(KvOp.GET, key, key.length, undefined, 0, 0n, -1, false, undefined, undefined, 0, 0, false, Answer.VALUE);
+const getOp = (key: string) => PendingOp.of(KvOp.GET, key, key.length, undefined, 0, 0n, -1, false, undefined, undefined, 0, 0, false, Answer.VALUE, undefined);
 
 /** Results for `ops`: op i found its value at scratch[at, at + len). */
 function okResults(core: ReturnType<typeof fakeCore>, values: ReadonlyArray<readonly [number, number]>): void {
