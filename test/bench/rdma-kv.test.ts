@@ -141,6 +141,32 @@ test.serial('binding: insert, read, update of a subset, delete, scan, and their 
   });
 });
 
+test.serial('binding: a read lands in the result\'s own buffer, which grows for a record longer than it and keeps serving shorter ones', async (t) => {
+  await withServer(async (url) => {
+    const db = await createBinding('rdma-kv');
+    await db.init(new Properties([['rdmakv.url', url], ['fieldcount', '3']]));
+    try {
+      const result = new ReadResult();
+      const first = result.recordBuffer(0);
+      t.is(await db.insert('usertable', 'short', fields(['field0', 'a'], ['field1', 'b'])), Status.OK);
+      t.is(await db.read('usertable', 'short', null, result), Status.OK);
+      t.deepEqual(result.toObject(), { field0: 'a', field1: 'b' });
+      t.is(result.recordBuffer(0), first, 'a short record is read into the buffer the result had');
+      const long = 'L'.repeat(3 * first.length);
+      t.is(await db.insert('usertable', 'long', fields(['field0', long], ['field1', 'x'])), Status.OK);
+      result.clear();
+      t.is(await db.read('usertable', 'long', null, result), Status.OK, 'a record longer than the buffer is read again into a longer one');
+      t.deepEqual(result.toObject(), { field0: long, field1: 'x' });
+      t.true(result.recordBuffer(0).length > 3 * first.length);
+      result.clear();
+      t.is(await db.read('usertable', 'short', ['field1'], result), Status.OK);
+      t.deepEqual(result.toObject(), { field1: 'b' });
+    } finally {
+      await db.cleanup();
+    }
+  });
+});
+
 test.serial('binding: concurrent subset updates of one record lose nothing (cas)', async (t) => {
   await withServer(async (url) => {
     const props = new Properties([['rdmakv.url', url], ['fieldcount', '16']]);

@@ -110,15 +110,14 @@ function fieldName(buf: Buffer, i: number, at: number, end: number, ascii: boole
 }
 
 /**
- * Decodes a record into `result`: every field, or only those named in `fields`, each value as
- * its range of `bytes` (decoded only if someone reads it: ReadResult.setBytes), so `bytes` must
- * stay unchanged while the result is in use. Returns false, and sets nothing, when the bytes are
- * not a well-formed record.
+ * Decodes the record `bytes[0, length)` into `result`: every field, or only those named in
+ * `fields`, each value as its range of `bytes` (decoded only if someone reads it:
+ * ReadResult.setBytes), so `bytes` must stay unchanged while the result is in use. Returns false,
+ * and sets nothing, when the bytes are not a well-formed record.
  */
-export function decodeRecord(bytes: Uint8Array, fields: readonly string[] | null, result: ReadResult): boolean {
+export function decodeRecord(bytes: Uint8Array, fields: readonly string[] | null, result: ReadResult, length = bytes.length): boolean {
   const buf = asBuffer(bytes);
-  const length = buf.length;
-  if (length < HEADER_BYTES) return false;
+  if (length > buf.length || length < HEADER_BYTES) return false;
   const n = buf[0]! | (buf[1]! << 8);
   const ascii = (buf[2]! & FLAG_ASCII) !== 0;
   const bodyAt = HEADER_BYTES + ENTRY_BYTES * n;

@@ -6,8 +6,8 @@
  * Semantics follow YCSB's one-value-per-record binding (RocksDB), not the memcached one (which
  * REPLACEs the whole document with the updated fields and so drops the others):
  *
- * - read: NOT_FOUND when the record is missing; with a field list, only those fields are
- *   decoded into the result.
+ * - read: a GET into the lane's own buffer (ReadResult.recordBuffer); NOT_FOUND when the record
+ *   is missing; with a field list, only those fields are decoded into the result.
  * - insert: PUT of the encoded record.
  * - update: YCSB's update writes the given fields and keeps the others, so for a one-value
  *   store it is a read-modify-write. It is done atomically: getWithVersion, merge the bytes,
@@ -25,7 +25,7 @@
  * rdmakv.timeoutms (KvClient's default, 5000).
  * Each client thread (worker_thread) has its own binding instance and so its own KvClient.
  */
-import { KvClient, KvDisconnectedError, type KvClientOptions, type VersionedValue } from '../../../client/index.js';
+import { KvBufferTooSmallError, KvClient, KvDisconnectedError, type KvClientOptions, type VersionedValue } from '../../../client/index.js';
 import { UsageError } from '../../../protocol/operator-input.js';
 import type { Properties } from '../properties.js';
 import { Status, type DB, type FieldValues } from './db.js';
@@ -165,10 +165,17 @@ export default class RdmaKvClient implements DB {
   // A then(), not an async function: a suspended async call costs twice the garbage, on every read.
   read(table: string, key: string, fields: readonly string[] | null, result: ReadResult): Promise<Status> {
     if (!this.client) return Promise.resolve(Status.ERROR); // used before init (what `kv` throws, as a status)
-    const wanted = fields !== null && fields.length > 0 ? fields : null;
-    return this.client.get(this.keyOf(table, key)).then(
-      (value) => (value === undefined ? Status.NOT_FOUND : decodeRecord(value, wanted, result) ? Status.OK : Status.UNEXPECTED_STATE),
-      statusOf,
+    return this.readInto(this.client, this.keyOf(table, key), fields !== null && fields.length > 0 ? fields : null, result, result.recordBuffer(0));
+  }
+
+  /**
+   * A GET of the record into the result's own buffer (getInto: no Buffer per read); a record longer
+   * than that buffer is read again into one of the length it needs.
+   */
+  private readInto(kv: KvClient, k: string, wanted: readonly string[] | null, result: ReadResult, into: Buffer): Promise<Status> {
+    return kv.getInto(k, into).then(
+      (length) => (length === undefined ? Status.NOT_FOUND : decodeRecord(into, wanted, result, length) ? Status.OK : Status.UNEXPECTED_STATE),
+      (error: unknown) => (error instanceof KvBufferTooSmallError ? this.readInto(kv, k, wanted, result, result.recordBuffer(error.needed)) : statusOf(error)),
     );
   }
 

@@ -13,6 +13,10 @@
  * "What survived the scavenges"). Here clear() resets a count; the arrays keep
  * their storage (emptying a V8 array gives it back, and refilling it allocates).
  */
+const NO_BYTES = Buffer.alloc(0);
+/** recordBuffer()'s first size: YCSB's default record (ten fields of 100 B) fits, with room. */
+const MIN_RECORD_BUFFER = 4096;
+
 export class ReadResult {
   private count = 0;
   private readonly names: string[] = [];
@@ -23,10 +27,23 @@ export class ReadResult {
   private readonly ends: number[] = [];
   /** Per field: its bytes are latin1 (every byte one unit: ASCII), else UTF-8. */
   private readonly latin1: boolean[] = [];
+  /** recordBuffer()'s bytes. */
+  private own: Buffer = NO_BYTES;
 
   /** The number of fields. */
   get size(): number {
     return this.count;
+  }
+
+  /**
+   * The result's own buffer, at least `bytes` long (a new one when it is shorter), for a binding that
+   * reads a record into it and sets fields as ranges of it (setBytes): kept from read to read, so a
+   * read allocates nothing for its bytes. The next read into it changes them: a result is its lane's,
+   * read by one operation at a time.
+   */
+  recordBuffer(bytes: number): Buffer {
+    if (this.own.length < bytes || this.own === NO_BYTES) this.own = Buffer.allocUnsafeSlow(Math.max(bytes, 2 * this.own.length, MIN_RECORD_BUFFER));
+    return this.own;
   }
 
   /** Empties the result (for the lane's next read). */
