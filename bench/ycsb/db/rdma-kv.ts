@@ -106,6 +106,47 @@ class FieldsUpdate {
   }
 }
 
+/**
+ * A read in flight: getInto the lane's own buffer (ReadResult.recordBuffer), decode the record's
+ * fields as ranges of it, and read again into a longer buffer when the record outgrew it. Its
+ * callbacks are made once per object, which is kept for the next read, as FieldsUpdate (two
+ * closures per read cost what the value Buffer the buffer saves did). The buffer is the lane's,
+ * not this object's: the result's fields stay ranges of it after this object is reused.
+ */
+class RecordRead {
+  private kv: KvClient | undefined;
+  private key: string | undefined;
+  private wanted: readonly string[] | null = null;
+  private result: ReadResult | undefined;
+
+  constructor(private readonly idle: RecordRead[]) {}
+
+  run(kv: KvClient, key: string, wanted: readonly string[] | null, result: ReadResult): Promise<Status> {
+    this.kv = kv;
+    this.key = key;
+    this.wanted = wanted;
+    this.result = result;
+    return kv.getInto(key, result.recordBuffer(0)).then(this.onLength, this.onError);
+  }
+
+  private readonly onLength = (length: number | undefined): Status => {
+    const result = this.result!;
+    return this.end(length === undefined ? Status.NOT_FOUND : decodeRecord(result.recordBuffer(0), this.wanted, result, length) ? Status.OK : Status.UNEXPECTED_STATE);
+  };
+
+  private readonly onError = (error: unknown): Status | Promise<Status> => {
+    if (error instanceof KvBufferTooSmallError) return this.kv!.getInto(this.key!, this.result!.recordBuffer(error.needed)).then(this.onLength, this.onError);
+    return this.end(statusOf(error));
+  };
+
+  private end(status: Status): Status {
+    this.kv = this.key = this.result = undefined;
+    this.wanted = null;
+    this.idle.push(this);
+    return status;
+  }
+}
+
 // ---- the binding ------------------------------------------------------------------------------
 
 export default class RdmaKvClient implements DB {
@@ -116,6 +157,8 @@ export default class RdmaKvClient implements DB {
   private readonly spare: RecordBuffer[] = [];
   /** Partial updates not in use (one per update in flight). */
   private readonly updates: FieldsUpdate[] = [];
+  /** Reads not in use (one per read in flight). */
+  private readonly reads: RecordRead[] = [];
   /** writesWholeRecord's marks: field name -> the number of the call that saw it last. */
   private readonly seen = new Map<string, number>();
   private seenCall = 0;
@@ -162,21 +205,10 @@ export default class RdmaKvClient implements DB {
     return this.client;
   }
 
-  // A then(), not an async function: a suspended async call costs twice the garbage, on every read.
+  // A RecordRead, not an async function: a suspended async call costs twice the garbage, on every read.
   read(table: string, key: string, fields: readonly string[] | null, result: ReadResult): Promise<Status> {
     if (!this.client) return Promise.resolve(Status.ERROR); // used before init (what `kv` throws, as a status)
-    return this.readInto(this.client, this.keyOf(table, key), fields !== null && fields.length > 0 ? fields : null, result, result.recordBuffer(0));
-  }
-
-  /**
-   * A GET of the record into the result's own buffer (getInto: no Buffer per read); a record longer
-   * than that buffer is read again into one of the length it needs.
-   */
-  private readInto(kv: KvClient, k: string, wanted: readonly string[] | null, result: ReadResult, into: Buffer): Promise<Status> {
-    return kv.getInto(k, into).then(
-      (length) => (length === undefined ? Status.NOT_FOUND : decodeRecord(into, wanted, result, length) ? Status.OK : Status.UNEXPECTED_STATE),
-      (error: unknown) => (error instanceof KvBufferTooSmallError ? this.readInto(kv, k, wanted, result, result.recordBuffer(error.needed)) : statusOf(error)),
-    );
+    return (this.reads.pop() ?? new RecordRead(this.reads)).run(this.client, this.keyOf(table, key), fields !== null && fields.length > 0 ? fields : null, result);
   }
 
   scan(): Status {
