@@ -37,6 +37,8 @@ export class Departures {
   readonly departing = new Set<number>();
   /** departed clients' blocks being taken back, one client at a time (after its locks are released) */
   private readonly reclaiming = new Chain();
+  /** departed clients whose blocks are not taken back yet: what they hold still counts as theirs */
+  private readonly unreclaimed = new Set<Client>();
 
   constructor(private readonly parts: DepartureParts) {}
 
@@ -46,6 +48,7 @@ export class Departures {
     // Its last notices may still wait in the CQ: account for them while we still know it.
     this.parts.drain(client.fabric);
     if (!clients.remove(client)) return;
+    this.unreclaimed.add(client);
     client.connection.disconnect();
     stats.count.fencedClients++;
     log?.info({ clientId: client.id, reason }, 'client disconnected');
@@ -69,6 +72,13 @@ export class Departures {
     await this.reclaiming.settled();
   }
 
+  /** Does a client other than `except`, connected or departed with its blocks not taken back yet, hold `block`? */
+  private readonly heldByAnother = (block: number, except: Client): boolean => {
+    for (const client of this.parts.clients.values()) if (client !== except && client.held.has(block)) return true;
+    for (const client of this.unreclaimed) if (client !== except && client.held.has(block)) return true;
+    return false;
+  };
+
   /** After the fence: its locks, then its blocks. */
   private recover(client: Client): void {
     const { locks, heldBlocks, log } = this.parts;
@@ -78,7 +88,7 @@ export class Departures {
         // Its blocks next, on their own chain: a check that waits for busy buckets must not
         // delay the next departed client's locks.
         this.reclaiming.add(
-          () => heldBlocks.reclaim(client),
+          () => heldBlocks.reclaim(client, this.heldByAnother).finally(() => this.unreclaimed.delete(client)),
           (error) => log?.error({ clientId: client.id, err: error.message }, 'taking back blocks failed'),
         );
       },

@@ -2,7 +2,11 @@
 // back to the heap (through the grace period), except one it published and
 // died before announcing — its slot written, its notice never sent. Such a
 // lock item joins the server's lock items, as its notice would have put it
-// there, so the orphan scan releases the lock it holds.
+// there, so the orphan scan releases the lock it holds. And except one that
+// another client holds now: the departed client published it without a notice,
+// someone's PUT superseded it (that notice retired it), and after the grace
+// period it was granted again. The departed client's record of it is stale;
+// retiring it would free a block its new holder writes into.
 import type { Logger } from 'pino';
 
 import { hashKey } from '../../native/index.js';
@@ -24,11 +28,11 @@ export class HeldBlocks {
    * A departed client's granted blocks go back to the heap, except one it published: such an
    * item was written before its slot and is read-only since, so it names its key, and a
    * published item sits in one of its key's two buckets (displacement moves entries only
-   * between those). A block is kept if either bucket points to it in a consistent read. Runs
-   * after the client's locks are released, so only live clients' short critical sections are
-   * waited for.
+   * between those). A block is kept if either bucket points to it in a consistent read. One that
+   * `heldByAnother` (a grant since: see the top) is left to that client. Runs after the client's
+   * locks are released, so only live clients' short critical sections are waited for.
    */
-  async reclaim(client: Client): Promise<void> {
+  async reclaim(client: Client, heldByAnother: (block: number, except: Client) => boolean): Promise<void> {
     let reclaimed = 0;
     const published: number[] = [];
     const { heap } = this.store;
@@ -44,7 +48,7 @@ export class HeldBlocks {
         // A lock it created held is held by it still: known as a lock now, it is an orphan's (orphan-scan.ts).
         // Only one the index points to: a block kept unread may hold an earlier item's header.
         if (found === true && itemType(this.store.bytes, this.store.itemAt(block)) === ItemType.LOCK) this.store.lockItems.add(block);
-      } else if (heap.retire(cls, block)) reclaimed++;
+      } else if (!heldByAnother(block, client) && heap.retire(cls, block)) reclaimed++; // (checked just before: no await in between)
     }
     client.held.clear();
     this.stats.count.blocksReclaimed += reclaimed;
