@@ -92,7 +92,10 @@ export class Departures {
           (error) => log?.error({ clientId: client.id, err: error.message }, 'taking back blocks failed'),
         );
       },
-      (error) => log?.error({ clientId: client.id, err: error.message }, 'lock recovery failed'),
+      (error) => {
+        this.unreclaimed.delete(client); // its blocks will not be taken back: its record stops counting in other departures' checks
+        log?.error({ clientId: client.id, err: error.message }, 'lock recovery failed');
+      },
       () => {
         this.departing.delete(client.id);
         this.parts.clients.returnRing(client.ring, client.fabric);

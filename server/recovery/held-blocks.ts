@@ -48,7 +48,7 @@ export class HeldBlocks {
         // A lock it created held is held by it still: known as a lock now, it is an orphan's (orphan-scan.ts).
         // Only one the index points to: a block kept unread may hold an earlier item's header.
         if (found === true && itemType(this.store.bytes, this.store.itemAt(block)) === ItemType.LOCK) this.store.lockItems.add(block);
-      } else if (!heldByAnother(block, client) && heap.retire(cls, block)) reclaimed++; // (checked just before: no await in between)
+      } else if (heap.isGranted(cls, block) && !heldByAnother(block, client) && heap.retire(cls, block)) reclaimed++; // (checked just before: no await in between)
     }
     client.held.clear();
     this.stats.count.blocksReclaimed += reclaimed;

@@ -1,4 +1,4 @@
-// getInto of a plain Buffer (docs/api.md, "Large values"): a value that scratch
+// getInto of a plain Buffer (docs/architecture.md, "Large values"): a value that scratch
 // holds is copied out of scratch into the caller's buffer, as get()'s into a new
 // Buffer, in the same hand-out as other ops' values. The buffer's own offset
 // counts (a view into a larger buffer, or a slice of Node's pool); bytes past

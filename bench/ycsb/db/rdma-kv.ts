@@ -135,7 +135,9 @@ class RecordRead {
   };
 
   private readonly onError = (error: unknown): Status | Promise<Status> => {
-    if (error instanceof KvBufferTooSmallError) return this.kv!.getInto(this.key!, this.result!.recordBuffer(error.needed)).then(this.onLength, this.onError);
+    // Again only into a longer buffer: a length that the buffer would have held (a damaged header) is an error, not a loop.
+    const result = this.result!;
+    if (error instanceof KvBufferTooSmallError && error.needed > result.recordBuffer(0).length) return this.kv!.getInto(this.key!, result.recordBuffer(error.needed)).then(this.onLength, this.onError);
     return this.end(statusOf(error));
   };
 
