@@ -93,7 +93,13 @@ test.serial('kvctl rebalance --by bytes evens out the bytes members hold, from t
     const load = await loads(prefix);
     return ['m0', 'm1', 'm2'].every((name) => Math.abs((load.get(name)?.keys ?? 0) - KEYS / 3) <= (KEYS / 3) * 0.12);
   }, 'each member\'s load record holds a third of the keys', slow(30_000));
-  await eventually(async () => (await Promise.all(members.map(stats))).every((s) => Math.abs(s.items - KEYS / 3) <= (KEYS / 3) * 0.06), 'each member holds a third of the items (m0 freed what it gave away)', slow(30_000));
+  let items: number[] = [];
+  await eventually(async () => {
+    items = (await Promise.all(members.map(stats))).map((s) => s.items);
+    return items.every((n) => Math.abs(n - KEYS / 3) <= (KEYS / 3) * 0.06);
+  }, 'each member holds a third of the items (m0 freed what it gave away)', slow(30_000)).catch((error: Error) => {
+    throw new Error(`${error.message}: the members hold ${items.join(', ')} items`);
+  });
   const values = await kv.getMany(keys);
   t.is(values.filter((v) => v === undefined || !Buffer.from(v).equals(value)).length, 0, 'every key reads back');
 });
